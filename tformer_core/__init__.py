@@ -1,0 +1,30 @@
+"""tformer core: instrumented Transformer and ViT models whose every intermediate can be seen.
+
+    import tformer_core as tc
+    model = tc.Encoder(tc.EncoderConfig(vocab_size=100, n_layers=2))
+    trace = model.trace([5, 17, 42])
+    trace.attention(layer=0, head=1)        # [n, n], rows sum to 1
+    trace.q(0, 1), trace["encoder.0.attn.scores"]
+
+No streamlit here: the app imports the core, never the other way round.
+"""
+
+from .base import TracedModel, default_device, resolve_dtype
+from .capture import HookPoint, capture
+from .decoder import Decoder, DecoderConfig
+from .encoder import Encoder, EncoderConfig
+from .layers import BlockConfig, MultiHeadAttention, causal_mask
+from .metrics import mean_attention_distance, mean_token_distance, patch_centre_distances
+from .positional import sinusoidal_encoding
+from .seq2seq import EncoderDecoder, Seq2SeqConfig
+from .steps import AttentionSteps, attention_steps
+from .trace import Trace
+from .vit import ViT, ViTConfig, patchify
+
+__all__ = [
+    "AttentionSteps", "BlockConfig", "Decoder", "DecoderConfig", "Encoder", "EncoderConfig",
+    "EncoderDecoder", "HookPoint", "MultiHeadAttention", "Seq2SeqConfig", "Trace", "TracedModel",
+    "ViT", "ViTConfig", "attention_steps", "capture", "causal_mask", "default_device",
+    "mean_attention_distance", "mean_token_distance", "patch_centre_distances", "patchify",
+    "resolve_dtype", "sinusoidal_encoding",
+]  # fmt: skip

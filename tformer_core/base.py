@@ -1,0 +1,127 @@
+"""What every model family shares: device and dtype placement, input checks, and tracing."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable, Protocol, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+from .capture import NameFilter, capture, name_hook_points
+from .trace import Trace, to_numpy
+
+DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def default_device() -> torch.device:
+    """CUDA when available, else CPU; the environment variable TFORMER_DEVICE overrides."""
+    wanted = os.environ.get("TFORMER_DEVICE", "").strip()
+    if wanted:
+        return torch.device(wanted)
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def resolve_dtype(dtype: str | torch.dtype | None) -> torch.dtype:
+    if dtype is None:
+        return torch.float32
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    try:
+        return DTYPES[dtype]
+    except KeyError:
+        raise ValueError(f"unknown dtype {dtype!r}: use one of {sorted(DTYPES)}") from None
+
+
+def per_token(values: Sequence[int] | None, ids: torch.Tensor, what: str) -> torch.Tensor | None:
+    """A per-token sequence (mask, segment ids) as a (1, T) tensor matching `ids`."""
+    if values is None:
+        return None
+    t = torch.as_tensor(np.asarray(values), dtype=torch.long, device=ids.device).reshape(1, -1)
+    if t.shape != ids.shape:
+        raise ValueError(f"{what} has {t.shape[1]} entries but the input has {ids.shape[1]} tokens")
+    return t
+
+
+class Tokenizer(Protocol):
+    """The two calls the core makes of a tokenizer (a Hugging Face tokenizer has both)."""
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def convert_ids_to_tokens(self, ids: list[int]) -> list[str]: ...
+
+
+class TracedModel(nn.Module):
+    """Base of the model families. Subclasses build their modules, then call `_finish_init()`."""
+
+    kind: str = ""
+
+    def __init__(self, config: Any) -> None:
+        super().__init__()
+        self.config = config
+        self.tokenizer: Tokenizer | None = None
+
+    def _finish_init(self) -> None:
+        self.hook_names: tuple[str, ...] = tuple(name_hook_points(self))
+        self.eval()  # the core is for looking, not training: no dropout anywhere anyway
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.parameters()).device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(self.parameters()).dtype
+
+    def place(self, device: str | torch.device | None = None, dtype: str | torch.dtype | None = None) -> "TracedModel":
+        """Move to `device` (default: CUDA when available) in `dtype` (default float32); returns self."""
+        return self.to(device=torch.device(device) if device is not None else default_device(), dtype=resolve_dtype(dtype))
+
+    # ---- inputs ----------------------------------------------------------------------------
+    def _ids(
+        self,
+        inputs: str | Sequence[int] | np.ndarray | torch.Tensor,
+        vocab_size: int,
+        max_positions: int | None,
+        tokenizer: Tokenizer | None = None,
+        what: str = "input",
+    ) -> tuple[torch.Tensor, tuple[str, ...]]:
+        """One sequence (text or token ids) -> ((1, T) long tensor on the model's device, token labels)."""
+        tokenizer = tokenizer if tokenizer is not None else self.tokenizer
+        if isinstance(inputs, str):
+            if tokenizer is None:
+                raise ValueError("this model has no tokenizer: pass token ids instead of text")
+            if not inputs.strip():
+                raise ValueError(f"the {what} is empty: type at least one word")
+            ids = list(tokenizer.encode(inputs))
+        elif isinstance(inputs, torch.Tensor):
+            ids = inputs.detach().cpu().reshape(-1).tolist() if inputs.dim() <= 1 or inputs.shape[0] == 1 else None
+            if ids is None:
+                raise ValueError(f"trace() takes one sequence; got a batch of shape {tuple(inputs.shape)}")
+        else:
+            array = np.asarray(inputs)
+            if array.ndim > 1 and array.shape[0] != 1:
+                raise ValueError(f"trace() takes one sequence; got a batch of shape {array.shape}")
+            ids = array.reshape(-1).tolist()
+        if len(ids) == 0:
+            raise ValueError(f"the {what} is empty: give at least one token")
+        if not all(isinstance(i, (int, np.integer)) and not isinstance(i, bool) for i in ids):
+            raise ValueError(f"token ids must be whole numbers; got {ids[:5]}...")
+        bad = [i for i in ids if not 0 <= i < vocab_size]
+        if bad:
+            raise ValueError(f"token id {bad[0]} is outside the vocabulary (0..{vocab_size - 1})")
+        if max_positions is not None and len(ids) > max_positions:
+            raise ValueError(
+                f"the {what} has {len(ids)} tokens; this model handles at most {max_positions}. Shorten it."
+            )
+        labels = tokenizer.convert_ids_to_tokens(ids) if tokenizer is not None else [str(i) for i in ids]
+        return torch.tensor([ids], dtype=torch.long, device=self.device), tuple(labels)
+
+    # ---- tracing ---------------------------------------------------------------------------
+    def _trace(self, run: Callable[[], torch.Tensor], keep: NameFilter | None, **trace_fields: Any) -> Trace:
+        """Run `run` once under capture; the first batch element becomes a Trace."""
+        with torch.inference_mode(), capture(keep) as sink:
+            run()
+            activations = {name: to_numpy(t[0]) for name, t in sink.tensors.items()}
+        return Trace(kind=self.kind, activations=activations, n_heads=self.config.n_heads, **trace_fields)

@@ -1,0 +1,100 @@
+"""Capture of activations during a forward pass.
+
+Every activation the app can show passes through a `HookPoint`, an identity module whose name
+is derived from its module path (``encoder.blocks.3.attn.hook_q`` -> ``encoder.3.attn.q``).
+A hook point does nothing unless a capture is active *in the calling context*.
+
+Why a context variable and not forward hooks: one model object is shared by every browser
+session of the server. Registering hooks on it per request would leak one session's tensors
+into another's trace when two requests overlap. A `ContextVar` is private to each thread (and
+each asyncio task), so each call to `capture()` gets its own sink and the shared model is never
+mutated.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from contextvars import ContextVar
+from typing import Callable, Iterator
+
+import torch
+from torch import nn
+
+NameFilter = Callable[[str], bool]
+
+
+class CaptureSink:
+    """Collects the tensors recorded during one forward pass, keyed by hook name.
+
+    Tensors are kept as they are (detached references, batch dimension included); nothing is
+    copied during the forward pass, which is what keeps capture overhead low.
+    """
+
+    def __init__(self, keep: NameFilter | None = None) -> None:
+        self._keep = keep
+        self.tensors: dict[str, torch.Tensor] = {}
+
+    def record(self, name: str, tensor: torch.Tensor) -> None:
+        if self._keep is None or self._keep(name):
+            self.tensors[name] = tensor.detach()
+
+
+_ACTIVE_SINK: ContextVar[CaptureSink | None] = ContextVar("tformer_capture_sink", default=None)
+
+
+@contextlib.contextmanager
+def capture(keep: NameFilter | None = None) -> Iterator[CaptureSink]:
+    """Record every hook point reached by forward passes run inside the `with` block.
+
+    `keep` selects names to store (all when None). The sink is visible only to the current
+    thread / task; on exit the previous state is restored, so nothing is left behind.
+    """
+    sink = CaptureSink(keep)
+    token = _ACTIVE_SINK.set(sink)
+    try:
+        yield sink
+    finally:
+        _ACTIVE_SINK.reset(token)
+
+
+def capture_active() -> bool:
+    """True inside a `capture()` block of the current context."""
+    return _ACTIVE_SINK.get() is not None
+
+
+class HookPoint(nn.Module):
+    """Identity on the forward pass; records its input when a capture is active."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        # Set once by `name_hook_points` after the model is built; never changed afterwards.
+        self.name = ""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        sink = _ACTIVE_SINK.get()
+        if sink is not None:
+            sink.record(self.name, x)
+        return x
+
+    def extra_repr(self) -> str:
+        return repr(self.name)
+
+
+def hook_name(module_path: str) -> str:
+    """Public activation name for a hook point's module path.
+
+    ``decoder.blocks.2.cross_attn.hook_weights`` -> ``decoder.2.cross_attn.weights``.
+    """
+    parts = [p for p in module_path.split(".") if p != "blocks"]
+    parts[-1] = parts[-1].removeprefix("hook_")
+    return ".".join(parts)
+
+
+def name_hook_points(model: nn.Module) -> list[str]:
+    """Give every hook point of `model` its public name; returns them in module order."""
+    names = []
+    for path, module in model.named_modules():
+        if isinstance(module, HookPoint):
+            module.name = hook_name(path)
+            names.append(module.name)
+    return names

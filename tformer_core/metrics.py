@@ -1,0 +1,62 @@
+"""Summaries of attention: how far heads look, in pixels (ViT) or in tokens (text)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def patch_centre_distances(grid_hw: tuple[int, int], patch_size: float) -> np.ndarray:
+    """Euclidean distance in pixels between the centres of every pair of patches, [N, N], row-major order."""
+    rows, cols = (int(v) for v in grid_hw)
+    if rows < 1 or cols < 1:
+        raise ValueError(f"grid_hw must be two positive whole numbers, got {grid_hw!r}")
+    r, c = np.divmod(np.arange(rows * cols), cols)
+    return np.hypot(r[:, None] - r[None, :], c[:, None] - c[None, :]) * float(patch_size)
+
+
+def mean_attention_distance(
+    weights: np.ndarray,
+    grid_hw: tuple[int, int],
+    patch_size: float,
+    n_prefix_tokens: int = 1,
+    renormalize: bool = True,
+) -> np.ndarray:
+    """Mean attention distance in pixels (ViT paper, Fig. 7), for every leading index of `weights`.
+
+    weights: [..., n, n] attention over (prefix tokens + patches), n = n_prefix_tokens + rows*cols,
+    patches in row-major order. For each query patch: sum_j w_ij * dist(i, j), the distance between
+    patch centres in pixels; then the mean over query patches. Prefix tokens (class, distillation)
+    are dropped as queries and as keys. renormalize=True rescales each query's weights over the
+    patches to sum to 1, so the result is a true average distance; renormalize=False keeps the
+    weights as they are (the mass on prefix tokens counts as distance 0), the common recipe.
+    Returns float64 with shape weights.shape[:-2] (a 0-d array for one matrix).
+    """
+    w = np.asarray(weights, dtype=np.float64)
+    if w.ndim < 2 or w.shape[-1] != w.shape[-2]:
+        raise ValueError(f"weights must be [..., n, n], got shape {w.shape}")
+    n_patches = int(grid_hw[0]) * int(grid_hw[1])
+    if w.shape[-1] != n_prefix_tokens + n_patches:
+        raise ValueError(
+            f"weights cover {w.shape[-1]} tokens but a {grid_hw[0]}x{grid_hw[1]} grid plus "
+            f"{n_prefix_tokens} prefix token(s) makes {n_prefix_tokens + n_patches}"
+        )
+    w = w[..., n_prefix_tokens:, n_prefix_tokens:]  # [..., N, N] patches only
+    if renormalize:
+        total = w.sum(axis=-1, keepdims=True)
+        w = np.divide(w, total, out=np.zeros_like(w), where=total > 0)
+    distances = patch_centre_distances(grid_hw, patch_size)  # [N, N]
+    per_query = (w * distances).sum(axis=-1)  # [..., N]
+    return per_query.mean(axis=-1)
+
+
+def mean_token_distance(weights: np.ndarray) -> np.ndarray:
+    """Attention-weighted mean |i - j| in tokens, averaged over queries: weights [..., n_q, n_k] -> [...].
+
+    Query i and key j are positions in the same sequence (self-attention).
+    """
+    w = np.asarray(weights, dtype=np.float64)
+    if w.ndim < 2:
+        raise ValueError(f"weights must be [..., n_q, n_k], got shape {w.shape}")
+    i = np.arange(w.shape[-2])[:, None]
+    j = np.arange(w.shape[-1])[None, :]
+    return (w * np.abs(i - j)).sum(axis=-1).mean(axis=-1)

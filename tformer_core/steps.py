@@ -1,0 +1,148 @@
+"""Scaled dot-product attention on small numpy matrices, keeping every intermediate.
+
+This is the lecture's worked example as a function: the page "Attention, step by step" prints
+each field. Everything is computed in float64 so hand-checked numbers match to the last digit
+shown.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class AttentionSteps:
+    """Every intermediate of attention on X (n x d_model).
+
+    Single head (n_heads == 1): Q, K [n, d_k]; V [n, d_v]; scores = Q K^T, scaled = scores / sqrt(d_k)
+    with masked cells at -inf, weights = row-wise softmax (masked cells 0) [n, n]; output [n, d_v]
+    (or [n, d_out] when W_o is given).
+
+    Several heads: Q, K, V stay full width [n, h*d_k]; q_heads, k_heads, v_heads [h, n, d_k] are their
+    column blocks; scores, scaled, weights [h, n, n]; z [h, n, d_v] per head; concat [n, h*d_v];
+    output = concat W^O (concat itself without W_o).
+    """
+
+    Q: np.ndarray
+    K: np.ndarray
+    V: np.ndarray
+    q_heads: np.ndarray
+    k_heads: np.ndarray
+    v_heads: np.ndarray
+    scores: np.ndarray
+    scaled: np.ndarray
+    weights: np.ndarray
+    z: np.ndarray
+    concat: np.ndarray
+    output: np.ndarray
+    mask: np.ndarray | None
+    n_heads: int
+    d_k: int
+    scale: float
+
+
+def _matrix(name: str, value: object) -> np.ndarray:
+    try:
+        a = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must hold numbers only") from None
+    if a.ndim != 2 or 0 in a.shape:
+        raise ValueError(f"{name} must be a non-empty 2-D matrix, got shape {a.shape}")
+    if not np.isfinite(a).all():
+        r, c = np.argwhere(~np.isfinite(a))[0]
+        raise ValueError(f"{name}[{r}, {c}] is not a finite number")
+    return a
+
+
+def _mask(mask: object, n: int) -> np.ndarray | None:
+    """None, "causal", a key-padding vector [n] (True = real token) or a full [n, n] mask (True = may attend)."""
+    if mask is None:
+        return None
+    if isinstance(mask, str):
+        if mask != "causal":
+            raise ValueError(f"mask must be None, 'causal' or a boolean array, got {mask!r}")
+        return np.tril(np.ones((n, n), dtype=bool))
+    m = np.asarray(mask)
+    if m.dtype != bool:
+        if not np.isin(m, (0, 1)).all():
+            raise ValueError("a mask holds True/False (or 1/0): True where a query may attend to a key")
+        m = m.astype(bool)
+    if m.shape == (n,):
+        return np.broadcast_to(m[None, :], (n, n)).copy()
+    if m.shape != (n, n):
+        raise ValueError(f"the mask must have shape ({n},) or ({n}, {n}) for {n} tokens, got {m.shape}")
+    return m
+
+
+def softmax_rows(scaled: np.ndarray) -> np.ndarray:
+    """Row-wise softmax; rows that are entirely -inf (nothing to attend to) become all 0."""
+    row_max = np.max(scaled, axis=-1, keepdims=True)
+    empty = ~np.isfinite(row_max)
+    e = np.exp(scaled - np.where(empty, 0.0, row_max))  # shifting by the row max avoids overflow
+    total = e.sum(axis=-1, keepdims=True)
+    return np.divide(e, total, out=np.zeros_like(e), where=total > 0)
+
+
+def attention_steps(
+    X: object,
+    W_q: object,
+    W_k: object,
+    W_v: object,
+    mask: object = None,
+    *,
+    n_heads: int = 1,
+    W_o: object | None = None,
+) -> AttentionSteps:
+    """Z = softmax(Q K^T / sqrt(d_k) + M) V with Q = X W^Q, K = X W^K, V = X W^V, all in float64.
+
+    X: [n, d_model]. W_q, W_k: [d_model, h*d_k]. W_v: [d_model, h*d_v]. With n_heads > 1 the
+    columns of each W are split into h equal blocks, one per head (d_k is then the per-head
+    width). mask: None, "causal", a key-padding vector [n] or a boolean [n, n]; True = may attend.
+    M is 0 where allowed and -inf elsewhere. W_o: [h*d_v, d_out], applied to the concatenated heads.
+    Raises ValueError naming the matrix or shape that does not fit.
+    """
+    X = _matrix("X", X)
+    W_q, W_k, W_v = _matrix("W_q", W_q), _matrix("W_k", W_k), _matrix("W_v", W_v)
+    n, d_model = X.shape
+    for name, W in (("W_q", W_q), ("W_k", W_k), ("W_v", W_v)):
+        if W.shape[0] != d_model:
+            raise ValueError(f"{name} has {W.shape[0]} rows but X has {d_model} columns (d_model)")
+    if W_q.shape[1] != W_k.shape[1]:
+        raise ValueError(f"W_q and W_k must have the same number of columns (d_k): {W_q.shape[1]} vs {W_k.shape[1]}")
+    if int(n_heads) != n_heads or n_heads < 1:
+        raise ValueError(f"n_heads must be a whole number >= 1, got {n_heads!r}")
+    h = int(n_heads)
+    for name, W in (("W_q", W_q), ("W_v", W_v)):
+        if W.shape[1] % h:
+            raise ValueError(f"{name} has {W.shape[1]} columns, which do not split into {h} equal heads")
+    d_k, d_v = W_q.shape[1] // h, W_v.shape[1] // h
+    allowed = _mask(mask, n)
+
+    Q, K, V = X @ W_q, X @ W_k, X @ W_v  # [n, h*d_k], [n, h*d_k], [n, h*d_v]
+    q_heads = Q.reshape(n, h, d_k).transpose(1, 0, 2)  # [h, n, d_k]
+    k_heads = K.reshape(n, h, d_k).transpose(1, 0, 2)
+    v_heads = V.reshape(n, h, d_v).transpose(1, 0, 2)  # [h, n, d_v]
+    scale = 1.0 / np.sqrt(d_k)
+    scores = q_heads @ k_heads.transpose(0, 2, 1)  # [h, n, n]
+    scaled = scores * scale
+    if allowed is not None:
+        scaled = np.where(allowed, scaled, -np.inf)
+    weights = softmax_rows(scaled)
+    z = weights @ v_heads  # [h, n, d_v]
+    concat = z.transpose(1, 0, 2).reshape(n, h * d_v)  # [n, h*d_v]
+    if W_o is not None:
+        W_o = _matrix("W_o", W_o)
+        if W_o.shape[0] != h * d_v:
+            raise ValueError(f"W_o has {W_o.shape[0]} rows but the concatenated heads have {h * d_v} columns")
+        output = concat @ W_o
+    else:
+        output = concat
+
+    squeeze = (lambda a: a[0]) if h == 1 else (lambda a: a)
+    return AttentionSteps(
+        Q=Q, K=K, V=V, q_heads=q_heads, k_heads=k_heads, v_heads=v_heads,
+        scores=squeeze(scores), scaled=squeeze(scaled), weights=squeeze(weights), z=squeeze(z),
+        concat=concat, output=output, mask=allowed, n_heads=h, d_k=d_k, scale=float(scale),
+    )  # fmt: skip

@@ -1,0 +1,165 @@
+"""Vision Transformer (Dosovitskiy et al. 2021), with DeiT's optional distillation token.
+
+An image (C, H, W) is cut into N = H*W / P^2 patches of P x P pixels; each patch is flattened
+to P*P*C numbers and linearly embedded to D. A learned class token (and, for distilled DeiT, a
+distillation token) is prepended, learned position embeddings ((n_prefix + N) x D) are added,
+and a pre-norm encoder runs over the sequence. The MLP head reads the class token.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from .base import TracedModel
+from .capture import HookPoint, NameFilter
+from .layers import BlockConfig, Stack
+from .trace import Trace
+
+
+@dataclass(frozen=True, kw_only=True)
+class ViTConfig(BlockConfig):
+    """ViT defaults: pre-norm, exact GELU, LayerNorm eps 1e-6."""
+
+    image_size: int | tuple[int, int] = 32  # (H, W) or one side of a square
+    patch_size: int = 4
+    n_channels: int = 3
+    n_layers: int = 2
+    n_classes: int = 10  # 0: no head, the output is the final hidden states
+    distilled: bool = False  # DeiT: a second prefix token with its own head
+    norm: str = "pre"
+    ln_eps: float = 1e-6
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        H, W = self.image_hw
+        if H % self.patch_size or W % self.patch_size:
+            raise ValueError(f"image size {H}x{W} is not a whole number of {self.patch_size}-px patches")
+
+    @property
+    def image_hw(self) -> tuple[int, int]:
+        size = self.image_size
+        return (size, size) if isinstance(size, int) else (int(size[0]), int(size[1]))
+
+    @property
+    def grid_hw(self) -> tuple[int, int]:
+        """Patch rows and columns."""
+        H, W = self.image_hw
+        return H // self.patch_size, W // self.patch_size
+
+    @property
+    def n_patches(self) -> int:
+        rows, cols = self.grid_hw
+        return rows * cols
+
+    @property
+    def n_prefix_tokens(self) -> int:
+        return 2 if self.distilled else 1
+
+
+def patchify(images: torch.Tensor, patch_size: int) -> torch.Tensor:
+    """(B, C, H, W) -> (B, N, C*P*P): patches in row-major order, each flattened channel-first.
+
+    Channel-first flattening (c, py, px) makes the patch embedding the same linear map as a
+    Conv2d with kernel = stride = P, so convolutional checkpoints load as they are.
+    """
+    B, C, H, W = images.shape
+    P = patch_size
+    x = images.reshape(B, C, H // P, P, W // P, P)  # (B, C, rows, P, cols, P)
+    x = x.permute(0, 2, 4, 1, 3, 5)  # (B, rows, cols, C, P, P)
+    return x.reshape(B, (H // P) * (W // P), C * P * P)  # (B, N, C*P*P)
+
+
+class PatchEmbedding(nn.Module):
+    """Hooks: patches (B, N, C*P*P), patch (B, N, D) the embedded patches, tokens (B, n_prefix+N, D)
+    with the prefix tokens prepended, pos (B, n_prefix+N, D) the position embeddings, out their sum."""
+
+    def __init__(self, c: ViTConfig) -> None:
+        super().__init__()
+        self.patch_size = c.patch_size
+        self.project = nn.Linear(c.n_channels * c.patch_size**2, c.d_model)
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, c.d_model))
+        self.dist_token = nn.Parameter(torch.zeros(1, 1, c.d_model)) if c.distilled else None
+        self.pos = nn.Parameter(torch.zeros(1, c.n_prefix_tokens + c.n_patches, c.d_model))
+        for p in (self.cls_token, self.dist_token, self.pos):
+            if p is not None:
+                nn.init.normal_(p, std=0.02)
+        self.hook_patches, self.hook_patch, self.hook_tokens = HookPoint(), HookPoint(), HookPoint()
+        self.hook_pos, self.hook_out = HookPoint(), HookPoint()
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        B = images.shape[0]
+        patches = self.hook_patches(patchify(images, self.patch_size))  # (B, N, C*P*P)
+        x = self.hook_patch(self.project(patches))  # (B, N, D)
+        prefix = [self.cls_token] + ([self.dist_token] if self.dist_token is not None else [])
+        x = torch.cat([p.expand(B, -1, -1) for p in prefix] + [x], dim=1)  # (B, n_prefix+N, D)
+        x = self.hook_tokens(x)
+        pos = self.hook_pos(self.pos.expand(B, -1, -1))
+        return self.hook_out(x + pos)
+
+
+class ViT(TracedModel):
+    """images (B, C, H, W), already resized and normalised -> class logits (B, n_classes).
+
+    Activations under `encoder.*` (embedding: `encoder.embed.*`) and `head.logits`.
+    """
+
+    kind = "vit"
+
+    def __init__(self, config: ViTConfig) -> None:
+        super().__init__(config)
+        c = config
+        self.encoder = Stack(c, c.n_layers, PatchEmbedding(c))
+        self.head = nn.Module()
+        if c.n_classes:
+            self.head.classifier = nn.Linear(c.d_model, c.n_classes)
+            if c.distilled:
+                self.head.dist_classifier = nn.Linear(c.d_model, c.n_classes)
+            self.head.hook_logits = HookPoint()
+        self.class_names: list[str] | None = None  # filled by loaders (e.g. ImageNet labels)
+        self._finish_init()
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        x = self.encoder(self.encoder.embed(images))  # (B, n_prefix+N, D)
+        if not self.config.n_classes:
+            return x
+        logits = self.head.classifier(x[:, 0])  # (B, n_classes) from the class token
+        if self.config.distilled:
+            # DeiT at inference: the mean of the class-token and distillation-token heads.
+            logits = (logits + self.head.dist_classifier(x[:, 1])) / 2
+        return self.head.hook_logits(logits)
+
+    def _image(self, image: torch.Tensor | np.ndarray) -> torch.Tensor:
+        t = torch.as_tensor(np.asarray(image) if not isinstance(image, torch.Tensor) else image)
+        if t.dim() == 4 and t.shape[0] == 1:
+            t = t[0]
+        expected = (self.config.n_channels, *self.config.image_hw)
+        if t.dim() != 3 or tuple(t.shape) != expected:
+            raise ValueError(f"expected one preprocessed image of shape {expected} (C, H, W), got {tuple(t.shape)}")
+        if not t.is_floating_point():
+            raise ValueError("the image tensor must hold floats (normalised pixel values)")
+        if not bool(torch.isfinite(t).all()):
+            raise ValueError("the image tensor holds NaN or infinite values")
+        return t.to(device=self.device, dtype=self.dtype).unsqueeze(0)  # (1, C, H, W)
+
+    def patch_labels(self) -> tuple[str, ...]:
+        rows, cols = self.config.grid_hw
+        prefix = ("[CLS]", "[DIST]")[: self.config.n_prefix_tokens]
+        return prefix + tuple(f"r{r}c{c}" for r in range(rows) for c in range(cols))
+
+    def trace(self, image: torch.Tensor | np.ndarray, keep: NameFilter | None = None) -> Trace:
+        """Trace one preprocessed image (C, H, W) or (1, C, H, W)."""
+        x = self._image(image)
+        c = self.config
+        return self._trace(
+            lambda: self(x),
+            keep,
+            tokens=self.patch_labels(),
+            stack_layers={"encoder": c.n_layers},
+            grid_hw=c.grid_hw,
+            patch_size=c.patch_size,
+            n_prefix_tokens=c.n_prefix_tokens,
+        )
