@@ -37,10 +37,20 @@ class SinusoidalPositions(nn.Module):
 
     def __init__(self, max_positions: int, d_model: int, base: float = 10000.0) -> None:
         super().__init__()
-        table = torch.from_numpy(sinusoidal_encoding(max_positions, d_model, base))
+        self.max_positions, self.d_model, self.base = max_positions, d_model, base
         # Not persistent: derived from the config, so it is neither saved nor loaded.
-        self.register_buffer("table", table.float(), persistent=False)
-        self.max_positions = max_positions
+        self.register_buffer("table", self._exact_table(torch.float32, None), persistent=False)
+
+    def _exact_table(self, dtype: torch.dtype, device: torch.device | None) -> torch.Tensor:
+        table = sinusoidal_encoding(self.max_positions, self.d_model, self.base)  # float64
+        return torch.from_numpy(table).to(dtype=dtype, device=device)
+
+    def _apply(self, fn, recurse=True):  # type: ignore[override]
+        # .to(float64) after float32 would keep float32-rounded values; rebuild from float64 instead.
+        super()._apply(fn, recurse)
+        if self.table.is_floating_point():
+            self.table = self._exact_table(self.table.dtype, self.table.device)
+        return self
 
     def forward(self, n: int, offset: int = 0) -> torch.Tensor:
         return self.table[offset : offset + n].unsqueeze(0)  # (1, T, D)
