@@ -16,6 +16,7 @@ from .encoder import Encoder, EncoderConfig
 from .layers import BlockConfig, MultiHeadAttention, causal_mask
 from .metrics import mean_attention_distance, mean_token_distance, patch_centre_distances
 from .positional import sinusoidal_encoding
+from .runtime import retain_freed_memory
 from .seq2seq import EncoderDecoder, Seq2SeqConfig
 from .steps import AttentionSteps, attention_steps
 from .trace import Trace
@@ -26,5 +27,5 @@ __all__ = [
     "EncoderDecoder", "HookPoint", "MultiHeadAttention", "Seq2SeqConfig", "Trace", "TracedModel",
     "ViT", "ViTConfig", "attention_steps", "capture", "causal_mask", "default_device",
     "mean_attention_distance", "mean_token_distance", "patch_centre_distances", "patchify",
-    "resolve_dtype", "sinusoidal_encoding",
+    "resolve_dtype", "retain_freed_memory", "sinusoidal_encoding",
 ]  # fmt: skip

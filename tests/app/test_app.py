@@ -1,0 +1,21 @@
+"""The app shell runs and the Home page shows the core's real numbers."""
+
+from pathlib import Path
+
+import numpy as np
+from streamlit.testing.v1 import AppTest
+
+import tformer_core as tc
+
+APP = str(Path(__file__).resolve().parents[2] / "app.py")
+
+
+def test_home_page_renders_without_exception():
+    at = AppTest.from_file(APP, default_timeout=60).run()
+    assert not at.exception
+    assert at.title[0].value.startswith("tformer")
+    assert any("Device:" in c.value for c in at.sidebar.caption)
+    weights = at.dataframe[1].value.to_numpy(dtype=float)
+    steps = tc.attention_steps([[1, 0], [0, 1], [1, 1]], np.eye(2), np.eye(2), [[1, 2], [3, 4]])
+    np.testing.assert_allclose(weights, steps.weights)
+    np.testing.assert_allclose(weights.sum(1), 1.0)

@@ -1,0 +1,107 @@
+"""Bad inputs get clear ValueErrors; device and dtype placement."""
+
+import numpy as np
+import pytest
+import torch
+
+import tformer_core as tc
+from tests.core.tiny_models import image, tiny_decoder, tiny_encoder, tiny_seq2seq, tiny_vit
+
+
+@pytest.mark.parametrize(
+    "inputs, message",
+    [
+        ([], "empty"),
+        ("a sentence", "no tokenizer"),
+        ([1, 2, 40], r"token id 40 is outside the vocabulary \(0\.\.39\)"),
+        ([1, -1], "outside the vocabulary"),
+        ([1.5, 2], "whole numbers"),
+        (list(range(1, 34)), "33 tokens; this model handles at most 32"),
+        (np.ones((2, 3), dtype=int), "one sequence"),
+    ],
+)
+def test_bad_text_inputs(inputs, message):
+    with pytest.raises(ValueError, match=message):
+        tiny_encoder().trace(inputs)
+
+
+def test_mask_length_must_match():
+    with pytest.raises(ValueError, match="attention_mask has 2 entries but the input has 3 tokens"):
+        tiny_encoder().trace([1, 2, 3], attention_mask=[1, 1])
+
+
+def test_seq2seq_names_the_side_that_is_wrong():
+    with pytest.raises(ValueError, match="the target is empty"):
+        tiny_seq2seq().trace([1, 2], [])
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        tiny_seq2seq().trace([1, 2], [34, 35])  # target vocabulary is 35
+
+
+@pytest.mark.parametrize(
+    "img, message",
+    [
+        (torch.zeros(3, 16, 16), r"shape \(3, 12, 16\)"),
+        (torch.zeros(2, 3, 12, 16), r"shape \(3, 12, 16\)"),
+        (torch.zeros(3, 12, 16, dtype=torch.uint8), "floats"),
+        (torch.full((3, 12, 16), float("nan")), "NaN"),
+    ],
+)
+def test_bad_images(img, message):
+    with pytest.raises(ValueError, match=message):
+        tiny_vit().trace(img)
+
+
+def test_accepts_numpy_and_batched_single_inputs():
+    model = tiny_vit()
+    a = model.trace(image().numpy())
+    b = model.trace(image()[None])
+    np.testing.assert_array_equal(a.output, b.output)
+    enc = tiny_encoder()
+    np.testing.assert_array_equal(enc.trace(np.array([[1, 2, 3]])).output, enc.trace(torch.tensor([1, 2, 3])).output)
+
+
+@pytest.mark.parametrize("field, value", [("activation", "swish"), ("norm", "middle"), ("n_heads", 5)])
+def test_bad_configs(field, value):
+    with pytest.raises(ValueError):
+        tc.EncoderConfig(d_model=16, **{field: value})
+
+
+def test_configs_are_frozen_and_hashable():
+    c = tc.ViTConfig(image_size=32, patch_size=8)
+    assert hash(c) == hash(tc.ViTConfig(image_size=32, patch_size=8))
+    with pytest.raises(Exception):
+        c.patch_size = 4  # type: ignore[misc]
+    with pytest.raises(ValueError, match="whole number of 5-px patches"):
+        tc.ViTConfig(image_size=32, patch_size=5)
+
+
+def test_default_device_and_override(monkeypatch):
+    monkeypatch.delenv("TFORMER_DEVICE", raising=False)
+    assert tc.default_device().type == ("cuda" if torch.cuda.is_available() else "cpu")
+    monkeypatch.setenv("TFORMER_DEVICE", "cpu")
+    assert tc.default_device() == torch.device("cpu")
+    model = tiny_decoder().place("cpu", "float64")
+    assert model.device.type == "cpu" and model.dtype == torch.float64
+    with pytest.raises(ValueError, match="unknown dtype"):
+        tc.resolve_dtype("float8")
+
+
+def test_bfloat16_trace_gives_float32_arrays_with_valid_weights():
+    model = tiny_decoder().place("cpu", torch.bfloat16)
+    trace = model.trace([1, 2, 3, 4])
+    w = trace.attention(1, 2)
+    assert w.dtype == np.float32
+    np.testing.assert_allclose(w.sum(-1), 1.0, atol=2e-2)
+    assert np.all(np.triu(w, 1) == 0)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine")
+@pytest.mark.parametrize("dtype, tol", [(torch.float32, 1e-4), (torch.float16, 2e-2)])
+def test_cuda_trace_matches_cpu(dtype, tol):
+    cpu = tiny_vit()
+    gpu = tiny_vit().place("cuda", dtype)
+    a, b = cpu.trace(image()), gpu.trace(image())
+    assert a.names == b.names
+    for layer in range(a.n_layers):
+        np.testing.assert_allclose(a.attention(layer), b.attention(layer), atol=tol)
+    np.testing.assert_allclose(a.output, b.output, atol=tol * 10)
