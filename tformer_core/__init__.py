@@ -11,8 +11,11 @@ No streamlit here: the app imports the core, never the other way round.
 
 from .base import TracedModel, default_device, resolve_dtype
 from .capture import HookPoint, capture
+from .checkpoints import CheckpointError, load_model
 from .decoder import Decoder, DecoderConfig
 from .encoder import Encoder, EncoderConfig
+from .generation import Generation, GenerationSettings
+from .images import ImagePreprocessing
 from .layers import BlockConfig, MultiHeadAttention, causal_mask
 from .metrics import mean_attention_distance, mean_token_distance, patch_centre_distances
 from .positional import sinusoidal_encoding
@@ -23,9 +26,9 @@ from .trace import Trace
 from .vit import ViT, ViTConfig, patchify
 
 __all__ = [
-    "AttentionSteps", "BlockConfig", "Decoder", "DecoderConfig", "Encoder", "EncoderConfig",
-    "EncoderDecoder", "HookPoint", "MultiHeadAttention", "Seq2SeqConfig", "Trace", "TracedModel",
-    "ViT", "ViTConfig", "attention_steps", "capture", "causal_mask", "default_device",
+    "AttentionSteps", "BlockConfig", "CheckpointError", "Decoder", "DecoderConfig", "Encoder", "EncoderConfig",
+    "EncoderDecoder", "Generation", "GenerationSettings", "HookPoint", "ImagePreprocessing", "MultiHeadAttention", "Seq2SeqConfig", "Trace", "TracedModel",
+    "ViT", "ViTConfig", "attention_steps", "capture", "causal_mask", "default_device", "load_model",
     "mean_attention_distance", "mean_token_distance", "patch_centre_distances", "patchify",
     "resolve_dtype", "retain_freed_memory", "sinusoidal_encoding",
 ]  # fmt: skip

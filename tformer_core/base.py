@@ -61,6 +61,10 @@ class TracedModel(nn.Module):
         super().__init__()
         self.config = config
         self.tokenizer: Tokenizer | None = None
+        # Display names of the head's outputs (ImageNet classes, or one string per vocabulary id),
+        # set by loaders; trace.predictions() uses them.
+        self.output_labels: Sequence[str] | None = None
+        self.source: str = ""  # where the weights came from, for display
 
     def _finish_init(self) -> None:
         self.hook_names: tuple[str, ...] = tuple(name_hook_points(self))
@@ -119,9 +123,12 @@ class TracedModel(nn.Module):
         return torch.tensor([ids], dtype=torch.long, device=self.device), tuple(labels)
 
     # ---- tracing ---------------------------------------------------------------------------
-    def _trace(self, run: Callable[[], torch.Tensor], keep: NameFilter | None, **trace_fields: Any) -> Trace:
+    def _trace(
+        self, run: Callable[[], torch.Tensor], keep: NameFilter | None, meta: dict | None = None, **trace_fields: Any
+    ) -> Trace:
         """Run `run` once under capture; the first batch element becomes a Trace."""
         with torch.inference_mode(), capture(keep) as sink:
             run()
             activations = {name: to_numpy(t[0]) for name, t in sink.tensors.items()}
-        return Trace(kind=self.kind, activations=activations, n_heads=self.config.n_heads, **trace_fields)
+        meta = {"labels": self.output_labels, **(meta or {})}
+        return Trace(kind=self.kind, activations=activations, n_heads=self.config.n_heads, meta=meta, **trace_fields)

@@ -15,6 +15,7 @@ from torch import nn
 
 from .base import TracedModel, per_token
 from .capture import HookPoint, NameFilter
+from .generation import Generation, GenerationSettings, choose_next
 from .layers import BlockConfig, Stack, TextEmbedding, causal_mask, key_padding_mask
 from .trace import Trace
 
@@ -31,6 +32,8 @@ class DecoderConfig(BlockConfig):
     norm: str = "pre"
     activation: str = "gelu_tanh"
     tie_embeddings: bool = True
+    pe_layout: str = "interleaved"
+    position_first_row: int = 0
 
 
 class Decoder(TracedModel):
@@ -41,13 +44,17 @@ class Decoder(TracedModel):
     def __init__(self, config: DecoderConfig) -> None:
         super().__init__(config)
         c = config
-        embed = TextEmbedding(c.vocab_size, c.d_model, c.max_positions, c.positional, c.pe_base, ln_eps=c.ln_eps)
+        embed = TextEmbedding(
+            c.vocab_size, c.d_model, c.max_positions, c.positional, c.pe_base, ln_eps=c.ln_eps,
+            pe_layout=c.pe_layout, position_first_row=c.position_first_row,
+        )  # fmt: skip
         self.decoder = Stack(c, c.n_layers, embed)
         self.head = nn.Module()
         self.head.unembed = nn.Linear(c.d_model, c.vocab_size, bias=False)
         if c.tie_embeddings:
             self.head.unembed.weight = embed.tok.weight
         self.head.hook_logits = HookPoint()
+        self.generation = GenerationSettings()
         self._finish_init()
 
     def forward(self, ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -69,4 +76,29 @@ class Decoder(TracedModel):
         """Trace one sequence: text (needs a tokenizer) or token ids."""
         ids, tokens = self._ids(inputs, self.config.vocab_size, self.config.max_positions)
         mask = per_token(attention_mask, ids, "attention_mask")
-        return self._trace(lambda: self(ids, mask), keep, tokens=tokens, stack_layers={"decoder": self.config.n_layers})
+        return self._trace(
+            lambda: self(ids, mask), keep, meta={"predict_position": -1}, tokens=tokens,
+            stack_layers={"decoder": self.config.n_layers},
+        )  # fmt: skip
+
+    def generate(
+        self, prompt: str | Sequence[int] | np.ndarray | torch.Tensor, max_new_tokens: int | None = None
+    ) -> Generation:
+        """Greedy continuation of `prompt`, one traced pass per new token, until EOS or the limit."""
+        settings = self.generation
+        budget = max_new_tokens if max_new_tokens is not None else settings.max_new_tokens
+        ids, _ = self._ids(prompt, self.config.vocab_size, self.config.max_positions, what="prompt")
+        sequence = ids[0].tolist()
+        budget = min(budget, self.config.max_positions - len(sequence))
+        steps, finished = [], False
+        for t in range(budget):
+            step = self.trace(sequence)
+            next_id = choose_next(step["head.logits"][-1], settings, t, is_last_allowed=t == budget - 1)
+            steps.append(step)
+            sequence.append(next_id)
+            if next_id == settings.eos_id:
+                finished = True
+                break
+        final = self.trace(sequence)
+        n_prompt = ids.shape[1]
+        return Generation(tuple(sequence), final.tokens, n_prompt, tuple(steps), final, finished)

@@ -10,10 +10,11 @@ from typing import Sequence
 
 import numpy as np
 import torch
+from torch import nn
 
 from .base import TracedModel, per_token
-from .capture import NameFilter
-from .layers import BlockConfig, Stack, TextEmbedding, key_padding_mask
+from .capture import HookPoint, NameFilter
+from .layers import ACTIVATIONS, BlockConfig, Stack, TextEmbedding, key_padding_mask
 from .trace import Trace
 
 
@@ -29,6 +30,9 @@ class EncoderConfig(BlockConfig):
     n_token_types: int = 0  # BERT segments A/B: 2
     embed_norm: bool = True  # LayerNorm on token + position (+ segment) embeddings, as BERT
     embed_scale: bool = False  # token embedding * sqrt(d_model), as the original Transformer
+    pe_layout: str = "interleaved"
+    position_first_row: int = 0  # RoBERTa: position p uses row p + 2
+    mlm_head: bool = False  # masked-word prediction head (dense, activation, LayerNorm, tied output)
 
 
 class Encoder(TracedModel):
@@ -42,8 +46,12 @@ class Encoder(TracedModel):
         embed = TextEmbedding(
             c.vocab_size, c.d_model, c.max_positions, c.positional, c.pe_base,
             n_token_types=c.n_token_types, scale=c.embed_scale, norm=c.embed_norm, ln_eps=c.ln_eps,
+            pe_layout=c.pe_layout, position_first_row=c.position_first_row,
         )  # fmt: skip
         self.encoder = Stack(c, c.n_layers, embed)
+        if c.mlm_head:
+            self.head = MaskedLMHead(c, embed.tok.weight)
+        self.mask_token_id: int | None = None  # set by loaders whose tokenizer has [MASK]
         self._finish_init()
 
     def forward(
@@ -51,11 +59,16 @@ class Encoder(TracedModel):
         ids: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
         token_type_ids: torch.Tensor | None = None,
+        with_head: bool = False,
     ) -> torch.Tensor:
-        """ids (B, T) long; attention_mask (B, T), 1 for real tokens and 0 for padding."""
+        """ids (B, T) long; attention_mask (B, T), 1 for real tokens and 0 for padding.
+
+        Returns the final hidden states (B, T, D), or with `with_head` the masked-LM logits (B, T, vocab).
+        """
         x = self.encoder.embed(ids, token_type_ids)
         mask = key_padding_mask(attention_mask) if attention_mask is not None else None
-        return self.encoder(x, self_mask=mask)  # (B, T, D)
+        hidden = self.encoder(x, self_mask=mask)  # (B, T, D)
+        return self.head(hidden) if with_head and self.config.mlm_head else hidden
 
     def trace(
         self,
@@ -68,7 +81,28 @@ class Encoder(TracedModel):
         ids, tokens = self._ids(inputs, self.config.vocab_size, self.config.max_positions)
         mask = per_token(attention_mask, ids, "attention_mask")
         types = per_token(token_type_ids, ids, "token_type_ids")
+        masked = [i for i, t in enumerate(ids[0].tolist()) if t == self.mask_token_id]
         return self._trace(
-            lambda: self(ids, mask, types), keep, tokens=tokens, stack_layers={"encoder": self.config.n_layers}
+            lambda: self(ids, mask, types, with_head=True),
+            keep,
+            meta={"predict_position": masked[0] if masked else None, "mask_positions": masked},
+            tokens=tokens,
+            stack_layers={"encoder": self.config.n_layers},
         )
+
+
+class MaskedLMHead(nn.Module):
+    """BERT's masked-word head: LN(act(h W_t + b_t)) E^T + b, with E the tied token embedding. Hook: logits."""
+
+    def __init__(self, c: EncoderConfig, embedding: nn.Parameter) -> None:
+        super().__init__()
+        self.transform = nn.Linear(c.d_model, c.d_model)
+        self.act = ACTIVATIONS[c.activation]
+        self.ln = nn.LayerNorm(c.d_model, eps=c.ln_eps)
+        self.unembed = nn.Linear(c.d_model, c.vocab_size)
+        self.unembed.weight = embedding
+        self.hook_logits = HookPoint()
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.hook_logits(self.unembed(self.ln(self.act(self.transform(hidden)))))  # (B, T, vocab)
 

@@ -19,14 +19,16 @@ import torch.nn.functional as F
 from torch import nn
 
 from .capture import HookPoint
-from .positional import make_positions
+from .positional import RelativePositionBias, make_positions
 
 ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "relu": F.relu,
     "gelu": F.gelu,  # exact (erf) GELU: BERT, ViT
-    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),  # GPT-2's "gelu_new"
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),  # GPT-2's and T5 v1.1's "gelu_new"
+    "silu": F.silu,  # "swish": Marian
 }
 NORM_PLACEMENTS = ("post", "pre")
+NORM_TYPES = ("layernorm", "rmsnorm")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -34,7 +36,11 @@ class BlockConfig:
     """What a Transformer block needs; each family's config extends it.
 
     norm: "post" = x <- LN(x + f(x)) (original Transformer, BERT);
-          "pre"  = x <- x + f(LN(x)) (GPT-2, ViT), with a final LayerNorm after the stack.
+          "pre"  = x <- x + f(LN(x)) (GPT-2, ViT, T5), with a final LayerNorm after the stack.
+    norm_type: "layernorm", or "rmsnorm" (T5: no mean subtraction, no bias).
+    scale_attention: divide Q K^T by sqrt(d_k); T5 does not (its initialisation absorbs it).
+    ffn_gated: FFN hidden = act(x W_gate) * (x W_in), T5 v1.1's gated GELU.
+    rel_pos_buckets: > 0 gives each stack T5's relative position bias with that many buckets.
     """
 
     d_model: int = 64
@@ -45,18 +51,31 @@ class BlockConfig:
     norm: str = "post"
     ln_eps: float = 1e-5
     bias: bool = True  # biases of W^Q, W^K, W^V, W^O and the FFN
+    norm_type: str = "layernorm"
+    scale_attention: bool = True
+    ffn_gated: bool = False
+    rel_pos_buckets: int = 0
+    rel_pos_max_distance: int = 128
 
     def __post_init__(self) -> None:
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {self.activation!r}")
         if self.norm not in NORM_PLACEMENTS:
             raise ValueError(f"norm must be 'post' or 'pre', got {self.norm!r}")
+        if self.norm_type not in NORM_TYPES:
+            raise ValueError(f"norm_type must be one of {NORM_TYPES}, got {self.norm_type!r}")
         if self.d_head is None and self.d_model % self.n_heads:
             raise ValueError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}; set d_head")
 
     @property
     def head_dim(self) -> int:
         return self.d_head if self.d_head is not None else self.d_model // self.n_heads
+
+
+def make_norm(cfg: BlockConfig) -> nn.Module:
+    if cfg.norm_type == "rmsnorm":
+        return nn.RMSNorm(cfg.d_model, eps=cfg.ln_eps)
+    return nn.LayerNorm(cfg.d_model, eps=cfg.ln_eps)
 
 
 class MultiHeadAttention(nn.Module):
@@ -121,17 +140,25 @@ class MultiHeadAttention(nn.Module):
 
 
 class FeedForward(nn.Module):
-    """Position-wise FFN: act(x W_1 + b_1) W_2 + b_2. Hooks: hidden (B, T, F), out (B, T, D)."""
+    """Position-wise FFN: act(x W_1 + b_1) W_2 + b_2 (gated: act(x W_gate) * (x W_1), then W_2).
 
-    def __init__(self, d_model: int, d_ff: int, activation: str, bias: bool = True) -> None:
+    Hooks: hidden (B, T, F), out (B, T, D).
+    """
+
+    def __init__(self, d_model: int, d_ff: int, activation: str, bias: bool = True, gated: bool = False) -> None:
         super().__init__()
         self.W_in = nn.Linear(d_model, d_ff, bias=bias)
+        self.W_gate = nn.Linear(d_model, d_ff, bias=bias) if gated else None
         self.W_out = nn.Linear(d_ff, d_model, bias=bias)
         self.act = ACTIVATIONS[activation]
         self.hook_hidden, self.hook_out = HookPoint(), HookPoint()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        hidden = self.hook_hidden(self.act(self.W_in(x)))
+        if self.W_gate is None:
+            hidden = self.act(self.W_in(x))
+        else:
+            hidden = self.act(self.W_gate(x)) * self.W_in(x)
+        hidden = self.hook_hidden(hidden)
         return self.hook_out(self.W_out(hidden))
 
 
@@ -144,24 +171,24 @@ class Block(nn.Module):
     the new residual stream.
     """
 
-    def __init__(self, cfg: BlockConfig, cross_attention: bool = False, scaled_attention: bool = True) -> None:
+    def __init__(self, cfg: BlockConfig, cross_attention: bool = False) -> None:
         super().__init__()
         self.pre_norm = cfg.norm == "pre"
         D, h, dh = cfg.d_model, cfg.n_heads, cfg.head_dim
         self.hook_resid_pre = HookPoint()
-        self.attn = MultiHeadAttention(D, h, dh, cfg.bias, scaled_attention)
-        self.ln_attn = nn.LayerNorm(D, eps=cfg.ln_eps)
+        self.attn = MultiHeadAttention(D, h, dh, cfg.bias, cfg.scale_attention)
+        self.ln_attn = make_norm(cfg)
         self.hook_ln_attn = HookPoint()
         self.hook_resid_after_attn = HookPoint()
         if cross_attention:
-            self.cross_attn = MultiHeadAttention(D, h, dh, cfg.bias, scaled_attention)
-            self.ln_cross = nn.LayerNorm(D, eps=cfg.ln_eps)
+            self.cross_attn = MultiHeadAttention(D, h, dh, cfg.bias, cfg.scale_attention)
+            self.ln_cross = make_norm(cfg)
             self.hook_ln_cross = HookPoint()
             self.hook_resid_after_cross = HookPoint()
         else:
             self.cross_attn = None
-        self.mlp = FeedForward(D, cfg.d_ff, cfg.activation, cfg.bias)
-        self.ln_mlp = nn.LayerNorm(D, eps=cfg.ln_eps)
+        self.mlp = FeedForward(D, cfg.d_ff, cfg.activation, cfg.bias, cfg.ffn_gated)
+        self.ln_mlp = make_norm(cfg)
         self.hook_ln_mlp = HookPoint()
         self.hook_resid_post = HookPoint()
 
@@ -178,9 +205,12 @@ class Block(nn.Module):
         self_mask: torch.Tensor | None = None,
         memory: torch.Tensor | None = None,
         cross_mask: torch.Tensor | None = None,
+        position_bias: torch.Tensor | None = None,
     ) -> torch.Tensor:
         x = self.hook_resid_pre(x)
-        x = self._residual(x, lambda y: self.attn(y, mask=self_mask), self.ln_attn, self.hook_ln_attn)
+        x = self._residual(
+            x, lambda y: self.attn(y, mask=self_mask, position_bias=position_bias), self.ln_attn, self.hook_ln_attn
+        )
         x = self.hook_resid_after_attn(x)
         if self.cross_attn is not None:
             if memory is None:
@@ -196,8 +226,9 @@ class Block(nn.Module):
 class TextEmbedding(nn.Module):
     """Token embedding (* sqrt(D) when scaled) + positional encoding (+ segment), optional LayerNorm.
 
-    Hooks: tok (B, T, D) the token embeddings as added; pos (B, T, D) the positional encodings;
-    segment (B, T, D) when the model has token types; out (B, T, D) the input of layer 0.
+    Hooks: tok (B, T, D) the token embeddings as added; pos (B, T, D) the positional encodings
+    (absent with positional="none"); segment (B, T, D) when the model has token types;
+    out (B, T, D) the input of layer 0.
     """
 
     def __init__(
@@ -211,15 +242,19 @@ class TextEmbedding(nn.Module):
         scale: bool = False,
         norm: bool = False,
         ln_eps: float = 1e-5,
+        pe_layout: str = "interleaved",
+        position_first_row: int = 0,
     ) -> None:
         super().__init__()
         self.tok = nn.Embedding(vocab_size, d_model)
         nn.init.normal_(self.tok.weight, std=0.02)
-        self.pos = make_positions(positional, max_positions, d_model, pe_base)
+        self.pos = make_positions(positional, max_positions, d_model, pe_base, pe_layout, position_first_row)
         self.segment = nn.Embedding(n_token_types, d_model) if n_token_types else None
         self.scale = math.sqrt(d_model) if scale else 1.0
         self.ln = nn.LayerNorm(d_model, eps=ln_eps) if norm else None
-        self.hook_tok, self.hook_pos, self.hook_out = HookPoint(), HookPoint(), HookPoint()
+        self.hook_tok, self.hook_out = HookPoint(), HookPoint()
+        if self.pos is not None:
+            self.hook_pos = HookPoint()
         if self.segment is not None:
             self.hook_segment = HookPoint()
         self.max_positions = max_positions
@@ -229,9 +264,9 @@ class TextEmbedding(nn.Module):
         tok = self.tok(ids)
         if self.scale != 1.0:
             tok = tok * self.scale
-        tok = self.hook_tok(tok)
-        pos = self.hook_pos(self.pos(T, offset).expand(B, T, -1))  # a view: no copy per batch row
-        x = tok + pos
+        x = self.hook_tok(tok)
+        if self.pos is not None:
+            x = x + self.hook_pos(self.pos(T, offset).expand(B, T, -1))  # a view: no copy per batch row
         if self.segment is not None:
             if token_type_ids is None:
                 token_type_ids = torch.zeros_like(ids)
@@ -242,22 +277,27 @@ class TextEmbedding(nn.Module):
 
 
 class Stack(nn.Module):
-    """An embedding, N blocks and (for pre-norm) a final LayerNorm. Hook: out (B, T, D)."""
+    """An embedding, N blocks and (for pre-norm) a final LayerNorm. Hook: out (B, T, D).
 
-    def __init__(
-        self,
-        cfg: BlockConfig,
-        n_layers: int,
-        embed: nn.Module,
-        cross_attention: bool = False,
-        scaled_attention: bool = True,
-    ) -> None:
+    With cfg.rel_pos_buckets, the stack owns T5's relative position bias, computed once and added
+    to the self-attention logits of every layer. Hook: position_bias (1, h, T, T).
+    """
+
+    def __init__(self, cfg: BlockConfig, n_layers: int, embed: nn.Module, cross_attention: bool = False) -> None:
         super().__init__()
         if n_layers < 1:
             raise ValueError(f"a stack needs at least one layer, got n_layers={n_layers}")
         self.embed = embed
-        self.blocks = nn.ModuleList(Block(cfg, cross_attention, scaled_attention) for _ in range(n_layers))
-        self.ln_final = nn.LayerNorm(cfg.d_model, eps=cfg.ln_eps) if cfg.norm == "pre" else None
+        if cfg.rel_pos_buckets:
+            # Decoder stacks (the ones with cross-attention) only look back.
+            self.rel_pos = RelativePositionBias(
+                cfg.rel_pos_buckets, cfg.rel_pos_max_distance, cfg.n_heads, bidirectional=not cross_attention
+            )
+            self.hook_position_bias = HookPoint()
+        else:
+            self.rel_pos = None
+        self.blocks = nn.ModuleList(Block(cfg, cross_attention) for _ in range(n_layers))
+        self.ln_final = make_norm(cfg) if cfg.norm == "pre" else None
         self.hook_out = HookPoint()
 
     def forward(
@@ -268,8 +308,11 @@ class Stack(nn.Module):
         cross_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """x: the embedded input (B, T, D) -> (B, T, D)."""
+        bias = None
+        if self.rel_pos is not None:
+            bias = self.hook_position_bias(self.rel_pos(x.shape[1], x.shape[1]).to(x.dtype))
         for block in self.blocks:
-            x = block(x, self_mask, memory, cross_mask)
+            x = block(x, self_mask, memory, cross_mask, bias)
         if self.ln_final is not None:
             x = self.ln_final(x)
         return self.hook_out(x)

@@ -16,6 +16,7 @@ from torch import nn
 
 from .base import Tokenizer, TracedModel, per_token
 from .capture import HookPoint, NameFilter
+from .generation import Generation, GenerationSettings, choose_next
 from .layers import BlockConfig, Stack, TextEmbedding, causal_mask, key_padding_mask
 from .trace import Trace
 
@@ -35,6 +36,11 @@ class Seq2SeqConfig(BlockConfig):
     embed_scale: bool = True
     embed_norm: bool = False
     tie_output: bool = True  # output layer shares the target embedding matrix
+    share_embeddings: bool = False  # one token embedding for source and target (Marian, BART, T5)
+    output_bias: bool = False  # a bias on the logits (BART's and Marian's final_logits_bias)
+    output_scale: float = 1.0  # T5 multiplies the decoder output by d_model^-0.5 before the tied output layer
+    pe_layout: str = "interleaved"
+    position_first_row: int = 0  # BART: position p uses row p + 2
 
 
 class EncoderDecoder(TracedModel):
@@ -54,16 +60,24 @@ class EncoderDecoder(TracedModel):
             return TextEmbedding(
                 vocab_size, c.d_model, c.max_positions, c.positional, c.pe_base,
                 scale=c.embed_scale, norm=c.embed_norm, ln_eps=c.ln_eps,
+                pe_layout=c.pe_layout, position_first_row=c.position_first_row,
             )  # fmt: skip
 
+        if c.share_embeddings and c.src_vocab_size != c.tgt_vocab_size:
+            raise ValueError("share_embeddings needs src_vocab_size == tgt_vocab_size")
         self.encoder = Stack(c, c.n_encoder_layers, embedding(c.src_vocab_size))
         self.decoder = Stack(c, c.n_decoder_layers, embedding(c.tgt_vocab_size), cross_attention=True)
+        if c.share_embeddings:
+            self.decoder.embed.tok.weight = self.encoder.embed.tok.weight
         self.head = nn.Module()
-        self.head.unembed = nn.Linear(c.d_model, c.tgt_vocab_size, bias=False)
+        self.head.unembed = nn.Linear(c.d_model, c.tgt_vocab_size, bias=c.output_bias)
+        if c.output_bias:
+            nn.init.zeros_(self.head.unembed.bias)
         if c.tie_output:
             self.head.unembed.weight = self.decoder.embed.tok.weight
         self.head.hook_logits = HookPoint()
         self.target_tokenizer: Tokenizer | None = None
+        self.generation = GenerationSettings(start_id=1, eos_id=2, pad_id=0)
         self._finish_init()
 
     def encode(self, src: torch.Tensor, src_mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -76,6 +90,8 @@ class EncoderDecoder(TracedModel):
         self_mask = causal_mask(tgt.shape[1], tgt.device)  # (T, T)
         cross_mask = key_padding_mask(src_mask) if src_mask is not None else None  # (B, 1, 1, S)
         x = self.decoder(self.decoder.embed(tgt), self_mask=self_mask, memory=memory, cross_mask=cross_mask)
+        if self.config.output_scale != 1.0:
+            x = x * self.config.output_scale
         return self.head.hook_logits(self.head.unembed(x))
 
     def forward(self, src: torch.Tensor, tgt: torch.Tensor, src_mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -96,7 +112,42 @@ class EncoderDecoder(TracedModel):
         return self._trace(
             lambda: self(src, tgt, mask),
             keep,
+            meta={"predict_position": -1},
             tokens=src_tokens,
             target_tokens=tgt_tokens,
             stack_layers={"encoder": c.n_encoder_layers, "decoder": c.n_decoder_layers},
         )
+
+    def generate(
+        self, source: str | Sequence[int] | np.ndarray | torch.Tensor, max_new_tokens: int | None = None
+    ) -> Generation:
+        """Greedy translation of `source`: the encoder runs once, then one traced decoder pass per token.
+
+        Step traces hold the decoder (`decoder.*`) and `head.logits`; `Generation.trace` is a full
+        teacher-forced pass over the result, encoder included.
+        """
+        c, settings = self.config, self.generation
+        src, src_tokens = self._ids(source, c.src_vocab_size, c.max_positions, what="source")
+        budget = max_new_tokens if max_new_tokens is not None else settings.max_new_tokens
+        budget = min(budget, c.max_positions - 1)
+        with torch.inference_mode():
+            memory = self.encode(src)
+        sequence = [settings.start_id if settings.start_id is not None else settings.pad_id]
+        target_tokenizer = self.target_tokenizer or self.tokenizer
+        steps, finished = [], False
+        decoder_only = lambda name: name.startswith(("decoder.", "head."))  # noqa: E731
+        for t in range(budget):
+            tgt, tgt_tokens = self._ids(sequence, c.tgt_vocab_size, None, target_tokenizer, "target")
+            step = self._trace(
+                lambda: self.decode(tgt, memory), decoder_only, meta={"predict_position": -1},
+                tokens=src_tokens, target_tokens=tgt_tokens,
+                stack_layers={"encoder": c.n_encoder_layers, "decoder": c.n_decoder_layers},
+            )  # fmt: skip
+            next_id = choose_next(step["head.logits"][-1], settings, t, is_last_allowed=t == budget - 1)
+            steps.append(step)
+            sequence.append(next_id)
+            if next_id == settings.eos_id:
+                finished = True
+                break
+        final = self.trace(src[0].tolist(), sequence)
+        return Generation(tuple(sequence), final.target_tokens or (), 1, tuple(steps), final, finished)

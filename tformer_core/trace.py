@@ -106,6 +106,28 @@ class Trace:
         last = "decoder" if self.kind in ("decoder", "encoder-decoder") else "encoder"
         return self.activations[f"{last}.out"]
 
+    def predictions(self, k: int = 5, position: int | None = None) -> list[tuple[str, float]]:
+        """Top-k (label, probability) from the model's own head.
+
+        ViT: classes of the image. Decoder-only and encoder-decoder: the next token after
+        `position` (default: the last). BERT with a masked-LM head: candidates for the [MASK] at
+        `position` (default: the first [MASK] of the input).
+        """
+        if "head.logits" not in self.activations:
+            raise ValueError("this model has no prediction head (no classifier, language-model or masked-word head)")
+        logits = self.activations["head.logits"]
+        if logits.ndim == 2:
+            if position is None:
+                position = self.meta.get("predict_position")
+            if position is None:
+                raise ValueError("no [MASK] token in the input: put [MASK] where a word should be guessed")
+            logits = logits[position]
+        z = logits.astype(np.float64) - np.max(logits)
+        p = np.exp(z) / np.exp(z).sum()
+        top = np.argsort(-p, kind="stable")[: max(int(k), 0)]
+        labels = self.meta.get("labels")
+        return [(str(labels[i]) if labels is not None else str(i), float(p[i])) for i in top]
+
     # ---- attention blocks ------------------------------------------------------------------
     def _block(self, stack: str | None, layer: int) -> str:
         stack = stack or self.main_stack

@@ -9,6 +9,7 @@ and a pre-norm encoder runs over the sequence. The MLP head reads the class toke
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
 import torch
@@ -29,12 +30,15 @@ class ViTConfig(BlockConfig):
     n_channels: int = 3
     n_layers: int = 2
     n_classes: int = 10  # 0: no head, the output is the final hidden states
-    distilled: bool = False  # DeiT: a second prefix token with its own head
+    distilled: bool = False  # DeiT: a second prefix token (distillation token)
+    dist_head: bool | None = None  # average a second head on the distillation token; default: = distilled
     norm: str = "pre"
     ln_eps: float = 1e-6
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.dist_head and not self.distilled:
+            raise ValueError("dist_head needs distilled=True (a distillation token to read)")
         H, W = self.image_hw
         if H % self.patch_size or W % self.patch_size:
             raise ValueError(f"image size {H}x{W} is not a whole number of {self.patch_size}-px patches")
@@ -58,6 +62,10 @@ class ViTConfig(BlockConfig):
     @property
     def n_prefix_tokens(self) -> int:
         return 2 if self.distilled else 1
+
+    @property
+    def has_dist_head(self) -> bool:
+        return self.distilled if self.dist_head is None else self.dist_head
 
 
 def patchify(images: torch.Tensor, patch_size: int) -> torch.Tensor:
@@ -116,18 +124,27 @@ class ViT(TracedModel):
         self.head = nn.Module()
         if c.n_classes:
             self.head.classifier = nn.Linear(c.d_model, c.n_classes)
-            if c.distilled:
+            if c.has_dist_head:
                 self.head.dist_classifier = nn.Linear(c.d_model, c.n_classes)
             self.head.hook_logits = HookPoint()
-        self.class_names: list[str] | None = None  # filled by loaders (e.g. ImageNet labels)
+        self.preprocessing: object | None = None  # set by loaders: how to turn a photo into the input tensor
         self._finish_init()
+
+    @property
+    def class_names(self) -> Sequence[str] | None:
+        """Label of each class (e.g. ImageNet's), when the loader knows them."""
+        return self.output_labels
+
+    @class_names.setter
+    def class_names(self, names: Sequence[str] | None) -> None:
+        self.output_labels = names
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         x = self.encoder(self.encoder.embed(images))  # (B, n_prefix+N, D)
         if not self.config.n_classes:
             return x
         logits = self.head.classifier(x[:, 0])  # (B, n_classes) from the class token
-        if self.config.distilled:
+        if self.config.has_dist_head:
             # DeiT at inference: the mean of the class-token and distillation-token heads.
             logits = (logits + self.head.dist_classifier(x[:, 1])) / 2
         return self.head.hook_logits(logits)

@@ -1,0 +1,74 @@
+"""Greedy autoregressive decoding with a trace of every step.
+
+Each step runs the decoder over the whole prefix (no key/value cache) under capture, so step t's
+trace holds exactly what the model computed when it chose token t: the masked self-attention of
+the prefix and, for encoder-decoder models, the new token's cross-attention over the source.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .trace import Trace
+
+
+@dataclass(frozen=True)
+class GenerationSettings:
+    """How a checkpoint generates, read from its config: start, stop and forbidden tokens.
+
+    start_id: the decoder's first input (encoder-decoder) or None (decoder-only: the prompt starts).
+    forced_bos_id: a token forced as the first generated one (mBART's language code), or None.
+    forced_eos: BART forces EOS as the last token when the length limit is reached.
+    suppress_ids: tokens never generated (Marian never emits its padding token).
+    """
+
+    eos_id: int | None = None
+    start_id: int | None = None
+    pad_id: int | None = None
+    suppress_ids: tuple[int, ...] = ()
+    forced_bos_id: int | None = None
+    forced_eos: bool = False
+    max_new_tokens: int = 64
+
+
+@dataclass(frozen=True, eq=False)
+class Generation:
+    """The result of greedy decoding.
+
+    ids / tokens: the decoder sequence, including the start token (encoder-decoder) or the prompt
+    (decoder-only), and every generated token. n_prompt: how many of them were given, not generated.
+    steps[t]: the trace of the pass that chose generated token t (its logits are the last row).
+    trace: one teacher-forced pass over the final sequence (with the encoder, for seq2seq); by the
+    causal mask, its row n_prompt - 1 + t equals step t's last row.
+    finished: True when EOS was generated, False when the length limit stopped it.
+    """
+
+    ids: tuple[int, ...]
+    tokens: tuple[str, ...]
+    n_prompt: int
+    steps: tuple[Trace, ...]
+    trace: Trace
+    finished: bool
+
+    @property
+    def generated_ids(self) -> tuple[int, ...]:
+        return self.ids[self.n_prompt :]
+
+    @property
+    def generated_tokens(self) -> tuple[str, ...]:
+        return self.tokens[self.n_prompt :]
+
+
+def choose_next(logits: np.ndarray, settings: GenerationSettings, step: int, is_last_allowed: bool) -> int:
+    """Greedy choice from one row of logits [vocab] at generation step `step` (0 = first new token),
+    honouring the checkpoint's generation rules."""
+    if step == 0 and settings.forced_bos_id is not None:
+        return settings.forced_bos_id
+    if settings.forced_eos and is_last_allowed and settings.eos_id is not None:
+        return settings.eos_id
+    if settings.suppress_ids:
+        logits = logits.copy()
+        logits[list(settings.suppress_ids)] = -np.inf
+    return int(np.argmax(logits))
