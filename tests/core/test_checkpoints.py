@@ -1,0 +1,190 @@
+"""Hugging Face checkpoints of the encoder, decoder-only and ViT families, loaded into the core and
+compared with transformers' eager forward on the same weights and inputs (no network)."""
+
+import numpy as np
+import pytest
+import torch
+import transformers as T
+
+import tformer_core as tc
+from tests.core.hf_helpers import assert_close, perturbed, roundtrip, softmax
+
+IDS = [[2, 17, 33, 8, 61, 5, 90, 3]]
+
+
+def _bert_like(kind):
+    common = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
+                  max_position_embeddings=64, attn_implementation="eager")  # fmt: skip
+    if kind == "bert":
+        return T.BertForMaskedLM(T.BertConfig(**common, type_vocab_size=2))
+    if kind == "bert-no-head":
+        return T.BertModel(T.BertConfig(**common, type_vocab_size=2), add_pooling_layer=False)
+    if kind == "roberta":
+        return T.RobertaForMaskedLM(T.RobertaConfig(**common, type_vocab_size=1, pad_token_id=1))
+    return T.DistilBertForMaskedLM(T.DistilBertConfig(
+        vocab_size=99, dim=32, n_layers=2, n_heads=4, hidden_dim=37, max_position_embeddings=64,
+        attn_implementation="eager",
+    ))  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", ["bert", "bert-no-head", "roberta", "distilbert"])
+def test_bert_family_parity(kind, tmp_path):
+    torch.manual_seed(0)
+    hf = perturbed(_bert_like(kind))
+    model = roundtrip(hf, tmp_path)
+    assert isinstance(model, tc.Encoder) and model.config.mlm_head == (kind != "bert-no-head")
+    types = [0, 0, 0, 0, 1, 1, 1, 1] if kind == "bert" else None
+    trace = model.trace(IDS[0], token_type_ids=types)
+    kwargs = {"token_type_ids": torch.tensor([types])} if types else {}
+    with torch.no_grad():
+        out = hf(torch.tensor(IDS), output_attentions=True, output_hidden_states=True, **kwargs)
+    assert_close(trace["encoder.out"], out.hidden_states[-1][0], what="final hidden states")
+    if kind != "bert-no-head":
+        assert_close(trace["head.logits"], out.logits[0], what="masked-LM logits")
+    for layer, weights in enumerate(out.attentions):
+        assert_close(trace.attention(layer), weights[0], what=f"layer {layer} attention")
+
+
+def test_bert_padding_batch_parity(tmp_path):
+    torch.manual_seed(1)
+    hf = perturbed(_bert_like("bert"))
+    model = roundtrip(hf, tmp_path)
+    ids = torch.tensor([IDS[0], IDS[0][:5] + [0, 0, 0]])
+    mask = torch.tensor([[1] * 8, [1] * 5 + [0] * 3])
+    with torch.no_grad():
+        theirs = hf(ids, attention_mask=mask, output_hidden_states=True).hidden_states[-1]
+        ours = model(ids, mask)
+    assert_close(ours[1, :5], theirs[1, :5], what="padded sequence, real tokens")
+    assert_close(ours[0], theirs[0], what="unpadded sequence")
+
+
+def test_masked_word_predictions_come_from_the_head(tmp_path):
+    torch.manual_seed(2)
+    hf = perturbed(_bert_like("bert"))
+    model = roundtrip(hf, tmp_path)
+    model.mask_token_id = 61  # what a tokenizer with [MASK] = 61 would tell the loader
+    trace = model.trace(IDS[0])
+    with torch.no_grad():
+        p = torch.softmax(hf(torch.tensor(IDS)).logits[0, 4], -1).numpy()
+    top = trace.predictions(k=3)
+    assert [int(label) for label, _ in top] == list(np.argsort(-p)[:3])
+    np.testing.assert_allclose([q for _, q in top], np.sort(p)[::-1][:3], atol=1e-5)
+    model.mask_token_id = None
+    with pytest.raises(ValueError, match=r"no \[MASK\]"):
+        model.trace(IDS[0]).predictions()
+
+
+def _gpt2():
+    return T.GPT2LMHeadModel(T.GPT2Config(
+        vocab_size=99, n_embd=32, n_layer=3, n_head=4, n_positions=64, bos_token_id=98, eos_token_id=98,
+        attn_implementation="eager",
+    ))  # fmt: skip
+
+
+def test_gpt2_parity_and_predictions(tmp_path):
+    torch.manual_seed(3)
+    hf = perturbed(_gpt2())
+    model = roundtrip(hf, tmp_path)
+    assert isinstance(model, tc.Decoder)
+    trace = model.trace(IDS[0])
+    with torch.no_grad():
+        out = hf(torch.tensor(IDS), output_attentions=True)
+    assert_close(trace["head.logits"], out.logits[0], what="logits")
+    for layer, weights in enumerate(out.attentions):
+        assert_close(trace.attention(layer), weights[0], what=f"layer {layer} attention")
+        assert np.all(np.triu(trace.attention(layer), 1) == 0)
+    p = torch.softmax(out.logits[0, -1], -1).numpy()
+    assert [int(t) for t, _ in trace.predictions(k=4)] == list(np.argsort(-p)[:4])
+
+
+def test_gpt2_greedy_generation_matches_transformers(tmp_path):
+    torch.manual_seed(4)
+    hf = perturbed(_gpt2(), scale=0.3)
+    model = roundtrip(hf, tmp_path)
+    ours = model.generate(IDS[0][:4], max_new_tokens=10)
+    with torch.no_grad():
+        theirs = hf.generate(torch.tensor([IDS[0][:4]]), max_new_tokens=10, do_sample=False, num_beams=1, pad_token_id=98)
+    assert list(ours.ids) == theirs[0].tolist()
+    assert len(ours.steps) == len(ours.generated_ids)
+    # Step t's last attention row is row (prompt + t - 1) of the final teacher-forced pass.
+    for t, step in enumerate(ours.steps):
+        np.testing.assert_allclose(step.attention(2, 1)[-1], ours.trace.attention(2, 1)[3 + t, : 4 + t], atol=1e-6)
+
+
+def _vit(kind):
+    common = dict(image_size=32, patch_size=8, num_channels=3, hidden_size=32, num_hidden_layers=2,
+                  num_attention_heads=4, intermediate_size=37, num_labels=7, attn_implementation="eager")  # fmt: skip
+    if kind == "vit":
+        return T.ViTForImageClassification(T.ViTConfig(**common))
+    if kind == "deit-teacher":
+        return T.DeiTForImageClassificationWithTeacher(T.DeiTConfig(**common))
+    return T.DeiTForImageClassification(T.DeiTConfig(**common))
+
+
+@pytest.mark.parametrize("kind", ["vit", "deit-teacher", "deit"])
+def test_vit_family_parity(kind, tmp_path):
+    torch.manual_seed(5)
+    hf = perturbed(_vit(kind))
+    model = roundtrip(hf, tmp_path)
+    assert model.config.n_prefix_tokens == (1 if kind == "vit" else 2)
+    image = torch.randn(3, 32, 32, generator=torch.Generator().manual_seed(0))
+    trace = model.trace(image)
+    with torch.no_grad():
+        out = hf(pixel_values=image[None], output_attentions=True)
+    assert_close(trace["head.logits"], out.logits[0], what="logits")
+    for layer, weights in enumerate(out.attentions):
+        assert_close(trace.attention(layer), weights[0], what=f"layer {layer} attention")
+    labels = [label for label, _ in trace.predictions(k=7)]
+    assert labels[0] == hf.config.id2label[int(out.logits[0].argmax())]
+
+
+@pytest.mark.parametrize(
+    "source, message",
+    [
+        ("", "no model given"),
+        ("https://huggingface.co/bert-base-uncased", "not a model id"),
+        ("owner/name/extra", "not a model id"),
+        ("bad..name", "not a model id"),
+        ("/etc", "outside them"),
+        ("../../etc", "outside them"),
+    ],
+)
+def test_bad_sources_are_refused_with_a_reason(source, message):
+    with pytest.raises(tc.CheckpointError, match=message):
+        tc.load_model(source)
+
+
+def test_unsupported_architecture_says_so(tmp_path):
+    folder = tmp_path / "m"
+    folder.mkdir()
+    (folder / "config.json").write_text('{"model_type": "mamba"}')
+    with pytest.raises(tc.CheckpointError, match="not supported yet: mamba"):
+        tc.load_model(str(folder), model_dirs=[tmp_path])
+
+
+def test_uncached_hub_id_offline_fails_fast_with_advice():
+    with pytest.raises(tc.CheckpointError, match="not in the local cache.*bundled model"):
+        tc.load_model("someone/surely-not-cached-model")
+
+
+def test_unreachable_hub_fails_within_seconds(monkeypatch, tmp_path):
+    import time
+
+    import huggingface_hub.constants as hub
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.setattr(hub, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(hub, "ENDPOINT", "http://127.0.0.1:9")  # loopback port nobody listens on
+    monkeypatch.setattr(hub, "HF_HUB_CACHE", str(tmp_path))
+    start = time.perf_counter()
+    with pytest.raises(tc.CheckpointError, match="hub cannot be reached.*not in the local cache"):
+        tc.load_model("google/vit-base-patch16-224")
+    assert time.perf_counter() - start < 10
+
+
+def test_progress_is_reported_up_to_one():
+    seen = []
+    tc.load_model("minilm", device="cpu", progress=lambda f, msg: seen.append((f, msg)))
+    fractions = [f for f, _ in seen]
+    assert fractions == sorted(fractions) and fractions[-1] == 1.0 and len(seen) >= 4
+    assert all(isinstance(m, str) and m for _, m in seen)
