@@ -132,3 +132,17 @@ class TracedModel(nn.Module):
             activations = {name: to_numpy(t[0]) for name, t in sink.tensors.items()}
         meta = {"labels": self.output_labels, **(meta or {})}
         return Trace(kind=self.kind, activations=activations, n_heads=self.config.n_heads, meta=meta, **trace_fields)
+
+    def _trace_batch(
+        self, run: Callable[[], torch.Tensor], keep: NameFilter | None, batch_size: int, **trace_fields: Any
+    ) -> list[Trace]:
+        """Run one batched pass under capture; every batch element becomes its own Trace (views, no copies on CPU)."""
+        with torch.inference_mode(), capture(keep) as sink:
+            run()
+            arrays = {name: to_numpy(t) for name, t in sink.tensors.items()}
+        meta = {"labels": self.output_labels}
+        return [
+            Trace(kind=self.kind, activations={n: a[i] for n, a in arrays.items()}, n_heads=self.config.n_heads,
+                  meta=meta, **trace_fields)
+            for i in range(batch_size)
+        ]  # fmt: skip

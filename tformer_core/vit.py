@@ -167,16 +167,21 @@ class ViT(TracedModel):
         prefix = ("[CLS]", "[DIST]")[: self.config.n_prefix_tokens]
         return prefix + tuple(f"r{r}c{c}" for r in range(rows) for c in range(cols))
 
+    def _trace_fields(self) -> dict:
+        c = self.config
+        return dict(tokens=self.patch_labels(), stack_layers={"encoder": c.n_layers}, grid_hw=c.grid_hw,
+                    patch_size=c.patch_size, n_prefix_tokens=c.n_prefix_tokens)  # fmt: skip
+
     def trace(self, image: torch.Tensor | np.ndarray, keep: NameFilter | None = None) -> Trace:
         """Trace one preprocessed image (C, H, W) or (1, C, H, W)."""
         x = self._image(image)
-        c = self.config
-        return self._trace(
-            lambda: self(x),
-            keep,
-            tokens=self.patch_labels(),
-            stack_layers={"encoder": c.n_layers},
-            grid_hw=c.grid_hw,
-            patch_size=c.patch_size,
-            n_prefix_tokens=c.n_prefix_tokens,
-        )
+        return self._trace(lambda: self(x), keep, **self._trace_fields())
+
+    def trace_batch(self, images: torch.Tensor | np.ndarray, keep: NameFilter | None = None) -> list[Trace]:
+        """Trace a batch (B, C, H, W) in one pass; one Trace per image. Use `keep` to hold only what you need
+        (e.g. the attention weights for mean attention distance over many images)."""
+        batch = torch.as_tensor(images)
+        if batch.dim() != 4 or batch.shape[0] == 0:
+            raise ValueError(f"expected a batch of images (B, C, H, W), got shape {tuple(batch.shape)}")
+        x = torch.cat([self._image(image) for image in batch])  # each image checked like trace() does
+        return self._trace_batch(lambda: self(x), keep, x.shape[0], **self._trace_fields())

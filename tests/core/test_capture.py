@@ -236,3 +236,18 @@ def test_trace_accessors_and_bad_indices():
         dec_trace.attention(0, 0, "cross")
     with pytest.raises(KeyError, match="was not captured"):
         dec_trace["decoder.9.attn.q"]
+
+
+def test_batched_trace_gives_each_image_its_own_trace():
+    model = tiny_vit()
+    images = torch.stack([image(0), image(1), image(2)])
+    batch = model.trace_batch(images)
+    assert len(batch) == 3
+    for i, trace in enumerate(batch):
+        single = model.trace(images[i])
+        assert trace.names == single.names
+        np.testing.assert_allclose(trace.all_attention(), single.all_attention(), atol=1e-6)
+        np.testing.assert_allclose(trace.output, single.output, atol=1e-5)
+    assert not np.allclose(batch[0].attention(1), batch[1].attention(1))
+    with pytest.raises(ValueError, match="batch of images"):
+        model.trace_batch(images[0])
