@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from .capture import NameFilter, capture, name_hook_points
-from .trace import Trace, to_numpy
+from .trace import Trace, stored_by_default, to_numpy
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -126,21 +126,28 @@ class TracedModel(nn.Module):
     def _trace(
         self, run: Callable[[], torch.Tensor], keep: NameFilter | None, meta: dict | None = None, **trace_fields: Any
     ) -> Trace:
-        """Run `run` once under capture; the first batch element becomes a Trace."""
-        with torch.inference_mode(), capture(keep) as sink:
+        """Run `run` once under capture; the first batch element becomes a Trace.
+
+        By default, attention scores are not stored: the trace recomputes them from Q and K.
+        """
+        with torch.inference_mode(), capture(keep or stored_by_default) as sink:
             run()
             activations = {name: to_numpy(t[0]) for name, t in sink.tensors.items()}
-        meta = {"labels": self.output_labels, **(meta or {})}
+        meta = {**self._trace_meta(), **(meta or {})}
         return Trace(kind=self.kind, activations=activations, n_heads=self.config.n_heads, meta=meta, **trace_fields)
+
+    def _trace_meta(self) -> dict:
+        scale = 1.0 / self.config.head_dim**0.5 if self.config.scale_attention else 1.0
+        return {"labels": self.output_labels, "attention_scale": scale}
 
     def _trace_batch(
         self, run: Callable[[], torch.Tensor], keep: NameFilter | None, batch_size: int, **trace_fields: Any
     ) -> list[Trace]:
         """Run one batched pass under capture; every batch element becomes its own Trace (views, no copies on CPU)."""
-        with torch.inference_mode(), capture(keep) as sink:
+        with torch.inference_mode(), capture(keep or stored_by_default) as sink:
             run()
             arrays = {name: to_numpy(t) for name, t in sink.tensors.items()}
-        meta = {"labels": self.output_labels}
+        meta = self._trace_meta()
         return [
             Trace(kind=self.kind, activations={n: a[i] for n, a in arrays.items()}, n_heads=self.config.n_heads,
                   meta=meta, **trace_fields)

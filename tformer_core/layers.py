@@ -82,8 +82,9 @@ class MultiHeadAttention(nn.Module):
     """softmax(Q K^T / sqrt(d_k) + bias, masked) V per head, heads concatenated, times W^O.
 
     Hook points: q, k, v (B, h, T, dh); scores = Q K^T and scaled = the softmax input
-    (scores * scale + bias, masked cells at -inf), weights (B, h, Tq, Tk); z = weights V per
-    head (B, h, Tq, dh); out = concat(z) W^O (B, Tq, D).
+    (scores * scale + bias, masked cells at -inf), weights (B, h, Tq, Tk); mask (B, 1, Tq, Tk),
+    True where attending is allowed, only when there is a mask; z = weights V per head
+    (B, h, Tq, dh); out = concat(z) W^O (B, Tq, D).
     """
 
     def __init__(self, d_model: int, n_heads: int, d_head: int, bias: bool = True, scaled: bool = True) -> None:
@@ -98,7 +99,7 @@ class MultiHeadAttention(nn.Module):
         self.W_o = nn.Linear(inner, d_model, bias=bias)
         self.hook_q, self.hook_k, self.hook_v = HookPoint(), HookPoint(), HookPoint()
         self.hook_scores, self.hook_scaled, self.hook_weights = HookPoint(), HookPoint(), HookPoint()
-        self.hook_z, self.hook_out = HookPoint(), HookPoint()
+        self.hook_mask, self.hook_z, self.hook_out = HookPoint(), HookPoint(), HookPoint()
 
     def _split_heads(self, x: torch.Tensor) -> torch.Tensor:
         B, T, _ = x.shape
@@ -123,6 +124,7 @@ class MultiHeadAttention(nn.Module):
             scaled = scaled + position_bias
         if mask is not None:
             scaled = scaled.masked_fill(~mask, float("-inf"))
+            self.hook_mask(mask.expand(q.shape[0], 1, q.shape[2], k.shape[2]))  # a view, for the trace
         scaled = self.hook_scaled(scaled)
         weights = torch.softmax(scaled, dim=-1)
         if mask is not None:

@@ -18,7 +18,7 @@ from .base import Tokenizer, TracedModel, per_token
 from .capture import HookPoint, NameFilter
 from .generation import Generation, GenerationSettings, choose_next
 from .layers import BlockConfig, Stack, TextEmbedding, causal_mask, key_padding_mask
-from .trace import Trace
+from .trace import Trace, stored_by_default
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -135,7 +135,7 @@ class EncoderDecoder(TracedModel):
         sequence = [settings.start_id if settings.start_id is not None else settings.pad_id]
         target_tokenizer = self.target_tokenizer or self.tokenizer
         steps, finished = [], False
-        decoder_only = lambda name: name.startswith(("decoder.", "head."))  # noqa: E731
+        decoder_only = lambda name: name.startswith(("decoder.", "head.")) and stored_by_default(name)  # noqa: E731
         for t in range(budget):
             tgt, tgt_tokens = self._ids(sequence, c.tgt_vocab_size, None, target_tokenizer, "target")
             step = self._trace(

@@ -8,6 +8,8 @@ One format for every model kind. Activations are keyed by where they come from:
     {stack}.{layer}.attn.scores            Q K^T                           [heads, n_q, n_k]
     {stack}.{layer}.attn.scaled            softmax input: scores * scale (+ bias), masked = -inf
     {stack}.{layer}.attn.weights           softmax of each row              [heads, n_q, n_k]
+    {stack}.{layer}.attn.mask              True where attending is allowed  [1, n_q, n_k] (masked models)
+    {stack}.position_bias                  T5's relative position bias      [heads, n, n]
     {stack}.{layer}.attn.z                 weights V per head               [heads, n_q, d_head]
     {stack}.{layer}.attn.out               concat(z) W^O                    [n_q, d_model]
     decoder.{layer}.cross_attn.*           the same for encoder-decoder cross-attention
@@ -15,8 +17,13 @@ One format for every model kind. Activations are keyed by where they come from:
     {stack}.{layer}.mlp.hidden | out       FFN hidden layer (after activation), FFN output
     {stack}.out                            final hidden states;  head.logits when there is a head
 
-`trace.names` lists exactly what was captured. The batch dimension is gone; arrays are read-only
+`trace.names` lists everything a trace offers. The batch dimension is gone; arrays are read-only
 because one trace may be cached and shown to several sessions.
+
+Scores and scaled scores are not stored by default: they are recomputed from the stored Q, K,
+scale, bias and mask when asked for (the softmax of the result reproduces the stored weights).
+That keeps a trace at about a third of the attention memory, which matters for long inputs,
+batches and a server that caches traces. Pass a `keep` filter that names them to store them.
 """
 
 from __future__ import annotations
@@ -29,6 +36,17 @@ import torch
 
 # Attention stacks a trace may hold, and the activation prefix of each.
 ATTENTION_STACKS = {"encoder": "encoder.{layer}.attn", "decoder": "decoder.{layer}.attn", "cross": "decoder.{layer}.cross_attn"}
+DERIVED_PARTS = ("scores", "scaled")
+
+
+def stored_by_default(name: str) -> bool:
+    """The default capture filter: everything except what the trace can recompute from Q and K."""
+    return not name.endswith((".scores", ".scaled"))
+
+
+def _read_only(a: np.ndarray) -> np.ndarray:
+    a.flags.writeable = False
+    return a
 
 
 def to_numpy(t: torch.Tensor) -> np.ndarray:
@@ -67,17 +85,49 @@ class Trace:
 
     # ---- generic access -------------------------------------------------------------------
     def __getitem__(self, name: str) -> np.ndarray:
-        try:
+        if name in self.activations:
             return self.activations[name]
-        except KeyError:
-            raise KeyError(f"{name!r} was not captured; see trace.names") from None
+        derived = self._derive(name)
+        if derived is None:
+            raise KeyError(f"{name!r} was not captured; see trace.names")
+        return derived
 
     def __contains__(self, name: object) -> bool:
-        return name in self.activations
+        return name in self.activations or (isinstance(name, str) and self._derivable(name))
 
     @property
     def names(self) -> list[str]:
-        return list(self.activations)
+        """Every activation the trace offers: the stored ones, with derivable scores right after their V."""
+        names = []
+        for name in self.activations:
+            names.append(name)
+            if name.endswith("attn.v"):
+                prefix = name[: -len(".v")]
+                names += [f"{prefix}.{p}" for p in DERIVED_PARTS if f"{prefix}.{p}" not in self.activations]
+        return names
+
+    def _derivable(self, name: str) -> bool:
+        prefix, _, part = name.rpartition(".")
+        return part in DERIVED_PARTS and f"{prefix}.q" in self.activations and f"{prefix}.k" in self.activations
+
+    def _derive(self, name: str) -> np.ndarray | None:
+        """Scores Q K^T, or the softmax input (scores * scale + T5's bias, masked cells -inf), from stored parts."""
+        if not self._derivable(name):
+            return None
+        prefix, _, part = name.rpartition(".")
+        q, k = self.activations[f"{prefix}.q"], self.activations[f"{prefix}.k"]
+        scores = q @ k.transpose(0, 2, 1)  # [h, n_q, n_k]
+        if part == "scores":
+            return _read_only(scores)
+        scaled = scores * np.asarray(self.meta.get("attention_scale", 1.0), dtype=scores.dtype)
+        stack = prefix.split(".")[0]
+        bias = self.activations.get(f"{stack}.position_bias")
+        if bias is not None and not prefix.endswith("cross_attn"):  # T5 biases self-attention only
+            scaled = scaled + bias
+        mask = self.activations.get(f"{prefix}.mask")
+        if mask is not None:
+            scaled = np.where(mask, scaled, -np.inf).astype(scores.dtype)
+        return _read_only(scaled)
 
     @property
     def main_stack(self) -> str:

@@ -162,13 +162,38 @@ def test_exact_list_of_captured_names():
     ]  # fmt: skip
     expected = ["encoder.embed.tok", "encoder.embed.pos", "encoder.embed.segment", "encoder.embed.out"]
     expected += [f"encoder.0.{n}" for n in block] + ["encoder.out"]
-    assert model.trace([1, 2, 3]).names == expected
+    trace = model.trace([1, 2, 3])
+    assert trace.names == expected
+    stored = set(trace.activations)
+    assert stored == set(expected) - {"encoder.0.attn.scores", "encoder.0.attn.scaled"}  # recomputed on demand
     s2s = tiny_seq2seq()
     names = set(s2s.trace([1, 2], [1, 3]).names)
-    assert names == set(s2s.hook_names)
+    unmasked = {n for n in s2s.hook_names if n.endswith(("encoder.0.attn.mask", "encoder.1.attn.mask", "cross_attn.mask"))}
+    assert len(unmasked) == 2 + 3
+    assert names == set(s2s.hook_names) - unmasked  # no source padding: only the decoder's causal mask exists
+    assert set(s2s.trace([1, 2], [1, 3], source_mask=[1, 1]).names) == set(s2s.hook_names)
     cross = {n for n in names if n.startswith("decoder.2.cross_attn.")}
     assert cross == {f"decoder.2.cross_attn.{p}" for p in ("q", "k", "v", "scores", "scaled", "weights", "z", "out")}
     assert {"decoder.2.resid_after_cross", "decoder.2.ln_cross", "head.logits"} <= names
+
+
+@pytest.mark.parametrize("name", list(TRACES))
+def test_recomputed_scores_equal_the_ones_the_model_computed(name):
+    _, model = TRACES[name]
+    inputs = {"encoder-post": lambda m: m.trace(SRC, attention_mask=SRC_MASK, token_type_ids=[0] * 4 + [1] * 4, keep=lambda n: True),
+              "encoder-pre": lambda m: m.trace(SRC[:6], keep=lambda n: True),
+              "decoder": lambda m: m.trace(TGT + [8, 8], attention_mask=[1] * 5 + [0, 0], keep=lambda n: True),
+              "seq2seq-post": lambda m: m.trace(SRC, TGT, source_mask=SRC_MASK, keep=lambda n: True),
+              "seq2seq-pre": lambda m: m.trace(SRC[:6], TGT, keep=lambda n: True),
+              "vit": lambda m: m.trace(image().double(), keep=lambda n: True)}  # fmt: skip
+    full, lean = inputs[name](model), TRACES[name][0]
+    derived = [n for n in lean.names if n.endswith((".scores", ".scaled"))]
+    assert derived and not any(n in lean.activations for n in derived)
+    for n in derived:
+        assert n in full.activations  # stored this time, straight from the forward pass
+        np.testing.assert_array_equal(np.isneginf(lean[n]), np.isneginf(full[n]))
+        finite = np.isfinite(full[n])
+        np.testing.assert_allclose(lean[n][finite], full[n][finite], atol=1e-12)
 
 
 def test_keep_filter_stores_only_chosen_names():
