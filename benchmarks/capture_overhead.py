@@ -14,47 +14,18 @@ model at 224 px. Times are medians over interleaved repeats after warm-up.
 from __future__ import annotations
 
 import argparse
-import statistics
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 import tformer_core as tc  # noqa: E402
+from timing import interleaved_medians, print_table, run_each_allocator  # noqa: E402
 
 GOAL = 1.15
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-
-
-def measure(model: tc.TracedModel, plain, traced, repeats: int) -> tuple[float, float, float]:
-    """Median seconds of plain() and traced(), and the MB a trace holds."""
-    device = model.device
-    with torch.inference_mode():
-        for _ in range(2):
-            plain()
-            _sync(device)
-    trace = traced()
-    captured_mb = sum(a.nbytes for a in trace.activations.values()) / 2**20
-    del trace
-    t_plain, t_traced = [], []
-    for _ in range(repeats):  # interleaved, so drift in machine speed hits both alike
-        with torch.inference_mode():
-            start = time.perf_counter()
-            plain()
-            _sync(device)
-            t_plain.append(time.perf_counter() - start)
-        start = time.perf_counter()
-        trace = traced()  # ends with the copy to CPU numpy, so it is synchronous
-        t_traced.append(time.perf_counter() - start)
-        del trace
-    return statistics.median(t_plain), statistics.median(t_traced), captured_mb
 
 
 def main() -> None:
@@ -64,10 +35,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=9)
     parser.add_argument("--allocator", choices=["retain", "default"], default=None)
     args = parser.parse_args()
-    if args.allocator is None:
-        for allocator in ("retain", "default"):
-            subprocess.run([sys.executable, __file__, "--allocator", allocator, *sys.argv[1:]], check=True)
-            print()
+    if run_each_allocator(__file__):
         return
     retained = tc.retain_freed_memory() if args.allocator == "retain" else False
     device = torch.device(args.device) if args.device else tc.default_device()
@@ -81,29 +49,31 @@ def main() -> None:
         image_size=224, patch_size=16, n_layers=12, d_model=768, n_heads=12, d_ff=3072, n_classes=1000,
     )).place(device, args.dtype)  # fmt: skip
 
-    rows = []
+    def plain(model, *inputs):
+        with torch.inference_mode():
+            return model(*inputs)
+
+    rows, sizes = [], []
     for n in (128, 512):
         ids = torch.randint(0, 30522, (1, n), device=device)
-        ids_list = ids[0].tolist()
-        rows.append(("BERT-base-sized encoder", f"{n} tokens", *measure(bert, lambda: bert(ids), lambda: bert.trace(ids_list), args.repeats)))
+        id_list = ids[0].tolist()
+        traced = lambda id_list=id_list: bert.trace(id_list)  # noqa: E731
+        rows.append(("BERT-base-sized encoder", f"{n} tokens",
+                     *interleaved_medians(traced, lambda ids=ids: plain(bert, ids), args.repeats, device)))  # fmt: skip
+        sizes.append(sum(a.nbytes for a in traced().activations.values()) / 2**20)
     image = torch.randn(3, 224, 224)
     batch = image[None].to(device=device, dtype=vit.dtype)
-    rows.append(("ViT-B/16-sized", "224 px, 197 tokens", *measure(vit, lambda: vit(batch), lambda: vit.trace(image), args.repeats)))
+    rows.append(("ViT-B/16-sized", "224 px, 197 tokens",
+                 *interleaved_medians(lambda: vit.trace(image), lambda: plain(vit, batch), args.repeats, device)))  # fmt: skip
+    sizes.append(sum(a.nbytes for a in vit.trace(image).activations.values()) / 2**20)
 
     threads = torch.get_num_threads() if device.type == "cpu" else "-"
     allocator = "glibc keeps freed memory (as the app runs)" if retained else "allocator defaults"
     print(f"Capture overhead on {device.type.upper()} ({args.dtype}, torch {torch.__version__}, CPU threads {threads}),")
     print(f"{allocator}; median of {args.repeats} interleaved runs.")
     print(f"Baseline: the same model's plain forward pass. Goal: ratio <= {GOAL}x.\n")
-    header = f"| {'model':<24} | {'input':<18} | {'plain forward':>13} | {'traced forward':>14} | {'ratio':>6} | {'captured':>9} |"
-    print(header)
-    print("|" + "|".join("-" * (len(c)) for c in header.split("|")[1:-1]) + "|")
-    for name, what, plain_s, traced_s, mb in rows:
-        ratio = traced_s / plain_s
-        print(
-            f"| {name:<24} | {what:<18} | {plain_s * 1e3:>10.1f} ms | {traced_s * 1e3:>11.1f} ms | "
-            f"{ratio:>5.2f}x | {mb:>6.0f} MB |"
-        )
+    print_table(rows, "traced forward", "plain forward", GOAL)
+    print("\nMemory a trace holds: " + ", ".join(f"{r[1]}: {mb:.0f} MB" for r, mb in zip(rows, sizes)))
 
 
 if __name__ == "__main__":
