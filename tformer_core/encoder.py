@@ -76,8 +76,15 @@ class Encoder(TracedModel):
         attention_mask: Sequence[int] | None = None,
         token_type_ids: Sequence[int] | None = None,
         keep: NameFilter | None = None,
+        pair: str | None = None,
     ) -> Trace:
-        """Trace one sequence: text (needs a tokenizer) or token ids."""
+        """Trace one sequence: text (needs a tokenizer) or token ids.
+
+        `pair`: a second text segment (BERT's sentence B): the tokenizer joins the two with its
+        separator and numbers their segments 0 and 1.
+        """
+        if pair is not None:
+            inputs, token_type_ids = self._encode_pair(inputs, pair)
         ids, tokens = self._ids(inputs, self.config.vocab_size, self.config.max_positions)
         mask = per_token(attention_mask, ids, "attention_mask")
         types = per_token(token_type_ids, ids, "token_type_ids")
@@ -89,6 +96,16 @@ class Encoder(TracedModel):
             tokens=tokens,
             stack_layers={"encoder": self.config.n_layers},
         )
+
+
+    def _encode_pair(self, text: object, pair: str) -> tuple[list[int], list[int] | None]:
+        if self.tokenizer is None or not isinstance(text, str):
+            raise ValueError("a second segment needs text input and a model with a tokenizer")
+        if not text.strip() or not pair.strip():
+            raise ValueError("both segments need at least one word")
+        encoded = self.tokenizer(text, pair)
+        types = encoded.get("token_type_ids") if self.config.n_token_types > 1 else None
+        return list(encoded["input_ids"]), types
 
 
 class MaskedLMHead(nn.Module):

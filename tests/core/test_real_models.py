@@ -106,3 +106,15 @@ def test_deit_q_k_reproduce_the_weights(deit):
         for head in range(3):
             q, k = trace.q(layer, head).astype(np.float64), trace.k(layer, head).astype(np.float64)
             np.testing.assert_allclose(trace.attention(layer, head), softmax(q @ k.T / 8.0), atol=1e-5)  # sqrt(64)
+
+
+def test_minilm_sentence_pair_uses_segments(minilm):
+    ours, theirs, tokenizer = minilm
+    trace = ours.trace("The cat sat.", pair="It was tired.")
+    encoded = tokenizer("The cat sat.", "It was tired.", return_tensors="pt")
+    assert trace.tokens.count("[SEP]") == 2
+    segment = ours.encoder.embed.segment.weight.detach().numpy()
+    np.testing.assert_array_equal(trace["encoder.embed.segment"][-1], segment[1])  # last token is in segment B
+    with torch.no_grad():
+        out = theirs(**encoded)
+    assert_close(trace["encoder.out"], out.last_hidden_state[0], what="pair hidden states")
