@@ -14,12 +14,12 @@ import torch
 
 from ..base import TracedModel, default_device, resolve_dtype
 from ..images import ImagePreprocessing
-from . import bert, gpt2, vit
+from . import bart, bert, gpt2, marian, t5, vit
 from .common import load_tokenizer, vocabulary_labels
 from .sources import Progress, hub_folder, local_folder, looks_like_path, minilm_folder
 from .weights import CheckpointError, read_state_dict
 
-FAMILIES = {t: module for module in (bert, vit, gpt2) for t in module.MODEL_TYPES}
+FAMILIES = {t: module for module in (bert, vit, gpt2, marian, bart, t5) for t in module.MODEL_TYPES}
 BUNDLED_TEXT = {"minilm": minilm_folder}
 
 
@@ -83,6 +83,10 @@ def load_folder(folder: Path, progress: Progress | None = None) -> TracedModel:
     _report(progress, 0.8, "building the instrumented model")
     model = family.build(hf, tensors)
     del tensors
+    generation_file = folder / "generation_config.json"
+    if hasattr(family, "apply_generation_config") and generation_file.is_file():
+        # transformers 5 keeps some rules (bad words, forced BOS) only here; they override config.json.
+        family.apply_generation_config(model, hf, json.loads(generation_file.read_text()))
     _report(progress, 0.9, "loading the tokenizer / image processor")
     if model.kind == "vit":
         processor = folder / "preprocessor_config.json"

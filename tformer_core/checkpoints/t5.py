@@ -1,0 +1,105 @@
+"""T5 checkpoints (t5-small/base/..., t5 v1.1, flan-t5) into the core's `EncoderDecoder`.
+
+T5 is pre-norm with RMSNorm (no mean, no bias), has no biases anywhere, no absolute positions,
+and does not divide Q K^T by sqrt(d_k): its initialisation absorbs the scale, so the core runs
+attention unscaled. Each stack adds a learned relative position bias, stored in block 0's
+self-attention (`relative_attention_bias`), to the self-attention logits of every layer
+(bidirectional buckets in the encoder, backward-only in the decoder); cross-attention gets none.
+
+Two variants:
+- original T5: ReLU FFN (wi, wo), output layer tied to the shared embedding, and the decoder output
+  multiplied by d_model^-0.5 before it;
+- v1.1 / flan-t5 (feed_forward_proj "gated-gelu"): hidden = gelu_tanh(x wi_0) * (x wi_1), then wo;
+  a separate lm_head and no output scaling (config tie_word_embeddings=false).
+
+As in transformers 5: the output scaling follows `scale_decoder_outputs` (else tie_word_embeddings),
+and the output layer is tied unless the checkpoint holds an lm_head different from the embedding.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..seq2seq import EncoderDecoder, Seq2SeqConfig
+from .common import activation, generation_settings
+from .weights import CheckpointError, Weights, assign
+
+MODEL_TYPES = ("t5",)
+
+
+def _feed_forward(hf: dict) -> tuple[str, bool]:
+    """(core activation, gated) from feed_forward_proj, as T5Config derives dense_act_fn."""
+    proj = hf.get("feed_forward_proj", "relu")
+    parts = proj.split("-")
+    if len(parts) > 2 or (len(parts) == 2 and parts[0] != "gated"):
+        raise CheckpointError(f"not supported yet: T5 feed_forward_proj {proj!r}")
+    name = "gelu_new" if proj == "gated-gelu" else parts[-1]
+    return activation(name), len(parts) == 2
+
+
+def _scales_output(hf: dict) -> bool:
+    if "scale_decoder_outputs" in hf:
+        return bool(hf["scale_decoder_outputs"])
+    return hf.get("tie_word_embeddings", True) is not False
+
+
+def apply_generation_config(model: EncoderDecoder, hf: dict, generation: dict | None) -> None:
+    """Set `model.generation` from config.json and the checkpoint's generation_config.json (a dict).
+
+    T5 starts decoding from its padding token when the config names no decoder start token.
+    """
+    model.generation = generation_settings(hf, generation, default_start=hf.get("pad_token_id", 0))
+
+
+def build(hf: dict, tensors: dict) -> EncoderDecoder:
+    act, gated = _feed_forward(hf)
+    w = Weights(tensors)
+    embedding = w["shared.weight"] if w.has("shared.weight") else w["encoder.embed_tokens.weight"]
+    V, D = embedding.shape
+    tied = True
+    if w.has("lm_head.weight"):
+        head = w["lm_head.weight"]
+        tied = tuple(head.shape) == tuple(embedding.shape) and torch.equal(head, embedding)
+    n_encoder = hf["num_layers"]
+    n_decoder = hf.get("num_decoder_layers") or n_encoder
+    config = Seq2SeqConfig(
+        src_vocab_size=V, tgt_vocab_size=V, max_positions=hf.get("n_positions", 512),
+        n_encoder_layers=n_encoder, n_decoder_layers=n_decoder, d_model=hf["d_model"], n_heads=hf["num_heads"],
+        d_head=hf["d_kv"], d_ff=hf["d_ff"], activation=act, ffn_gated=gated, norm="pre", norm_type="rmsnorm",
+        ln_eps=hf.get("layer_norm_epsilon", 1e-6), bias=False, scale_attention=False, positional="none",
+        embed_scale=False, embed_norm=False, share_embeddings=True, tie_output=tied, output_bias=False,
+        output_scale=hf["d_model"] ** -0.5 if _scales_output(hf) else 1.0,
+        rel_pos_buckets=hf.get("relative_attention_num_buckets", 32),
+        rel_pos_max_distance=hf.get("relative_attention_max_distance", 128),
+    )  # fmt: skip
+    if D != config.d_model:
+        raise CheckpointError(f"shared.weight has width {D}, the config says d_model={config.d_model}")
+    model = EncoderDecoder(config)
+    m = {"encoder.embed.tok.weight": embedding}
+    if not tied:
+        m["head.unembed.weight"] = w["lm_head.weight"]
+    # gated: hidden = act(x wi_0) * (x wi_1), the core's act(x W_gate) * (x W_in)
+    ffn = {"mlp.W_in": "wi", "mlp.W_out": "wo"}
+    if gated:
+        ffn = {"mlp.W_gate": "wi_0", "mlp.W_in": "wi_1", "mlp.W_out": "wo"}
+    for stack, n_layers in (("encoder", n_encoder), ("decoder", n_decoder)):
+        # stored once, in block 0's self-attention; the core's stack owns it
+        relative = f"{stack}.block.0.layer.0.SelfAttention.relative_attention_bias.weight"
+        m[f"{stack}.rel_pos.embedding.weight"] = w[relative]
+        m[f"{stack}.ln_final.weight"] = w[f"{stack}.final_layer_norm.weight"]
+        for i in range(n_layers):
+            theirs, ours = f"{stack}.block.{i}.layer.", f"{stack}.blocks.{i}."
+            sublayers = [("attn", "ln_attn", "0.SelfAttention")]
+            if stack == "decoder":
+                sublayers.append(("cross_attn", "ln_cross", "1.EncDecAttention"))
+            for attn, ln, name in sublayers:
+                for o, t in (("W_q", "q"), ("W_k", "k"), ("W_v", "v"), ("W_o", "o")):
+                    m[f"{ours}{attn}.{o}.weight"] = w[f"{theirs}{name}.{t}.weight"]
+                m[f"{ours}{ln}.weight"] = w[f"{theirs}{name.split('.')[0]}.layer_norm.weight"]
+            ff = len(sublayers)  # the FFN sub-layer's index: 1 in the encoder, 2 in the decoder
+            for o, t in ffn.items():
+                m[f"{ours}{o}.weight"] = w[f"{theirs}{ff}.DenseReluDense.{t}.weight"]
+            m[f"{ours}ln_mlp.weight"] = w[f"{theirs}{ff}.layer_norm.weight"]
+    assign(model, m)
+    apply_generation_config(model, hf, None)
+    return model
