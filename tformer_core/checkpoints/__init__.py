@@ -55,7 +55,10 @@ def load_model(
         from .. import bundled  # the project's own trained models (assets/)
 
         if source in bundled.BUNDLED_MODELS:
-            model = bundled.load_bundled(source, device=device)
+            try:
+                model = bundled.load_bundled(source, device=device, dtype=dtype)
+            except (OSError, ValueError) as error:  # a missing or damaged asset folder
+                raise CheckpointError(f"the bundled model {source!r} cannot be loaded: {error}") from None
             model.source = source
             _report(progress, 1.0, f"{source}: ready")
             return model

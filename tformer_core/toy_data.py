@@ -1,0 +1,324 @@
+"""Generated data for the bundled didactic models: two toy languages and images of shapes.
+
+Nothing here is downloaded: every sentence and image comes from a seeded generator, so a test
+can draw a fresh held-out sample at any time and the training run can be repeated exactly.
+
+Toy languages
+-------------
+The source ("English") is SVO with adjectives before the noun and prepositions:
+
+    the big red dog chases a small cat quickly near the river
+
+The target ("Tarish", invented) is SOV with case particles (`ga` subject, `wo` object), the
+noun first, then its adjectives in mirrored order, then the determiner, and postpositions; the
+place phrase moves before the object and the adverb sits just before the verb:
+
+    varo rubi gros ta ga fluvo ta apu mise mik na wo rapide kasas
+
+Every source word has exactly one translation, so the mapping is a function a model can learn
+exactly, but almost no target word sits at the index of its source word: cross-attention has
+to move. Each `Pair` also carries the gold alignment (target position -> source position).
+
+The train / held-out split is a property of the sentence, not of the draw: a source sentence is
+held out when a hash of its text falls in the held-out bucket (`is_held_out`). Training draws
+reject held-out sentences, so none can ever be trained on, whatever the seed or step count.
+
+Shape scenes
+------------
+32 x 32 RGB images, one shape of eight classes at a random position, size and colour on a
+background of colour gradients, stripes and pixel noise. The exact foreground coverage of
+every pixel is returned with the image, so attention on the shape can be measured.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+# ---- special tokens ----------------------------------------------------------------------
+PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
+SPECIAL_TOKENS = (PAD, BOS, EOS, UNK)  # ids 0, 1, 2, 3 in both vocabularies
+
+# ---- lexicon: (source word, target word) -------------------------------------------------
+DETERMINERS = (("the", "ta"), ("a", "na"), ("this", "ki"), ("that", "ko"), ("every", "sen"))
+NOUNS = (
+    ("dog", "varo"), ("cat", "mise"), ("bird", "piku"), ("horse", "tarno"), ("fish", "sulo"),
+    ("child", "nemi"), ("teacher", "odra"), ("farmer", "kelto"), ("king", "rauko"), ("queen", "seli"),
+    ("wolf", "gurno"), ("fox", "reva"), ("house", "domi"), ("tree", "arbo"), ("river", "fluvo"),
+    ("stone", "peko"), ("apple", "malu"), ("book", "libu"), ("ball", "bolo"), ("garden", "hortu"),
+)  # fmt: skip
+ADJECTIVES = (
+    ("big", "gros"), ("small", "mik"), ("red", "rubi"), ("blue", "ceru"), ("green", "verda"),
+    ("old", "vetu"), ("young", "juna"), ("happy", "gaja"), ("sad", "trista"), ("tall", "alta"),
+    ("dark", "nokta"), ("bright", "lumi"),
+)  # fmt: skip
+TRANSITIVE_VERBS = (
+    ("sees", "vidas"), ("likes", "amas"), ("chases", "kasas"), ("finds", "trovas"), ("helps", "helpas"),
+    ("watches", "rigas"), ("follows", "sekvas"), ("carries", "portas"), ("hears", "audas"),
+    ("paints", "pentras"), ("feeds", "nutras"), ("calls", "vokas"),
+)  # fmt: skip
+INTRANSITIVE_VERBS = (
+    ("sleeps", "dormas"), ("runs", "kuras"), ("sings", "kantas"), ("waits", "atendas"), ("laughs", "ridas"),
+    ("swims", "nagas"),
+)  # fmt: skip
+ADVERBS = (("quickly", "rapide"), ("slowly", "lante"), ("often", "ofte"), ("today", "hodie"), ("quietly", "kviete"), ("again", "denove"))  # fmt: skip
+PREPOSITIONS = (("near", "apu"), ("behind", "malan"), ("under", "sub"), ("with", "kun"), ("in", "ena"))
+SUBJECT_PARTICLE, OBJECT_PARTICLE = "ga", "wo"  # target-only words: no source word aligns to them
+_AN = ("an", "na")  # "a" before a vowel; the target does not make the distinction
+
+_LEXICON = DETERMINERS + (_AN,) + NOUNS + ADJECTIVES + TRANSITIVE_VERBS + INTRANSITIVE_VERBS + ADVERBS + PREPOSITIONS
+SOURCE_VOCAB: tuple[str, ...] = SPECIAL_TOKENS + tuple(s for s, _ in _LEXICON)
+TARGET_VOCAB: tuple[str, ...] = SPECIAL_TOKENS + tuple(
+    dict.fromkeys([t for _, t in _LEXICON] + [SUBJECT_PARTICLE, OBJECT_PARTICLE])
+)  # dict.fromkeys: "a" and "an" share "na", listed once
+DICTIONARY: dict[str, str] = dict(_LEXICON)  # source word -> target word
+
+HELD_OUT_PERCENT = 10  # share of all possible source sentences reserved for evaluation
+MAX_SOURCE_WORDS = 15  # det adj adj noun verb det adj adj noun adv prep det adj adj noun
+MAX_TARGET_WORDS = 17  # the same words plus the two particles
+
+_UNK_LEXEME = (UNK, UNK)  # training only: an unknown word is translated as <unk>, in place
+
+
+@dataclass(frozen=True)
+class Pair:
+    """One sentence pair. alignment[t] is the source index of target word t, or None (particles)."""
+
+    source: tuple[str, ...]
+    target: tuple[str, ...]
+    alignment: tuple[int | None, ...]
+
+    @property
+    def source_text(self) -> str:
+        return " ".join(self.source)
+
+    @property
+    def target_text(self) -> str:
+        return " ".join(self.target)
+
+
+def is_held_out(source_text: str) -> bool:
+    """True when this source sentence belongs to the held-out split (fixed by its text alone)."""
+    digest = hashlib.blake2b(source_text.encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "big") % 100 < HELD_OUT_PERCENT
+
+
+# A phrase under construction: a list of (source word, target word) with source indices filled
+# in when the source sentence is laid out.
+_Lexeme = tuple[str, str]
+
+
+def _pick(rng: np.random.Generator, words: tuple[_Lexeme, ...]) -> _Lexeme:
+    return words[int(rng.integers(len(words)))]
+
+
+def _noun_phrase(rng: np.random.Generator, unk_rate: float) -> tuple[_Lexeme, list[_Lexeme], _Lexeme]:
+    """(determiner, adjectives in source order, noun); 0, 1 or 2 different adjectives."""
+    n_adj = int(rng.choice(3, p=(0.4, 0.4, 0.2)))
+    adjectives = [ADJECTIVES[i] for i in rng.choice(len(ADJECTIVES), size=n_adj, replace=False)]
+    noun = _pick(rng, NOUNS)
+    if unk_rate:
+        # Teach "unknown word in, <unk> out, same place", so a typo in the app shows up visibly
+        # instead of being silently translated as some other word.
+        adjectives = [_UNK_LEXEME if rng.random() < unk_rate else a for a in adjectives]
+        noun = _UNK_LEXEME if rng.random() < unk_rate else noun
+    return _pick(rng, DETERMINERS), adjectives, noun
+
+
+def random_pair(rng: np.random.Generator, unk_rate: float = 0.0) -> Pair:
+    """One sentence pair drawn from the grammar (either split; see `sample_pairs`)."""
+    subject = _noun_phrase(rng, unk_rate)
+    transitive = rng.random() < 0.7
+    verb = _pick(rng, TRANSITIVE_VERBS if transitive else INTRANSITIVE_VERBS)
+    obj = _noun_phrase(rng, unk_rate) if transitive else None
+    adverb = _pick(rng, ADVERBS) if rng.random() < 0.4 else None
+    place = (_pick(rng, PREPOSITIONS), _noun_phrase(rng, unk_rate)) if rng.random() < 0.4 else None
+
+    source: list[str] = []
+    target: list[tuple[str, int | None]] = []  # (word, source index)
+
+    def say(lexeme: _Lexeme) -> int:
+        source.append(lexeme[0])
+        return len(source) - 1
+
+    def np_source(phrase: tuple[_Lexeme, list[_Lexeme], _Lexeme]) -> list[tuple[str, int]]:
+        """Lay the phrase out in source order; return it in target order: noun, adjectives mirrored, det."""
+        det, adjectives, noun = phrase
+        next_word = adjectives[0][0] if adjectives else noun[0]
+        if det[0] == "a" and next_word[0] in "aeiou":
+            det = _AN
+        det_i = say(det)
+        adj_i = [say(a) for a in adjectives]
+        noun_i = say(noun)
+        return (
+            [(noun[1], noun_i)] + [(a[1], i) for a, i in zip(reversed(adjectives), reversed(adj_i))] + [(det[1], det_i)]
+        )
+
+    subject_t = np_source(subject)
+    verb_t = (verb[1], say(verb))
+    object_t = np_source(obj) if obj is not None else None
+    adverb_t = (adverb[1], say(adverb)) if adverb is not None else None
+    if place is not None:
+        prep, phrase = place
+        prep_i = say(prep)
+        place_t = np_source(phrase) + [(prep[1], prep_i)]
+    else:
+        place_t = None
+
+    target += subject_t + [(SUBJECT_PARTICLE, None)]
+    if place_t is not None:
+        target += place_t
+    if object_t is not None:
+        target += object_t + [(OBJECT_PARTICLE, None)]
+    if adverb_t is not None:
+        target.append(adverb_t)
+    target.append(verb_t)
+    return Pair(tuple(source), tuple(w for w, _ in target), tuple(i for _, i in target))
+
+
+def sample_pairs(
+    n: int, seed: int, split: str, unk_rate: float = 0.0, rng: np.random.Generator | None = None
+) -> list[Pair]:
+    """`n` sentence pairs of one split ("train" or "held-out"), reproducible from `seed`
+    (or drawn from `rng` when given, for a training stream).
+
+    Pairs may repeat within a sample (short sentences are few); the split never leaks.
+    """
+    if split not in ("train", "held-out"):
+        raise ValueError(f"split must be 'train' or 'held-out', got {split!r}")
+    if n < 0:
+        raise ValueError(f"n must be >= 0, got {n}")
+    if split == "held-out" and unk_rate:
+        raise ValueError("held-out sentences use the lexicon only: unk_rate must be 0")
+    rng = rng if rng is not None else np.random.default_rng(seed)
+    want_held_out = split == "held-out"
+    pairs: list[Pair] = []
+    while len(pairs) < n:
+        pair = random_pair(rng, unk_rate)
+        if UNK in pair.source:
+            # Sentences with <unk> are training material by construction (the held-out split
+            # is defined over real sentences only).
+            if not want_held_out:
+                pairs.append(pair)
+        elif is_held_out(pair.source_text) == want_held_out:
+            pairs.append(pair)
+    return pairs
+
+
+# ---- shape scenes --------------------------------------------------------------------------
+SHAPE_CLASSES = ("circle", "square", "triangle", "diamond", "plus", "cross", "ring", "frame")
+IMAGE_SIZE = 32
+_SUPERSAMPLE = 4  # coverage is computed on a 4x finer grid, giving anti-aliased edges
+
+
+@dataclass(frozen=True)
+class Scenes:
+    """A batch of generated scenes.
+
+    images: (B, 3, H, W) float32 in [0, 1]; labels: (B,) long, indices into SHAPE_CLASSES;
+    coverage: (B, H, W) float32 in [0, 1], the fraction of each pixel covered by the shape.
+    """
+
+    images: torch.Tensor
+    labels: torch.Tensor
+    coverage: torch.Tensor
+
+
+def _inside(shape: str, dx: torch.Tensor, dy: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
+    """Inside-the-shape test on sample points: dx, dy (b, n, n) offsets from the centre, r (b, 1, 1) half-size.
+
+    Sizes are scaled per class so the areas are of the same order (a square of half-side r
+    would otherwise dwarf a plus of the same r).
+    """
+    ax, ay = dx.abs(), dy.abs()
+    half = torch.clamp(0.2 * r, min=1.0)  # half the stroke width of plus, cross, ring and frame
+    if shape == "circle":
+        return dx * dx + dy * dy <= r * r
+    if shape == "square":
+        return torch.maximum(ax, ay) <= 0.85 * r
+    if shape == "triangle":  # apex up, base at the bottom
+        return (dy >= -r) & (dy <= r) & (ax <= (dy + r) / 2)
+    if shape == "diamond":
+        return ax + ay <= 1.15 * r
+    if shape == "plus":
+        return ((ax <= half) & (ay <= r)) | ((ay <= half) & (ax <= r))
+    if shape == "cross":  # the plus turned by 45 degrees
+        u, v = (dx + dy).abs() / 2**0.5, (dx - dy).abs() / 2**0.5
+        return ((u <= half) & (v <= r)) | ((v <= half) & (u <= r))
+    if shape == "ring":
+        d2 = dx * dx + dy * dy
+        return (d2 <= r * r) & (d2 >= (r - 2 * half) ** 2)
+    if shape == "frame":
+        m = torch.maximum(ax, ay)
+        return (m <= 0.85 * r) & (m >= 0.85 * r - 2 * half)
+    raise ValueError(f"unknown shape {shape!r}: use one of {SHAPE_CLASSES}")
+
+
+def make_scenes(n: int, seed: int, generator: torch.Generator | None = None) -> Scenes:
+    """`n` scenes, reproducible from `seed` (or drawn from `generator` when given, for training streams).
+
+    Shape half-size 5..10 px, centred so the whole shape is inside the image; the foreground
+    colour differs from the background's mean colour by at least 0.45 (RGB distance), so the
+    class is always visible, but the background has stripes and gradients of its own.
+    """
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    g = generator if generator is not None else torch.Generator().manual_seed(seed)
+    S, k = IMAGE_SIZE, _SUPERSAMPLE
+
+    def uniform(*shape: int, low: float = 0.0, high: float = 1.0) -> torch.Tensor:
+        return low + (high - low) * torch.rand(*shape, generator=g)
+
+    labels = torch.randint(len(SHAPE_CLASSES), (n,), generator=g)
+    r = uniform(n, low=5.0, high=10.0)
+    cx = uniform(n) * (S - 2 * r - 2) + r + 1
+    cy = uniform(n) * (S - 2 * r - 2) + r + 1
+
+    # Shape coverage: the mean of k*k sub-pixel tests per pixel.
+    fine = (torch.arange(S * k, dtype=torch.float32) + 0.5) / k  # sub-pixel centres, in pixels
+    dx = fine.view(1, 1, -1) - cx.view(-1, 1, 1)  # (n, 1, S*k)
+    dy = fine.view(1, -1, 1) - cy.view(-1, 1, 1)  # (n, S*k, 1)
+    inside = torch.zeros(n, S * k, S * k)
+    for c, shape in enumerate(SHAPE_CLASSES):
+        idx = (labels == c).nonzero().flatten()
+        if len(idx):
+            inside[idx] = _inside(shape, dx[idx], dy[idx], r[idx].view(-1, 1, 1)).float()
+    coverage = torch.nn.functional.avg_pool2d(inside.unsqueeze(1), k).squeeze(1)  # (n, S, S)
+
+    # Background: a base colour, a linear gradient, stripes at a random angle, pixel noise.
+    pix = torch.arange(S, dtype=torch.float32) / (S - 1)
+    yy, xx = torch.meshgrid(pix, pix, indexing="ij")  # (S, S)
+    base = uniform(n, 3, 1, 1)
+    angle = uniform(n, 1, 1, 1, high=2 * torch.pi)
+    ramp = (xx * torch.cos(angle) + yy * torch.sin(angle)) - 0.5  # (n, 1, S, S)
+    gradient = ramp * uniform(n, 3, 1, 1, low=-0.3, high=0.3)
+    stripe_angle = uniform(n, 1, 1, 1, high=torch.pi)
+    freq = uniform(n, 1, 1, 1, low=4.0, high=12.0)
+    phase = uniform(n, 1, 1, 1, high=2 * torch.pi)
+    stripes = torch.sin(freq * 2 * torch.pi * (xx * torch.cos(stripe_angle) + yy * torch.sin(stripe_angle)) + phase)
+    stripes = stripes * uniform(n, 3, 1, 1, low=0.0, high=0.12)
+    background = base + gradient + stripes + 0.04 * torch.randn(n, 3, S, S, generator=g)
+
+    # Foreground colour: redraw until far enough from the background's base colour.
+    fg = uniform(n, 3, 1, 1)
+    for _ in range(100):
+        close = (fg - base).flatten(1).norm(dim=1) < 0.45
+        if not bool(close.any()):
+            break
+        fg = torch.where(close.view(-1, 1, 1, 1), uniform(n, 3, 1, 1), fg)
+    else:  # pragma: no cover - probability ~ 0.5**100
+        raise RuntimeError("could not draw contrasting colours")
+    foreground = fg + 0.04 * torch.randn(n, 3, S, S, generator=g)
+
+    alpha = coverage.unsqueeze(1)  # (n, 1, S, S)
+    images = (background * (1 - alpha) + foreground * alpha).clamp(0.0, 1.0)
+    return Scenes(images=images.contiguous(), labels=labels, coverage=coverage.contiguous())
+
+
+def patch_coverage(coverage: torch.Tensor, patch_size: int) -> torch.Tensor:
+    """(B, H, W) pixel coverage -> (B, N) mean coverage of each patch, row-major like the ViT's patches."""
+    pooled = torch.nn.functional.avg_pool2d(coverage.unsqueeze(1).float(), patch_size)  # (B, 1, rows, cols)
+    return pooled.flatten(1)
