@@ -1,19 +1,36 @@
-"""tformer: the Streamlit shell. Page config, the shared sidebar, navigation. Pages live in pages/."""
+"""tformer: the Streamlit shell. Page config, the shared sidebar, navigation.
+
+Pages live in app_pages/, not pages/: Streamlit takes a pages/ folder beside the main script for an
+old-style multipage app, and the first session of a fresh server would then run a page file on its
+own, without this shell (no sidebar, no page config), or show "Page not found" for a shared link.
+"""
 
 import streamlit as st
-import torch
 
 import tformer_core as tc
+import ui
 
 # Traces allocate and free hundreds of MB per request; keep that memory for reuse (see runtime.py).
 tc.retain_freed_memory()
 
 st.set_page_config(page_title="tformer: inside Transformers", page_icon="🔍", layout="wide")
 
-with st.sidebar:
-    device = tc.default_device()
-    label = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
-    st.caption(f"Device: **{device.type.upper()}** ({label}) · torch {torch.__version__.split('+')[0]}")
+PAGES = {
+    "tformer": [st.Page("app_pages/home.py", title="Home", icon="🏠", default=True)],
+    "Learn": [
+        st.Page("app_pages/step_by_step.py", title="Attention, step by step", icon="🧮", url_path="step-by-step"),
+        st.Page("app_pages/positional.py", title="Positional encoding", icon="〰️", url_path="positional"),
+    ],
+    "Explore": [
+        st.Page("app_pages/text_attention.py", title="Text attention", icon="🔤", url_path="text"),
+    ],
+}
 
-navigation = st.navigation({"tformer": [st.Page("pages/home.py", title="Home", icon="🏠", default=True)]})
+navigation = st.navigation(PAGES)
+
+with st.sidebar:
+    st.caption(ui.device_summary())
+    loaded = ui.loaded_models()
+    st.caption("Models loaded: " + (", ".join(f"`{m}`" for m in loaded) if loaded else "none yet"))
+
 navigation.run()

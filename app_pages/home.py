@@ -1,4 +1,4 @@
-"""Home: what tformer shows, and the lecture's smallest worked example computed live by the core."""
+"""Home: what each page teaches, with a link to it, and the smallest worked example computed live."""
 
 import numpy as np
 import pandas as pd
@@ -10,8 +10,29 @@ st.title("tformer: see inside Transformers")
 st.markdown(
     "Type a sentence or upload a photo and watch a real model work: the **Q, K, V** of every head, "
     "attention weights per head and layer, positional encodings, Vision Transformer patches and how far "
-    "each head looks. Every number on these pages is read from an actual forward pass."
+    "each head looks. Every number on these pages is read from an actual forward pass. "
+    "Every view can be shared: its settings are in the page's address."
 )
+
+# Each entry: page file, what it teaches. Links go through st.page_link so they follow the app's routing.
+GUIDE = [
+    ("app_pages/step_by_step.py", "Attention, step by step",
+     "The lecture's worked example, editable: X, W^Q, W^K, W^V → Q, K, V → scores → scaling by 1/√d_k → "
+     "softmax → Z, with causal and padding masks, several heads and W^O. Pick a query row to see every "
+     "number of its computation."),
+    ("app_pages/positional.py", "Positional encoding",
+     "Sinusoidal encodings for any size and base (10000, or 100 as in the lecture), the formula cell by cell, "
+     "similarity between positions, and the learned position embeddings of a real model."),
+    ("app_pages/text_attention.py", "Text attention",
+     "A real encoder (MiniLM, offline) or any BERT / RoBERTa / GPT-2 from the hub: head view, heatmaps, all "
+     "layers × heads at once, Q/K/V, why a weight has its value, attention distance, next-token and "
+     "masked-word predictions."),
+]  # fmt: skip
+
+for page, title, teaches in GUIDE:
+    with st.container(border=True):
+        st.page_link(page, label=f"**{title}**")
+        st.caption(teaches)
 
 st.subheader("Attention in one example")
 st.latex(r"Z = \operatorname{softmax}\!\left(\frac{QK^\top}{\sqrt{d_k}}\right)V,\quad Q = XW^Q,\ K = XW^K,\ V = XW^V")

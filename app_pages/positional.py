@@ -1,0 +1,328 @@
+"""Positional encoding: the sinusoidal table, its formula cell by cell, its waves, how positions compare,
+and the learned position embeddings of a real model beside it.
+
+Read widgets -> ask the core (tc.sinusoidal_encoding, tformer_core.lessons) -> draw.
+"""
+
+from __future__ import annotations
+
+import altair as alt
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+import tformer_core as tc
+import ui
+from tformer_core import lessons as ls
+from tformer_core.charts import line_chart, unique_labels
+from tformer_core.text_views import natural_size
+
+MODEL = ui.DEFAULT_TEXT_MODEL
+DEFAULT_SENTENCE = "The cat sat on the mat."
+SIMILARITIES = {"dot": "Dot product", "cosine": "Cosine"}
+CORNER = 8  # the numbers of the top-left corner of each big matrix are printed as a table
+
+
+def int_key(url: ui.UrlState, name: str, default: int, lo: int, hi: int) -> str:
+    """A URL-backed key for a number input limited to lo..hi; a value from the link outside them is clamped
+    (a number input given an out-of-range value would raise) and the user is told."""
+    key = url.key(name, default)
+    value = st.session_state[key]
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        fixed = min(max(int(value), lo), hi) if isinstance(value, (int, float)) else default
+        st.warning(f"`{name}` = {value} is outside {lo}..{hi}; using {fixed}.")
+        st.session_state[key] = fixed
+    return key
+
+
+def int_list(raw: str) -> list[int]:
+    return [int(s) for s in raw.split(",") if s.strip()]
+
+
+def finite_float(raw: str) -> float:
+    value = float(raw)
+    if not np.isfinite(value):
+        raise ValueError(raw)  # UrlState falls back to the default
+    return value
+
+
+def corner(name: str, matrix: np.ndarray, rows: list[str], cols: list[str]) -> None:
+    """The top-left CORNER x CORNER numbers of a matrix as a table (its corner cell says `name`)."""
+    k_r, k_c = min(CORNER, matrix.shape[0]), min(CORNER, matrix.shape[1])
+    frame = pd.DataFrame(matrix[:k_r, :k_c], index=pd.Index(rows[:k_r], name=name), columns=cols[:k_c])
+    st.dataframe(frame.style.format("{:.4f}"))
+
+
+def big_heatmap(
+    matrix: np.ndarray, title: str, row_title: str, col_title: str, key: str, square: bool = False, width: int = 520
+) -> None:
+    """A large matrix as a heatmap (thinned to a light payload, saying so) with its full CSV."""
+    sub, rows, cols = ls.thin(matrix, keep_rows=not square)
+    side = min(width, 420)
+    chart = ls.grid_heatmap(
+        sub,
+        rows,
+        cols,
+        title,
+        row_title=row_title,
+        col_title=col_title,
+        height=side if square else 320,
+        width=side if square else width,
+    )
+    ui.chart(natural_size(chart), key=f"pe.chart.{key}")  # at its own size, axes and legend around it
+    if sub.shape != matrix.shape:
+        step = cols[1] - cols[0]
+        st.caption(
+            f"Drawn: one {'row and column' if square else 'column'} in {step} of {matrix.shape[0]} × "
+            f"{matrix.shape[1]} (keeps the chart light); the CSV has every number."
+        )
+    ui.matrix_download(
+        matrix,
+        [str(i) for i in range(matrix.shape[0])],
+        [str(j) for j in range(matrix.shape[1])],
+        f"{key}.csv",
+        key=f"pe.csv.{key}",
+    )
+
+
+def sinusoidal_sections(url: ui.UrlState, n: int, d: int, base: float) -> None:
+    pe = tc.sinusoidal_encoding(n, d, base)  # [n, d]
+    positions, dims = [str(p) for p in range(n)], [str(j) for j in range(d)]
+
+    st.subheader("The table")
+    st.latex(
+        rf"PE_{{(pos,\,2i)}} = \sin\!\left(\frac{{pos}}{{{base:g}^{{2i/d}}}}\right),\qquad "
+        rf"PE_{{(pos,\,2i+1)}} = \cos\!\left(\frac{{pos}}{{{base:g}^{{2i/d}}}}\right),\qquad d = {d}"
+    )
+    st.caption(
+        f"Rows: positions 0..{n - 1}. Columns: dimensions 0..{d - 1}; dimension pair i turns at "
+        f"ω_i = 1/{base:g}^(2i/d) radians per position: fast on the left, slow on the right."
+    )
+    big_heatmap(pe, f"Sinusoidal PE, {n} positions × d = {d}, base {base:g}", "position", "dimension", "sinusoidal_pe")
+    corner("PE", pe, positions, dims)
+
+    st.subheader("Cell by cell")
+    st.caption(
+        "The first positions and dimensions with the numbers put into the formula (2i counts the pair: "
+        "dimensions 2i and 2i+1 share one frequency)."
+    )
+    table = ls.formula_table(min(6, n), min(6, d), base, d)
+    st.dataframe(table)
+    st.download_button(
+        "Download CSV", table.to_csv().encode("utf-8"), "pe_formulas.csv", "text/csv", key="pe.csv.formulas"
+    )
+
+    st.subheader("Each dimension is a wave")
+    dims_key = url.key("dims", [0, 1, 20, 60], cast=int_list)  # fast, and slower pairs
+    st.session_state[dims_key] = [j for j in st.session_state[dims_key] if isinstance(j, int) and 0 <= j < d]
+    chosen = st.multiselect("Dimensions", list(range(d)), key=dims_key)
+    if chosen:
+        curves = line_chart(
+            ls.curves_frame(pe, chosen),
+            "position",
+            "value",
+            "dimension",
+            title="PE[pos, dim] over positions",
+            y_title="PE",
+        )
+        ui.chart(natural_size(curves.properties(width=560)), key="pe.chart.curves")
+        omega = ls.frequencies(d, base)[[j // 2 for j in chosen]]
+        st.caption(
+            "Wavelength (positions per turn): "
+            + ", ".join(f"dim {j}: {2 * np.pi / w:,.1f}" for j, w in zip(chosen, omega))
+        )
+
+    st.subheader("How similar are two positions?")
+    kind = st.radio(
+        "Similarity",
+        list(SIMILARITIES),
+        format_func=SIMILARITIES.get,
+        horizontal=True,
+        key=url.key("sim", "dot", choices=list(SIMILARITIES)),
+    )
+    sim = ls.similarity(pe, kind)
+    if kind == "dot":
+        st.latex(rf"PE(p)\cdot PE(q) = \sum_i \cos(\omega_i (q - p)),\qquad PE(p)\cdot PE(p) = d/2 = {d // 2}")
+    else:
+        st.latex(
+            r"\cos\angle(PE(p), PE(q)) = \frac{PE(p)\cdot PE(q)}{\lVert PE(p)\rVert\,\lVert PE(q)\rVert}"
+            r" = \frac{2}{d}\sum_i \cos(\omega_i (q-p))"
+        )
+    big_heatmap(sim, f"{SIMILARITIES[kind]} between positions", "position p", "position q", f"pe_{kind}", square=True)
+    corner("similarity", sim, positions, positions)
+
+    st.markdown(
+        "**It depends only on the offset.** Since sin a sin b + cos a cos b = cos(a − b), each "
+        "frequency contributes cos(ω_i k) for positions k apart, wherever they start:"
+    )
+    starts = sorted({0, n // 4, n // 2} - {n - 1}) if n > 1 else [0]
+    max_offset = max(1, min(n - 1 - max(starts), 100))
+    curves = ls.offset_products(pe, starts, max_offset)
+    ks = np.arange(max_offset + 1)
+    formula = pd.DataFrame({"offset k": ks, "dot": ls.offset_formula(d, base, ks)})
+    offsets = line_chart(
+        curves, "offset k", "dot", "start", title="PE(p)·PE(p+k): one curve, whatever p", y_title="PE(p)·PE(p+k)"
+    )
+    predicted = alt.Chart(formula).mark_line(color="black", strokeDash=[6, 4]).encode(x="offset k:Q", y="dot:Q")
+    ui.chart(natural_size(alt.layer(offsets, predicted).properties(width=560)), key="pe.chart.offset")
+    st.caption(
+        "The coloured curves (one per start p) lie exactly on top of each other and on the dashed "
+        "Σ cos(ω_i k). The first offsets, in numbers:"
+    )
+    wide = curves.pivot(index="offset k", columns="start", values="dot")
+    wide["Σ cos(ω_i k)"] = ls.offset_formula(d, base, wide.index.to_numpy())
+    wide.index = pd.Index([str(k) for k in wide.index], name="PE(p)·PE(p+k)")
+    st.dataframe(wide.head(CORNER).style.format("{:.4f}"))
+    ui.matrix_download(wide.to_numpy(), list(wide.index), list(wide.columns), "pe_offsets.csv", key="pe.csv.offsets")
+
+
+def real_sections(url: ui.UrlState, base: float) -> None:
+    st.subheader(f"x + PE on a real sentence ({MODEL})")
+    st.caption(
+        f"{MODEL} is BERT-like: its positions are **learned** vectors (one trained row per position), added to the "
+        "token embeddings together with a segment embedding; LayerNorm then gives layer 0's input. The "
+        "original Transformer instead adds the fixed **sinusoidal** table (scaling the token embedding by √d first)."
+    )
+    left, right = st.columns([3, 1])
+    sentence = left.text_input("Sentence", key=url.key("text", DEFAULT_SENTENCE))
+    n_dims = right.number_input("Dims shown", 1, 32, key=int_key(url, "xdims", 5, 1, 32))
+    model = ui.load_model(MODEL)
+    if model is None:
+        return
+    if not sentence.strip():
+        st.error("Type a sentence.")
+    else:
+        trace = ui.run_safely(lambda: ui.cached("text", MODEL, sentence, None), "Sentence")
+        parts = ui.run_safely(lambda: ls.embedding_sum(trace, base), "Embeddings") if trace is not None else None
+        if parts is not None:
+            tokens = unique_labels(parts.tokens)  # a sentence may repeat a word
+            dims = [str(j) for j in range(n_dims)]
+            d_model = parts.tok.shape[1]
+            st.caption(f"First {n_dims} of {d_model} dimensions.")
+            views = [
+                ("token embedding", parts.tok, "E[token]: the word's own vector, the same at every position."),
+                ("learned position", parts.pos, "P[pos]: the model's trained row for each position."),
+                ("segment", parts.segment, "The segment (sentence A) embedding: the same row for every token here."),
+                ("sum (before LayerNorm)", parts.total, "E + P + segment: what LayerNorm turns into layer 0's input."),
+                (
+                    f"sinusoidal PE (base {base:g})",
+                    parts.sinusoidal,
+                    f"What the original Transformer would add at d = {d_model} (not used by this model).",
+                ),
+                ("token + sinusoidal", parts.tok_plus_sinusoidal, "E + PE: the sum with the sinusoidal table instead."),
+            ]
+            for row in range(0, len(views), 2):
+                for column, (name, matrix, what) in zip(st.columns(2), views[row : row + 2]):
+                    with column:
+                        st.markdown(f"**{name}**")
+                        st.caption(what)
+                        frame = pd.DataFrame(matrix[:, :n_dims], index=pd.Index(tokens, name=name), columns=dims)
+                        st.dataframe(frame.style.format("{:.4f}"))
+                        ui.matrix_download(
+                            matrix,
+                            tokens,
+                            [str(j) for j in range(d_model)],
+                            f"{name.split(' (')[0].replace(' ', '_')}.csv",
+                            key=f"pe.csv.x.{row}.{name}",
+                        )
+            st.markdown("**Lengths of the vectors** (all dimensions): how strongly each part pulls on the sum.")
+            norms = parts.norms()
+            norms.index = pd.Index(tokens, name="length")
+            st.dataframe(norms.style.format("{:.3f}"))
+            st.caption(
+                f"Every sinusoidal row has length √(d/2) = {np.sqrt(d_model / 2):.2f}, far longer than these "
+                "token embeddings: added as is, it would drown them. The original Transformer multiplies the "
+                f"token embedding by √d = {np.sqrt(d_model):.1f} first; a learned table is simply trained at "
+                "the right scale."
+            )
+
+    st.subheader("Learned vs sinusoidal positions")
+    max_pos = min(model.config.max_positions, ls.MAX_PE_POSITIONS)
+    n = st.slider("Positions", 2, max_pos, key=int_key(url, "learned", 64, 2, max_pos))
+    learned = ui.run_safely(lambda: ls.learned_positions(model, n), "Learned positions")
+    if learned is None:
+        return
+    d_model = learned.shape[1]
+    sinus = tc.sinusoidal_encoding(n, d_model, base)
+    left, right = st.columns(2)
+    with left:
+        st.markdown(f"**Learned** ({MODEL}, d = {d_model})")
+        big_heatmap(learned, "Learned position embeddings", "position", "dimension", "learned_pe", width=340)
+        big_heatmap(
+            ls.similarity(learned, "cosine"),
+            "Cosine similarity, learned",
+            "position p",
+            "position q",
+            "learned_cosine",
+            square=True,
+            width=340,
+        )
+    with right:
+        st.markdown(f"**Sinusoidal** (base {base:g}, d = {d_model})")
+        big_heatmap(sinus, "Sinusoidal PE", "position", "dimension", "sinusoidal_pe_model_size", width=340)
+        big_heatmap(
+            ls.similarity(sinus, "cosine"),
+            "Cosine similarity, sinusoidal",
+            "position p",
+            "position q",
+            "sinusoidal_cosine",
+            square=True,
+            width=340,
+        )
+    st.caption(
+        "Both give nearby positions similar vectors (the dark band along the diagonal). The sinusoidal band has "
+        "the same shape on every row (it depends only on the offset); the learned one need not, and it only "
+        f"exists for the {model.config.max_positions} positions the model was trained with."
+    )
+
+
+def page(url: ui.UrlState) -> None:
+    c = st.columns(3)
+    n = c[0].number_input(
+        "Positions",
+        1,
+        ls.MAX_PE_POSITIONS,
+        key=int_key(url, "n", 50, 1, ls.MAX_PE_POSITIONS),
+        help=f"1 to {ls.MAX_PE_POSITIONS}.",
+    )
+    d = c[1].number_input(
+        "d_model",
+        2,
+        ls.MAX_PE_D_MODEL,
+        step=2,
+        key=int_key(url, "d", 128, 2, ls.MAX_PE_D_MODEL),
+        help=f"Even, 2 to {ls.MAX_PE_D_MODEL}: dimensions come in sin/cos pairs.",
+    )
+    base = float(
+        c[2].number_input(
+            "Base",
+            key=url.key("base", 10000.0, cast=finite_float),
+            format="%g",
+            help="10000 in Attention Is All You Need; the lecture's small example uses 100. Must be greater than 1.",
+        )
+    )
+    problems = ls.pe_problems(int(n), int(d), base)
+    for problem in problems:
+        st.error(problem)
+    if problems:
+        st.info("Fix the settings above to see the encoding.")
+    else:
+        sinusoidal_sections(url, int(n), int(d), base)
+    # The real-model part still works when only the table settings are wrong; it needs a usable base.
+    real_sections(url, base if base > 1 else 10000.0)
+
+
+def main() -> None:
+    st.title("Positional encoding")
+    st.caption(
+        "Attention alone does not know word order: shuffle the tokens and every output is shuffled the same way. "
+        "A position vector added to each token's embedding tells the model where the token is."
+    )
+    url = ui.UrlState("pe")
+    try:
+        page(url)
+    finally:
+        url.publish()
+
+
+main()

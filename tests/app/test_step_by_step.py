@@ -1,0 +1,182 @@
+"""The "Attention, step by step" page through Streamlit's AppTest: the numbers it shows, its masks,
+heads, presets, bad input and the URL. Tables are found by the label in their corner (index name)."""
+
+import math
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from streamlit.testing.v1 import AppTest
+
+import tformer_core as tc
+from tformer_core import lessons as ls
+
+PAGE = str(Path(__file__).resolve().parents[2] / "app_pages" / "step_by_step.py")
+SQRT3 = math.sqrt(3.0)
+HAND_Q = [[1, 0, 2], [2, 2, 2], [2, 1, 3]]
+HAND_SCORES = np.array([[2, 4, 4], [4, 16, 12], [4, 12, 10]], dtype=float)
+
+
+def run(**params: str) -> AppTest:
+    at = AppTest.from_file(PAGE, default_timeout=60)
+    for name, value in params.items():
+        at.query_params[name] = value
+    return at.run()
+
+
+def table(at: AppTest, name: str) -> pd.DataFrame:
+    """The table whose corner label is `name`."""
+    found = [d.value for d in at.dataframe if d.value.index.name == name]
+    assert len(found) == 1, f"expected one table {name!r}, found {[d.value.index.name for d in at.dataframe]}"
+    return found[0]
+
+
+def names(at: AppTest) -> list:
+    return [d.value.index.name for d in at.dataframe]
+
+
+def softmax_rows(a: np.ndarray) -> np.ndarray:
+    e = np.exp(a - a.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def test_default_example_shows_the_hand_worked_numbers_and_writes_the_url():
+    at = run()
+    assert not at.exception and not at.error
+    np.testing.assert_array_equal(table(at, "Q").to_numpy(), HAND_Q)
+    np.testing.assert_array_equal(table(at, "QKᵀ").to_numpy(), HAND_SCORES)
+    np.testing.assert_allclose(table(at, "scaled").to_numpy(), HAND_SCORES / SQRT3)
+    weights = table(at, "weights").to_numpy()
+    np.testing.assert_allclose(weights, softmax_rows(HAND_SCORES / SQRT3))
+    np.testing.assert_allclose(weights.sum(axis=1), 1.0)
+    np.testing.assert_allclose(table(at, "Z").to_numpy(), weights @ np.array([[1, 2, 3], [2, 8, 0], [2, 6, 3]]))
+    assert list(table(at, "weights").index) == ["I", "love", "tea"]
+    # The query row, written out: q(I) = [1, 0, 2] against k(tea) = [2, 3, 1].
+    walk = table(at, "keys for q(I)")
+    assert walk.loc["tea", "q·k written out"] == "1·2 + 0·3 + 2·1"
+    np.testing.assert_allclose(walk["weight"], weights[0])
+    assert any("1/√3" in c.value for c in at.caption)
+    params = dict(at.query_params)
+    assert (
+        params["preset"] == "example" and params["heads"] == "1" and params["causal"] == "0" and params["query"] == "0"
+    )
+    assert len(at.get("vega_lite_chart")) == 7  # Q, K, V, scores, scaled, weights, Z
+    # CSV of the same seven matrices and of the query row; every chart also saves as SVG and PNG.
+    labels = Counter(button.proto.label for button in at.get("download_button"))
+    assert labels == {"Download CSV": 8, "SVG": 7, "PNG": 7}
+
+
+def test_causal_mask_zeroes_the_weights_above_the_diagonal():
+    at = run()
+    before = table(at, "weights").to_numpy()
+    at.checkbox(key="step.causal").check().run()
+    assert not at.exception
+    scaled = table(at, "scaled").to_numpy()
+    weights = table(at, "weights").to_numpy()
+    upper = np.triu_indices(3, 1)
+    assert np.all(np.isneginf(scaled[upper]))
+    np.testing.assert_array_equal(weights[upper], 0.0)
+    np.testing.assert_allclose(weights[0], [1.0, 0.0, 0.0])
+    np.testing.assert_allclose(weights[1, :2], softmax_rows(HAND_SCORES[1:2, :2] / SQRT3)[0])
+    assert not np.allclose(weights, before)
+    assert at.query_params["causal"] == ["1"] or at.query_params["causal"] == "1"
+
+
+def test_padding_hides_a_key_from_every_query():
+    at = run()
+    at.multiselect(key="step.pad").select(1).run()
+    assert not at.exception
+    weights = table(at, "weights").to_numpy()
+    np.testing.assert_array_equal(weights[:, 1], 0.0)
+    np.testing.assert_allclose(weights.sum(axis=1), 1.0)
+    assert np.all(np.isneginf(table(at, "scaled").to_numpy()[:, 1]))
+    assert dict(at.query_params)["pad"] in ("1", ["1"])
+
+
+def test_url_restores_heads_query_and_mask_and_two_heads_match_numpy():
+    at = run(heads="2", causal="1", query="2", qhead="1")
+    assert not at.exception and not at.error
+    assert at.number_input(key="step.heads").value == 2
+    assert at.checkbox(key="step.causal").value is True
+    assert at.selectbox(key="step.query").value == 2 and at.selectbox(key="step.qhead").value == 1
+    # An independent two-head computation with the page's preset numbers.
+    ex = ls.default_example(2)
+    Q, K, V = ex.X @ ex.W_q, ex.X @ ex.W_k, ex.X @ ex.W_v
+    causal = np.tril(np.ones((3, 3), dtype=bool))
+    heads = []
+    for j in range(2):
+        s = Q[:, 3 * j : 3 * j + 3] @ K[:, 3 * j : 3 * j + 3].T / SQRT3
+        w = softmax_rows(np.where(causal, s, -np.inf))
+        np.testing.assert_allclose(table(at, f"weights · head {j + 1}").to_numpy(), w)
+        heads.append(w @ V[:, 3 * j : 3 * j + 3])
+    np.testing.assert_allclose(table(at, "concat").to_numpy(), np.hstack(heads))
+    np.testing.assert_allclose(table(at, "output").to_numpy(), np.hstack(heads) @ ex.W_o)
+    # The query row follows the URL: token 2 ("tea") in head 2.
+    np.testing.assert_allclose(table(at, "keys for q(tea)")["weight"], table(at, "weights · head 2").to_numpy()[2])
+    params = dict(at.query_params)
+    assert (params["heads"], params["causal"], params["query"], params["qhead"]) == ("2", "1", "2", "1")
+
+
+def test_random_preset_from_the_url():
+    at = run(preset="random", seed="7", n="5", d="3", dk="2")
+    assert not at.exception and not at.error
+    ex = ls.random_example(7, 5, 3, 2)
+    rng = np.random.default_rng(7)  # the documented recipe, independently
+    X = np.round(rng.normal(size=(5, 3)), 2)
+    W_q = np.round(rng.normal(size=(3, 2)) / math.sqrt(3), 2)
+    np.testing.assert_array_equal(ex.X, X)
+    np.testing.assert_allclose(table(at, "Q").to_numpy(), X @ W_q)
+    assert list(table(at, "Q").index) == ["t1", "t2", "t3", "t4", "t5"]
+    assert table(at, "weights").shape == (5, 5)
+
+
+def test_real_model_preset_shows_a_labelled_slice_of_minilm():
+    at = run(preset="real", layer="1", head="2", dims="4", hdims="3")
+    assert not at.exception and not at.error
+    model = tc.load_model("minilm", device="cpu")
+    trace = model.trace("The cat sat.")
+    attn = model.encoder.blocks[1].attn
+    cols = slice(2 * 32, 2 * 32 + 3)
+    W_q = attn.W_q.weight.detach().double().numpy()[cols, :4].T
+    b_q = attn.W_q.bias.detach().double().numpy()[cols]
+    X = trace["encoder.1.resid_pre"][:, :4].astype(np.float64)
+    np.testing.assert_allclose(table(at, "Q").to_numpy(), X @ W_q + b_q, atol=1e-9)
+    assert list(table(at, "Q").index) == ["[CLS]", "the", "cat", "sat", ".", "[SEP]"]
+    assert any("A slice" in c.value and "first 4 of 384" in c.value for c in at.caption)
+    assert any("XW^Q + b^Q" in l.value for l in at.latex)
+
+
+def test_bad_cells_give_inline_errors_and_the_rest_still_renders():
+    at = run(mode="text")
+    assert not at.exception and not at.error
+    at.text_area(key="step.paste.X").set_value("1 0 abc 0\n0 2 0 2\n1 1 1 1").run()
+    assert not at.exception
+    assert [e.value for e in at.error] == ["X, row 1, column 3: 'abc' is not a number"]
+    assert "Q" not in names(at)
+    # X fixed, W^V broken: Q, K and the weights still show, V and Z do not.
+    at.text_area(key="step.paste.X").set_value("1 0 1 0\n0 2 0 2\n1 1 1 1")
+    at.text_area(key="step.paste.W_v").set_value("0 2 0\n0 3\n1 0 3\n1 1 0").run()
+    assert not at.exception
+    assert [e.value for e in at.error] == ["W^V: row 2 has 2 numbers but row 1 has 3"]
+    np.testing.assert_array_equal(table(at, "Q").to_numpy(), HAND_Q)
+    assert "weights" in names(at) and "V" not in names(at) and "Z" not in names(at)
+
+
+@pytest.mark.parametrize(
+    "area,text,message",
+    [
+        ("tokens", "I love", "2 token names for 3 rows of X"),
+        ("W_q", "", "W^Q is empty"),  # d_k = 0
+        ("W_k", "0 0\n1 1\n0 1\n1 1", "W^K is 4 × 2 but W^Q is 4 × 3"),
+        ("X", "nan 0 1 0\n0 2 0 2\n1 1 1 1", "X, row 1, column 1: empty cell (NaN)"),
+    ],
+)
+def test_bad_shapes_and_empty_inputs_are_named(area, text, message):
+    at = run(mode="text")
+    at.text_input(key="step.paste.tokens").input(text).run() if area == "tokens" else at.text_area(
+        key=f"step.paste.{area}"
+    ).set_value(text).run()
+    assert not at.exception
+    assert any(message in e.value for e in at.error), [e.value for e in at.error]

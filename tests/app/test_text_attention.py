@@ -1,0 +1,300 @@
+"""The Text attention page, driven through Streamlit's AppTest: real models, real numbers, no network.
+
+MiniLM (bundled) is the default model; a tiny random GPT-2 (with its own byte-level BPE tokenizer)
+and a tiny random BERT with a masked-word head are saved into a temporary model folder and loaded
+as local folders, as a user's own checkpoints would be.
+"""
+
+import json
+import os
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+import transformers as T
+from streamlit import dataframe_util
+from streamlit.testing.v1 import AppTest
+
+import tformer_core as tc
+import ui
+from tformer_core import text_views as tv
+from tformer_core.checkpoints.sources import minilm_folder
+
+PAGE = str(Path(__file__).resolve().parents[2] / "app_pages" / "text_attention.py")
+SENTENCE = "The animal didn't cross the street because it was too tired."
+CORPUS = [SENTENCE, "The cat sat on the mat.", "Attention is all you need.", "It was too tired to cross."] * 5
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    """TFORMER_MODEL_DIRS -> a folder with tiny-gpt2/ and tiny-bert-mlm/ in the Hugging Face layout."""
+    root = tmp_path_factory.mktemp("models")
+    torch.manual_seed(0)
+
+    from tokenizers import ByteLevelBPETokenizer
+
+    bpe = ByteLevelBPETokenizer()
+    bpe.train_from_iterator(CORPUS, vocab_size=320, min_frequency=1, special_tokens=["<|endoftext|>"])
+    gpt_tok = T.PreTrainedTokenizerFast(tokenizer_object=bpe._tokenizer, bos_token="<|endoftext|>",
+                                        eos_token="<|endoftext|>", unk_token="<|endoftext|>")  # fmt: skip
+    gpt = T.GPT2LMHeadModel(T.GPT2Config(vocab_size=len(gpt_tok), n_embd=32, n_layer=2, n_head=4, n_positions=64,
+                                         bos_token_id=0, eos_token_id=0))  # fmt: skip
+    gpt.save_pretrained(root / "tiny-gpt2")
+    gpt_tok.save_pretrained(root / "tiny-gpt2")
+
+    bert_tok = T.AutoTokenizer.from_pretrained(str(minilm_folder()))
+    bert = T.BertForMaskedLM(T.BertConfig(vocab_size=len(bert_tok), hidden_size=32, num_hidden_layers=2,
+                                          num_attention_heads=4, intermediate_size=37,
+                                          max_position_embeddings=64))  # fmt: skip
+    bert.save_pretrained(root / "tiny-bert-mlm")
+    bert_tok.save_pretrained(root / "tiny-bert-mlm")
+
+    before = os.environ.get("TFORMER_MODEL_DIRS")
+    os.environ["TFORMER_MODEL_DIRS"] = str(root)
+    yield root
+    if before is None:
+        os.environ.pop("TFORMER_MODEL_DIRS", None)
+    else:
+        os.environ["TFORMER_MODEL_DIRS"] = before
+
+
+def page(**params) -> AppTest:
+    at = AppTest.from_file(PAGE, default_timeout=90)
+    for name, value in params.items():
+        at.query_params[name] = value
+    return at.run()
+
+
+def texts(at, kind) -> list[str]:
+    return [e.value for e in at.get(kind)]
+
+
+def charts(at) -> dict[str, list[pd.DataFrame]]:
+    """Every Altair chart on the page: its title -> the data frames it was sent (Arrow, as the browser gets them)."""
+    out = {}
+    for element in at.get("vega_lite_chart"):
+        title = json.loads(element.proto.spec).get("title", "")
+        title = title if isinstance(title, str) else title.get("text", "")
+        out[title] = [dataframe_util.convert_arrow_bytes_to_pandas_df(d.data.data) for d in element.proto.datasets]
+    return out
+
+
+def chart_titles(at) -> list[str]:
+    return list(charts(at))
+
+
+def images(at) -> list[str]:
+    return [url for element in at.get("image") for url in element.value]
+
+
+def widget(at, key):
+    return next(w for w in at.main if getattr(w, "key", None) == key)
+
+
+def no_exception(at):
+    assert not at.exception, [e.value for e in at.exception]
+
+
+@pytest.fixture(scope="module")
+def default_page():
+    at = page()
+    no_exception(at)
+    return at
+
+
+@pytest.fixture(scope="module")
+def minilm():
+    return tc.load_model("minilm", device="cpu")
+
+
+HEATMAP = "layer 0, head 0: weights (softmax)"
+
+
+def heatmap_cells(at, title=HEATMAP) -> pd.DataFrame:
+    return charts(at)[title][0]
+
+
+def test_default_page_shows_every_view_of_minilm(default_page, minilm):
+    at = default_page
+    assert at.title[0].value == "Text attention"
+    summary = "encoder (bidirectional) · 6 layers × 12 heads · d_head = 32 · 16 tokens"
+    assert any(summary in c for c in texts(at, "caption"))
+    titles = chart_titles(at)
+    assert "layer 0: queries (left) → keys (right)" in titles  # head view
+    assert HEATMAP in titles
+    assert {"Q (layer 0, head 0)", "K (layer 0, head 0)", "V (layer 0, head 0)"} <= set(titles)
+    assert "mean attention distance per head" in titles
+    assert [u.rsplit(".", 1)[-1] for u in images(at)] == ["png"]  # the layers x heads overview, one PNG
+    assert any("no masked-word head" in c for c in texts(at, "caption"))
+    trace = minilm.trace(SENTENCE)
+    # The heatmap carries the head's real weights, one cell per token pair.
+    cells = heatmap_cells(at)
+    np.testing.assert_allclose(cells["value"].to_numpy(), trace.attention(0, 0).ravel(), atol=1e-5)
+    # The head view draws every weight >= 0.01 of the 12 heads of layer 0.
+    lines = charts(at)["layer 0: queries (left) → keys (right)"][0]
+    w = trace.attention(0)
+    assert len(lines) == int((w >= 0.01).sum())
+    np.testing.assert_allclose(lines["weight"], w[lines["head"], lines["query"], lines["key"]], atol=1e-5)
+    # The query defaults to "it"; the why-this-weight table holds that row of the weights.
+    query = widget(at, "text.query")
+    assert trace.tokens[query.value] == "it"
+    table = next(d.value for d in at.dataframe if "weight" in d.value.columns)
+    np.testing.assert_allclose(table["weight"].to_numpy(), trace.attention(0, 0)[query.value], atol=1e-5)
+    assert table["weight"].sum() == pytest.approx(1.0, abs=1e-9)
+    # Attention distance: one dot per head and layer, equal to the core's metric.
+    dots = charts(at)["mean attention distance per head"][0]
+    expected = tc.mean_token_distance(trace.all_attention())  # [layers, heads]
+    np.testing.assert_allclose(dots.sort_values(["layer", "head"])["distance"], expected.ravel(), rtol=1e-5)
+    assert at.query_params["model"] == "minilm" and at.query_params["layer"] == "0"
+
+
+def test_switching_layer_head_and_views_runs_no_model(minilm):
+    at = page()
+    no_exception(at)
+    passes = ui.forward_passes("minilm")
+    widget(at, "text.layer").set_value(3)
+    widget(at, "text.head").set_value(5)
+    at.run()
+    no_exception(at)
+    assert "layer 3, head 5: weights (softmax)" in chart_titles(at)
+    np.testing.assert_allclose(heatmap_cells(at, "layer 3, head 5: weights (softmax)")["value"],
+                               minilm.trace(SENTENCE).attention(3, 5).ravel(), atol=1e-5)  # fmt: skip
+    widget(at, "text.hide").check()
+    widget(at, "text.matrix").set_value("scaled")
+    widget(at, "text.query").set_value(2)
+    at.run()
+    no_exception(at)
+    assert "layer 3, head 5: softmax input QKᵀ/√d_k" in chart_titles(at)
+    widget(at, "text.views").set_value(["why", "distance"])
+    at.run()
+    no_exception(at)
+    assert ui.forward_passes("minilm") == passes  # only the cached trace was read
+    assert (at.query_params["layer"], at.query_params["head"], at.query_params["hide"]) == ("3", "5", "1")
+    assert at.query_params["views"] == "why,distance"
+    assert not images(at) and chart_titles(at) == ["mean attention distance per head"]
+    # A new sentence is one new forward pass.
+    widget(at, "text.text").input("Birds fly south in winter.").run()
+    no_exception(at)
+    assert ui.forward_passes("minilm") == passes + 1
+
+
+def test_hiding_special_tokens_drops_them_from_the_views():
+    at = page(views="heatmap,head", hide="1")
+    no_exception(at)
+    cells = heatmap_cells(at)
+    tokens = set(cells["row_token"]) | set(cells["col_token"])
+    assert "[CLS]" not in tokens and "[SEP]" not in tokens and "animal" in tokens
+    np.testing.assert_allclose(cells.groupby("row")["value"].sum(), 1.0, atol=1e-6)  # rows renormalised
+    lines = charts(at)["layer 0: queries (left) → keys (right)"]
+    assert not ({"[CLS]", "[SEP]"} & (set(lines[1]["token"]) | set(lines[2]["token"])))
+    assert any("went to the hidden special tokens" in c for c in texts(at, "caption"))
+
+
+def test_url_restores_the_view():
+    at = page(model="minilm", text="Birds fly south.", layer="4", head="7", views="heatmap,why", query="2",
+              key="1", matrix="scores", heads="1,3")  # fmt: skip
+    no_exception(at)
+    assert widget(at, "text.text").value == "Birds fly south."
+    assert (widget(at, "text.layer").value, widget(at, "text.head").value) == (4, 7)
+    assert widget(at, "text.views").value == ["heatmap", "why"]
+    assert (widget(at, "text.query").value, widget(at, "text.key").value) == (2, 1)
+    assert "layer 4, head 7: scores QKᵀ" in chart_titles(at)
+    assert at.query_params["heads"] == "1,3" and at.query_params["text"] == "Birds fly south."
+
+
+def test_a_url_with_impossible_values_falls_back_to_defaults():
+    at = page(layer="99", head="x", query="500", views="nonsense,heatmap", heads="3,40", start="7")
+    no_exception(at)
+    assert (widget(at, "text.layer").value, widget(at, "text.head").value) == (0, 0)
+    assert widget(at, "text.views").value == ["heatmap"]
+    assert at.query_params["heads"] == "3" and at.query_params["query"] == "10"  # "it"
+
+
+def test_a_sentence_pair_is_read_with_two_segments(minilm):
+    at = page(pair="It was too tired.", views="heatmap")
+    no_exception(at)
+    cells = heatmap_cells(at)
+    tokens = [t.rstrip("\u200b") for t in cells.loc[cells["row"] == 0, "col_token"]]
+    assert tokens.count("[SEP]") == 2 and tokens[-2:] == [".", "[SEP]"]
+    expected = minilm.trace(SENTENCE, pair="It was too tired.").attention(0, 0)
+    np.testing.assert_allclose(cells["value"], expected.ravel(), atol=1e-5)
+
+
+@pytest.mark.parametrize("text", ["", "   "])
+def test_an_empty_sentence_says_so(text):
+    at = page(text=text)
+    no_exception(at)
+    assert any("empty" in e for e in texts(at, "error"))
+    assert not charts(at)
+
+
+def test_ten_thousand_words_are_truncated_with_a_note():
+    at = page(text=" ".join(["word"] * 10_000), views="heatmap,overview")
+    no_exception(at)
+    notes = [e.value for e in at.info]
+    expected = ("10,002 tokens", "at most 512", "last 9,490 tokens were dropped")
+    assert any(all(e in note for e in expected) for note in notes), notes
+    assert widget(at, "text.start").value == 0  # the detail views show a window of the 512 tokens
+    assert len(heatmap_cells(at)) == 64 * 64
+    assert len(images(at)) == 1
+
+
+def test_an_unknown_model_id_fails_with_a_message():
+    at = page(model="not-a-real/model-xyz")
+    no_exception(at)
+    assert widget(at, "text.model_choice").value == "__other__"
+    assert widget(at, "text.model_other").value == "not-a-real/model-xyz"
+    assert any("Could not load" in e and "not-a-real/model-xyz" in e for e in texts(at, "error"))
+    assert not charts(at)
+    widget(at, "text.model_choice").set_value("minilm").run()  # the session keeps working
+    no_exception(at)
+    assert not texts(at, "error") and HEATMAP in chart_titles(at)
+
+
+def test_an_encoder_decoder_model_points_to_its_page():
+    at = page(model="translator")
+    no_exception(at)
+    assert any("encoder-decoder" in w.value for w in at.warning)
+    assert not charts(at)
+
+
+def test_a_local_gpt2_shows_the_causal_mask_and_next_token_top5(model_dir):
+    folder = str(model_dir / "tiny-gpt2")
+    at = page(model=folder, views="heatmap,overview")
+    no_exception(at)
+    assert widget(at, "text.model_choice").value == folder  # local folders are offered in the list
+    assert any("Causal mask" in c for c in texts(at, "caption"))
+    assert any("Grey cells are masked" in c for c in texts(at, "caption"))
+    cells = heatmap_cells(at)
+    assert (cells["value"].isna() == (cells["col"] > cells["row"])).all()  # masked = above the diagonal
+    assert (cells.loc[cells["value"].isna(), "text"] == "-inf").all()
+    model = tc.load_model(folder, device="cpu")
+    trace = model.trace(SENTENCE)
+    top = next(d.value for d in at.dataframe if list(d.value.columns) == ["token", "probability"])
+    assert len(top) == 5
+    np.testing.assert_allclose(top["probability"].to_numpy(), [p for _, p in trace.predictions(5)], rtol=1e-4)
+    assert any("Next token, top 5" in h for h in texts(at, "subheader"))
+
+
+def test_a_local_bert_with_a_masked_word_head_guesses_the_mask(model_dir):
+    folder = str(model_dir / "tiny-bert-mlm")
+    at = page(model=folder, text="The cat [MASK] on the mat.", views="why")
+    no_exception(at)
+    assert any("Masked word, top 5" in h for h in texts(at, "subheader"))
+    top = next(d.value for d in at.dataframe if list(d.value.columns) == ["token", "probability"])
+    trace = tc.load_model(folder, device="cpu").trace("The cat [MASK] on the mat.")
+    assert list(top["token"]) == [t for t, _ in tv.top_predictions(trace, 5, 3)]
+    np.testing.assert_allclose(top["probability"], [p for _, p in trace.predictions(5, 3)], rtol=1e-4)
+
+
+def test_user_tokens_are_escaped_in_markdown():
+    at = page(text="<b>x</b> is *bold*", views="why")
+    no_exception(at)
+    widget(at, "text.query").set_value(1).run()  # the token "<"
+    no_exception(at)
+    shown = texts(at, "markdown") + texts(at, "caption")
+    assert any(r"Query \<" in s for s in shown)
+    assert not any(re.search(r"(?<!\\)<", s) for s in shown)

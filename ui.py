@@ -1,0 +1,261 @@
+"""The one place where the pages meet Streamlit's caches, the URL and the download buttons.
+
+Pages call these helpers; they never call a model's forward themselves.
+
+- Models are cached once per server process (`st.cache_resource`: one object shared by every
+  session; the core's capture is per call, so sharing is safe).
+- Traces are cached per (model, input): changing only the view (layer, head, token, colours)
+  reads the cached trace and runs no model. `forward_passes(source)` counts the stack passes
+  each cached model has run, so tests and benchmarks can check that.
+- Page state lives in the URL query parameters (`UrlState`), so any view can be shared.
+- Every chart is Altair, drawn by `chart`, which puts SVG and PNG downloads under it; matrices
+  download as CSV (`matrix_download`).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from typing import Any, Callable, Sequence
+
+import altair as alt
+import numpy as np
+import pandas as pd
+import streamlit as st
+import torch
+
+import tformer_core as tc
+from tformer_core.charts import to_png, to_svg
+from tformer_core.layers import Stack
+
+DEFAULT_TEXT_MODEL = "minilm"
+TEXT_MODEL_SUGGESTIONS = ("minilm", "bert-base-uncased", "roberta-base", "distilbert-base-uncased", "gpt2")
+
+# ---- models ------------------------------------------------------------------------------------
+_passes: Counter[str] = Counter()
+_passes_lock = threading.Lock()
+_loaded_sources: set[str] = set()
+
+
+def _count_passes(model: tc.TracedModel, source: str) -> None:
+    """Count every run of a stack (encoder / decoder) of this model: one forward pass runs each once."""
+
+    def hook(module: torch.nn.Module, args: Any) -> None:
+        with _passes_lock:
+            _passes[source] += 1
+
+    for module in model.modules():
+        if isinstance(module, Stack):
+            module.register_forward_pre_hook(hook)
+
+
+def forward_passes(source: str | None = None) -> int:
+    """Stack passes run so far by the cached model `source` (all models when None)."""
+    with _passes_lock:
+        return _passes[source] if source is not None else sum(_passes.values())
+
+
+class _ModelSlot:
+    """Where one model lives once loaded; the lock makes concurrent sessions load it only once."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.model: tc.TracedModel | None = None
+
+
+# The slot, not the model, is what Streamlit caches: loading reports progress to the page that asked,
+# and Streamlit replays any element drawn inside a cached function on later hits, where that page's
+# progress bar no longer exists. So the cached function draws nothing and loading happens outside it.
+@st.cache_resource(show_spinner=False, max_entries=6)
+def _model_slot(source: str) -> _ModelSlot:
+    return _ModelSlot()
+
+
+def _cached_model(source: str, progress: Callable[[float, str], None] | None = None) -> tc.TracedModel:
+    """The model for `source`, loaded once per server process (a failed load is tried again next time)."""
+    slot = _model_slot(source)
+    with slot.lock:
+        if slot.model is None:
+            model = tc.load_model(source, progress=progress)
+            _count_passes(model, source)
+            slot.model = model
+            with _passes_lock:
+                _loaded_sources.add(source)
+        return slot.model
+
+
+def load_model(source: str) -> tc.TracedModel | None:
+    """The cached model for `source`, loading it with a progress bar on first use.
+
+    On failure, shows the loader's message (unknown id, offline hub, unsupported family...) and
+    returns None: the page stops drawing that part, the session keeps working.
+    """
+    bar = st.empty()
+
+    def progress(fraction: float, message: str) -> None:
+        bar.progress(min(max(fraction, 0.0), 1.0), text=message)
+
+    try:
+        return _cached_model(source, progress)
+    except (tc.CheckpointError, ValueError, OSError) as error:
+        st.error(f"Could not load **{source}**: {error}")
+        return None
+    finally:
+        bar.empty()
+
+
+def device_summary() -> str:
+    device = tc.default_device()
+    label = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
+    return f"Device: **{device.type.upper()}** ({label}) · torch {torch.__version__.split('+')[0]}"
+
+
+def loaded_models() -> list[str]:
+    """Sources of the models this server process has loaded (for the sidebar)."""
+    with _passes_lock:
+        return sorted(_loaded_sources)
+
+
+# ---- traces ------------------------------------------------------------------------------------
+@st.cache_resource(show_spinner=False, max_entries=64)
+def cached(kind: str, source: str, *args: Any) -> Any:
+    """The result of `kind` (a trace, a generation...) for `source` and hashable `args`, computed once.
+
+    kinds: "text" (args: text, pair text or None), "seq2seq" (source text, target text),
+    "generate" (text, max new tokens), "image" (image bytes digest; see pages). Results are
+    read-only: pages must not modify them.
+    """
+    model = _cached_model(source)
+    if kind == "text":
+        text, pair = args
+        return model.trace(text, pair=pair) if pair else model.trace(text)
+    if kind == "seq2seq":
+        return model.trace(*args)
+    if kind == "generate":
+        text, max_new = args
+        return model.generate(text, max_new)
+    raise ValueError(f"unknown cached computation {kind!r}")
+
+
+def run_safely(compute: Callable[[], Any], what: str) -> Any | None:
+    """compute(), or None with an inline error message when the input is bad (never a traceback)."""
+    try:
+        return compute()
+    except (ValueError, tc.CheckpointError) as error:
+        st.error(f"{what}: {error}")
+        return None
+
+
+# ---- URL state -----------------------------------------------------------------------------------
+class UrlState:
+    """Widget values mirrored in the URL's query parameters, so a view can be shared by its link.
+
+        url = UrlState("text")                      # one per page; widget keys become "text.<name>"
+        st.text_input("Sentence", key=url.key("q", default="The cat sat."))
+        ...
+        url.publish()                               # after the widgets: write them into the URL
+
+    On a session's first visit, a value found in the URL (and valid for `cast` / `choices`) seeds
+    the widget; afterwards the widget's own state rules and the URL follows it.
+    """
+
+    def __init__(self, page: str) -> None:
+        self.page = page
+        self.names: list[str] = []
+
+    def key(
+        self, name: str, default: Any, cast: Callable[[str], Any] | None = None, choices: Sequence[Any] | None = None
+    ) -> str:
+        widget_key = f"{self.page}.{name}"
+        if name not in self.names:
+            self.names.append(name)
+        if widget_key not in st.session_state:
+            value = default
+            raw = st.query_params.get(name)
+            if raw is not None:
+                value = _parse(raw, default, cast)
+                if choices is not None and value not in choices:
+                    value = default
+            st.session_state[widget_key] = value
+        elif choices is not None and st.session_state[widget_key] not in choices:
+            st.session_state[widget_key] = default  # e.g. a head index beyond a newly loaded model's heads
+        return widget_key
+
+    def value(self, name: str) -> Any:
+        return st.session_state[f"{self.page}.{name}"]
+
+    def set(self, name: str, value: Any) -> None:
+        st.session_state[f"{self.page}.{name}"] = value
+
+    def publish(self) -> None:
+        """Write every registered value into the URL (replacing the query string)."""
+        params = {name: _format(st.session_state[f"{self.page}.{name}"]) for name in self.names}
+        if dict(st.query_params) != params:
+            st.query_params.from_dict(params)
+
+
+def _parse(raw: str, default: Any, cast: Callable[[str], Any] | None) -> Any:
+    try:
+        if cast is not None:
+            return cast(raw)
+        if isinstance(default, bool):
+            return raw.lower() in ("1", "true", "yes", "on")
+        if isinstance(default, int):
+            return int(raw)
+        if isinstance(default, float):
+            return float(raw)
+        if isinstance(default, (list, tuple)):
+            items = [s for s in raw.split(",") if s != ""]
+            kind = type(default[0]) if default else str
+            return [kind(s) for s in items]
+        return raw
+    except (TypeError, ValueError):
+        return default
+
+
+def _format(value: Any) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, (list, tuple)):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
+# ---- drawing and exports -------------------------------------------------------------------------
+def chart(spec: alt.TopLevelMixin, key: str, file_name: str | None = None, **selection: Any) -> Any:
+    """Draw an Altair chart with SVG and PNG downloads under it; returns st.altair_chart's result.
+
+    Streamlit's own chart toolbar saves PNG only; these buttons render the same chart on the server
+    (tformer_core.charts.to_svg / to_png), and only when clicked. `selection`: st.altair_chart's
+    on_select / selection_mode, for clickable charts.
+    """
+    event = st.altair_chart(spec, width="content", key=key, **selection)
+    export_buttons(spec, key, file_name or key.rsplit(".", 1)[-1])
+    return event
+
+
+def export_buttons(spec: alt.TopLevelMixin, key: str, file_name: str) -> None:
+    """SVG and PNG download buttons for a chart (rendered on click; a click does not rerun the page)."""
+    with st.container(horizontal=True, gap="small"):
+        for kind, mime, render in (("svg", "image/svg+xml", to_svg), ("png", "image/png", to_png)):
+            st.download_button(
+                kind.upper(), lambda render=render: render(spec), file_name=f"{file_name}.{kind}", mime=mime,
+                key=f"{key}.{kind}", on_click="ignore", type="tertiary", icon=":material/download:",
+                help=f"Save this chart as {kind.upper()}",
+            )  # fmt: skip
+
+
+def matrix_download(
+    matrix: np.ndarray, rows: Sequence[str], cols: Sequence[str], file_name: str, label: str = "Download CSV", key: str | None = None
+) -> None:
+    """A button that downloads the matrix shown (with its row and column labels) as CSV.
+
+    The CSV is written only when the button is clicked (a 512 x 512 matrix takes longer to format
+    than the rest of a rerun), and the click does not rerun the page.
+    """
+
+    def csv() -> bytes:
+        return pd.DataFrame(np.asarray(matrix), index=list(rows), columns=list(cols)).to_csv().encode("utf-8")
+
+    st.download_button(label, csv, file_name=file_name, mime="text/csv", key=key, on_click="ignore",
+                       icon=":material/download:")  # fmt: skip
