@@ -1,0 +1,219 @@
+"""Text attention page: what the overview sends to the browser, and what a layer/head switch costs.
+
+    python benchmarks/text_views.py [--tokens 512] [--repeats 5] [--device cpu]
+
+Model: a BERT-base-sized encoder (12 layers x 12 heads, d_model 768) with random weights (speed
+and sizes do not depend on the values), one input of --tokens random token ids.
+
+1. The layers x heads overview: our PNG (thumbnails <= 64 px, block-averaged) against the
+   baseline a BertViz-style model view sends, the attention weights as JSON
+   (json.dumps(weights.tolist()), float32 values as Python floats), measured in the same run for
+   the first 6 and all 12 layers; and the raw float32 tensor. Build times of both.
+2. Switching layer and head with the same input: the page's view-building functions (head view,
+   heatmap, Q/K/V, why-this-weight, distance and overview charts, turned into the Vega-Lite JSON
+   Streamlit sends) from the cached trace, against one traced forward pass; the number of
+   forward passes run during the switches is counted (it must be 0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+# Streamlit's own Altair -> Vega-Lite + Arrow conversion (private, but it is exactly what st.altair_chart runs).
+from streamlit.elements.vega_charts import _convert_altair_to_vega_lite_spec  # noqa: E402
+from timing import interleaved_medians, print_table  # noqa: E402
+
+import tformer_core as tc  # noqa: E402
+from tformer_core import text_views as tv  # noqa: E402
+from tformer_core.charts import heatmap  # noqa: E402
+from tformer_core.layers import Stack  # noqa: E402
+
+BUDGET_BYTES = 3 * 2**20
+BUDGET_SECONDS = 1.0
+
+
+def median_time(fn, repeats: int) -> tuple[float, object]:
+    times, result = [], None
+    for _ in range(repeats):
+        start = time.perf_counter()
+        result = fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times), result
+
+
+def first_layers(trace: tc.Trace, n_layers: int) -> tc.Trace:
+    """The same trace cut to its first n layers (for the 6 x 12 comparison)."""
+    keep = {k: v for k, v in trace.activations.items() if not k.startswith("encoder.") or
+            not k.split(".")[1].isdigit() or int(k.split(".")[1]) < n_layers}  # fmt: skip
+    return tc.Trace(kind=trace.kind, activations=keep, tokens=trace.tokens, n_heads=trace.n_heads,
+                    stack_layers={"encoder": n_layers}, meta=trace.meta)  # fmt: skip
+
+
+def noisy_trace(n_layers: int, n_heads: int, n: int) -> tc.Trace:
+    """Random sharp attention patterns (rows of noise**4, normalised): the hardest case for PNG compression."""
+    rng = np.random.default_rng(0)
+    acts = {}
+    for layer in range(n_layers):
+        w = rng.random((n_heads, n, n), dtype=np.float32) ** 4
+        acts[f"encoder.{layer}.attn.weights"] = w / w.sum(-1, keepdims=True)
+    return tc.Trace(kind="encoder", activations=acts, tokens=tuple(map(str, range(n))), n_heads=n_heads,
+                    stack_layers={"encoder": n_layers})  # fmt: skip
+
+
+def bertviz_json(trace: tc.Trace) -> tuple[int, float]:
+    """(bytes, seconds) of the attention of every layer as JSON, as a BertViz-style view embeds it."""
+    start = time.perf_counter()
+    size = 2  # the surrounding brackets
+    for layer in range(trace.n_layers):
+        size += len(json.dumps(trace.attention(layer).tolist())) + (1 if layer else 0)  # [heads][n][n] per layer
+    return size, time.perf_counter() - start
+
+
+def sent_bytes(chart) -> int:
+    """Bytes Streamlit sends for an Altair chart (as st.altair_chart does): its spec as JSON, its data as Arrow."""
+    spec = _convert_altair_to_vega_lite_spec(chart)
+    datasets = spec.pop("datasets", {}) or {}
+    data = sum(len(d) if isinstance(d, bytes) else len(json.dumps(d)) for d in datasets.values())
+    return len(json.dumps(spec)) + data
+
+
+def page_views(trace: tc.Trace, layer: int, head: int, query: int, csv: bool = True) -> int:
+    """What the page builds after a layer/head change (all views on); returns the bytes of chart data sent.
+
+    csv: also build the CSV files of the download buttons, as ui.matrix_download does on every run.
+    """
+    n = len(trace.tokens)
+    shown = tv.visible_positions(trace.tokens, False)
+    window = tv.token_window(len(shown), 0)
+    specs = []
+    view = tv.head_view(trace, layer, range(trace.n_heads), window=window)
+    specs.append(tv.head_view_chart(view, trace.n_heads))
+    m = tv.head_matrix(trace, layer, head, window=window)
+    specs.append(tv.natural_size(heatmap(m.for_heatmap(), m.query_labels, m.key_labels)))
+    for matrix, rows, cols in tv.qkv(trace, layer, head, positions=shown[window]).values():
+        specs.append(tv.natural_size(heatmap(matrix, rows, cols, diverging=True, annotate=False)))
+    why = tv.why_this_weight(trace, layer, head, min(query, n - 1))
+    table = why.table()
+    # The CSV downloads the page offers (ui.matrix_download builds them on every run): full matrices.
+    full = tv.head_matrix(trace, layer, head)
+    files = [(full.for_heatmap(), full.query_labels, full.key_labels), *tv.qkv(trace, layer, head).values(),
+             (table.drop(columns="key").to_numpy(dtype=float), why.key_labels, list(table.columns[1:]))]  # fmt: skip
+    for matrix, rows, cols in files if csv else []:
+        pd.DataFrame(matrix, index=list(rows), columns=list(cols)).to_csv().encode()
+    picture = tv.derived(trace, ("overview", False), lambda: tv.overview(trace))
+    dist = tv.derived(trace, ("distance", False), lambda: tv.distance_frame(trace))
+    baseline = tv.derived(trace, ("uniform", False), lambda: tv.uniform_distance(trace))
+    grid = dist.pivot(index="layer", columns="head", values="distance").to_numpy()
+    specs.append(tv.head_grid_chart(grid, (layer, head)))
+    specs.append(tv.distance_chart(dist, baseline, trace.n_heads, (layer, head)))
+    assert picture.png  # built once per input (then kept with the trace), so not counted per switch
+    return sum(sent_bytes(s) for s in specs)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="cpu", help="cpu or cuda (default cpu: the page's server)")
+    parser.add_argument("--tokens", type=int, default=512)
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    device = torch.device(args.device)
+    torch.manual_seed(0)
+    model = tc.Encoder(tc.EncoderConfig(
+        vocab_size=30522, max_positions=512, n_layers=12, d_model=768, n_heads=12, d_ff=3072, n_token_types=2,
+        ln_eps=1e-12,
+    )).place(device)  # fmt: skip
+    passes = [0]
+    for module in model.modules():
+        if isinstance(module, Stack):
+            module.register_forward_pre_hook(lambda *_: passes.__setitem__(0, passes[0] + 1))
+    ids = torch.randint(1000, 30522, (args.tokens,)).tolist()
+    trace = model.trace(ids)
+
+    # ---- 1. the overview picture against the weights as JSON ----
+    t_png, picture = median_time(lambda: tv.overview(trace), args.repeats)
+    half = first_layers(trace, 6)
+    t_png6, picture6 = median_time(lambda: tv.overview(half), args.repeats)
+    noisy = noisy_trace(12, 12, args.tokens)
+    worst_png = tv.overview(noisy).png
+    real_png = None
+    try:
+        minilm = tc.load_model("minilm", device=device)
+        text = tv.fit_to_model(minilm, " ".join([tv.DEFAULT_SENTENCE] * 40)).text  # cut to 512 tokens
+        real_png = tv.overview(minilm.trace(text)).png
+    except (tc.CheckpointError, ValueError) as error:  # the bundled package is missing
+        print(f"(MiniLM row skipped: {error})")
+    json12, t_json12 = bertviz_json(trace)
+    json6, t_json6 = bertviz_json(half)
+    raw12 = sum(trace.attention(layer).nbytes for layer in range(12))
+
+    threads = torch.get_num_threads() if device.type == "cpu" else "-"
+    print(f"Text attention views on {device.type.upper()} (torch {torch.__version__}, CPU threads {threads}); "
+          f"BERT-base-sized encoder, {args.tokens} tokens; medians of {args.repeats}.\n")  # fmt: skip
+    print("1. Overview of every layer x head: bytes sent to the browser")
+    header = f"| {'what':<34} | {'ours (PNG)':>12} | {'baseline':>14} | {'baseline is':<34} | {'ratio':>8} |"
+    print(header)
+    print("|" + "|".join("-" * len(c) for c in header.split("|")[1:-1]) + "|")
+    rows = [
+        ("6 x 12 heads (BertViz's example)", len(picture6.png), json6, "weights as JSON"),
+        ("12 x 12 heads", len(picture.png), json12, "weights as JSON"),
+        ("12 x 12 heads", len(picture.png), raw12, "raw float32 tensor"),
+        ("12 x 12, random sharp patterns", len(worst_png), json12, "weights as JSON (12 x 12 above)"),
+    ]  # fmt: skip
+    if real_png is not None:
+        rows.append(("MiniLM, real weights, 6 x 12", len(real_png), json6, "weights as JSON (6 x 12 above)"))
+    for what, ours, base, label in rows:
+        mb = f"{ours / 2**20:>9.3f} MB | {base / 2**20:>11.1f} MB"
+        print(f"| {what:<34} | {mb} | {label:<34} | {ours / base:>8.1e} |")
+    worst = max(r[1] for r in rows)
+    flag = "within" if worst <= BUDGET_BYTES and t_png <= BUDGET_SECONDS else "OVER"
+    print("Random weights give near-uniform attention, which compresses well; random patterns are the worst case.")
+    print(f"PNG {len(picture.png):,} bytes (largest above {worst:,}), "
+          f"thumbnails {picture.cell_px[0]} x {picture.cell_px[1]} px "
+          f"({picture.block} x {picture.block} token pairs per pixel); budget 3 MB and 1 s: {flag}.\n")  # fmt: skip
+
+    print("2. Build times")
+    layer_heads = [((3 * i) % 12, (5 * i + 1) % 12) for i in range(args.repeats + 2)]
+    cycle = iter(layer_heads * 1000)
+    switch_passes = [0]
+
+    def switch(csv: bool = True):
+        layer, head = next(cycle)
+        before = passes[0]
+        payload = page_views(trace, layer, head, query=args.tokens // 2, csv=csv)
+        switch_passes[0] += passes[0] - before
+        return payload
+
+    payload = switch()
+    t_switch, t_forward = interleaved_medians(lambda: switch(csv=False), lambda: model.trace(ids), args.repeats, device)
+    t_csv, _ = median_time(switch, args.repeats)
+    t_cold, _ = median_time(lambda: (tv._derived.clear(), switch(csv=False))[1], args.repeats)  # noqa: SLF001
+    print_table([
+        ("overview PNG, 12 x 12", f"{args.tokens} tokens", t_png, t_json12),
+        ("overview PNG, 6 x 12", f"{args.tokens} tokens", t_png6, t_json6),
+        ("layer/head switch", "cached trace", t_switch, t_forward),
+        ("switch + eager CSVs", "cached trace", t_csv, t_forward),
+        ("switch + overview rebuilt", "cached trace", t_cold, t_forward),
+    ], "ours", "baseline", goal=1.0)  # fmt: skip
+    print("Baselines: rows 1-2, json.dumps of the weights (BertViz-style); rows 3-5, one traced forward pass.")
+    print("Row 3: every view of the page for a new layer/head (head view, heatmap, Q/K/V, why-this-weight,")
+    print("distance and grid charts converted as st.altair_chart does). Row 4: plus the CSV files of the download")
+    print("buttons, which ui.matrix_download builds on every run (512 x 512 weights). Row 5: row 3 with the overview")
+    print("and distance table rebuilt (first view of an input; afterwards they are kept with the trace).")
+    print(f"Forward passes run by the layer/head switches: {switch_passes[0]} (must be 0). "
+          f"Chart data sent per switch: {payload / 2**10:.0f} KB (spec JSON + Arrow; 64-token window in detail views).")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,54 @@
+"""A real Streamlit server and a real headless Chromium for the browser tests.
+
+The browser is Debian's chromium (/usr/bin/chromium, or $TFORMER_CHROMIUM), driven by
+Playwright; `.ci/run` installs it with apt. Without it, these tests skip and say why.
+Screenshots go to $TFORMER_SCREENSHOTS when set (to look at the pages), else to a temp folder.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from .server import streamlit_server
+
+CHROMIUM = os.environ.get("TFORMER_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--no-first-run"]  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def server_url(tmp_path_factory):
+    """One server for the browser tests (sessions of its own for each page)."""
+    with streamlit_server(tmp_path_factory.mktemp("server") / "streamlit.log") as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def browser():
+    if not (Path(CHROMIUM).exists() or shutil.which(CHROMIUM)):
+        pytest.skip(f"no Chromium at {CHROMIUM}: install Debian's chromium (apt install chromium) to run browser tests")
+    playwright_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
+    with playwright_api.sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def page(browser):
+    context = browser.new_context(viewport={"width": 1400, "height": 1000}, accept_downloads=True)
+    page = context.new_page()
+    yield page
+    context.close()
+
+
+@pytest.fixture(scope="session")
+def screenshots(tmp_path_factory) -> Path:
+    folder = os.environ.get("TFORMER_SCREENSHOTS")
+    path = Path(folder) if folder else tmp_path_factory.mktemp("screenshots")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
