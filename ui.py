@@ -25,7 +25,7 @@ import streamlit as st
 import torch
 
 import tformer_core as tc
-from tformer_core.charts import to_png, to_svg
+from tformer_core.charts import to_png, to_svg, vega_lite_spec
 from tformer_core.layers import Stack
 
 DEFAULT_TEXT_MODEL = "minilm"
@@ -229,7 +229,7 @@ def chart(spec: alt.TopLevelMixin, key: str, file_name: str | None = None, **sel
     (tformer_core.charts.to_svg / to_png), and only when clicked. `selection`: st.altair_chart's
     on_select / selection_mode, for clickable charts.
     """
-    event = st.altair_chart(spec, width="content", key=key, **selection)
+    event = st.vega_lite_chart(vega_lite_spec(spec), width="content", key=key, **selection)
     export_buttons(spec, key, file_name or key.rsplit(".", 1)[-1])
     return event
 
@@ -243,6 +243,17 @@ def export_buttons(spec: alt.TopLevelMixin, key: str, file_name: str) -> None:
                 key=f"{key}.{kind}", on_click="ignore", type="tertiary", icon=":material/download:",
                 help=f"Save this chart as {kind.upper()}",
             )  # fmt: skip
+
+
+def table(frame: pd.DataFrame, digits: int = 4, key: str | None = None) -> None:
+    """A table whose numbers the browser formats to `digits` decimals.
+
+    Not a pandas Styler: a Styler formats every cell on the server, which for a 512-row table
+    takes longer than the rest of a rerun.
+    """
+    config = {str(c): st.column_config.NumberColumn(format=f"%.{digits}f")
+              for c in frame.columns if pd.api.types.is_float_dtype(frame[c])}  # fmt: skip
+    st.dataframe(frame, column_config=config, key=key)
 
 
 def matrix_download(

@@ -14,8 +14,7 @@ import streamlit as st
 import tformer_core as tc
 import ui
 from tformer_core import lessons as ls
-from tformer_core.charts import line_chart, unique_labels
-from tformer_core.text_views import natural_size
+from tformer_core.charts import line_chart, natural_size, unique_labels
 
 MODEL = ui.DEFAULT_TEXT_MODEL
 DEFAULT_SENTENCE = "The cat sat on the mat."

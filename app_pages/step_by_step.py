@@ -17,7 +17,6 @@ import ui
 from tformer_core import lessons as ls
 from tformer_core.charts import heatmap, unique_labels
 from tformer_core.steps import AttentionSteps
-from tformer_core.text_views import natural_size
 
 MODEL = ui.DEFAULT_TEXT_MODEL
 PRESETS = {
@@ -90,7 +89,7 @@ def show_matrix(
             domain=domain,
             diverging=diverging and domain is None,
         )
-        ui.chart(natural_size(chart), key=f"step.chart.{slug}")  # else a 3 x 3 heatmap is squeezed to a dot
+        ui.chart(chart, key=f"step.chart.{slug}")
 
 
 def col_labels(prefix: str, width: int, n_heads: int) -> list[str]:

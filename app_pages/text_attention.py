@@ -172,7 +172,7 @@ def page(url: ui.UrlState) -> None:
         fixed = part == "weights" and len(m.keys) <= 16  # short inputs: 0..1, so heads compare at a glance
         title = f"layer {layer}, head {head}: {MATRICES[part]}"
         domain = (0.0, 1.0) if fixed else None
-        ui.chart(tv.natural_size(heatmap(m.for_heatmap(), m.query_labels, m.key_labels, title=title, domain=domain)),
+        ui.chart(heatmap(m.for_heatmap(), m.query_labels, m.key_labels, title=title, domain=domain),
                  key="text.chart.heatmap", file_name=f"attention_L{layer}_H{head}_{part}")
         ui.matrix_download(full.for_heatmap(), full.query_labels, full.key_labels,
                            f"attention_L{layer}_H{head}_{part}.csv", key="text.csv_matrix")  # fmt: skip
@@ -189,15 +189,16 @@ def page(url: ui.UrlState) -> None:
         st.subheader(f"Q, K and V · layer {layer}, head {head}")
         st.caption("Rows are tokens, columns the d_head dimensions of this head: Q = X W^Q, K = X W^K, V = X W^V "
                    "(X: the layer's input; a slice of the full projections).")  # fmt: skip
-        window_positions = shown[window]
-        for name, (matrix, rows, cols) in tv.qkv(trace, layer, head, positions=window_positions).items():
-            ui.chart(tv.natural_size(heatmap(matrix, rows, cols, title=f"{name} (layer {layer}, head {head})",
-                                             row_title="token", col_title="dimension", diverging=True,
-                                             annotate=False)),
-                     key=f"text.chart.{name}", file_name=f"{name}_L{layer}_H{head}")  # fmt: skip
-        for name, (matrix, rows, cols) in tv.qkv(trace, layer, head).items():
-            ui.matrix_download(matrix, rows, cols, f"{name}_L{layer}_H{head}.csv", label=f"Download {name} as CSV",
-                               key=f"text.csv_{name}")  # fmt: skip
+        full = tv.qkv(trace, layer, head)
+        shown_rows = tv.qkv(trace, layer, head, positions=shown[window])
+        for column, (name, (matrix, rows, cols)) in zip(st.columns(3), shown_rows.items()):
+            with column:
+                chart = heatmap(matrix, rows, cols, title=f"{name} (layer {layer}, head {head})", row_title="token",
+                                col_title="dimension", diverging=True, annotate=False,
+                                cell_width=max(3, min(12, 200 // max(matrix.shape[1], 1))))  # fmt: skip
+                ui.chart(chart, key=f"text.chart.{name}", file_name=f"{name}_L{layer}_H{head}")
+                ui.matrix_download(*full[name], f"{name}_L{layer}_H{head}.csv", label=f"{name} as CSV",
+                                   key=f"text.csv_{name}")  # fmt: skip
 
     if "why" in views:
         draw_why(trace, url, layer, head, query, labels)
@@ -256,8 +257,9 @@ def draw_overview(trace, url: ui.UrlState, layer: int, head: int, hide: bool) ->
     caption = (f"Rows: layers, columns: heads; each thumbnail is a {n_q}×{n_k} attention matrix ({detail}), "
                "coloured from 0 (dark) to its own largest weight (yellow).")  # fmt: skip
     st.image(picture.png, output_format="PNG", caption=caption)
-    st.download_button("PNG", picture.png, file_name="all_heads.png", mime="image/png", key="text.overview_png",
-                       on_click="ignore", type="tertiary", icon=":material/download:")  # fmt: skip
+    st.download_button("PNG", lambda: picture.png, file_name="all_heads.png", mime="image/png",
+                       key="text.overview_png", on_click="ignore", type="tertiary",
+                       icon=":material/download:")  # fmt: skip (deferred: the browser fetches nothing until a click)
     dist = tv.derived(trace, ("distance", hide), lambda: tv.distance_frame(trace, hide_special=hide))
     values = dist.pivot(index="layer", columns="head", values="distance").to_numpy()
 
@@ -300,19 +302,21 @@ def draw_why(trace, url: ui.UrlState, layer: int, head: int, query: int, labels:
         "largest input, which cancels in the ratio."
     )
     table = why.table()
-    st.dataframe(table.style.format(precision=4).apply(
-        lambda row: ["background-color: #fff3b0" if row.name == key else "" for _ in row], axis=1))  # fmt: skip
-    numeric = table.drop(columns=[c for c in ("key", "allowed") if c in table])
+    table.insert(0, "chosen", np.where(np.arange(n_k) == key, "▶", ""))  # the key whose weight is spelled out
+    ui.table(table)
+    numeric = table.drop(columns=[c for c in ("chosen", "key", "allowed") if c in table])
     ui.matrix_download(numeric.to_numpy(dtype=float), list(why.key_labels), list(numeric.columns),
                        f"why_L{layer}_H{head}_q{query}.csv", key="text.csv_why")  # fmt: skip
     left, right = st.columns(2)
-    left.caption(f"q·k = Σ_d q_d k_d for key {key}: {why.dots[key]:.4f}")
-    left.dataframe(why.products(key).style.format(precision=4))
+    with left:
+        st.caption(f"q·k = Σ_d q_d k_d for key {key}: {why.dots[key]:.4f}")
+        ui.table(why.products(key))
     err_w, err_z = why.max_errors()
-    right.caption(f"Head output z = Σ_j w_j v_j (recomputed) beside the model's own z: "
-                  f"max difference {err_z:.1e} (weights: {err_w:.1e}).")  # fmt: skip
-    right.dataframe(pd.DataFrame({"z = Σ w_j v_j": why.z, "model's z": why.stored_z},
-                                 index=[f"d{i}" for i in range(len(why.z))]).style.format(precision=4))  # fmt: skip
+    with right:
+        st.caption(f"Head output z = Σ_j w_j v_j (recomputed) beside the model's own z: "
+                   f"max difference {err_z:.1e} (weights: {err_w:.1e}).")  # fmt: skip
+        ui.table(pd.DataFrame({"z = Σ w_j v_j": why.z, "model's z": why.stored_z},
+                              index=[f"d{i}" for i in range(len(why.z))]))  # fmt: skip
 
 
 main()

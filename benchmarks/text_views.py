@@ -31,13 +31,13 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
-# Streamlit's own Altair -> Vega-Lite + Arrow conversion (private, but it is exactly what st.altair_chart runs).
-from streamlit.elements.vega_charts import _convert_altair_to_vega_lite_spec  # noqa: E402
+# The Arrow conversion Streamlit applies to a chart's datasets (st.vega_lite_chart, as ui.chart calls it).
+from streamlit.dataframe_util import convert_anything_to_arrow_bytes  # noqa: E402
 from timing import interleaved_medians, print_table  # noqa: E402
 
 import tformer_core as tc  # noqa: E402
 from tformer_core import text_views as tv  # noqa: E402
-from tformer_core.charts import heatmap  # noqa: E402
+from tformer_core.charts import heatmap, vega_lite_spec  # noqa: E402
 from tformer_core.layers import Stack  # noqa: E402
 
 BUDGET_BYTES = 3 * 2**20
@@ -82,10 +82,10 @@ def bertviz_json(trace: tc.Trace) -> tuple[int, float]:
 
 
 def sent_bytes(chart) -> int:
-    """Bytes Streamlit sends for an Altair chart (as st.altair_chart does): its spec as JSON, its data as Arrow."""
-    spec = _convert_altair_to_vega_lite_spec(chart)
+    """Bytes the page sends for a chart (as ui.chart does): its Vega-Lite spec as JSON, its data as Arrow."""
+    spec = vega_lite_spec(chart)
     datasets = spec.pop("datasets", {}) or {}
-    data = sum(len(d) if isinstance(d, bytes) else len(json.dumps(d)) for d in datasets.values())
+    data = sum(len(convert_anything_to_arrow_bytes(d)) for d in datasets.values())
     return len(json.dumps(spec)) + data
 
 
@@ -101,9 +101,9 @@ def page_views(trace: tc.Trace, layer: int, head: int, query: int, csv: bool = T
     view = tv.head_view(trace, layer, range(trace.n_heads), window=window)
     specs.append(tv.head_view_chart(view, trace.n_heads))
     m = tv.head_matrix(trace, layer, head, window=window)
-    specs.append(tv.natural_size(heatmap(m.for_heatmap(), m.query_labels, m.key_labels)))
+    specs.append(heatmap(m.for_heatmap(), m.query_labels, m.key_labels))
     for matrix, rows, cols in tv.qkv(trace, layer, head, positions=shown[window]).values():
-        specs.append(tv.natural_size(heatmap(matrix, rows, cols, diverging=True, annotate=False)))
+        specs.append(heatmap(matrix, rows, cols, diverging=True, annotate=False, cell_width=5))
     why = tv.why_this_weight(trace, layer, head, min(query, n - 1))
     table = why.table()
     # The CSV downloads the page offers (ui.matrix_download builds them on every run): full matrices.

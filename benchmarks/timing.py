@@ -34,13 +34,15 @@ def interleaved_medians(ours: Callable[[], object], baseline: Callable[[], objec
 
 def print_table(rows: list[tuple[str, str, float, float]], ours_label: str, base_label: str, goal: float) -> None:
     """rows: (model, input, our seconds, baseline seconds)."""
-    header = f"| {'model':<26} | {'input':<20} | {ours_label:>16} | {base_label:>16} | {'ratio':>6} |"
+    w_name = max([26, *(len(r[0]) for r in rows)])
+    w_what = max([20, *(len(r[1]) for r in rows)])
+    header = f"| {'model':<{w_name}} | {'input':<{w_what}} | {ours_label:>16} | {base_label:>16} | {'ratio':>6} |"
     print(header)
     print("|" + "|".join("-" * len(c) for c in header.split("|")[1:-1]) + "|")
     for name, what, ours, base in rows:
         ratio = ours / base
         flag = "" if ratio <= goal else "  (over goal)"
-        print(f"| {name:<26} | {what:<20} | {ours * 1e3:>13.1f} ms | {base * 1e3:>13.1f} ms | {ratio:>5.2f}x |{flag}")
+        print(f"| {name:<{w_name}} | {what:<{w_what}} | {ours * 1e3:>13.1f} ms | {base * 1e3:>13.1f} ms | {ratio:>5.2f}x |{flag}")
 
 
 def run_each_allocator(script: str) -> bool:

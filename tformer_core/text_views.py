@@ -27,11 +27,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
-import altair as alt
 import numpy as np
 import pandas as pd
 from PIL import Image, ImageDraw, ImageFont
 
+from .charts import channel, layered, named_data
 from .metrics import mean_token_distance
 from .trace import Trace
 
@@ -412,58 +412,51 @@ def head_view(
     return HeadView(lines, queries, keys, heads, threshold, share)
 
 
-def head_colour_scale(n_heads: int) -> alt.Scale:
-    return alt.Scale(domain=list(range(n_heads)), range=[HEAD_COLOURS[h % len(HEAD_COLOURS)] for h in range(n_heads)])
+def head_colour_scale(n_heads: int) -> dict:
+    return {"domain": list(range(n_heads)), "range": [HEAD_COLOURS[h % len(HEAD_COLOURS)] for h in range(n_heads)]}
 
 
-def natural_size(chart: alt.TopLevelMixin) -> alt.TopLevelMixin:
-    """The chart at its own width and height, axes and legend added around them.
-
-    Streamlit otherwise fits the whole chart, labels included, into width x height, which
-    squeezes small charts with long labels (a 16-row heatmap came out 10 px tall).
-    """
-    return chart.properties(autosize=alt.AutoSizeParams(type="pad", contains="padding"))
-
-
-def _field(name: str, kind: str, **kwargs: Any) -> dict:
-    return {"field": name, "type": kind, **kwargs}
-
-
-# Channels are built as Altair classes, not shorthand strings or dicts: Altair then skips its
-# schema search, which makes building a chart about eight times faster (it runs on every rerun).
-def head_view_chart(view: HeadView, n_heads: int, title: str = "", row_px: int = 18) -> alt.LayerChart:
-    """Altair head view: hover a query token (left) to see only its lines; opacity = weight."""
+def head_view_chart(view: HeadView, n_heads: int, title: str = "", row_px: int = 18) -> dict:
+    """Head view (Vega-Lite): hover a query token (left) to see only its lines; opacity = weight."""
     n = max(len(view.queries), len(view.keys), 1)
     left_x, right_x, width = 150, 450, 600
-    y = alt.Scale(domain=[-0.5, n - 0.5], reverse=True, nice=False, zero=False)  # first token on top
-    focus = alt.selection_point(name="focus", fields=["query"], on="pointerover", clear="pointerout", empty=True)
-    selected = {"param": "focus", "empty": True}
-    query_labels = alt.Chart(view.queries).mark_text(align="right", baseline="middle", dx=-6, fontSize=12).encode(
-        x=alt.XValue(left_x), y=alt.Y(field="y", type="quantitative", scale=y, axis=None),
-        text=alt.Text(field="token", type="nominal"),
-        tooltip=[alt.Tooltip(field="token", type="nominal", title="query"),
-                 alt.Tooltip(field="query", type="quantitative", title="position")],
-        opacity=alt.OpacityValue(0.35, condition={**selected, "value": 1.0}),
-    ).add_params(focus)  # fmt: skip
-    key_labels = alt.Chart(view.keys).mark_text(align="left", baseline="middle", dx=6, fontSize=12).encode(
-        x=alt.XValue(right_x), y=alt.Y(field="y", type="quantitative", scale=y, axis=None),
-        text=alt.Text(field="token", type="nominal"),
-        tooltip=[alt.Tooltip(field="token", type="nominal", title="key"),
-                 alt.Tooltip(field="key", type="quantitative", title="position")],
-    )  # fmt: skip
-    lines = alt.Chart(view.lines).mark_rule(strokeWidth=2).encode(
-        x=alt.XValue(left_x), x2=alt.X2Value(right_x),
-        y=alt.Y(field="y_query", type="quantitative", scale=y, axis=None), y2=alt.Y2(field="y_key"),
-        color=alt.Color(field="head", type="nominal", scale=head_colour_scale(n_heads), title="head"),
-        opacity=alt.OpacityValue(0.0, condition={**selected, **_field("weight", "quantitative", legend=None,
-                                                                      scale={"domain": [0, 1], "range": [0, 1]})}),
-        tooltip=[alt.Tooltip(field="query_token", type="nominal", title="query"),
-                 alt.Tooltip(field="key_token", type="nominal", title="key"),
-                 alt.Tooltip(field="head", type="nominal", title="head"),
-                 alt.Tooltip(field="weight", type="quantitative", format=".3f", title="weight")],
-    )  # fmt: skip
-    chart = alt.layer(lines, query_labels, key_labels).properties(title=title, width=width, height=row_px * n)
-    return natural_size(chart)
+    y_scale = {"domain": [-0.5, n - 0.5], "reverse": True, "nice": False, "zero": False}  # first token on top
+    datasets: dict[str, Any] = {}
+    focused = {"param": "focus", "empty": True}
+    lines = {
+        "data": named_data(view.lines, datasets), "mark": {"type": "rule", "strokeWidth": 2},
+        "encoding": {
+            "x": {"value": left_x}, "x2": {"value": right_x},
+            "y": channel("y_query", "quantitative", scale=y_scale, axis=None), "y2": {"field": "y_key"},
+            "color": channel("head", "nominal", scale=head_colour_scale(n_heads), title="head"),
+            "opacity": {"condition": {**focused, **channel("weight", "quantitative", legend=None,
+                                                          scale={"domain": [0, 1], "range": [0, 1]})}, "value": 0.0},
+            "tooltip": [channel("query_token", "nominal", title="query"), channel("key_token", "nominal", title="key"),
+                        channel("head", "nominal", title="head"),
+                        channel("weight", "quantitative", format=".3f", title="weight")],
+        },
+    }  # fmt: skip
+    query_labels = {
+        "name": "query_tokens", "data": named_data(view.queries, datasets),
+        "mark": {"type": "text", "align": "right", "baseline": "middle", "dx": -6, "fontSize": 12},
+        "encoding": {
+            "x": {"value": left_x}, "y": channel("y", "quantitative", scale=y_scale, axis=None),
+            "text": channel("token", "nominal"), "opacity": {"condition": {**focused, "value": 1.0}, "value": 0.35},
+            "tooltip": [channel("token", "nominal", title="query"), channel("query", "quantitative", title="position")],
+        },
+    }  # fmt: skip
+    key_labels = {
+        "data": named_data(view.keys, datasets),
+        "mark": {"type": "text", "align": "left", "baseline": "middle", "dx": 6, "fontSize": 12},
+        "encoding": {
+            "x": {"value": right_x}, "y": channel("y", "quantitative", scale=y_scale, axis=None),
+            "text": channel("token", "nominal"),
+            "tooltip": [channel("token", "nominal", title="key"), channel("key", "quantitative", title="position")],
+        },
+    }  # fmt: skip
+    focus = {"name": "focus", "views": ["query_tokens"],
+             "select": {"type": "point", "fields": ["query"], "on": "pointerover", "clear": "pointerout"}}  # fmt: skip
+    return layered([lines, query_labels, key_labels], datasets, title, width=width, height=row_px * n, params=[focus])
 
 
 # ---- overview: every layer x head as one picture --------------------------------------------------------
@@ -611,27 +604,29 @@ def overview(trace: Trace, stack: str | None = None, hide_special: bool = False,
 
 
 def head_grid_chart(values: np.ndarray, selected: tuple[int, int] | None = None, title: str = "",
-                    value_title: str = "value", cell_px: int = 22) -> alt.LayerChart:  # fmt: skip
-    """A clickable layers x heads grid (selection parameter "cell" with fields layer, head)."""
+                    value_title: str = "value", cell_px: int = 22) -> dict:  # fmt: skip
+    """A clickable layers x heads grid (Vega-Lite; selection parameter "cell" with fields layer, head)."""
     values = np.asarray(values, dtype=np.float64)
     layers, heads = np.meshgrid(np.arange(values.shape[0]), np.arange(values.shape[1]), indexing="ij")
     frame = pd.DataFrame({"layer": layers.ravel(), "head": heads.ravel(), "value": values.ravel()})
-    frame["chosen"] = False
-    if selected is not None:
-        frame["chosen"] = (frame["layer"] == selected[0]) & (frame["head"] == selected[1])
-    cell = alt.selection_point(name="cell", fields=["layer", "head"], on="click", empty=False)
-    x = alt.X(field="head", type="ordinal", title="head")
-    y = alt.Y(field="layer", type="ordinal", title="layer")
-    rects = alt.Chart(frame).mark_rect(stroke="white", strokeWidth=1).encode(
-        x=x, y=y,
-        color=alt.Color(field="value", type="quantitative", scale=alt.Scale(scheme="blues"), title=value_title),
-        tooltip=[alt.Tooltip(field="layer", type="ordinal", title="layer"),
-                 alt.Tooltip(field="head", type="ordinal", title="head"),
-                 alt.Tooltip(field="value", type="quantitative", format=".2f", title=value_title)],
-    ).add_params(cell)  # fmt: skip
-    chosen = alt.Chart(frame[frame["chosen"]]).mark_rect(fill=None, stroke="#d62728", strokeWidth=2.5).encode(x=x, y=y)
-    return natural_size(alt.layer(rects, chosen).properties(title=title, width=cell_px * values.shape[1],
-                                                            height=cell_px * values.shape[0]))  # fmt: skip
+    chosen = frame.iloc[0:0] if selected is None else \
+        frame[(frame["layer"] == selected[0]) & (frame["head"] == selected[1])]  # fmt: skip
+    x, y = channel("head", "ordinal", title="head"), channel("layer", "ordinal", title="layer")
+    datasets: dict[str, Any] = {}
+    cells = {
+        "name": "cells", "data": named_data(frame, datasets), "mark": {"type": "rect", "stroke": "white", "strokeWidth": 1},
+        "encoding": {
+            "x": x, "y": y, "color": channel("value", "quantitative", scale={"scheme": "blues"}, title=value_title),
+            "tooltip": [channel("layer", "ordinal", title="layer"), channel("head", "ordinal", title="head"),
+                        channel("value", "quantitative", format=".2f", title=value_title)],
+        },
+    }  # fmt: skip
+    outline = {"data": named_data(chosen.reset_index(drop=True), datasets),
+               "mark": {"type": "rect", "fill": None, "stroke": "#d62728", "strokeWidth": 2.5},
+               "encoding": {"x": x, "y": y}}  # fmt: skip
+    cell = {"name": "cell", "views": ["cells"], "select": {"type": "point", "fields": ["layer", "head"], "on": "click"}}
+    return layered([cells, outline], datasets, title, width=cell_px * values.shape[1],
+                   height=cell_px * values.shape[0], params=[cell])  # fmt: skip
 
 
 def clicked_cell(event: Any, param: str = "cell") -> tuple[int, int] | None:
@@ -773,26 +768,29 @@ def uniform_distance(trace: Trace, stack: str | None = None, hide_special: bool 
 
 
 def distance_chart(frame: pd.DataFrame, baseline: float, n_heads: int, selected: tuple[int, int] | None = None,
-                   title: str = "") -> alt.LayerChart:  # fmt: skip
-    """Scatter: x layer, y mean distance in tokens, one dot per head; a dashed rule at the uniform baseline."""
+                   title: str = "") -> dict:  # fmt: skip
+    """Scatter (Vega-Lite): x layer, y mean distance in tokens, one dot per head; a dashed rule at the uniform baseline."""
     frame = frame.copy()
     frame["chosen"] = False
     if selected is not None:
         frame["chosen"] = (frame["layer"] == selected[0]) & (frame["head"] == selected[1])
-    y = alt.Y(field="distance", type="quantitative", title="mean attention distance (tokens)")
-    dots = alt.Chart(frame).mark_circle(opacity=0.85).encode(
-        x=alt.X(field="layer", type="quantitative", title="layer", axis=alt.Axis(tickMinStep=1, format="d")),
-        y=y, color=alt.Color(field="head", type="nominal", scale=head_colour_scale(n_heads), title="head"),
-        size=alt.SizeValue(60, condition={"test": "datum.chosen", "value": 180}),
-        tooltip=[alt.Tooltip(field="layer", type="quantitative", title="layer"),
-                 alt.Tooltip(field="head", type="nominal", title="head"),
-                 alt.Tooltip(field="distance", type="quantitative", format=".2f", title="distance (tokens)")],
-    )  # fmt: skip
-    base = pd.DataFrame({"distance": [baseline], "label": [f"uniform attention: {baseline:.2f}"]})
-    rule = alt.Chart(base).mark_rule(strokeDash=[6, 4], color="#555").encode(y=y)
-    text = alt.Chart(base).mark_text(align="left", dx=4, dy=-6, color="#555").encode(
-        y=y, x=alt.XValue(0), text=alt.Text(field="label", type="nominal"))  # fmt: skip
-    return natural_size(alt.layer(dots, rule, text).properties(title=title, width=480, height=280))
+    y = channel("distance", "quantitative", title="mean attention distance (tokens)")
+    datasets: dict[str, Any] = {}
+    dots = {
+        "data": named_data(frame, datasets), "mark": {"type": "circle", "opacity": 0.85},
+        "encoding": {
+            "x": channel("layer", "quantitative", title="layer", axis={"tickMinStep": 1, "format": "d"}), "y": y,
+            "color": channel("head", "nominal", scale=head_colour_scale(n_heads), title="head"),
+            "size": {"condition": {"test": "datum.chosen", "value": 180}, "value": 60},
+            "tooltip": [channel("layer", "quantitative", title="layer"), channel("head", "nominal", title="head"),
+                        channel("distance", "quantitative", format=".2f", title="distance (tokens)")],
+        },
+    }  # fmt: skip
+    base = named_data(pd.DataFrame({"distance": [baseline], "label": [f"uniform attention: {baseline:.2f}"]}), datasets)
+    rule = {"data": base, "mark": {"type": "rule", "strokeDash": [6, 4], "color": "#555"}, "encoding": {"y": y}}
+    text = {"data": base, "mark": {"type": "text", "align": "left", "dx": 4, "dy": -6, "color": "#555"},
+            "encoding": {"y": y, "x": {"value": 0}, "text": channel("label", "nominal")}}  # fmt: skip
+    return layered([dots, rule, text], datasets, title, width=480, height=280)
 
 
 # ---- predictions --------------------------------------------------------------------------------------

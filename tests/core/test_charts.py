@@ -5,9 +5,11 @@ import re
 import xml.etree.ElementTree as ET
 
 import numpy as np
+import pytest
+from jsonschema import ValidationError
 from PIL import Image
 
-from tformer_core.charts import heatmap, matrix_frame, to_png, to_svg, unique_labels
+from tformer_core.charts import cell_text, heatmap, matrix_frame, to_png, to_svg, unique_labels, validate
 
 
 def test_masked_cells_travel_as_null_and_read_minus_inf():
@@ -22,6 +24,26 @@ def test_repeated_tokens_stay_distinct_rows_that_look_the_same():
     assert len(set(labels)) == 3 and [s.replace("\u200b", "") for s in labels] == ["the", "cat", "the"]
 
 
+def test_cell_labels_are_short_and_the_tooltip_keeps_four_digits():
+    assert list(cell_text(np.array([16.0, 0.000226, 0.768, 6.61e-5, -1.1547, 1234.5, -np.inf]))) == [
+        "16", "0.00", "0.77", "0.00", "-1.15", "1.23e+03", "-inf"]  # fmt: skip
+    frame = matrix_frame(np.array([[0.000226, 2.0]]), ["q"], ["a", "b"])
+    assert list(frame["text"]) == ["0.000226", "2"] and list(frame["label"]) == ["0.00", "2"]
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"diverging": True}, {"domain": (0.0, 1.0)}, {"annotate": False, "cell_width": 4}])
+def test_heatmaps_are_valid_vega_lite_with_one_cell_per_entry(kwargs):
+    m = np.array([[0.1, -np.inf, 0.3], [0.5, 0.25, 0.25]])
+    spec = heatmap(m, ["the", "the"], ["a", "b", "c"], title="t", **kwargs)
+    validate(spec)
+    (frame,) = spec["datasets"].values()
+    assert len(frame) == 6 and frame["value"].isna().sum() == 1
+    assert spec["height"] == 2 * 40 and spec["width"] == 3 * kwargs.get("cell_width", 40)  # 40 px cells at most
+    broken = {**spec, "layer": [{**spec["layer"][0], "mark": {"type": "rectangle"}}]}
+    with pytest.raises(ValidationError):
+        validate(broken)
+
+
 def test_svg_export_is_the_chart_with_its_title_and_every_cell():
     chart = heatmap(np.array([[0.1, 0.9], [0.6, 0.4]]), ["I", "tea"], ["I", "tea"], title="weights, head 3")
     svg = to_svg(chart)
@@ -29,7 +51,7 @@ def test_svg_export_is_the_chart_with_its_title_and_every_cell():
     assert root.tag.endswith("svg")
     assert "weights, head 3" in svg
     # Four cells, each with its value printed inside (small matrices are annotated).
-    for value in ("0.1", "0.9", "0.6", "0.4"):
+    for value in ("0.10", "0.90", "0.60", "0.40"):
         assert re.search(rf">{re.escape(value)}<", svg), value
 
 

@@ -12,6 +12,7 @@ from transformers import AutoTokenizer
 import tformer_core as tc
 from tests.core.tiny_models import _seeded, tiny_decoder, tiny_encoder, tiny_seq2seq, tiny_vit
 from tformer_core import text_views as tv
+from tformer_core.charts import validate
 from tformer_core.checkpoints.common import vocabulary_labels
 from tformer_core.checkpoints.sources import minilm_folder
 
@@ -247,7 +248,8 @@ def test_clicked_cells_are_read_from_a_selection_event():
     assert tv.clicked_cell({"selection": {"cell": [{"layer": 4, "head": 7}]}}) == (4, 7)
     assert tv.clicked_cell({"selection": {"cell": []}}) is None
     assert tv.clicked_cell(None) is None
-    spec = tv.head_grid_chart(np.arange(6.0).reshape(2, 3), (1, 2)).to_dict()
+    spec = tv.head_grid_chart(np.arange(6.0).reshape(2, 3), (1, 2))
+    validate(spec)
     assert [p["name"] for p in spec["params"]] == ["cell"]
     assert spec["params"][0]["select"]["fields"] == ["layer", "head"]
 
@@ -310,7 +312,8 @@ def test_head_view_draws_the_attention_weights(enc_trace):
     assert strong.threshold == pytest.approx(np.sort(w[1].ravel())[-7])
     focused = tv.head_view(enc_trace, 1, heads=[0, 1, 2, 3], focus=4)
     assert set(focused.lines["query"]) == {4}
-    spec = tv.head_view_chart(focused, 4).to_dict()
+    spec = tv.head_view_chart(focused, 4)
+    validate(spec)
     assert [p["name"] for p in spec["params"]] == ["focus"] and spec["params"][0]["select"]["fields"] == ["query"]
 
 
@@ -336,9 +339,12 @@ def test_uniform_baselines_match_the_formulas(enc_trace, dec_trace):
 
 
 def test_distance_chart_has_one_dot_per_head_and_the_baseline(enc_trace):
-    spec = tv.distance_chart(tv.distance_frame(enc_trace), 3.3, 4, (1, 2)).to_dict()
+    spec = tv.distance_chart(tv.distance_frame(enc_trace), 3.3, 4, (1, 2))
+    validate(spec)
     datasets = list(spec["datasets"].values())
     assert sorted(len(d) for d in datasets) == [1, 8]
+    dots = next(d for d in datasets if len(d) == 8)
+    assert dots["chosen"].sum() == 1 and tuple(dots.loc[dots["chosen"], ["layer", "head"]].iloc[0]) == (1, 2)
 
 
 # ---- predictions -------------------------------------------------------------------------------------
