@@ -154,6 +154,25 @@ def test_bad_sources_are_refused_with_a_reason(source, message):
         tc.load_model(source)
 
 
+def test_local_folders_are_checked_after_following_links(tmp_path):
+    """A models folder reached through a link still holds its models; a link out of it does not."""
+    from tformer_core.checkpoints.sources import local_folder
+
+    real = tmp_path / "real"
+    (real / "m").mkdir(parents=True)
+    (real / "m" / "config.json").write_text("{}")
+    linked = tmp_path / "linked"
+    linked.symlink_to(real)
+    assert local_folder(str(linked / "m"), [linked]) == (real / "m").resolve()
+    assert local_folder(str(real / "m"), [linked]) == (real / "m").resolve()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "config.json").write_text("{}")
+    (real / "escape").symlink_to(outside)
+    with pytest.raises(tc.CheckpointError, match="outside them"):
+        local_folder(str(linked / "escape"), [linked])
+
+
 def test_unsupported_architecture_says_so(tmp_path):
     folder = tmp_path / "m"
     folder.mkdir()

@@ -52,8 +52,10 @@ def looks_like_path(source: str) -> bool:
 
 def local_folder(source: str, allowed: list[Path] | None = None) -> Path:
     """A local checkpoint folder, accepted only inside one of the allowed model folders."""
-    allowed = allowed if allowed is not None else model_dirs()
-    folder = Path(source).expanduser().resolve()  # resolves symlinks and '..' before the check
+    # Both sides resolved (symlinks, '..') before the check: a model folder reached through a linked
+    # directory is inside it, and no path can climb out of an allowed folder.
+    allowed = [Path(r).expanduser().resolve() for r in (allowed if allowed is not None else model_dirs())]
+    folder = Path(source).expanduser().resolve()
     if not any(folder == root or folder.is_relative_to(root) for root in allowed):
         roots = ", ".join(str(r) for r in allowed)
         raise CheckpointError(f"local models are read only from the configured model folders ({roots}); "
