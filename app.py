@@ -23,6 +23,7 @@ PAGES = {
     ],
     "Explore": [
         st.Page("app_pages/text_attention.py", title="Text attention", icon="🔤", url_path="text"),
+        st.Page("app_pages/encoder_decoder.py", title="Encoder-decoder", icon="🔁", url_path="seq2seq"),
     ],
 }
 

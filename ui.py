@@ -25,6 +25,7 @@ import streamlit as st
 import torch
 
 import tformer_core as tc
+from tformer_core import seq2seq_views as sv
 from tformer_core.charts import to_png, to_svg, vega_lite_spec
 from tformer_core.layers import Stack
 
@@ -117,24 +118,27 @@ def loaded_models() -> list[str]:
 
 
 # ---- traces ------------------------------------------------------------------------------------
+def _trace_text(model: tc.TracedModel, text: str, pair: str | None) -> tc.Trace:
+    return model.trace(text, pair=pair) if pair else model.trace(text)
+
+
+# What a page may ask to compute once per input: kind -> function(model, *args).
+COMPUTATIONS: dict[str, Callable[..., Any]] = {
+    "text": _trace_text,  # (text, second segment or None) -> Trace
+    "translate": sv.translate,  # (source, max new tokens) -> Translation (greedy, every step traced)
+    "teacher": sv.teacher_force,  # (source, target) -> Translation (teacher forcing)
+}
+
+
 @st.cache_resource(show_spinner=False, max_entries=64)
 def cached(kind: str, source: str, *args: Any) -> Any:
-    """The result of `kind` (a trace, a generation...) for `source` and hashable `args`, computed once.
+    """COMPUTATIONS[kind](the model for `source`, *args), computed once per (kind, source, args).
 
-    kinds: "text" (args: text, pair text or None), "seq2seq" (source text, target text),
-    "generate" (text, max new tokens), "image" (image bytes digest; see pages). Results are
-    read-only: pages must not modify them.
+    Results are shared by every session and read-only: pages must not modify them.
     """
-    model = _cached_model(source)
-    if kind == "text":
-        text, pair = args
-        return model.trace(text, pair=pair) if pair else model.trace(text)
-    if kind == "seq2seq":
-        return model.trace(*args)
-    if kind == "generate":
-        text, max_new = args
-        return model.generate(text, max_new)
-    raise ValueError(f"unknown cached computation {kind!r}")
+    if kind not in COMPUTATIONS:
+        raise ValueError(f"unknown cached computation {kind!r}")
+    return COMPUTATIONS[kind](_cached_model(source), *args)
 
 
 def run_safely(compute: Callable[[], Any], what: str) -> Any | None:
@@ -192,6 +196,26 @@ class UrlState:
         params = {name: _format(st.session_state[f"{self.page}.{name}"]) for name in self.names}
         if dict(st.query_params) != params:
             st.query_params.from_dict(params)
+
+
+def int_key(url: UrlState, name: str, default: int, lo: int, hi: int) -> str:
+    """A URL-backed key for a number input limited to lo..hi.
+
+    A value from a link outside lo..hi is clamped, with a warning (a number input given an
+    out-of-range value would raise).
+    """
+    key = url.key(name, default)
+    value = st.session_state[key]
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        fixed = min(max(int(value), lo), hi) if isinstance(value, (int, float)) else default
+        st.warning(f"`{name}` = {value} is outside {lo}..{hi}; using {fixed}.")
+        st.session_state[key] = fixed
+    return key
+
+
+def int_list(raw: str) -> list[int]:
+    """A URL value "1,4,7" as [1, 4, 7] (UrlState's `cast` for lists of numbers that may start empty)."""
+    return [int(s) for s in raw.split(",") if s.strip()]
 
 
 def _parse(raw: str, default: Any, cast: Callable[[str], Any] | None) -> Any:

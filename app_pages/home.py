@@ -27,6 +27,10 @@ GUIDE = [
      "A real encoder (MiniLM, offline) or any BERT / RoBERTa / GPT-2 from the hub: head view, heatmaps, all "
      "layers × heads at once, Q/K/V, why a weight has its value, attention distance, next-token and "
      "masked-word predictions."),
+    ("app_pages/encoder_decoder.py", "Encoder-decoder",
+     "Translation one token at a time (the bundled toy translator offline, or opus-mt / T5 / BART): the "
+     "decoder's masked self-attention and its cross-attention over the source at every step, with a play "
+     "button; the whole alignment; Q from the decoder, K and V from the encoder; teacher forcing."),
 ]  # fmt: skip
 
 for page, title, teaches in GUIDE:

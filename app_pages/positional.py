@@ -22,22 +22,6 @@ SIMILARITIES = {"dot": "Dot product", "cosine": "Cosine"}
 CORNER = 8  # the numbers of the top-left corner of each big matrix are printed as a table
 
 
-def int_key(url: ui.UrlState, name: str, default: int, lo: int, hi: int) -> str:
-    """A URL-backed key for a number input limited to lo..hi; a value from the link outside them is clamped
-    (a number input given an out-of-range value would raise) and the user is told."""
-    key = url.key(name, default)
-    value = st.session_state[key]
-    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-        fixed = min(max(int(value), lo), hi) if isinstance(value, (int, float)) else default
-        st.warning(f"`{name}` = {value} is outside {lo}..{hi}; using {fixed}.")
-        st.session_state[key] = fixed
-    return key
-
-
-def int_list(raw: str) -> list[int]:
-    return [int(s) for s in raw.split(",") if s.strip()]
-
-
 def finite_float(raw: str) -> float:
     value = float(raw)
     if not np.isfinite(value):
@@ -112,7 +96,7 @@ def sinusoidal_sections(url: ui.UrlState, n: int, d: int, base: float) -> None:
     )
 
     st.subheader("Each dimension is a wave")
-    dims_key = url.key("dims", [0, 1, 20, 60], cast=int_list)  # fast, and slower pairs
+    dims_key = url.key("dims", [0, 1, 20, 60], cast=ui.int_list)  # fast, and slower pairs
     st.session_state[dims_key] = [j for j in st.session_state[dims_key] if isinstance(j, int) and 0 <= j < d]
     chosen = st.multiselect("Dimensions", list(range(d)), key=dims_key)
     if chosen:
@@ -184,7 +168,7 @@ def real_sections(url: ui.UrlState, base: float) -> None:
     )
     left, right = st.columns([3, 1])
     sentence = left.text_input("Sentence", key=url.key("text", DEFAULT_SENTENCE))
-    n_dims = right.number_input("Dims shown", 1, 32, key=int_key(url, "xdims", 5, 1, 32))
+    n_dims = right.number_input("Dims shown", 1, 32, key=ui.int_key(url, "xdims", 5, 1, 32))
     model = ui.load_model(MODEL)
     if model is None:
         return
@@ -237,7 +221,7 @@ def real_sections(url: ui.UrlState, base: float) -> None:
 
     st.subheader("Learned vs sinusoidal positions")
     max_pos = min(model.config.max_positions, ls.MAX_PE_POSITIONS)
-    n = st.slider("Positions", 2, max_pos, key=int_key(url, "learned", 64, 2, max_pos))
+    n = st.slider("Positions", 2, max_pos, key=ui.int_key(url, "learned", 64, 2, max_pos))
     learned = ui.run_safely(lambda: ls.learned_positions(model, n), "Learned positions")
     if learned is None:
         return
@@ -281,7 +265,7 @@ def page(url: ui.UrlState) -> None:
         "Positions",
         1,
         ls.MAX_PE_POSITIONS,
-        key=int_key(url, "n", 50, 1, ls.MAX_PE_POSITIONS),
+        key=ui.int_key(url, "n", 50, 1, ls.MAX_PE_POSITIONS),
         help=f"1 to {ls.MAX_PE_POSITIONS}.",
     )
     d = c[1].number_input(
@@ -289,7 +273,7 @@ def page(url: ui.UrlState) -> None:
         2,
         ls.MAX_PE_D_MODEL,
         step=2,
-        key=int_key(url, "d", 128, 2, ls.MAX_PE_D_MODEL),
+        key=ui.int_key(url, "d", 128, 2, ls.MAX_PE_D_MODEL),
         help=f"Even, 2 to {ls.MAX_PE_D_MODEL}: dimensions come in sin/cos pairs.",
     )
     base = float(

@@ -33,22 +33,6 @@ LETTER = {"W_q": "q", "W_k": "k", "W_v": "v"}
 
 
 # ---- widgets backed by the URL ---------------------------------------------------------------------
-def int_key(url: ui.UrlState, name: str, default: int, lo: int, hi: int) -> str:
-    """A URL-backed key for a number input limited to lo..hi; a value from the link outside them is clamped
-    (a number input given an out-of-range value would raise) and the user is told."""
-    key = url.key(name, default)
-    value = st.session_state[key]
-    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-        fixed = min(max(int(value), lo), hi) if isinstance(value, (int, float)) else default
-        st.warning(f"`{name}` = {value} is outside {lo}..{hi}; using {fixed}.")
-        st.session_state[key] = fixed
-    return key
-
-
-def int_list(raw: str) -> list[int]:
-    return [int(s) for s in raw.split(",") if s.strip()]
-
-
 # ---- drawing ---------------------------------------------------------------------------------------
 def show_matrix(
     name: str,
@@ -107,10 +91,10 @@ def preset_controls(url: ui.UrlState, preset: str, n_heads: int) -> tuple[ls.Exa
         return ls.default_example(n_heads), (preset, n_heads)
     if preset == "random":
         c = st.columns(4)
-        seed = c[0].number_input("Seed", 0, 10**6, key=int_key(url, "seed", 0, 0, 10**6))
-        n = c[1].number_input("Tokens", 1, ls.MAX_TOKENS, key=int_key(url, "n", 4, 1, ls.MAX_TOKENS))
-        d = c[2].number_input("d_model", 1, 16, key=int_key(url, "d", 4, 1, 16))
-        k = c[3].number_input("d_k = d_v (per head)", 1, 16, key=int_key(url, "dk", 3, 1, 16))
+        seed = c[0].number_input("Seed", 0, 10**6, key=ui.int_key(url, "seed", 0, 0, 10**6))
+        n = c[1].number_input("Tokens", 1, ls.MAX_TOKENS, key=ui.int_key(url, "n", 4, 1, ls.MAX_TOKENS))
+        d = c[2].number_input("d_model", 1, 16, key=ui.int_key(url, "d", 4, 1, 16))
+        k = c[3].number_input("d_k = d_v (per head)", 1, 16, key=ui.int_key(url, "dk", 3, 1, 16))
         return ls.random_example(seed, n, d, k, n_heads), (preset, seed, n, d, k, n_heads)
 
     sentence = st.text_input(
@@ -133,9 +117,9 @@ def preset_controls(url: ui.UrlState, preset: str, n_heads: int) -> tuple[ls.Exa
     )
     d_head = cfg.d_model // cfg.n_heads
     dims = c[2].number_input(
-        f"Dims of d_model (of {cfg.d_model})", 1, cfg.d_model, key=int_key(url, "dims", 4, 1, cfg.d_model)
+        f"Dims of d_model (of {cfg.d_model})", 1, cfg.d_model, key=ui.int_key(url, "dims", 4, 1, cfg.d_model)
     )
-    hdims = c[3].number_input(f"Dims per head (of {d_head})", 1, d_head, key=int_key(url, "hdims", 3, 1, d_head))
+    hdims = c[3].number_input(f"Dims per head (of {d_head})", 1, d_head, key=ui.int_key(url, "hdims", 3, 1, d_head))
     sig = (preset, sentence, layer, head, dims, hdims, n_heads)
     if not sentence.strip():
         st.error("Type a sentence to take X from.")
@@ -421,7 +405,7 @@ def page(url: ui.UrlState) -> None:
             "Heads",
             1,
             MAX_HEADS,
-            key=int_key(url, "heads", 1, 1, MAX_HEADS),
+            key=ui.int_key(url, "heads", 1, 1, MAX_HEADS),
             help="With h heads, the columns of each W split into h blocks: one head each.",
         )
     )
@@ -453,7 +437,7 @@ def page(url: ui.UrlState) -> None:
     st.subheader("Masks")
     left, right = st.columns(2)
     causal = left.checkbox("Causal mask (a token sees only itself and earlier tokens)", key=url.key("causal", False))
-    pad_key = url.key("pad", [], cast=int_list)
+    pad_key = url.key("pad", [], cast=ui.int_list)
     st.session_state[pad_key] = [p for p in st.session_state[pad_key] if isinstance(p, int) and 0 <= p < n]
     padding = right.multiselect(
         "Padding tokens (hidden as keys)", list(range(n)), format_func=lambda i: f"{i}: {tokens[i]}", key=pad_key

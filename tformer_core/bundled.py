@@ -155,6 +155,7 @@ def load_from_dir(
         if len(model.tokenizer) != model.config.src_vocab_size or len(model.target_tokenizer) != model.config.tgt_vocab_size:
             raise ValueError(f"{folder}: vocabulary files do not match the vocabulary sizes in config.json")
         tgt = model.target_tokenizer
+        model.output_labels = list(tgt.vocab)  # predictions name target words, not ids
         # generate() starts from <bos>, stops at <eos>, never emits <pad> or a second <bos>.
         model.generation = GenerationSettings(
             eos_id=tgt.eos_id, start_id=tgt.bos_id, pad_id=tgt.pad_id, suppress_ids=(tgt.pad_id, tgt.bos_id),

@@ -180,3 +180,40 @@ def test_positional_page_takes_a_sentence_and_a_base(server_url, page, screensho
     assert page.locator('[data-testid="stVegaLiteChart"]').count() >= 6
     assert "tea" in page.inner_text("body")
     screenshot(page, screenshots / "positional.png")
+
+
+def test_encoder_decoder_page_steps_switches_head_and_forces_a_target(server_url, page, screenshots):
+    page.goto(f"{server_url}/seq2seq")
+    settle(page)
+    assert_no_error(page)
+    assert "varo gros ta ga fluvo ta apu mise mik na wo kasas" in page.inner_text("body")
+    type_into(page, "Source sentence", "the small cat sleeps near a river")
+    settle(page)
+    assert_no_error(page)
+    assert "mise mik ta ga fluvo na apu dormas" in page.inner_text("body")
+    slider = page.locator('[data-testid="stSlider"] input[type="range"]').first
+    slider.focus()
+    slider.press("ArrowRight")
+    slider.press("ArrowRight")
+    settle(page)
+    assert "step=3" in page.url and "Step 3 of" in page.inner_text("body")
+    choose(page, "Head", "2")
+    settle(page)
+    assert_no_error(page)
+    assert "head=2" in page.url and "masked self-attention, layer 1, head 2" in page.inner_text("body") or \
+        page.locator('[data-testid="stVegaLiteChart"]').count() >= 6  # fmt: skip
+    screenshot(page, screenshots / "seq2seq.png")
+    # Play: one step per tick, in the browser, with nobody touching anything.
+    page.get_by_role("button", name="▶ Play").click()
+    time.sleep(4.5)
+    shown = int(re.search(r"Step (\d+) of", page.inner_text("body")).group(1))
+    assert shown >= 5  # from step 3, at least two ticks of 1.2 s
+    page.get_by_role("button", name="⏸ Pause").click()
+    settle(page)
+    assert_no_error(page)
+    type_into(page, "Target (optional): type a translation to see the attention for it instead of the model's own",
+              "mise mik ta ga dormas")  # fmt: skip
+    settle(page)
+    assert_no_error(page)
+    body = page.inner_text("body")
+    assert "Your target (teacher forcing)" in body and "agrees with it at" in body

@@ -16,9 +16,8 @@ import torch
 from PIL import Image
 
 import tformer_core as tc
-from tformer_core import bundled
+from tformer_core import bundled, train
 from tformer_core import toy_data as td
-from tformer_core import train
 
 ROOT = Path(__file__).resolve().parents[2]
 

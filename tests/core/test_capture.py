@@ -5,9 +5,8 @@ import pytest
 import torch
 
 import tformer_core as tc
-from tformer_core.capture import capture_active
-
 from tests.core.tiny_models import image, tiny_decoder, tiny_encoder, tiny_seq2seq, tiny_vit
+from tformer_core.capture import capture_active
 
 SRC = [3, 7, 1, 12, 9, 4, 0, 0]  # the last two are padding
 SRC_MASK = [1, 1, 1, 1, 1, 1, 0, 0]

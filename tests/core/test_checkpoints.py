@@ -7,7 +7,7 @@ import torch
 import transformers as T
 
 import tformer_core as tc
-from tests.core.hf_helpers import assert_close, perturbed, roundtrip, softmax
+from tests.core.hf_helpers import assert_close, perturbed, roundtrip
 
 IDS = [[2, 17, 33, 8, 61, 5, 90, 3]]
 

@@ -8,8 +8,8 @@ import transformers as T
 from PIL import Image
 
 import tformer_core as tc
-from tformer_core.checkpoints.sources import minilm_folder
 from tests.core.hf_helpers import DEIT, IMAGES, assert_close, softmax
+from tformer_core.checkpoints.sources import minilm_folder
 
 LONG = " ".join(
     ["Attention lets every token look at every other token, weighting what it sees by relevance."] * 16

@@ -1,0 +1,235 @@
+"""Encoder-decoder: a translation token by token, the decoder's masked self-attention and its cross-attention.
+
+Read widgets -> ask the core (tformer_core.seq2seq_views, text_views) -> draw. The translation is
+computed once per input (ui.cached); the step slider, the play button and every layer / head choice
+only read it. The encoder's self-attention uses the Text attention page's views (attention_views).
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+import attention_views as av
+import ui
+from tformer_core import seq2seq_views as sv
+from tformer_core import text_views as tv
+from tformer_core.bundled import model_card
+from tformer_core.charts import heatmap
+
+DEFAULT_MODEL = "translator"
+SUGGESTIONS = ("translator", "Helsinki-NLP/opus-mt-en-de", "t5-small", "facebook/bart-base")
+PLAY_SECONDS = 1.2  # one decoding step per this many seconds while playing
+
+
+def main() -> None:
+    st.title("Encoder-decoder: translation and cross-attention")
+    st.caption(
+        "The encoder reads the whole source sentence once; the decoder writes the translation one token at a "
+        "time, looking back at what it wrote (masked self-attention) and at the source (cross-attention: its "
+        "queries come from the decoder, its keys and values from the encoder's output)."
+    )
+    url = ui.UrlState("s2s")
+    try:
+        page(url)
+    finally:
+        url.publish()
+
+
+def page(url: ui.UrlState) -> None:
+    source = av.choose_model(
+        url, SUGGESTIONS, DEFAULT_MODEL, placeholder="e.g. Helsinki-NLP/opus-mt-en-fr or ./models/my-t5",
+        help="translator is trained by this project and works offline (a toy English → Tarish). "
+             "Hub models need the internet the first time.",
+    )  # fmt: skip
+    model = ui.load_model(source)
+    if model is None:
+        st.info("Choose another model above; the rest of the page appears once one loads.")
+        return
+    if model.kind != "encoder-decoder":
+        page_name = "Vision Transformer" if model.kind == "vit" else "Text attention"
+        st.warning(f"**{tv.escape_markdown(source)}** is not an encoder-decoder model: open the {page_name} page.")
+        return
+    show_vocabulary(model, source)
+
+    default_text = sv.DEFAULT_SOURCES.get(source, "")
+    text_key = url.key("text", default_text)
+    if st.session_state[text_key] in sv.DEFAULT_SOURCES.values() and default_text:
+        st.session_state[text_key] = default_text  # another model's example: this model's instead
+    left, right = st.columns([3, 1])
+    text = left.text_input("Source sentence", key=text_key)
+    max_new = right.number_input("At most this many new tokens", 1, sv.MAX_NEW_TOKENS,
+                                 key=ui.int_key(url, "max", 40, 1, sv.MAX_NEW_TOKENS))  # fmt: skip
+    target = st.text_input(
+        "Target (optional): type a translation to see the attention for it instead of the model's own",
+        key=url.key("target", ""), help="Teacher forcing: the decoder reads your target one token at a time, "
+                                        "as in training, and you see its attention at every step.",
+    )  # fmt: skip
+    if not text.strip():
+        st.error("The source sentence is empty: type a sentence to translate.")
+        return
+    if target.strip():
+        translation = ui.run_safely(lambda: ui.cached("teacher", source, text, target), "Input")
+    else:
+        translation = ui.run_safely(lambda: ui.cached("translate", source, text, int(max_new)), "Input")
+    if translation is None:
+        return
+    show_translation(model, translation)
+    if translation.n_steps == 0:
+        return
+
+    trace = translation.trace
+    L, H = trace.layers_in("decoder"), trace.n_heads
+    c1, c2, _ = st.columns([1, 1, 2])
+    layer = c1.selectbox("Decoder layer", list(range(L)), key=url.key("layer", L - 1, choices=range(L)))
+    head = c2.selectbox("Head", list(range(H)), key=url.key("head", 0, choices=range(H)))
+
+    step_through(url, translation, int(layer), int(head))
+    show_alignment(translation, int(layer), int(head))
+    cross = av.Controls("cross", "x_", int(layer), int(head), False, (), current_step(url, translation) - 1,
+                        np.arange(translation.n_steps + 1), slice(None))  # fmt: skip
+    av.draw_qkv(trace, cross, url, label="cross-attention, ")
+    av.draw_why(trace, url, cross, label="cross-attention, ")
+
+    st.header("The encoder's self-attention")
+    st.caption("The same views as on the Text attention page, for the encoder reading the source sentence.")
+    enc = av.controls(url, trace, stack="encoder", prefix="enc_", default_views=("heatmap", "overview"),
+                      label="encoder ")  # fmt: skip
+    av.draw(trace, url, enc, label="encoder ")
+
+
+def show_vocabulary(model, source: str) -> None:
+    lexicon = sv.vocabulary(model)
+    if lexicon is None:
+        return
+    with st.expander("What the translator understands: its whole vocabulary"):
+        st.markdown(
+            "Tarish is a toy language with another word order than English: subject, object, then verb; "
+            "the noun first, then its adjectives (in mirrored order), then the determiner; postpositions; "
+            "and two particles with no English word, **ga** after the subject and **wo** after the object. "
+            "Words it does not know become **\\<unk\\>**."
+        )
+        rows = [(name, en, ta) for name, pairs in lexicon for en, ta in pairs]
+        st.dataframe(pd.DataFrame(rows, columns=["class", "English", "Tarish"]), hide_index=True, height=260)
+    with st.expander("Model card"):
+        st.markdown(model_card(source))
+
+
+def show_translation(model, translation: sv.Translation) -> None:
+    st.subheader("Translation" if translation.mode == "greedy" else "Your target (teacher forcing)")
+    st.code(translation.output_text or "(nothing)", language=None)
+    n = translation.n_steps
+    if translation.mode == "greedy":
+        end = "it wrote the end token" if translation.finished else "it reached the token limit before the end token"
+        st.caption(f"Greedy decoding: the most likely token at each of {n} steps; {end}.")
+    else:
+        agree = sum(sv.at_step(translation, t).predictions(1)[0][0].strip() == tv.display_token(p).replace("␣", "")
+                    for t, p in enumerate(translation.produced))  # fmt: skip
+        st.caption(f"The decoder read your target token by token ({n} steps). The model's own most likely token "
+                   f"agrees with it at {agree} of {n} steps.")  # fmt: skip
+    if translation.unknown_words:
+        words = ", ".join(tv.escape_markdown(w) for w in translation.unknown_words)
+        st.warning(f"Not in this model's vocabulary: {words}. Each is read as **\\<unk\\>** (visible in the tokens below).")
+    st.caption("Source tokens: " + " · ".join(tv.escape_markdown(t) for t in tv.display_tokens(translation.source_tokens)))
+    st.caption("Decoder tokens: " + " · ".join(tv.escape_markdown(t) for t in tv.display_tokens(translation.decoder_tokens)))
+
+
+# ---- step by step ---------------------------------------------------------------------------------
+def current_step(url: ui.UrlState, translation: sv.Translation) -> int:
+    """The step shown (1-based), clamped to this translation's steps."""
+    key = url.key("step", 1, choices=range(1, translation.n_steps + 1))
+    return int(st.session_state[key])
+
+
+def step_through(url: ui.UrlState, translation: sv.Translation, layer: int, head: int) -> None:
+    st.header("Step by step")
+    n = translation.n_steps
+    step_key = url.key("step", 1, choices=range(1, n + 1))
+    playing_key = f"{url.page}.playing"
+
+    def toggle() -> None:
+        playing = not st.session_state.get(playing_key, False)
+        st.session_state[playing_key] = playing
+        if playing and st.session_state[step_key] >= n:
+            st.session_state[step_key] = 1  # play from the start
+        st.session_state[f"{url.page}.played_at"] = time.monotonic()
+
+    playing = bool(st.session_state.get(playing_key, False)) and n > 1
+    st.button("⏸ Pause" if playing else "▶ Play", key=f"{url.page}.play", on_click=toggle, disabled=n < 2,
+              help="Advance one decoding step every {:.1f} s".format(PLAY_SECONDS))  # fmt: skip
+
+    def steps() -> None:
+        if st.session_state.get(playing_key):
+            last = st.session_state.get(f"{url.page}.played_at", 0.0)
+            if time.monotonic() - last >= PLAY_SECONDS * 0.9:  # a timer tick, not another widget's rerun
+                st.session_state[f"{url.page}.played_at"] = time.monotonic()
+                if st.session_state[step_key] < n:
+                    st.session_state[step_key] += 1
+                else:
+                    st.session_state[playing_key] = False
+                    st.rerun()  # the whole page, so the timer stops
+        if n > 1:
+            st.slider("Step", 1, n, key=step_key, help="Decoding step t: the decoder has read t tokens and writes the next.")
+        draw_step(translation, int(st.session_state[step_key]) - 1, layer, head)
+
+    # Playing, only this section reruns, once per tick (a fragment with a timer); otherwise moving the
+    # slider reruns the page, so the link and the views that follow the step are updated too.
+    if playing:
+        st.fragment(steps, run_every=PLAY_SECONDS)()
+    else:
+        steps()
+
+
+def draw_step(translation: sv.Translation, t: int, layer: int, head: int) -> None:
+    step = sv.at_step(translation, t)
+    read = " ".join(tv.escape_markdown(x) for x in tv.display_tokens(step.input_tokens))
+    st.markdown(f"**Step {t + 1} of {translation.n_steps}.** The decoder has read: {read} → "
+                f"{'it writes' if translation.mode == 'greedy' else 'the next target token is'} "
+                f"**{tv.escape_markdown(tv.display_token(step.produced))}**")  # fmt: skip
+    left, right = st.columns([2, 3])
+    with left:
+        m = step.self_attention(layer, head)
+        ui.chart(heatmap(m.for_heatmap(), m.query_labels, m.key_labels, domain=(0.0, 1.0),
+                         title=f"masked self-attention, layer {layer}, head {head}"),
+                 key="s2s.chart.step_self", file_name=f"step{t + 1}_self_L{layer}_H{head}")  # fmt: skip
+        st.caption("Each decoder position sees itself and the positions before it: the grey cells above the "
+                   "diagonal are masked (−∞ before the softmax, so weight 0).")  # fmt: skip
+    with right:
+        rows = step.cross_rows()  # [layers, heads, source]
+        n_layers, n_heads, _ = rows.shape
+        labels = [f"L{lay} H{h}" for lay in range(n_layers) for h in range(n_heads)]
+        ui.chart(heatmap(rows.reshape(n_layers * n_heads, -1), labels, tv.display_tokens(translation.source_tokens),
+                         domain=(0.0, 1.0), row_title="layer, head", col_title="source",
+                         title=f"cross-attention of the newest position ({tv.display_token(step.input_tokens[-1])})"),
+                 key="s2s.chart.step_cross", file_name=f"step{t + 1}_cross")  # fmt: skip
+        st.caption(f"One row per decoder layer and head: where the query of the last position looks in the source "
+                   f"while it writes {tv.escape_markdown(tv.display_token(step.produced))}. Each row sums to 1.")  # fmt: skip
+    top = pd.DataFrame([(tv.display_token(tok.replace(" ", "Ġ")), p) for tok, p in step.predictions(5)],
+                       columns=["token", "probability"])  # fmt: skip
+    st.caption("The model's five most likely next tokens at this step:")
+    st.dataframe(top, hide_index=True, column_config={"probability": st.column_config.ProgressColumn(
+        "probability", min_value=0.0, max_value=1.0, format="%.3f")})  # fmt: skip
+
+
+def show_alignment(translation: sv.Translation, layer: int, head: int) -> None:
+    st.header("Alignment: the whole cross-attention")
+    st.caption("Rows: the token each decoder position wrote; columns: the source tokens. A bright cell means the "
+               "position that wrote that token looked at that source token. Word order differs between the "
+               "languages, so a good alignment is not the diagonal.")  # fmt: skip
+    left, right = st.columns(2)
+    for column, which, title in ((left, head, f"layer {layer}, head {head}"), (right, None, f"layer {layer}, mean of the heads")):
+        with column:
+            m = sv.alignment(translation, layer, which)
+            ui.chart(heatmap(m.weights, m.query_labels, m.key_labels, domain=(0.0, 1.0), row_title="target (written)",
+                             col_title="source", title=f"cross-attention, {title}"),
+                     key=f"s2s.chart.align_{'mean' if which is None else 'head'}",
+                     file_name=f"alignment_L{layer}_{'mean' if which is None else f'H{head}'}")  # fmt: skip
+            ui.matrix_download(m.weights, m.query_labels, m.key_labels,
+                               f"alignment_L{layer}_{'mean' if which is None else f'H{head}'}.csv",
+                               key=f"s2s.csv_align_{'mean' if which is None else 'head'}")  # fmt: skip
+
+
+main()

@@ -1,0 +1,222 @@
+"""What the encoder-decoder page shows, computed from the core's traces: no Streamlit here.
+
+    t = translate(model, "the big dog chases a small cat")       # greedy, one traced decoder pass per token
+    t = teacher_force(model, "the big dog ...", "varo gros ta ga ...")   # the user's target instead
+    t.output_text, t.produced                                    # the translation; the token made at each step
+    step = at_step(t, 3)                                         # what the model computed when making token 3
+    step.self_attention(layer=1, head=2)                         # [4, 4] masked self-attention, -inf above the diagonal
+    step.cross_rows()                                            # [layers, heads, source]: the new token's cross-attention
+    alignment(t, layer=1, head=None)                             # [produced, source], averaged over heads
+
+Decoder positions and produced tokens: the decoder reads s_0 (the start token), s_1, ... and
+position t, whose input is s_t, produces s_{t+1}. So row t of a cross-attention matrix is the
+query that produced token t+1; the alignment view labels rows by the token produced.
+
+Greedy translations keep the trace of every step (the pass that chose the token). By the causal
+mask, row t of one teacher-forced pass over the whole sequence is the same computation; teacher
+forcing (no step traces) reads its rows, and the tests check the two agree for greedy output.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .generation import Generation
+from .text_views import HeadMatrix, display_tokens
+from .trace import Trace
+
+DEFAULT_SOURCES = {
+    "translator": "the big dog chases a small cat near the river",
+    "Helsinki-NLP/opus-mt-en-de": "The animal didn't cross the street because it was too tired.",
+    "t5-small": "translate English to German: The house is wonderful.",
+    "facebook/bart-base": "The animal didn't cross the <mask> because it was too tired.",
+}
+MAX_NEW_TOKENS = 64
+
+
+@dataclass(frozen=True, eq=False)
+class Translation:
+    """A source and a decoder sequence with everything the model computed for them.
+
+    mode: "greedy" (the model's own output) or "teacher" (the user's target, teacher forcing).
+    decoder_ids / decoder_tokens: the decoder's input sequence s_0 (start token), s_1, ..., s_n.
+    trace: one teacher-forced pass over that sequence, encoder included.
+    steps: greedy only, steps[t] = the trace of the pass that chose s_{t+1}.
+    finished: the sequence ends with the end token (greedy: False when the length limit stopped it).
+    output_text: the produced tokens as text (special tokens left out).
+    unknown_words: source words the model's vocabulary does not have (shown as <unk>).
+    """
+
+    mode: str
+    source_tokens: tuple[str, ...]
+    decoder_ids: tuple[int, ...]
+    decoder_tokens: tuple[str, ...]
+    trace: Trace
+    steps: tuple[Trace, ...] | None
+    finished: bool
+    output_text: str
+    unknown_words: tuple[str, ...] = ()
+
+    @property
+    def produced(self) -> tuple[str, ...]:
+        """The token produced at each step: s_1 .. s_n."""
+        return self.decoder_tokens[1:]
+
+    @property
+    def n_steps(self) -> int:
+        return len(self.decoder_tokens) - 1
+
+
+def _require_seq2seq(model: Any) -> None:
+    if getattr(model, "kind", "") != "encoder-decoder":
+        raise ValueError("this page shows encoder-decoder models (translation); this one is not")
+
+
+def _target_tokenizer(model: Any) -> Any:
+    return getattr(model, "target_tokenizer", None) or model.tokenizer
+
+
+def output_text(model: Any, ids: tuple[int, ...]) -> str:
+    """Produced ids (after the start token) as text, without special tokens (<unk> stays visible)."""
+    tok = _target_tokenizer(model)
+    if tok is None:
+        return " ".join(str(i) for i in ids)
+    try:
+        return tok.decode(list(ids), skip_special_tokens=True)
+    except TypeError:  # the bundled word tokenizer: its decode always drops the special tokens but <unk>
+        return tok.decode(list(ids))
+
+
+def unknown_words(model: Any, text: str) -> tuple[str, ...]:
+    """Words of `text` the model cannot read (bundled word-level models; subword tokenizers have none)."""
+    tok = getattr(model, "tokenizer", None)
+    if tok is not None and hasattr(tok, "unknown_words"):
+        return tuple(dict.fromkeys(tok.unknown_words(text)))
+    return ()
+
+
+def translate(model: Any, source: str, max_new_tokens: int | None = None) -> Translation:
+    """Greedy translation of `source` with a trace of every step. ValueError for empty or over-long input."""
+    _require_seq2seq(model)
+    if max_new_tokens is not None and not 1 <= int(max_new_tokens) <= MAX_NEW_TOKENS:
+        raise ValueError(f"the number of new tokens must be 1 to {MAX_NEW_TOKENS}, got {max_new_tokens}")
+    gen: Generation = model.generate(source, max_new_tokens)
+    return Translation(
+        "greedy", gen.trace.tokens, gen.ids, gen.trace.target_tokens or (), gen.trace, gen.steps, gen.finished,
+        output_text(model, gen.generated_ids), unknown_words(model, source),
+    )  # fmt: skip
+
+
+def target_ids(model: Any, target: str) -> list[int]:
+    """The decoder's input for teacher forcing: the start token, the target's tokens, the end token."""
+    if not isinstance(target, str) or not target.strip():
+        raise ValueError("the target is empty: type the translation to check, or leave it empty for the model's own")
+    settings = model.generation
+    start = settings.start_id if settings.start_id is not None else settings.pad_id
+    tok = _target_tokenizer(model)
+    if tok is None:
+        raise ValueError("this model has no tokenizer, so it cannot read a target text")
+    if hasattr(tok, "unknown_words"):  # the bundled word tokenizer starts the ids with <bos> itself
+        ids = list(tok.encode(target))
+    else:
+        ids = [start, *tok(text_target=target)["input_ids"]]  # the target side of the tokenizer (Marian has two)
+    if settings.eos_id is not None and ids[-1] != settings.eos_id:
+        ids.append(settings.eos_id)
+    if len(ids) < 2:
+        raise ValueError("the target has no words this model can read")
+    return ids
+
+
+def teacher_force(model: Any, source: str, target: str) -> Translation:
+    """The model's attention when the decoder is given `target` instead of its own output."""
+    _require_seq2seq(model)
+    ids = target_ids(model, target)
+    limit = model.config.max_positions
+    if len(ids) > limit:
+        raise ValueError(f"the target has {len(ids)} tokens with its start and end tokens; this model handles at "
+                         f"most {limit}. Shorten it.")  # fmt: skip
+    trace = model.trace(source, ids)
+    return Translation(
+        "teacher", trace.tokens, tuple(ids), trace.target_tokens or (), trace, None, ids[-1] == model.generation.eos_id,
+        output_text(model, tuple(ids[1:])), unknown_words(model, source) + unknown_words_target(model, target),
+    )  # fmt: skip
+
+
+def unknown_words_target(model: Any, text: str) -> tuple[str, ...]:
+    tok = getattr(model, "target_tokenizer", None)
+    if tok is not None and hasattr(tok, "unknown_words"):
+        return tuple(dict.fromkeys(tok.unknown_words(text)))
+    return ()
+
+
+# ---- one decoding step --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Step:
+    """What the model computed at step t: decoder positions 0..t, the last one producing token t+1.
+
+    trace: the trace that holds it (greedy: the step's own pass; teacher forcing: the whole pass);
+    row: position t in that trace.
+    """
+
+    t: int
+    trace: Trace
+    row: int
+    input_tokens: tuple[str, ...]  # s_0 .. s_t, what the decoder has read
+    produced: str  # s_{t+1}
+
+    def self_attention(self, layer: int, head: int) -> HeadMatrix:
+        """The decoder's masked self-attention over positions 0..t: [t+1, t+1], masked cells -inf in for_heatmap()."""
+        n = self.t + 1
+        w = np.asarray(self.trace.attention(layer, head, "decoder")[:n, :n], dtype=np.float64)
+        mask = self.trace.activations.get(f"decoder.{layer}.attn.mask")
+        allowed = np.asarray(mask[0][:n, :n], dtype=bool) if mask is not None else None
+        labels = tuple(display_tokens(self.input_tokens))
+        positions = np.arange(n)
+        return HeadMatrix(w, positions, positions, labels, labels, allowed, np.zeros(n))
+
+    def cross_rows(self) -> np.ndarray:
+        """[layers, heads, source tokens]: the new token's cross-attention, every layer and head."""
+        stack = self.trace.layers_in("cross")
+        return np.stack([self.trace.attention(layer, None, "cross")[:, self.row] for layer in range(stack)])
+
+    def predictions(self, k: int = 5) -> list[tuple[str, float]]:
+        """The model's top-k next tokens at this step (its own choice for greedy output)."""
+        return self.trace.predictions(k, position=self.row)
+
+
+def at_step(translation: Translation, t: int) -> Step:
+    """Step t (0-based) of a translation: ValueError outside 0..n_steps - 1."""
+    if not 0 <= t < translation.n_steps:
+        raise ValueError(f"step {t} is out of range: this translation has {translation.n_steps} steps")
+    if translation.steps is not None:
+        trace, row = translation.steps[t], t
+    else:
+        trace, row = translation.trace, t
+    return Step(t, trace, row, translation.decoder_tokens[: t + 1], translation.produced[t])
+
+
+def alignment(translation: Translation, layer: int, head: int | None) -> HeadMatrix:
+    """Cross-attention [produced tokens, source tokens] of one head, or the mean over heads (head None).
+
+    Rows are labelled by the token each decoder position produced (row t: s_{t+1}).
+    """
+    w = translation.trace.attention(layer, None, "cross")[:, : translation.n_steps]  # [heads, steps, source]
+    w = np.asarray(w.mean(0) if head is None else w[head], dtype=np.float64)
+    rows = tuple(display_tokens(translation.produced))
+    cols = tuple(display_tokens(translation.source_tokens))
+    return HeadMatrix(w, np.arange(w.shape[0]), np.arange(w.shape[1]), rows, cols, None, np.zeros(w.shape[0]))
+
+
+def vocabulary(model: Any) -> list[tuple[str, list[tuple[str, str]]]] | None:
+    """For the bundled translator: its lexicon by word class, [(class, [(source word, target word)])]; else None."""
+    if getattr(model, "source", "") != "translator":
+        return None
+    from . import toy_data as td
+
+    classes = [("determiners", td.DETERMINERS), ("nouns", td.NOUNS), ("adjectives", td.ADJECTIVES),
+               ("verbs (with an object)", td.TRANSITIVE_VERBS), ("verbs (no object)", td.INTRANSITIVE_VERBS),
+               ("adverbs", td.ADVERBS), ("prepositions", td.PREPOSITIONS)]  # fmt: skip
+    return [(name, [tuple(pair) for pair in words]) for name, words in classes]
