@@ -24,6 +24,8 @@ PAGES = {
     "Explore": [
         st.Page("app_pages/text_attention.py", title="Text attention", icon="🔤", url_path="text"),
         st.Page("app_pages/encoder_decoder.py", title="Encoder-decoder", icon="🔁", url_path="seq2seq"),
+        st.Page("app_pages/vision.py", title="Vision Transformer", icon="🖼️", url_path="vision"),
+        st.Page("app_pages/attention_distance.py", title="Mean attention distance", icon="📏", url_path="distance"),
     ],
 }
 

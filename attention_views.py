@@ -289,3 +289,5 @@ def draw_distance(trace: Trace, url: ui.UrlState, c: Controls, label: str = "") 
     ui.matrix_download(dist.pivot(index="layer", columns="head", values="distance").to_numpy(),
                        [f"layer {i}" for i in range(L)], [f"head {h}" for h in range(H)],
                        f"{c.prefix}attention_distance.csv", key=_key(url, c, "csv_distance"))  # fmt: skip
+    st.markdown("Averaged over many sentences, or in pixels for Vision Transformers: "
+                "[Mean attention distance](./distance)")  # fmt: skip

@@ -15,7 +15,8 @@ Pages call these helpers; they never call a model's forward themselves.
 from __future__ import annotations
 
 import threading
-from collections import Counter
+import time
+from collections import Counter, OrderedDict
 from typing import Any, Callable, Sequence
 
 import altair as alt
@@ -26,6 +27,7 @@ import torch
 
 import tformer_core as tc
 from tformer_core import seq2seq_views as sv
+from tformer_core import vision_views as vv
 from tformer_core.charts import to_png, to_svg, vega_lite_spec
 from tformer_core.layers import Stack
 
@@ -56,12 +58,17 @@ def forward_passes(source: str | None = None) -> int:
         return _passes[source] if source is not None else sum(_passes.values())
 
 
+RETRY_AFTER_S = 300.0  # a failed load is not tried again for this long (an unreachable hub costs seconds a try)
+
+
 class _ModelSlot:
     """Where one model lives once loaded; the lock makes concurrent sessions load it only once."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.model: tc.TracedModel | None = None
+        self.error: Exception | None = None
+        self.failed_at = 0.0
 
 
 # The slot, not the model, is what Streamlit caches: loading reports progress to the page that asked,
@@ -77,19 +84,26 @@ def _cached_model(source: str, progress: Callable[[float, str], None] | None = N
     slot = _model_slot(source)
     with slot.lock:
         if slot.model is None:
-            model = tc.load_model(source, progress=progress)
+            if slot.error is not None and time.monotonic() - slot.failed_at < RETRY_AFTER_S:
+                raise slot.error
+            try:
+                model = tc.load_model(source, progress=progress)
+            except (tc.CheckpointError, ValueError, OSError) as error:
+                slot.error, slot.failed_at = error, time.monotonic()
+                raise
             _count_passes(model, source)
-            slot.model = model
+            slot.model, slot.error = model, None
             with _passes_lock:
                 _loaded_sources.add(source)
         return slot.model
 
 
-def load_model(source: str) -> tc.TracedModel | None:
+def load_model(source: str, quiet: bool = False) -> tc.TracedModel | None:
     """The cached model for `source`, loading it with a progress bar on first use.
 
     On failure, shows the loader's message (unknown id, offline hub, unsupported family...) and
-    returns None: the page stops drawing that part, the session keeps working.
+    returns None: the page stops drawing that part, the session keeps working. quiet: no message
+    (the page falls back to another model and says so itself).
     """
     bar = st.empty()
 
@@ -99,10 +113,40 @@ def load_model(source: str) -> tc.TracedModel | None:
     try:
         return _cached_model(source, progress)
     except (tc.CheckpointError, ValueError, OSError) as error:
-        st.error(f"Could not load **{source}**: {error}")
+        if not quiet:
+            st.error(f"Could not load **{source}**: {error}")
         return None
     finally:
         bar.empty()
+
+
+# ---- longer computations with a progress bar ------------------------------------------------------
+_computed: OrderedDict[tuple, Any] = OrderedDict()
+_computed_lock = threading.Lock()
+MAX_COMPUTED = 16
+
+
+def computed(key: tuple, compute: Callable[[Callable[[float, str], None]], Any], label: str) -> Any:
+    """compute(progress) once per `key` for the whole server (the last MAX_COMPUTED results are kept),
+    with a progress bar in the page that asked. For work too long to wait for without one (many images).
+
+    Not st.cache_resource: Streamlit replays elements drawn inside a cached function on later hits,
+    and the progress bar belongs to the page that asked first.
+    """
+    with _computed_lock:
+        if key in _computed:
+            _computed.move_to_end(key)
+            return _computed[key]
+    bar = st.progress(0.0, text=label)
+    try:
+        value = compute(lambda fraction, message: bar.progress(min(max(fraction, 0.0), 1.0), text=message))
+    finally:
+        bar.empty()
+    with _computed_lock:
+        _computed[key] = value
+        while len(_computed) > MAX_COMPUTED:
+            _computed.popitem(last=False)
+    return value
 
 
 def device_summary() -> str:
@@ -127,6 +171,7 @@ COMPUTATIONS: dict[str, Callable[..., Any]] = {
     "text": _trace_text,  # (text, second segment or None) -> Trace
     "translate": sv.translate,  # (source, max new tokens) -> Translation (greedy, every step traced)
     "teacher": sv.teacher_force,  # (source, target) -> Translation (teacher forcing)
+    "image": vv.analyse,  # (image file bytes, file name) -> VisionResult
 }
 
 

@@ -31,6 +31,13 @@ GUIDE = [
      "Translation one token at a time (the bundled toy translator offline, or opus-mt / T5 / BART): the "
      "decoder's masked self-attention and its cross-attention over the source at every step, with a play "
      "button; the whole alignment; Q from the decoder, K and V from the encoder; teacher forcing."),
+    ("app_pages/vision.py", "Vision Transformer",
+     "Your photo cut into patches (N = HW/P²), the shapes through the patch embedding, each head's attention as "
+     "heat over the picture for the class token or any patch you click, attention rollout, the top-5 classes, "
+     "and the ViT paper's Fig. 7: embedding filters, position similarities, attention distance."),
+    ("app_pages/attention_distance.py", "Mean attention distance",
+     "How far every head of every layer looks, in pixels over many pictures (ViT, DeiT) or in tokens over many "
+     "sentences (BERT, GPT-2), against uniform attention."),
 ]  # fmt: skip
 
 for page, title, teaches in GUIDE:

@@ -31,7 +31,9 @@ def mean_attention_distance(
     weights as they are (the mass on prefix tokens counts as distance 0), the common recipe.
     Returns float64 with shape weights.shape[:-2] (a 0-d array for one matrix).
     """
-    w = np.asarray(weights, dtype=np.float64)
+    w = np.asarray(weights)
+    if not np.issubdtype(w.dtype, np.floating):
+        w = w.astype(np.float64)
     if w.ndim < 2 or w.shape[-1] != w.shape[-2]:
         raise ValueError(f"weights must be [..., n, n], got shape {w.shape}")
     n_patches = int(grid_hw[0]) * int(grid_hw[1])
@@ -40,12 +42,14 @@ def mean_attention_distance(
             f"weights cover {w.shape[-1]} tokens but a {grid_hw[0]}x{grid_hw[1]} grid plus "
             f"{n_prefix_tokens} prefix token(s) makes {n_prefix_tokens + n_patches}"
         )
-    w = w[..., n_prefix_tokens:, n_prefix_tokens:]  # [..., N, N] patches only
-    if renormalize:
-        total = w.sum(axis=-1, keepdims=True)
-        w = np.divide(w, total, out=np.zeros_like(w), where=total > 0)
-    distances = patch_centre_distances(grid_hw, patch_size)  # [N, N]
-    per_query = (w * distances).sum(axis=-1)  # [..., N]
+    w = w[..., n_prefix_tokens:, n_prefix_tokens:]  # [..., N, N] patches only (a view)
+    # In the weights' own precision, summed in float64: float32 attention of 128 pictures is
+    # hundreds of MB, and a float64 copy of it costs more than the forward pass that made it.
+    distances = patch_centre_distances(grid_hw, patch_size).astype(w.dtype)  # [N, N]
+    per_query = np.einsum("...ij,ij->...i", w, distances, dtype=np.float64)  # [..., N]
+    if renormalize:  # dividing each row's sum by its mass on the patches = renormalising the row first
+        total = w.sum(axis=-1, dtype=np.float64)
+        per_query = np.divide(per_query, total, out=np.zeros_like(per_query), where=total > 0)
     return per_query.mean(axis=-1)
 
 

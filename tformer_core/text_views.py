@@ -768,13 +768,14 @@ def uniform_distance(trace: Trace, stack: str | None = None, hide_special: bool 
 
 
 def distance_chart(frame: pd.DataFrame, baseline: float, n_heads: int, selected: tuple[int, int] | None = None,
-                   title: str = "") -> dict:  # fmt: skip
-    """Scatter (Vega-Lite): x layer, y mean distance in tokens, one dot per head; a dashed rule at the uniform baseline."""
+                   title: str = "", unit: str = "tokens") -> dict:  # fmt: skip
+    """Scatter (Vega-Lite): x layer, y mean distance (in `unit`), one dot per head; a dashed rule at the uniform
+    baseline. As the ViT paper draws it (Fig. 7, right) for pixels."""
     frame = frame.copy()
     frame["chosen"] = False
     if selected is not None:
         frame["chosen"] = (frame["layer"] == selected[0]) & (frame["head"] == selected[1])
-    y = channel("distance", "quantitative", title="mean attention distance (tokens)")
+    y = channel("distance", "quantitative", title=f"mean attention distance ({unit})")
     datasets: dict[str, Any] = {}
     dots = {
         "data": named_data(frame, datasets), "mark": {"type": "circle", "opacity": 0.85},
@@ -783,7 +784,7 @@ def distance_chart(frame: pd.DataFrame, baseline: float, n_heads: int, selected:
             "color": channel("head", "nominal", scale=head_colour_scale(n_heads), title="head"),
             "size": {"condition": {"test": "datum.chosen", "value": 180}, "value": 60},
             "tooltip": [channel("layer", "quantitative", title="layer"), channel("head", "nominal", title="head"),
-                        channel("distance", "quantitative", format=".2f", title="distance (tokens)")],
+                        channel("distance", "quantitative", format=".2f", title=f"distance ({unit})")],
         },
     }  # fmt: skip
     base = named_data(pd.DataFrame({"distance": [baseline], "label": [f"uniform attention: {baseline:.2f}"]}), datasets)

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.core.hf_helpers import DEIT, IMAGES
+
 from .server import streamlit_server
 
 CHROMIUM = os.environ.get("TFORMER_CHROMIUM", "/usr/bin/chromium")
@@ -23,7 +25,10 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
 @pytest.fixture(scope="session")
 def server_url(tmp_path_factory):
     """One server for the browser tests (sessions of its own for each page)."""
-    with streamlit_server(tmp_path_factory.mktemp("server") / "streamlit.log") as url:
+    extra = {}
+    if DEIT.is_dir():  # CI has ../shared: the real DeiT-Tiny and the photos are offered by the vision pages
+        extra = {"TFORMER_MODEL_DIRS": str(DEIT.parent), "TFORMER_IMAGE_DIRS": str(IMAGES)}
+    with streamlit_server(tmp_path_factory.mktemp("server") / "streamlit.log", **extra) as url:
         yield url
 
 

@@ -24,10 +24,13 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def streamlit_server(log: Path) -> Iterator[str]:
-    """`streamlit run app.py` headless on a free port, offline and on the CPU; yields its URL."""
+def streamlit_server(log: Path, **extra_env: str) -> Iterator[str]:
+    """`streamlit run app.py` headless on a free port, offline and on the CPU; yields its URL.
+
+    extra_env: more environment variables for the server (e.g. TFORMER_MODEL_DIRS).
+    """
     port = _free_port()
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TFORMER_DEVICE": "cpu"}
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TFORMER_DEVICE": "cpu", **extra_env}
     with open(log, "w") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"), "--server.headless", "true",

@@ -61,6 +61,8 @@ def screenshot(page, path: Path) -> None:
 def choose(page, label: str, option: str) -> None:
     """Pick `option` in the selectbox labelled `label`."""
     box = page.locator('[data-testid="stSelectbox"]').filter(has=page.get_by_text(label, exact=True)).first
+    box.scroll_into_view_if_needed()  # a click that scrolls the page first may not open the list
+    time.sleep(0.3)
     box.click()
     page.get_by_role("option", name=option, exact=True).click()
 
@@ -217,3 +219,63 @@ def test_encoder_decoder_page_steps_switches_head_and_forces_a_target(server_url
     assert_no_error(page)
     body = page.inner_text("body")
     assert "Your target (teacher forcing)" in body and "agrees with it at" in body
+
+
+def test_vision_page_upload_layer_head_patch_click_and_rollout(server_url, page, screenshots, tmp_path):
+    from urllib.parse import quote
+
+    from tests.core.hf_helpers import DEIT, IMAGES
+
+    if DEIT.is_dir():
+        page.goto(f"{server_url}/vision?model={quote(str(DEIT))}")
+        photo = IMAGES / "dogbird.png"
+    else:  # a user's clone: the bundled vit-tiny and a generated picture
+        page.goto(f"{server_url}/vision?model=vit-tiny")
+        photo = tmp_path / "square.png"
+        from PIL import Image, ImageDraw
+
+        picture = Image.new("RGB", (64, 64), (30, 30, 30))
+        ImageDraw.Draw(picture).rectangle((16, 16, 48, 48), fill=(250, 200, 0))
+        picture.save(photo)
+    settle(page)
+    assert_no_error(page)
+    page.get_by_text("Upload", exact=True).click()
+    settle(page)
+    page.locator('[data-testid="stFileUploaderDropzoneInput"]').set_input_files(str(photo))
+    settle(page)
+    assert_no_error(page)
+    body = page.inner_text("body")
+    assert "What the model sees: top 5" in body and "Every head of layer" in body
+    choose(page, "Layer", "1")
+    settle(page)
+    choose(page, "Head", "0")
+    settle(page)
+    assert_no_error(page)
+    assert "layer=1" in page.url and "head=0" in page.url
+    # Click a patch on the picture: it becomes the query.
+    picker = page.locator('[data-testid="stVegaLiteChart"]').first
+    picker.scroll_into_view_if_needed()
+    box = picker.bounding_box()
+    page.mouse.click(box["x"] + box["width"] * 0.3, box["y"] + box["height"] * 0.6)
+    settle(page)
+    assert_no_error(page)
+    assert re.search(r"query=\d+", page.url) and "query: patch" in page.inner_text("body")
+    page.get_by_text("max", exact=True).click()  # rollout head fusion
+    settle(page)
+    assert_no_error(page)
+    assert "fusion=max" in page.url
+    screenshot(page, screenshots / "vision.png")
+
+
+def test_mad_page_over_several_pictures(server_url, page, screenshots):
+    page.goto(f"{server_url}/distance")
+    settle(page)
+    assert_no_error(page)
+    body = page.inner_text("body")
+    assert "picture(s)" in body and "Text models, in tokens" in body
+    page.get_by_text("Renormalise each row over the patches", exact=True).click()
+    settle(page)
+    assert_no_error(page)
+    assert "renorm=1" in page.url
+    assert page.locator('[data-testid="stVegaLiteChart"]').count() >= 2
+    screenshot(page, screenshots / "distance.png")

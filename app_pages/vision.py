@@ -1,0 +1,198 @@
+"""Vision Transformer: how a ViT cuts a picture into patches, where each head looks, and the ViT paper's Fig. 7.
+
+Read widgets -> ask the core (tformer_core.vision_views) for pictures and numbers -> draw. One
+forward pass per picture (ui.cached); every layer, head, query patch or overlay choice redraws
+pictures from the cached trace. Pictures go to the browser as PNG, never as attention tensors.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+import ui
+import vision_inputs as vi
+from tformer_core import text_views as tv
+from tformer_core import vision_views as vv
+from tformer_core.image_input import to_jpeg, to_png
+
+CLASS_TOKEN = -1  # the "query" URL value for the class token; patches are 0..N-1
+MEAN = -1  # the "head" value for the mean of the heads
+
+
+def main() -> None:
+    st.title("Vision Transformer")
+    st.caption(
+        "A ViT cuts the picture into square patches, turns each into a vector, puts a class token in front and "
+        "runs a Transformer encoder over the sequence. Choose a picture and see the patches, the attention of "
+        "every head over the picture, and the model's own learned filters and positions."
+    )
+    url = ui.UrlState("vit")
+    try:
+        page(url)
+    finally:
+        url.publish()
+
+
+@st.cache_resource(show_spinner=False, max_entries=8)
+def model_pictures(source: str) -> tuple[bytes, list[float], bytes]:
+    """The model's embedding filters (first principal components) and position similarities, as PNG."""
+    model = ui._cached_model(source)  # noqa: SLF001 (already loaded by the page)
+    pcs, variance = vv.embedding_filter_pcs(model)
+    return to_png(pcs), [float(v) for v in variance], to_png(vv.position_similarity_maps(model))
+
+
+def page(url: ui.UrlState) -> None:
+    source, model = vi.choose_vit(url)
+    if model is None:
+        return
+    picked = vi.choose_image(url, model)
+    if picked is None:
+        return
+    name, data = picked
+    result = ui.run_safely(lambda: ui.cached("image", source, data, name), "Picture")
+    if result is None:
+        return
+    for note in result.loaded.notes:
+        st.info(f"{tv.escape_markdown(name)}: {note}.")
+
+    trace = result.trace
+    show_prediction(trace)
+    show_patches(result, model)
+    show_attention(url, result)
+    show_figure_7(source, result, model)
+
+
+def show_prediction(trace) -> None:
+    if "head.logits" not in trace.activations:
+        return
+    st.subheader("What the model sees: top 5")
+    top = pd.DataFrame(trace.predictions(5), columns=["class", "probability"])
+    st.dataframe(top, hide_index=True, column_config={"probability": st.column_config.ProgressColumn(
+        "probability", min_value=0.0, max_value=1.0, format="%.3f")})  # fmt: skip
+
+
+def show_patches(result: vv.VisionResult, model) -> None:
+    trace, image = result.trace, result.image
+    P, (rows, cols) = result.patch_size, result.grid_hw
+    H, W = image.height, image.width
+    n_prefix = trace.n_prefix_tokens
+    acts = trace.activations
+    patches, embedded = acts["encoder.embed.patches"].shape, acts["encoder.embed.patch"].shape
+    tokens, pos = acts["encoder.embed.tokens"].shape, acts["encoder.embed.pos"].shape
+    C = patches[1] // (P * P)
+    D = embedded[1]
+    st.header("Patches")
+    ow, oh = result.loaded.original_size
+    st.markdown(
+        f"The picture ({ow:,} × {oh:,} pixels) is resized{' and cropped' if model.preprocessing.crop else ''} as this "
+        f"checkpoint's preprocessing does, to **H × W = {H} × {W}**, then cut into patches of **P × P = {P} × {P}** "
+        f"pixels: **N = HW / P² = {H} · {W} / {P}² = {rows * cols}** patches, {rows} rows × {cols} columns."
+    )
+    # Drawn once per picture: they do not change with the layer or head.
+    grid = tv.derived(trace, ("grid_picture",), lambda: to_png(vv.grid_picture(image, P)))
+    sequence = tv.derived(trace, ("patch_sequence",), lambda: to_png(vv.patch_sequence(image, P)))
+    st.image(grid, caption=f"The model's input with its {P}-pixel grid")
+    st.image(sequence, caption="The same patches as the sequence the model reads: row by row, left to right "
+                               "(the number under every tenth)")  # fmt: skip
+    prefix = "[CLS]" + (" and [DIST]" if n_prefix == 2 else "")
+    shapes = pd.DataFrame([
+        ("flatten each patch", f"N × P²·C = {rows * cols} × {P}²·{C}", f"{patches[0]} × {patches[1]}"),
+        ("linear patch embedding E (P²·C × D)", "N × D", f"{embedded[0]} × {embedded[1]}"),
+        (f"prepend {prefix}", f"(N + {n_prefix}) × D", f"{tokens[0]} × {tokens[1]}"),
+        ("add the position embeddings", f"(N + {n_prefix}) × D, learned", f"{pos[0]} × {pos[1]}"),
+        (f"encoder: {trace.n_layers} layers × {trace.n_heads} heads", f"(N + {n_prefix}) × D",
+         f"{tokens[0]} × {D}"),
+        ("MLP head on the class token" + (" (and the distillation token, averaged)" if n_prefix == 2 else ""),
+         "classes", str(acts["head.logits"].shape[0]) if "head.logits" in acts else "-"),
+    ], columns=["step", "shape", "here"])  # fmt: skip
+    st.dataframe(shapes, hide_index=True)
+    st.caption("Every number in the last column is the shape of a tensor the model computed for this picture.")
+
+
+def show_attention(url: ui.UrlState, result: vv.VisionResult) -> None:
+    trace = result.trace
+    L, Hn = trace.n_layers, trace.n_heads
+    n = result.grid_hw[0] * result.grid_hw[1]
+    st.header("Attention over the picture")
+    c1, c2, c3, c4 = st.columns([1, 1, 1, 1])
+    layer = c1.selectbox("Layer", list(range(L)), key=url.key("layer", L - 1, choices=range(L)))
+    head = c2.selectbox("Head", [MEAN, *range(Hn)], key=url.key("head", MEAN, choices=[MEAN, *range(Hn)]),
+                        format_func=lambda h: "mean of the heads" if h == MEAN else str(h))  # fmt: skip
+    smooth = c3.toggle("Smooth", key=url.key("smooth", True), help="Blend between patch centres, or one block per patch")
+    alpha = c4.slider("Heat", 0.2, 0.9, key=url.key("alpha", 0.6, cast=float), step=0.05)
+    query_key = url.key("query", CLASS_TOKEN, choices=[CLASS_TOKEN, *range(n)])
+    query = st.session_state[query_key]
+    head_or_none = None if head == MEAN else int(head)
+    patch = None if query == CLASS_TOKEN else int(query)
+
+    grid = vv.attention_map(trace, int(layer), head_or_none, patch)
+    picture = vv.overlay(result.image, grid, alpha=float(alpha), smooth=bool(smooth))
+    who = "the class token" if patch is None else f"patch {patch} (row {patch // result.grid_hw[1]}, column {patch % result.grid_hw[1]})"
+    left, right = st.columns([1, 1])
+    with left:
+        def pick() -> None:
+            chosen = vv.clicked_patch(st.session_state.get(f"{url.page}.picker"))
+            if chosen is not None:
+                url.set("query", chosen)
+
+        ui.chart(vv.patch_picker(picture, result.grid_hw, patch, title=f"query: {who}"), key=f"{url.page}.picker",
+                 file_name=f"attention_L{layer}_{'mean' if head == MEAN else f'H{head}'}", on_select=pick,
+                 selection_mode="patch")  # fmt: skip
+    with right:
+        st.markdown(f"**Layer {layer}, {'mean of the heads' if head == MEAN else f'head {head}'}**: where {who} looks.")
+        st.caption(f"Brightest = the patch it attends to most ({grid.max():.3f} of its attention). "
+                   f"{1 - grid.sum():.1%} of its attention goes to the {'class token' if trace.n_prefix_tokens == 1 else 'class and distillation tokens'} "
+                   "(not drawn). Click any patch to see where that patch looks.")  # fmt: skip
+        st.selectbox("Query", [CLASS_TOKEN, *range(n)], key=query_key,
+                     format_func=lambda q: "the class token" if q == CLASS_TOKEN else f"patch {q}")  # fmt: skip
+        st.download_button("Overlay as PNG", lambda: to_png(picture), file_name=f"overlay_L{layer}.png",
+                           mime="image/png", key=f"{url.page}.overlay_png", on_click="ignore",
+                           icon=":material/download:")  # fmt: skip
+
+    st.subheader(f"Every head of layer {layer}")
+    maps = [vv.attention_map(trace, int(layer), h, patch) for h in range(Hn)]
+    pictures = [vv.overlay(result.image, m, alpha=float(alpha), smooth=bool(smooth)) for m in maps]
+    pictures.append(vv.overlay(result.image, sum(maps) / Hn, alpha=float(alpha), smooth=bool(smooth)))
+    strip = vv.tiles(pictures, [f"head {h}" for h in range(Hn)] + ["mean"], columns=min(Hn + 1, 7), tile_px=180)
+    st.image(to_jpeg(strip), caption=f"Where {who} looks, head by head; each picture is scaled to its own maximum.")
+
+    st.subheader("Attention rollout")
+    c1, c2 = st.columns(2)
+    fusion = c1.radio("Head fusion", list(vv.FUSIONS), horizontal=True, key=url.key("fusion", "mean", choices=list(vv.FUSIONS)))
+    discard = c2.slider("Discard ratio", 0.0, 0.99, step=0.01, key=url.key("discard", 0.9, cast=float),
+                        help="The lowest share of each layer's fused weights set to 0 before rolling out")  # fmt: skip
+    rolled = ui.run_safely(lambda: vv.rollout_map(trace, fusion, float(discard)), "Rollout")
+    if rolled is not None:
+        st.image(to_jpeg(vv.overlay(result.image, rolled, alpha=float(alpha), smooth=bool(smooth))), width=360)
+        st.caption(
+            "Rollout (Abnar & Zuidema, 2020) follows attention through all the layers: each layer's heads are fused, "
+            "the weakest weights dropped, the residual connection added as (A + I) / 2, and the layers multiplied. "
+            "The picture is the class token's row of the product over the patches."
+        )
+
+
+def show_figure_7(source: str, result: vv.VisionResult, model) -> None:
+    st.header("The model's own pictures (ViT paper, Fig. 7)")
+    pcs, variance, positions = model_pictures(source)
+    trace = result.trace
+    left, middle, right = st.columns(3)
+    with left:
+        st.image(pcs, caption=f"Patch-embedding filters: the first {len(variance)} principal components "
+                              f"({sum(variance):.0%} of their variance), as RGB {result.patch_size} × "
+                              f"{result.patch_size} tiles.")  # fmt: skip
+    with middle:
+        st.image(positions, caption="Position embeddings: for each patch (at its place in the grid), the cosine "
+                                    "similarity of its position embedding with every patch's (blue −1, red 1).")  # fmt: skip
+    with right:
+        mad = vv.image_mad(trace)
+        baseline = vv.uniform_mad(result.grid_hw, result.patch_size, trace.n_prefix_tokens)
+        ui.chart(tv.distance_chart(vv.mad_frame(mad), baseline, trace.n_heads, title="mean attention distance",
+                                   unit="pixels") | {"width": 300, "height": 260},
+                 key="vit.chart.mad", file_name="mean_attention_distance")  # fmt: skip
+        st.caption("Each dot is a head: how far, in pixels, it looks on average for this picture (not renormalised "
+                   "over the patches). The dashed line is uniform attention. The Mean attention distance page "
+                   "averages over many pictures.")  # fmt: skip
+
+
+main()

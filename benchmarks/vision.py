@@ -1,0 +1,205 @@
+"""The vision pages' budgets: one picture's trace and every overlay of a layer; mean attention distance over
+128 pictures; and what one layer / head / query change costs the page.
+
+    python benchmarks/vision.py [--repeats 7] [--device cuda]
+
+Models: the real DeiT-Tiny from ../shared/models (rows skipped when it is absent) and, on a GPU, a
+ViT-B/16-sized model with random weights (speed does not depend on the values).
+
+1. One 224-px picture (../shared/images/dogbird.png): ours = read the file, preprocess, trace, and
+   draw every picture the page shows for one layer (class-token overlay per head and their mean,
+   the all-heads strip, a query-patch overlay, rollout, the patch picker), PNG-encoded as sent.
+   Baseline: transformers' eager forward of the same checkpoint with output_attentions=True on the
+   same picture (its own image processor), in the same run. Budget: ours <= 300 ms on 2 CPU cores.
+2. Mean attention distance over 128 pictures (crops and flips of the shared photos): ours =
+   tformer_core.vision_views.mean_attention_distances (batches of 32, weights only kept). Baseline:
+   transformers' forward over the same batches with output_attentions=True plus the same distance
+   computed in numpy. Budget: ours <= 30 s on CPU; on a GPU, ViT-B/16-sized, <= 2 s.
+3. A layer / head / query change on the Vision Transformer page (AppTest: script run, element
+   messages), with the forward passes counted (must be 0), and the bytes of the pictures sent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import transformers as T  # noqa: E402
+from PIL import Image, ImageOps  # noqa: E402
+from timing import sync  # noqa: E402
+
+import tformer_core as tc  # noqa: E402
+from tformer_core import vision_views as vv  # noqa: E402
+from tformer_core.image_input import to_jpeg  # noqa: E402
+from tformer_core.metrics import patch_centre_distances  # noqa: E402
+
+SHARED = ROOT.parent / "shared"
+DEIT = SHARED / "models" / "deit-tiny-patch16-224"
+PHOTO = SHARED / "images" / "dogbird.png"
+
+
+def median_time(fn, repeats: int, device: torch.device) -> float:
+    fn()
+    sync(device)
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        sync(device)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def page_pictures(model, data: bytes, layer: int) -> int:
+    """Everything the Vision Transformer page computes for one picture and one layer; returns the bytes sent.
+
+    (The grid and patch-sequence pictures are drawn once per picture, not per layer: not counted here.)
+    """
+    r = vv.analyse(model, data, "photo.png")
+    t = r.trace
+    maps = [vv.attention_map(t, layer, h) for h in range(t.n_heads)]
+    mean = vv.attention_map(t, layer, None)
+    overlays = [vv.overlay(r.image, m) for m in [*maps, mean]]
+    pictures = [vv.tiles(overlays, [str(i) for i in range(len(overlays))], 7, 180),
+                vv.overlay(r.image, vv.attention_map(t, layer, 0, patch=100)),
+                vv.overlay(r.image, vv.rollout_map(t, "mean", 0.9))]  # fmt: skip
+    sent = sum(len(to_jpeg(p)) for p in pictures)  # as the page sends them
+    spec = vv.patch_picker(overlays[-1], r.grid_hw, None)
+    return sent + sum(len(f["url"][0]) for f in spec["datasets"].values() if "url" in f)
+
+
+def crops(n: int) -> list[Image.Image]:
+    """n different pictures from the shared photos: random crops, flips and scales (seeded)."""
+    rng = np.random.default_rng(0)
+    photos = [Image.open(p).convert("RGB") for p in sorted((SHARED / "images").glob("*.png"))]
+    out = []
+    for i in range(n):
+        photo = photos[i % len(photos)]
+        w, h = photo.size
+        s = rng.uniform(0.5, 1.0)
+        cw, ch = int(w * s), int(h * s)
+        x, y = rng.integers(0, w - cw + 1), rng.integers(0, h - ch + 1)
+        crop = photo.crop((x, y, x + cw, y + ch))
+        out.append(ImageOps.mirror(crop) if i % 2 else crop)
+    return out
+
+
+def hf_mad(hf, processor, pictures, batch: int, device) -> np.ndarray:
+    distances = patch_centre_distances((14, 14), 16)
+    out = []
+    with torch.inference_mode():
+        for start in range(0, len(pictures), batch):
+            inputs = processor(images=pictures[start : start + batch], return_tensors="pt").to(device)
+            attentions = hf(**inputs, output_attentions=True).attentions
+            w = torch.stack(attentions, 1).float().cpu().numpy()[..., 1:, 1:]  # [b, layers, heads, N, N]
+            out.append((w * distances).sum(-1).mean(-1))
+    return np.concatenate(out)
+
+
+def page_switch(repeats: int) -> tuple[float, int]:
+    """(median seconds of a layer / head / query change on the page, forward passes run during them)."""
+    from streamlit.testing.v1 import AppTest
+
+    import ui
+
+    os.environ["TFORMER_MODEL_DIRS"] = str(DEIT.parent)
+    at = AppTest.from_file(str(ROOT / "app_pages" / "vision.py"), default_timeout=300)
+    at.query_params.update({"model": str(DEIT), "from": "upload"})
+    at.run()
+    at.file_uploader(key="vit.upload").set_value((PHOTO.name, PHOTO.read_bytes(), "image/png")).run()
+    passes = ui.forward_passes(str(DEIT))
+
+    def widget(key):
+        return next(w for w in at.main if getattr(w, "key", None) == key)
+
+    times = []
+    for i in range(repeats + 1):
+        widget("vit.layer").set_value(i % 12)
+        widget("vit.head").set_value([-1, 0, 1, 2][i % 4])
+        widget("vit.query").set_value([-1, 17, 100, 150][i % 4])
+        start = time.perf_counter()
+        at.run()
+        if i:
+            times.append(time.perf_counter() - start)
+        assert not at.exception, [e.value for e in at.exception]
+    return statistics.median(times), ui.forward_passes(str(DEIT)) - passes
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--repeats", type=int, default=7)
+    args = parser.parse_args()
+    device = torch.device(args.device)
+    print(f"Vision pages on {device.type.upper()}, torch {torch.__version__}, "
+          f"CPU threads {torch.get_num_threads()}; medians of {args.repeats}.\n")  # fmt: skip
+    if not DEIT.is_dir():
+        print(f"(DeiT-Tiny rows skipped: {DEIT} is not present)")
+    else:
+        model = tc.load_model(str(DEIT), device=device, model_dirs=[DEIT.parent])
+        processor = T.AutoImageProcessor.from_pretrained(str(DEIT))
+        hf = T.AutoModelForImageClassification.from_pretrained(str(DEIT), attn_implementation="eager").eval().to(device)
+        data = PHOTO.read_bytes()
+        picture = Image.open(io.BytesIO(data)).convert("RGB")
+        sent = page_pictures(model, data, 11)
+        ours = median_time(lambda: page_pictures(model, data, 11), args.repeats, device)
+
+        def baseline():
+            with torch.inference_mode():
+                hf(**processor(images=picture, return_tensors="pt").to(device), output_attentions=True)
+
+        base = median_time(baseline, args.repeats, device)
+        print("1. One 224-px picture: read + preprocess + trace + every picture of one layer")
+        print(f"| DeiT-Tiny | ours {ours * 1e3:7.1f} ms | transformers forward {base * 1e3:7.1f} ms | ratio "
+              f"{ours / base:5.2f}x | pictures sent {sent / 2**10:.0f} KB (JPEG) | budget 300 ms: "
+              f"{'within' if ours <= 0.3 else 'OVER'} |\n")  # fmt: skip
+
+        pictures = crops(128)
+        start = time.perf_counter()
+        ours_mad = vv.mean_attention_distances(model, pictures, batch_size=32)
+        sync(device)
+        t_ours = time.perf_counter() - start
+        start = time.perf_counter()
+        theirs = hf_mad(hf, processor, pictures, 32, device)
+        sync(device)
+        t_base = time.perf_counter() - start
+        diff = float(np.abs(ours_mad - theirs).max())
+        print("2. Mean attention distance over 128 pictures (batches of 32)")
+        print(f"| DeiT-Tiny | ours {t_ours:6.2f} s | transformers + numpy {t_base:6.2f} s | ratio {t_ours / t_base:5.2f}x "
+              f"| max |difference| {diff:.1e} px | budget 30 s: {'within' if t_ours <= 30 else 'OVER'} |")  # fmt: skip
+
+        if device.type == "cpu":
+            switch, passes = page_switch(args.repeats)
+            print("\n3. Vision Transformer page, a layer + head + query change (AppTest, DeiT-Tiny, one photo)")
+            print(f"| median {switch * 1e3:.0f} ms | forward passes during the changes: {passes} (must be 0) |")
+    if device.type == "cuda":
+        torch.manual_seed(0)
+        big = tc.ViT(tc.ViTConfig(image_size=224, patch_size=16, d_model=768, n_heads=12, d_ff=3072, n_layers=12,
+                                  n_classes=1000)).place(device)  # fmt: skip
+        from tformer_core.images import ImagePreprocessing
+
+        big.preprocessing = ImagePreprocessing()
+        pictures = crops(128) if DEIT.is_dir() else [Image.new("RGB", (224, 224), (i, i, i)) for i in range(128)]
+        vv.mean_attention_distances(big, pictures[:32], batch_size=32)  # warm-up
+        sync(device)
+        start = time.perf_counter()
+        vv.mean_attention_distances(big, pictures, batch_size=64)
+        sync(device)
+        t = time.perf_counter() - start
+        print(f"\n| ViT-B/16-sized (random) on {torch.cuda.get_device_name(device)} | 128 pictures | {t:.2f} s | "
+              f"budget 2 s: {'within' if t <= 2 else 'OVER'} |")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,228 @@
+"""The Vision Transformer and Mean attention distance pages through AppTest: the offline fallback to the
+bundled vit-tiny, uploads (good and bad files), the real DeiT-Tiny from ../shared (skipped when absent)
+against transformers, layer / head / query switches that run no model, rollout, and MAD over many pictures."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import struct
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import transformers as T
+from PIL import Image
+from streamlit import dataframe_util
+from streamlit.testing.v1 import AppTest
+
+import ui
+from tests.core.hf_helpers import DEIT, IMAGES
+from tformer_core import vision_views as vv
+
+ROOT = Path(__file__).resolve().parents[2]
+VISION = str(ROOT / "app_pages" / "vision.py")
+MAD = str(ROOT / "app_pages" / "attention_distance.py")
+needs_deit = pytest.mark.skipif(not DEIT.is_dir(), reason=f"the shared DeiT-Tiny is not at {DEIT} (only CI has ../shared)")
+
+
+@pytest.fixture
+def shared_models(monkeypatch):
+    monkeypatch.setenv("TFORMER_MODEL_DIRS", str(DEIT.parent))
+
+
+def page(path, **params) -> AppTest:
+    at = AppTest.from_file(path, default_timeout=120)
+    for name, value in params.items():
+        at.query_params[name] = value
+    return at.run()
+
+
+def no_exception(at):
+    assert not at.exception, [e.value for e in at.exception]
+
+
+def widget(at, key):
+    return next(w for w in at.main if getattr(w, "key", None) == key)
+
+
+def top5(at):
+    return next(d.value for d in at.dataframe if list(d.value.columns) == ["class", "probability"])
+
+
+def chart_data(at, title):
+    for element in at.get("vega_lite_chart"):
+        spec = json.loads(element.proto.spec)
+        text = spec.get("title", "")
+        text = text if isinstance(text, str) else text.get("text", "")
+        if text == title:
+            return [dataframe_util.convert_arrow_bytes_to_pandas_df(d.data.data) for d in element.proto.datasets]
+    raise KeyError(title)
+
+
+def png(image: Image.Image, fmt="PNG", **kwargs) -> bytes:
+    buffer = io.BytesIO()
+    image.save(buffer, format=fmt, **kwargs)
+    return buffer.getvalue()
+
+
+def test_offline_the_page_falls_back_to_vit_tiny_and_names_the_shape():
+    at = page(VISION)
+    no_exception(at)
+    assert any("could not be loaded" in i.value and "vit-tiny" in i.value for i in at.info)
+    assert top5(at)["class"].iloc[0] == "circle"  # the default sample for the shape model: "shapes: circle"
+    assert at.query_params["model"] == "facebook/deit-tiny-patch16-224"  # a shared link still asks for DeiT
+    headers = [h.value for h in at.header]
+    assert headers == ["Patches", "Attention over the picture", "The model's own pictures (ViT paper, Fig. 7)"]
+    assert any("N = HW / P² = 32 · 32 / 4² = 64" in m.value for m in at.markdown)
+
+
+@pytest.mark.parametrize("shape", ["square", "triangle", "ring"])
+def test_vit_tiny_names_each_sample_shape(shape):
+    at = page(VISION, model="vit-tiny", sample=f"shapes: {shape}")
+    no_exception(at)
+    assert top5(at)["class"].iloc[0] == shape
+
+
+def test_switching_layer_head_query_and_rollout_runs_no_model():
+    at = page(VISION, model="vit-tiny")
+    no_exception(at)
+    passes = ui.forward_passes("vit-tiny")
+    images_before = len(at.get("image"))
+    widget(at, "vit.layer").set_value(1)
+    widget(at, "vit.head").set_value(2)
+    at.run()
+    widget(at, "vit.query").set_value(27)
+    at.run()
+    no_exception(at)
+    assert "query: patch 27 (row 3, column 3)" in [json.loads(e.proto.spec).get("title") for e in at.get("vega_lite_chart")]
+    widget(at, "vit.fusion").set_value("max")
+    widget(at, "vit.discard").set_value(0.5)
+    at.run()
+    no_exception(at)
+    assert ui.forward_passes("vit-tiny") == passes
+    assert len(at.get("image")) == images_before  # the overlays are pictures, redrawn from the cached trace
+    params = at.query_params
+    assert (params["layer"], params["head"], params["query"], params["fusion"]) == ("1", "2", "27", "max")
+    # The picker carries the overlay as a PNG and one record per patch, never attention tensors.
+    frames = chart_data(at, "query: patch 27 (row 3, column 3)")
+    assert sorted(len(f) for f in frames) == [1, 1, 64]
+    assert next(f for f in frames if "url" in f)["url"][0].startswith("data:image/jpeg;base64,")
+
+
+def test_good_uploads_are_read_and_their_changes_said(tmp_path):
+    at = page(VISION, model="vit-tiny")
+    at.radio(key="vit.from").set_value("upload").run()
+    assert any("Upload a picture" in i.value for i in at.info)
+    exif = Image.Exif()
+    exif[0x0112] = 8
+    rgba = Image.new("RGBA", (64, 40), (255, 0, 0, 0))
+    cases = {
+        "photo.jpg": (png(Image.new("RGB", (120, 80), (0, 128, 0)), "JPEG", exif=exif.tobytes()), "EXIF orientation"),
+        "frames.gif": (png(Image.new("RGB", (20, 20), (255, 0, 0)), "GIF", save_all=True,
+                           append_images=[Image.new("RGB", (20, 20), (0, 0, 255))]), "the first is used"),
+        "alpha.png": (png(rgba), "laid over white"),
+        "print.jpg": (png(Image.new("CMYK", (40, 40), (0, 255, 0, 0)), "JPEG"), "CMYK"),
+        "scan.png": (png(Image.fromarray(np.full((40, 40), 40000, np.uint16))), "16-bit"),
+        "big.png": (png(Image.new("RGB", (3000, 200), (9, 9, 9))), "downscaled from 3,000 × 200"),
+    }  # fmt: skip
+    for name, (data, note) in cases.items():
+        at.file_uploader(key="vit.upload").set_value((name, data, "application/octet-stream")).run()
+        no_exception(at)
+        assert any(note in i.value for i in at.info), (name, [i.value for i in at.info])
+        assert len(top5(at)) == 5
+
+
+def _png_claiming(width, height):
+    data = bytearray(png(Image.new("RGB", (1, 1))))
+    i = data.index(b"IHDR")
+    data[i + 4 : i + 12] = struct.pack(">II", width, height)
+    data[i + 17 : i + 21] = struct.pack(">I", zlib.crc32(bytes(data[i : i + 17])))
+    return bytes(data)
+
+
+@pytest.mark.parametrize(
+    "name, data, message",
+    [
+        ("drawing.svg", b"<svg xmlns='http://www.w3.org/2000/svg'><rect width='5' height='5'/></svg>", "SVG drawing"),
+        ("notes.txt", b"just some words", "a text file"),
+        ("paper.pdf", b"%PDF-1.4 stuff", "PDF document"),
+        ("broken.jpg", png(Image.new("RGB", (64, 64)), "JPEG")[:300], "damaged or cut short"),
+        ("huge.png", _png_claiming(12_000, 9_000), "108 megapixels"),
+        ("empty.png", b"", "empty"),
+    ],
+)
+def test_bad_uploads_get_a_message_and_the_page_keeps_working(name, data, message):
+    at = page(VISION, model="vit-tiny")
+    at.radio(key="vit.from").set_value("upload").run()
+    at.file_uploader(key="vit.upload").set_value((name, data, "application/octet-stream")).run()
+    no_exception(at)
+    assert any(message in e.value and name in e.value for e in at.error), [e.value for e in at.error]
+    at.radio(key="vit.from").set_value("sample").run()  # nothing the user did is lost: back to a sample
+    no_exception(at)
+    assert not at.error and len(top5(at)) == 5
+
+
+@needs_deit
+def test_real_deit_top1_on_the_shared_photos_matches_transformers(shared_models):
+    processor = T.AutoImageProcessor.from_pretrained(str(DEIT))
+    hf = T.AutoModelForImageClassification.from_pretrained(str(DEIT)).eval()
+    at = page(VISION, model=str(DEIT), **{"from": "upload"})
+    for path in sorted(IMAGES.glob("*.png")):
+        at.file_uploader(key="vit.upload").set_value((path.name, path.read_bytes(), "image/png")).run()
+        no_exception(at)
+        with torch.no_grad():
+            logits = hf(**processor(images=Image.open(path).convert("RGB"), return_tensors="pt")).logits[0]
+        table = top5(at)
+        assert table["class"].iloc[0] == hf.config.id2label[int(logits.argmax())], path.name
+        np.testing.assert_allclose(table["probability"].iloc[0], float(logits.softmax(-1).max()), atol=1e-4)
+    assert any("N = HW / P² = 224 · 224 / 16² = 196" in m.value for m in at.markdown)
+
+
+def test_mad_page_over_samples_and_the_recipe_switch():
+    at = page(MAD, model="vit-tiny", samples="shapes: circle,shapes: ring,shapes: plus")
+    no_exception(at)
+    files = vv.samples()
+    model = ui._cached_model("vit-tiny")  # noqa: SLF001
+    pictures = [vv.read_image(files[n]).image for n in ("shapes: circle", "shapes: ring", "shapes: plus")]
+    expected = vv.mean_attention_distances(model, pictures).mean(0)  # [layers, heads]
+    dots = max(chart_data(at, "vit-tiny: mean attention distance"), key=len)
+    np.testing.assert_allclose(dots.sort_values(["layer", "head"])["distance"], expected.ravel(), rtol=1e-6)
+    assert any("3 picture(s)" in c.value for c in at.caption)
+    at.toggle(key="mad.renorm").set_value(True).run()
+    no_exception(at)
+    renormalised = max(chart_data(at, "vit-tiny: mean attention distance"), key=len)
+    expected = vv.mean_attention_distances(model, pictures, renormalize=True).mean(0)
+    np.testing.assert_allclose(renormalised.sort_values(["layer", "head"])["distance"], expected.ravel(), rtol=1e-6)
+    # A bad file among the uploads is left out with its message; the others are still averaged.
+    at.file_uploader(key="mad.uploads").set_value([("x.svg", b"<svg></svg>", "image/svg+xml"),
+                                                   ("dot.png", png(Image.new("RGB", (32, 32))), "image/png")]).run()  # fmt: skip
+    no_exception(at)
+    assert any(r"x\.svg" in w.value and "SVG" in w.value for w in at.warning)  # file names are escaped
+    assert any("4 picture(s)" in c.value for c in at.caption)
+
+
+def test_mad_page_for_text_models_in_tokens():
+    at = page(MAD, model="vit-tiny", sentences="The cat sat.\nAttention is all you need.")
+    no_exception(at)
+    import tformer_core as tc
+
+    minilm = tc.load_model("minilm", device="cpu")
+    traces = [minilm.trace(s) for s in ("The cat sat.", "Attention is all you need.")]
+    expected = np.mean([tc.mean_token_distance(t.all_attention()) for t in traces], axis=0)
+    dots = max(chart_data(at, "minilm: mean attention distance"), key=len)
+    np.testing.assert_allclose(dots.sort_values(["layer", "head"])["distance"], expected.ravel(), rtol=1e-5)
+
+
+@needs_deit
+def test_mad_page_with_the_real_deit_over_the_shared_photos(shared_models, monkeypatch):
+    monkeypatch.setenv("TFORMER_IMAGE_DIRS", str(IMAGES))
+    names = [f"images/{p.name}" for p in sorted(IMAGES.glob("*.png"))]
+    at = page(MAD, model=str(DEIT), samples=",".join(names))
+    no_exception(at)
+    dots = max(chart_data(at, f"{DEIT}: mean attention distance"), key=len)
+    assert len(dots) == 12 * 3 and dots["distance"].between(0, 160).all()
+    assert os.environ["TFORMER_IMAGE_DIRS"] == str(IMAGES)

@@ -1,0 +1,141 @@
+"""Reading users' image files: every format and mode the vision pages accept, EXIF orientation, the
+size limits, and a clear message for everything else (SVG, PDF, text, damaged files)."""
+
+from __future__ import annotations
+
+import io
+import struct
+import zlib
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from tformer_core.image_input import ImageError, read_image
+
+RED, GREEN, BLUE = (255, 0, 0), (0, 255, 0), (0, 0, 255)
+
+
+def encode(image: Image.Image, fmt: str, **kwargs) -> bytes:
+    buffer = io.BytesIO()
+    image.save(buffer, format=fmt, **kwargs)
+    return buffer.getvalue()
+
+
+def quadrants(size=(40, 30)) -> Image.Image:
+    """Top-left red, top-right green, bottom blue: orientation and colours can be checked."""
+    w, h = size
+    a = np.zeros((h, w, 3), np.uint8)
+    a[: h // 2, : w // 2] = RED
+    a[: h // 2, w // 2 :] = GREEN
+    a[h // 2 :] = BLUE
+    return Image.fromarray(a)
+
+
+@pytest.mark.parametrize("fmt", ["PNG", "JPEG", "WEBP", "BMP", "TIFF"])
+def test_common_formats_read_as_rgb_with_their_colours(fmt):
+    loaded = read_image(encode(quadrants(), fmt, **({"quality": 95} if fmt == "JPEG" else {})), f"x.{fmt.lower()}")
+    a = np.asarray(loaded.image, dtype=int)
+    assert loaded.image.mode == "RGB" and loaded.image.size == (40, 30) and loaded.format == fmt
+    tolerance = 40 if fmt in ("JPEG", "WEBP") else 0  # lossy formats
+    assert np.abs(a[3, 3] - RED).max() <= tolerance
+    assert np.abs(a[3, 36] - GREEN).max() <= tolerance
+    assert np.abs(a[26, 20] - BLUE).max() <= tolerance
+
+
+def test_an_animated_gif_gives_its_first_frame_and_says_so():
+    frames = [Image.new("P", (10, 10), i) for i in range(3)]
+    for frame, colour in zip(frames, (RED, GREEN, BLUE)):
+        frame.putpalette([*colour] * 256)
+    data = encode(frames[0], "GIF", save_all=True, append_images=frames[1:], duration=100)
+    loaded = read_image(data)
+    assert tuple(np.asarray(loaded.image)[5, 5]) == RED
+    assert any("3 frames: the first is used" in n for n in loaded.notes)
+
+
+def test_exif_orientation_turns_the_picture_upright():
+    exif = Image.Exif()
+    exif[0x0112] = 6  # stored rotated: display turned 90 degrees clockwise
+    data = encode(quadrants((40, 30)), "JPEG", quality=95, exif=exif.tobytes())
+    loaded = read_image(data)
+    assert loaded.image.size == (30, 40) and loaded.original_size == (40, 30)
+    a = np.asarray(loaded.image, dtype=int)
+    # Turned clockwise: the stored top-left (red) is now top-right, the stored bottom (blue) is on the left.
+    assert np.abs(a[3, 26] - RED).max() < 40 and np.abs(a[20, 3] - BLUE).max() < 40
+    assert any("EXIF orientation" in n for n in loaded.notes)
+
+
+def test_grey_palette_and_alpha_modes():
+    grey = read_image(encode(Image.new("L", (4, 4), 200), "PNG")).image
+    assert tuple(np.asarray(grey)[0, 0]) == (200, 200, 200)
+    la = Image.new("LA", (4, 4), (0, 0))  # black, fully transparent: laid over white
+    loaded = read_image(encode(la, "PNG"))
+    assert tuple(np.asarray(loaded.image)[0, 0]) == (255, 255, 255) and any("white" in n for n in loaded.notes)
+    rgba = Image.new("RGBA", (4, 4), (255, 0, 0, 128))  # half-transparent red over white: pink
+    assert tuple(np.asarray(read_image(encode(rgba, "PNG")).image)[0, 0]) == (255, 127, 127)
+    p = Image.new("P", (4, 4), 1)
+    p.putpalette([0, 0, 0, *BLUE] + [0] * 762)
+    p.info["transparency"] = 0
+    assert tuple(np.asarray(read_image(encode(p, "PNG")).image)[0, 0]) == BLUE
+
+
+def test_cmyk_jpeg_becomes_rgb():
+    cyan = Image.new("CMYK", (8, 8), (255, 0, 0, 0))
+    loaded = read_image(encode(cyan, "JPEG", quality=95))
+    assert np.abs(np.asarray(loaded.image, dtype=int)[4, 4] - (0, 255, 255)).max() < 10
+    assert loaded.original_mode == "CMYK" and any("CMYK" in n for n in loaded.notes)
+
+
+def test_sixteen_bit_and_float_grey_are_scaled_not_clipped():
+    values = np.array([[0, 32768, 65535, 1000]], dtype=np.uint16)
+    loaded = read_image(encode(Image.fromarray(values), "PNG"))
+    assert list(np.asarray(loaded.image)[0, :, 0]) == [0, 128, 255, 4]  # Pillow's own convert would clip to 255
+    assert loaded.original_mode == "I;16" and any("16-bit" in n for n in loaded.notes)
+    floats = Image.fromarray(np.array([[-1.0, 0.0, 1.0]], dtype=np.float32))
+    assert list(np.asarray(read_image(encode(floats, "TIFF")).image)[0, :, 0]) == [0, 128, 255]
+
+
+def test_large_pictures_are_downscaled_with_a_note():
+    loaded = read_image(encode(quadrants((300, 150)), "PNG"), max_side=100)
+    assert loaded.image.size == (100, 50) and any("downscaled from 300 × 150 to 100 × 50" in n for n in loaded.notes)
+
+
+def _png_claiming(width: int, height: int) -> bytes:
+    """A PNG whose header claims width x height (its data is one tiny row): refused before any decoding."""
+    data = bytearray(encode(Image.new("RGB", (1, 1)), "PNG"))
+    ihdr = data.index(b"IHDR")
+    data[ihdr + 4 : ihdr + 12] = struct.pack(">II", width, height)
+    data[ihdr + 17 : ihdr + 21] = struct.pack(">I", zlib.crc32(bytes(data[ihdr : ihdr + 17])))
+    return bytes(data)
+
+
+def test_too_many_pixels_are_refused_before_decoding():
+    with pytest.raises(ImageError, match="12,000 × 9,000 pixels .108 megapixels.; the limit is 60 megapixels"):
+        read_image(_png_claiming(12_000, 9_000))
+    with pytest.raises(ImageError, match="claims more than 179 megapixels; the limit is 60"):
+        read_image(_png_claiming(20_000, 20_000))  # Pillow itself refuses to open this one
+    with pytest.raises(ImageError, match="limit is 0 megapixels"):
+        read_image(encode(quadrants(), "PNG"), max_pixels=100)
+
+
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        (b"", "empty"),
+        (b'<?xml version="1.0"?><svg xmlns="http://www.w3.org/2000/svg"><circle r="4"/></svg>', "SVG drawing"),
+        (b"<svg width='10' height='10'></svg>", "SVG drawing"),
+        (b"%PDF-1.7 ...", "PDF document"),
+        (b"PK\x03\x04zipzipzip", "ZIP archive"),
+        (b"hello, this is text", "text file"),
+        (bytes(range(256)) * 4, "not an image this app can read"),
+        (encode(quadrants(), "JPEG")[:200], "damaged or cut short"),
+    ],
+)
+def test_non_images_and_damaged_files_get_a_message(data, message):
+    with pytest.raises(ImageError, match=message):
+        read_image(data, "upload")
+
+
+def test_too_many_bytes_are_refused():
+    with pytest.raises(ImageError, match="the limit is 1 MB"):
+        read_image(b"\x89PNG" + bytes(2 * 2**20), max_bytes=2**20)

@@ -1,0 +1,183 @@
+"""Reading a user's image file safely: any common format and mode in, an RGB picture (or a clear message) out.
+
+    loaded = read_image(data, name="photo.jpg")     # ImageError (a ValueError) with a message for the user
+    loaded.image                                    # PIL RGB, upright (EXIF orientation applied)
+    loaded.notes                                    # what was done to it: "rotated by its EXIF orientation", ...
+
+What is accepted: PNG, JPEG, WebP, BMP, TIFF, GIF (its first frame), in any mode: grey (L, 1),
+palette (P), with alpha (LA, PA, RGBA: laid over white), CMYK, 16-bit and 32-bit integer and
+float grey (scaled to 0..255 from their value range). Limits: MAX_BYTES per file, MAX_PIXELS per
+image (refused above, before its pixels are decoded), and pictures larger than MAX_SIDE pixels
+on a side are downscaled (the models see 224 px or less anyway). SVG and other non-images are
+refused with a message that says what the file looks like.
+"""
+
+from __future__ import annotations
+
+import io
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+from PIL import Image, ImageOps, UnidentifiedImageError
+
+MAX_BYTES = 25 * 2**20
+MAX_PIXELS = 60_000_000  # refused above this (a 60-megapixel photo is already far beyond any phone's)
+MAX_SIDE = 2048  # larger pictures are downscaled to this longest side
+FORMATS = ("PNG", "JPEG", "WEBP", "BMP", "TIFF", "GIF", "MPO")  # MPO: JPEGs from some cameras
+
+# What a refused file looks like, by its first bytes.
+_SIGNATURES = (
+    (b"%PDF", "a PDF document"),
+    (b"PK\x03\x04", "a ZIP archive (or an Office document)"),
+    (b"\x1f\x8b", "a gzip archive"),
+    (b"ftypheic", "a HEIC photo (save it as JPEG or PNG first)"),
+    (b"ftypmif1", "a HEIF photo (save it as JPEG or PNG first)"),
+    (b"ftypavif", "an AVIF image (save it as JPEG or PNG first)"),
+    (b"ID3", "an MP3 file"),
+    (b"\x00\x00\x00\x18ftyp", "a video or HEIF file"),
+)
+
+
+class ImageError(ValueError):
+    """A file that cannot be used as an image; the message is meant for the user."""
+
+
+@dataclass(frozen=True)
+class LoadedImage:
+    """An uploaded picture, ready for a model's preprocessing.
+
+    image: RGB, upright. original_size: (width, height) as stored. notes: what was changed.
+    """
+
+    image: Image.Image
+    format: str
+    original_size: tuple[int, int]
+    original_mode: str
+    notes: tuple[str, ...]
+
+
+def _describe(data: bytes) -> str:
+    head = data[:512].lstrip()
+    lowered = head.lower()
+    if lowered.startswith((b"<?xml", b"<svg")) and b"<svg" in data[:4096].lower():
+        return "an SVG drawing: it is made of shapes, not pixels. Export it as PNG first"
+    for signature, what in _SIGNATURES:
+        if signature in data[:16]:
+            return what
+    if lowered.startswith((b"<!doctype html", b"<html")):
+        return "a web page (HTML), not an image"
+    try:
+        head.decode("utf-8")
+        return "a text file, not an image"
+    except UnicodeDecodeError:
+        return "not an image this app can read"
+
+
+def _to_rgb(image: Image.Image) -> tuple[Image.Image, list[str]]:
+    """Any PIL mode -> RGB; notes say what a user might not expect."""
+    notes: list[str] = []
+    mode = image.mode
+    if mode in ("I;16", "I;16L", "I;16B", "I;16N", "I", "F"):
+        values = np.asarray(image, dtype=np.float64)
+        if mode.startswith("I;16"):
+            lo, hi = 0.0, 65535.0
+        else:  # 32-bit integer or float grey: its own range
+            finite = values[np.isfinite(values)]
+            lo, hi = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
+        scaled = np.clip((np.nan_to_num(values, nan=lo) - lo) / ((hi - lo) or 1.0), 0.0, 1.0)
+        image = Image.fromarray(np.round(scaled * 255).astype(np.uint8), mode="L")
+        notes.append(f"{'16-bit' if mode.startswith('I;16') else mode + '-mode'} grey values scaled to 8 bits")
+        mode = "L"
+    if mode == "P":
+        image = image.convert("RGBA" if "transparency" in image.info else "RGB")
+        mode = image.mode
+    if mode in ("LA", "PA", "RGBA", "RGBa", "La"):
+        rgba = image.convert("RGBA")
+        alpha = np.asarray(rgba)[..., 3]
+        if alpha.min() < 255:
+            notes.append("transparent parts laid over white")
+        background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+        image = Image.alpha_composite(background, rgba).convert("RGB")
+    elif mode == "CMYK":
+        image = image.convert("RGB")
+        notes.append("CMYK colours converted to RGB")
+    elif mode != "RGB":
+        image = image.convert("RGB")  # L, 1, YCbCr, LAB, HSV
+    return image, notes
+
+
+def read_image(data: bytes, name: str = "", max_bytes: int = MAX_BYTES, max_pixels: int = MAX_PIXELS,
+               max_side: int = MAX_SIDE) -> LoadedImage:  # fmt: skip
+    """Decode an image file's bytes into an upright RGB picture; ImageError with a clear message otherwise."""
+    label = f"{name}: " if name else ""
+    if not data:
+        raise ImageError(f"{label}the file is empty")
+    if len(data) > max_bytes:
+        raise ImageError(f"{label}the file is {len(data) / 2**20:.1f} MB; the limit is {max_bytes / 2**20:.0f} MB")
+    # Pillow warns about huge pictures when it reads the header; the size check below refuses them
+    # with their numbers, before a single pixel is decoded.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+        try:
+            image = Image.open(io.BytesIO(data))  # reads the header only
+        except UnidentifiedImageError:
+            raise ImageError(f"{label}this is {_describe(data)}") from None
+        except Image.DecompressionBombError:
+            raise ImageError(f"{label}the image claims more than {2 * Image.MAX_IMAGE_PIXELS / 1e6:.0f} megapixels; "
+                             f"the limit is {max_pixels / 1e6:.0f} megapixels. Downscale it first.") from None  # fmt: skip
+        except (OSError, SyntaxError, ValueError) as error:
+            raise ImageError(f"{label}the image data is damaged or cut short ({error})") from None
+        fmt = image.format or "?"
+        if fmt not in FORMATS:
+            raise ImageError(f"{label}{fmt} images are not supported: use PNG, JPEG, WebP, BMP, TIFF or GIF")
+        width, height = image.size
+        if width < 1 or height < 1:
+            raise ImageError(f"{label}the image has no pixels ({width} × {height})")
+        if width * height > max_pixels:
+            raise ImageError(f"{label}the image is {width:,} × {height:,} pixels ({width * height / 1e6:.0f} "
+                             f"megapixels); the limit is {max_pixels / 1e6:.0f} megapixels. Downscale it first.")  # fmt: skip
+        notes: list[str] = []
+        frames = getattr(image, "n_frames", 1)
+        if frames > 1:
+            notes.append(f"{'animated ' if fmt == 'GIF' else ''}{fmt} with {frames} frames: the first is used")
+        mode = image.mode
+        try:
+            if fmt == "JPEG" and max(width, height) > 2 * max_side:
+                image.draft("RGB", (max_side, max_side))  # decode big JPEGs at a fraction of their size
+            image.seek(0)
+            image.load()
+            orientation = _exif_orientation(image)
+            oriented = ImageOps.exif_transpose(image)
+        except (OSError, SyntaxError, ValueError, EOFError) as error:
+            raise ImageError(f"{label}the image data is damaged or cut short ({error})") from None
+    if orientation not in (None, 1):
+        notes.append("turned upright by its EXIF orientation")
+    image, mode_notes = _to_rgb(oriented)
+    notes += mode_notes
+    if max(image.size) > max_side:
+        before = image.size
+        image.thumbnail((max_side, max_side), Image.Resampling.LANCZOS)
+        notes.append(f"downscaled from {before[0]:,} × {before[1]:,} to {image.size[0]:,} × {image.size[1]:,} pixels")
+    return LoadedImage(image, fmt, (width, height), mode, tuple(notes))
+
+
+def _exif_orientation(image: Image.Image) -> int | None:
+    try:
+        return image.getexif().get(0x0112)
+    except Exception:  # broken EXIF blocks are ignored, as exif_transpose does
+        return None
+
+
+def to_png(image: Image.Image) -> bytes:
+    """A picture as PNG bytes (what the pages send to the browser)."""
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG", compress_level=3)
+    return buffer.getvalue()
+
+
+def to_jpeg(image: Image.Image, quality: int = 88) -> bytes:
+    """A picture as JPEG bytes: overlays on photos are a tenth of their PNG size and encode faster."""
+    buffer = io.BytesIO()
+    image.convert("RGB").save(buffer, format="JPEG", quality=quality)
+    return buffer.getvalue()

@@ -1,0 +1,103 @@
+"""The inputs of the two vision pages, drawn with Streamlit: which ViT, and which picture(s).
+
+    source, model = vision_inputs.choose_vit(url)          # DeiT-Tiny when it can be had, else vit-tiny (said so)
+    picked = vision_inputs.choose_image(url, model)       # (name, file bytes) from a sample, an upload or the camera
+    files = vision_inputs.choose_images(url, model)       # several, for the mean attention distance
+
+Uploads are checked by the core (tformer_core.image_input) when they are read: a bad file gets
+its message there. Uploads cannot travel in a link; samples can (their name is in the URL).
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+
+import attention_views as av
+import ui
+from tformer_core import text_views as tv
+from tformer_core import vision_views as vv
+from tformer_core.image_input import MAX_BYTES
+
+DEFAULT_VIT = "facebook/deit-tiny-patch16-224"
+FALLBACK_VIT = "vit-tiny"
+SUGGESTIONS = (DEFAULT_VIT, FALLBACK_VIT, "facebook/deit-small-patch16-224", "google/vit-base-patch16-224",
+               "facebook/deit-base-distilled-patch16-224")  # fmt: skip
+SOURCES = {"sample": "Sample", "upload": "Upload", "camera": "Camera"}
+
+
+@st.cache_resource(show_spinner=False, max_entries=4)
+def _sample_files(image_dirs: tuple[str, ...]) -> dict[str, bytes]:
+    return vv.samples()
+
+
+def sample_files() -> dict[str, bytes]:
+    """The sample pictures, read once per set of configured image folders."""
+    return _sample_files(tuple(str(d) for d in vv.image_dirs()))
+
+
+def choose_vit(url: ui.UrlState) -> tuple[str, object | None]:
+    """The model picker; the default, DeiT-Tiny, falls back to the bundled vit-tiny when it cannot be had."""
+    source = av.choose_model(
+        url, SUGGESTIONS, DEFAULT_VIT, placeholder="e.g. google/vit-base-patch16-224 or ./models/my-vit",
+        help=f"{DEFAULT_VIT} comes from the Hugging Face hub (or its local cache). {FALLBACK_VIT} is trained by "
+             "this project on generated shapes and works offline.",
+    )  # fmt: skip
+    if source != DEFAULT_VIT:
+        model = ui.load_model(source)
+        if model is not None and model.kind != "vit":
+            page = "Encoder-decoder" if model.kind == "encoder-decoder" else "Text attention"
+            st.warning(f"**{tv.escape_markdown(source)}** reads text, not images: open the {page} page.")
+            return source, None
+        return source, model
+    model = ui.load_model(DEFAULT_VIT, quiet=True)
+    if model is None:
+        st.info(f"{DEFAULT_VIT} could not be loaded (no internet and not in the local cache), so this page shows "
+                f"the bundled **{FALLBACK_VIT}**: a small ViT trained by this project on 32 × 32 pictures of eight "
+                "shapes. Choose another model above when you are online.")  # fmt: skip
+        return FALLBACK_VIT, ui.load_model(FALLBACK_VIT)
+    return DEFAULT_VIT, model
+
+
+def _default_sample(model, names: list[str]) -> str:
+    """A shape for the shape model, a photo for the others."""
+    prefix = "shapes:" if getattr(model, "source", "") == FALLBACK_VIT else "photo:"
+    return next((n for n in names if n.startswith(prefix)), names[0])
+
+
+def choose_image(url: ui.UrlState, model) -> tuple[str, bytes] | None:
+    """One picture: a sample (named in the link), an upload or a camera shot; None until there is one."""
+    kind = st.radio("Picture", list(SOURCES), format_func=SOURCES.get, horizontal=True,
+                    key=url.key("from", "sample", choices=list(SOURCES)))  # fmt: skip
+    if kind == "sample":
+        files = sample_files()
+        names = list(files)
+        name = st.selectbox("Sample", names, key=url.key("sample", _default_sample(model, names), choices=names))
+        return name, files[name]
+    if kind == "upload":
+        uploaded = st.file_uploader(
+            f"An image (PNG, JPEG, WebP, BMP, TIFF or GIF; at most {MAX_BYTES // 2**20} MB)", key=f"{url.page}.upload",
+            help="Uploads stay in this browser session; a shared link cannot carry them.",
+        )  # fmt: skip
+        if uploaded is None:
+            st.info("Upload a picture to see what the model does with it.")
+            return None
+        return uploaded.name, uploaded.getvalue()
+    shot = st.camera_input("Take a picture", key=f"{url.page}.camera")
+    if shot is None:
+        st.info("Take a picture with your camera (the browser asks for permission first).")
+        return None
+    return "camera.jpg", shot.getvalue()
+
+
+def choose_images(url: ui.UrlState, model) -> list[tuple[str, bytes]]:
+    """Several pictures: samples chosen by name (in the link), and any uploads."""
+    files = sample_files()
+    names = list(files)
+    default = [n for n in names if n.startswith("photo:")] + [n for n in names if n.startswith("shapes:")]
+    chosen_key = url.key("samples", default)
+    if any(n not in names for n in st.session_state[chosen_key]):
+        st.session_state[chosen_key] = [n for n in st.session_state[chosen_key] if n in names]
+    chosen = st.multiselect("Sample pictures", names, key=chosen_key)
+    uploads = st.file_uploader("And your own pictures", accept_multiple_files=True, key=f"{url.page}.uploads",
+                               help="Uploads stay in this browser session; a shared link cannot carry them.")  # fmt: skip
+    return [(n, files[n]) for n in chosen] + [(u.name, u.getvalue()) for u in uploads or []]
