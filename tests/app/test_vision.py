@@ -136,6 +136,17 @@ def test_good_uploads_are_read_and_their_changes_said(tmp_path):
         assert len(top5(at)) == 5
 
 
+def test_a_camera_shot_is_read_like_an_upload():
+    at = page(VISION, model="vit-tiny", **{"from": "camera"})
+    no_exception(at)
+    assert any("camera" in i.value for i in at.info)
+    shot = Image.new("RGB", (64, 48), (30, 30, 30))
+    shot.paste((250, 250, 250), (20, 12, 44, 36))  # a white square in the middle
+    at.camera_input(key="vit.camera").set_value(("shot.jpg", png(shot, "JPEG"), "image/jpeg")).run()
+    no_exception(at)
+    assert len(top5(at)) == 5 and any("N = HW / P²" in m.value for m in at.markdown)
+
+
 def _png_claiming(width, height):
     data = bytearray(png(Image.new("RGB", (1, 1))))
     i = data.index(b"IHDR")
