@@ -195,6 +195,21 @@ def run_safely(compute: Callable[[], Any], what: str) -> Any | None:
         return None
 
 
+def run_page(title: str, intro: str, name: str, draw: Callable[["UrlState"], None]) -> None:
+    """A page: its title and introduction, then draw(url) with the page's URL state.
+
+    The URL is written even when drawing stops early (a bad input), so the link still shows what
+    the user chose.
+    """
+    st.title(title)
+    st.caption(intro)
+    url = UrlState(name)
+    try:
+        draw(url)
+    finally:
+        url.publish()
+
+
 # ---- URL state -----------------------------------------------------------------------------------
 class UrlState:
     """Widget values mirrored in the URL's query parameters, so a view can be shared by its link.

@@ -33,20 +33,21 @@ is: the share a patch gives the class token simply counts as distance 0. Renorma
 row by its mass on the patches, giving a true average distance over the patches it looks at."""
 
 
+INTRO = (
+    "How far does each head look? For every head of every layer: the attention-weighted distance between "
+    "a query and what it attends to, averaged over queries and inputs. In the ViT paper (Fig. 7, right), "
+    "some heads of the first layers already look far, others locally, and all look far in the last layers."
+)
+
+
+def draw(url: ui.UrlState) -> None:
+    vision(url)
+    st.divider()
+    text(url)
+
+
 def main() -> None:
-    st.title("Mean attention distance")
-    st.caption(
-        "How far does each head look? For every head of every layer: the attention-weighted distance between "
-        "a query and what it attends to, averaged over queries and inputs. In the ViT paper (Fig. 7, right), "
-        "some heads of the first layers already look far, others locally, and all look far in the last layers."
-    )
-    url = ui.UrlState("mad")
-    try:
-        vision(url)
-        st.divider()
-        text(url)
-    finally:
-        url.publish()
+    ui.run_page("Mean attention distance", INTRO, "mad", draw)
 
 
 def vision(url: ui.UrlState) -> None:

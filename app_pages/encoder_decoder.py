@@ -25,18 +25,15 @@ SUGGESTIONS = ("translator", "Helsinki-NLP/opus-mt-en-de", "t5-small", "facebook
 PLAY_SECONDS = 1.2  # one decoding step per this many seconds while playing
 
 
+INTRO = (
+    "The encoder reads the whole source sentence once; the decoder writes the translation one token at a "
+    "time, looking back at what it wrote (masked self-attention) and at the source (cross-attention: its "
+    "queries come from the decoder, its keys and values from the encoder's output)."
+)
+
+
 def main() -> None:
-    st.title("Encoder-decoder: translation and cross-attention")
-    st.caption(
-        "The encoder reads the whole source sentence once; the decoder writes the translation one token at a "
-        "time, looking back at what it wrote (masked self-attention) and at the source (cross-attention: its "
-        "queries come from the decoder, its keys and values from the encoder's output)."
-    )
-    url = ui.UrlState("s2s")
-    try:
-        page(url)
-    finally:
-        url.publish()
+    ui.run_page("Encoder-decoder: translation and cross-attention", INTRO, "s2s", page)
 
 
 def page(url: ui.UrlState) -> None:

@@ -22,6 +22,12 @@ SIMILARITIES = {"dot": "Dot product", "cosine": "Cosine"}
 CORNER = 8  # the numbers of the top-left corner of each big matrix are printed as a table
 
 
+INTRO = (
+    "Attention alone does not know word order: shuffle the tokens and every output is shuffled the same way. "
+    "A position vector added to each token's embedding tells the model where the token is."
+)
+
+
 def finite_float(raw: str) -> float:
     value = float(raw)
     if not np.isfinite(value):
@@ -296,16 +302,7 @@ def page(url: ui.UrlState) -> None:
 
 
 def main() -> None:
-    st.title("Positional encoding")
-    st.caption(
-        "Attention alone does not know word order: shuffle the tokens and every output is shuffled the same way. "
-        "A position vector added to each token's embedding tells the model where the token is."
-    )
-    url = ui.UrlState("pe")
-    try:
-        page(url)
-    finally:
-        url.publish()
+    ui.run_page("Positional encoding", INTRO, "pe", page)
 
 
 main()

@@ -34,6 +34,12 @@ LETTER = {"W_q": "q", "W_k": "k", "W_v": "v"}
 
 # ---- widgets backed by the URL ---------------------------------------------------------------------
 # ---- drawing ---------------------------------------------------------------------------------------
+INTRO = (
+    "The lecture's worked example, with every number: X → Q, K, V → QKᵀ → ÷√d_k → softmax → Z. "
+    "Edit any table, pick a preset, add masks or heads; the link keeps the view."
+)
+
+
 def show_matrix(
     name: str,
     latex: str | None,
@@ -502,16 +508,7 @@ def page(url: ui.UrlState) -> None:
 
 
 def main() -> None:
-    st.title("Attention, step by step")
-    st.caption(
-        "The lecture's worked example, with every number: X → Q, K, V → QKᵀ → ÷√d_k → softmax → Z. "
-        "Edit any table, pick a preset, add masks or heads; the link keeps the view."
-    )
-    url = ui.UrlState("step")
-    try:
-        page(url)
-    finally:
-        url.publish()
+    ui.run_page("Attention, step by step", INTRO, "step", page)
 
 
 main()

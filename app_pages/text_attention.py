@@ -31,17 +31,14 @@ the model's output:
 """
 
 
+INTRO = (
+    "Type a sentence and see what every attention head of a real model does with it. "
+    "One forward pass per input; choosing a layer, head or token reuses it."
+)
+
+
 def main() -> None:
-    st.title("Text attention")
-    st.caption(
-        "Type a sentence and see what every attention head of a real model does with it. "
-        "One forward pass per input; choosing a layer, head or token reuses it."
-    )
-    url = ui.UrlState("text")
-    try:
-        page(url)
-    finally:
-        url.publish()
+    ui.run_page("Text attention", INTRO, "text", page)
 
 
 def page(url: ui.UrlState) -> None:

@@ -20,18 +20,15 @@ CLASS_TOKEN = -1  # the "query" URL value for the class token; patches are 0..N-
 MEAN = -1  # the "head" value for the mean of the heads
 
 
+INTRO = (
+    "A ViT cuts the picture into square patches, turns each into a vector, puts a class token in front and "
+    "runs a Transformer encoder over the sequence. Choose a picture and see the patches, the attention of "
+    "every head over the picture, and the model's own learned filters and positions."
+)
+
+
 def main() -> None:
-    st.title("Vision Transformer")
-    st.caption(
-        "A ViT cuts the picture into square patches, turns each into a vector, puts a class token in front and "
-        "runs a Transformer encoder over the sequence. Choose a picture and see the patches, the attention of "
-        "every head over the picture, and the model's own learned filters and positions."
-    )
-    url = ui.UrlState("vit")
-    try:
-        page(url)
-    finally:
-        url.publish()
+    ui.run_page("Vision Transformer", INTRO, "vit", page)
 
 
 @st.cache_resource(show_spinner=False, max_entries=8)

@@ -10,8 +10,8 @@ and sizes do not depend on the values), one input of --tokens random token ids.
    (json.dumps(weights.tolist()), float32 values as Python floats), measured in the same run for
    the first 6 and all 12 layers; and the raw float32 tensor. Build times of both.
 2. Switching layer and head with the same input: the page's view-building functions (head view,
-   heatmap, Q/K/V, why-this-weight, distance and overview charts, turned into the Vega-Lite JSON
-   Streamlit sends) from the cached trace, against one traced forward pass; the number of
+   heatmap, Q/K/V, why-this-weight, distance and overview charts, as the Vega-Lite JSON and Arrow
+   data the page sends) from the cached trace, against one traced forward pass; the number of
    forward passes run during the switches is counted (it must be 0).
 """
 
@@ -25,7 +25,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -89,10 +88,10 @@ def sent_bytes(chart) -> int:
     return len(json.dumps(spec)) + data
 
 
-def page_views(trace: tc.Trace, layer: int, head: int, query: int, csv: bool = True) -> int:
+def page_views(trace: tc.Trace, layer: int, head: int, query: int) -> int:
     """What the page builds after a layer/head change (all views on); returns the bytes of chart data sent.
 
-    csv: also build the CSV files of the download buttons, as ui.matrix_download does on every run.
+    The CSV files of the download buttons are not built: they are written only when clicked.
     """
     n = len(trace.tokens)
     shown = tv.visible_positions(trace.tokens, False)
@@ -105,13 +104,7 @@ def page_views(trace: tc.Trace, layer: int, head: int, query: int, csv: bool = T
     for matrix, rows, cols in tv.qkv(trace, layer, head, positions=shown[window]).values():
         specs.append(heatmap(matrix, rows, cols, diverging=True, annotate=False, cell_width=5))
     why = tv.why_this_weight(trace, layer, head, min(query, n - 1))
-    table = why.table()
-    # The CSV downloads the page offers (ui.matrix_download builds them on every run): full matrices.
-    full = tv.head_matrix(trace, layer, head)
-    files = [(full.for_heatmap(), full.query_labels, full.key_labels), *tv.qkv(trace, layer, head).values(),
-             (table.drop(columns="key").to_numpy(dtype=float), why.key_labels, list(table.columns[1:]))]  # fmt: skip
-    for matrix, rows, cols in files if csv else []:
-        pd.DataFrame(matrix, index=list(rows), columns=list(cols)).to_csv().encode()
+    why.table()
     picture = tv.derived(trace, ("overview", False), lambda: tv.overview(trace))
     dist = tv.derived(trace, ("distance", False), lambda: tv.distance_frame(trace))
     baseline = tv.derived(trace, ("uniform", False), lambda: tv.uniform_distance(trace))
@@ -188,29 +181,27 @@ def main() -> None:
     cycle = iter(layer_heads * 1000)
     switch_passes = [0]
 
-    def switch(csv: bool = True):
+    def switch():
         layer, head = next(cycle)
         before = passes[0]
-        payload = page_views(trace, layer, head, query=args.tokens // 2, csv=csv)
+        payload = page_views(trace, layer, head, query=args.tokens // 2)
         switch_passes[0] += passes[0] - before
         return payload
 
     payload = switch()
-    t_switch, t_forward = interleaved_medians(lambda: switch(csv=False), lambda: model.trace(ids), args.repeats, device)
-    t_csv, _ = median_time(switch, args.repeats)
-    t_cold, _ = median_time(lambda: (tv._derived.clear(), switch(csv=False))[1], args.repeats)  # noqa: SLF001
+    t_switch, t_forward = interleaved_medians(switch, lambda: model.trace(ids), args.repeats, device)
+    t_cold, _ = median_time(lambda: (tv._derived.clear(), switch())[1], args.repeats)  # noqa: SLF001
     print_table([
         ("overview PNG, 12 x 12", f"{args.tokens} tokens", t_png, t_json12),
         ("overview PNG, 6 x 12", f"{args.tokens} tokens", t_png6, t_json6),
         ("layer/head switch", "cached trace", t_switch, t_forward),
-        ("switch + eager CSVs", "cached trace", t_csv, t_forward),
         ("switch + overview rebuilt", "cached trace", t_cold, t_forward),
     ], "ours", "baseline", goal=1.0)  # fmt: skip
-    print("Baselines: rows 1-2, json.dumps of the weights (BertViz-style); rows 3-5, one traced forward pass.")
+    print("Baselines: rows 1-2, json.dumps of the weights (BertViz-style); rows 3-4, one traced forward pass.")
     print("Row 3: every view of the page for a new layer/head (head view, heatmap, Q/K/V, why-this-weight,")
-    print("distance and grid charts converted as st.altair_chart does). Row 4: plus the CSV files of the download")
-    print("buttons, which ui.matrix_download builds on every run (512 x 512 weights). Row 5: row 3 with the overview")
-    print("and distance table rebuilt (first view of an input; afterwards they are kept with the trace).")
+    print("distance and grid charts, as ui.chart sends them). Row 4: row 3 with the overview and distance table")
+    print("rebuilt (first view of an input; afterwards they are kept with the trace). The whole page rerun,")
+    print("Streamlit included, is measured by benchmarks/text_page.py.")
     print(f"Forward passes run by the layer/head switches: {switch_passes[0]} (must be 0). "
           f"Chart data sent per switch: {payload / 2**10:.0f} KB (spec JSON + Arrow; 64-token window in detail views).")
 

@@ -1,48 +1,25 @@
 """The Encoder-decoder page through AppTest: the bundled translator offline, a tiny T5 as a local folder,
 the step slider and play button, teacher forcing, bad input, and no forward pass for a view change."""
 
-import json
 import os
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
-from streamlit import dataframe_util
 from streamlit.testing.v1 import AppTest
 
 import tformer_core as tc
 import ui
+from tests.app.pages import charts, no_exception, run, widget
 from tests.core.hf_helpers import save_tiny_t5
 from tformer_core import seq2seq_views as sv
 from tformer_core import toy_data as td
 
-PAGE = str(Path(__file__).resolve().parents[2] / "app_pages" / "encoder_decoder.py")
 DEFAULT = sv.DEFAULT_SOURCES["translator"]
 
 
 def page(**params) -> AppTest:
-    at = AppTest.from_file(PAGE, default_timeout=90)
-    for name, value in params.items():
-        at.query_params[name] = value
-    return at.run()
-
-
-def no_exception(at):
-    assert not at.exception, [e.value for e in at.exception]
-
-
-def widget(at, key):
-    return next(w for w in at.main if getattr(w, "key", None) == key)
-
-
-def charts(at) -> dict[str, list]:
-    out = {}
-    for element in at.get("vega_lite_chart"):
-        title = json.loads(element.proto.spec).get("title", "")
-        title = title if isinstance(title, str) else title.get("text", "")
-        out[title] = [dataframe_util.convert_arrow_bytes_to_pandas_df(d.data.data) for d in element.proto.datasets]
-    return out
+    return run("encoder_decoder", **params)
 
 
 def cells(at, title):

@@ -2,28 +2,17 @@
 the real model's embeddings and the URL. Tables are found by the label in their corner (index name)."""
 
 import math
-from pathlib import Path
 
 import numpy as np
-import pandas as pd
 from streamlit.testing.v1 import AppTest
 
 import tformer_core as tc
-
-PAGE = str(Path(__file__).resolve().parents[2] / "app_pages" / "positional.py")
+from tests.app import pages
+from tests.app.pages import table
 
 
 def run(**params: str) -> AppTest:
-    at = AppTest.from_file(PAGE, default_timeout=60)
-    for name, value in params.items():
-        at.query_params[name] = value
-    return at.run()
-
-
-def table(at: AppTest, name: str) -> pd.DataFrame:
-    found = [d.value for d in at.dataframe if d.value.index.name == name]
-    assert len(found) == 1, f"expected one table {name!r}, found {[d.value.index.name for d in at.dataframe]}"
-    return found[0]
+    return pages.run("positional", timeout=60, **params)
 
 
 def test_defaults_show_the_sinusoidal_numbers_and_write_the_url():

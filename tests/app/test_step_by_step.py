@@ -3,34 +3,23 @@ heads, presets, bad input and the URL. Tables are found by the label in their co
 
 import math
 from collections import Counter
-from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
 import tformer_core as tc
+from tests.app import pages
+from tests.app.pages import table
 from tformer_core import lessons as ls
 
-PAGE = str(Path(__file__).resolve().parents[2] / "app_pages" / "step_by_step.py")
 SQRT3 = math.sqrt(3.0)
 HAND_Q = [[1, 0, 2], [2, 2, 2], [2, 1, 3]]
 HAND_SCORES = np.array([[2, 4, 4], [4, 16, 12], [4, 12, 10]], dtype=float)
 
 
 def run(**params: str) -> AppTest:
-    at = AppTest.from_file(PAGE, default_timeout=60)
-    for name, value in params.items():
-        at.query_params[name] = value
-    return at.run()
-
-
-def table(at: AppTest, name: str) -> pd.DataFrame:
-    """The table whose corner label is `name`."""
-    found = [d.value for d in at.dataframe if d.value.index.name == name]
-    assert len(found) == 1, f"expected one table {name!r}, found {[d.value.index.name for d in at.dataframe]}"
-    return found[0]
+    return pages.run("step_by_step", timeout=60, **params)
 
 
 def names(at: AppTest) -> list:

@@ -5,25 +5,22 @@ and a tiny random BERT with a masked-word head are saved into a temporary model 
 as local folders, as a user's own checkpoints would be.
 """
 
-import json
 import os
 import re
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 import torch
 import transformers as T
-from streamlit import dataframe_util
 from streamlit.testing.v1 import AppTest
 
 import tformer_core as tc
 import ui
+from tests.app.pages import charts, no_exception, run, widget
 from tformer_core import text_views as tv
 from tformer_core.checkpoints.sources import minilm_folder
 
-PAGE = str(Path(__file__).resolve().parents[2] / "app_pages" / "text_attention.py")
 SENTENCE = "The animal didn't cross the street because it was too tired."
 CORPUS = [SENTENCE, "The cat sat on the mat.", "Attention is all you need.", "It was too tired to cross."] * 5
 
@@ -62,24 +59,11 @@ def model_dir(tmp_path_factory):
 
 
 def page(**params) -> AppTest:
-    at = AppTest.from_file(PAGE, default_timeout=90)
-    for name, value in params.items():
-        at.query_params[name] = value
-    return at.run()
+    return run("text_attention", **params)
 
 
 def texts(at, kind) -> list[str]:
     return [e.value for e in at.get(kind)]
-
-
-def charts(at) -> dict[str, list[pd.DataFrame]]:
-    """Every Altair chart on the page: its title -> the data frames it was sent (Arrow, as the browser gets them)."""
-    out = {}
-    for element in at.get("vega_lite_chart"):
-        title = json.loads(element.proto.spec).get("title", "")
-        title = title if isinstance(title, str) else title.get("text", "")
-        out[title] = [dataframe_util.convert_arrow_bytes_to_pandas_df(d.data.data) for d in element.proto.datasets]
-    return out
 
 
 def chart_titles(at) -> list[str]:
@@ -88,14 +72,6 @@ def chart_titles(at) -> list[str]:
 
 def images(at) -> list[str]:
     return [url for element in at.get("image") for url in element.value]
-
-
-def widget(at, key):
-    return next(w for w in at.main if getattr(w, "key", None) == key)
-
-
-def no_exception(at):
-    assert not at.exception, [e.value for e in at.exception]
 
 
 @pytest.fixture(scope="module")

@@ -5,27 +5,23 @@ against transformers, layer / head / query switches that run no model, rollout, 
 from __future__ import annotations
 
 import io
-import json
 import os
 import struct
 import zlib
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 import transformers as T
 from PIL import Image
-from streamlit import dataframe_util
 from streamlit.testing.v1 import AppTest
 
 import ui
+from tests.app.pages import charts, no_exception, run, widget
 from tests.core.hf_helpers import DEIT, IMAGES
 from tformer_core import vision_views as vv
 
-ROOT = Path(__file__).resolve().parents[2]
-VISION = str(ROOT / "app_pages" / "vision.py")
-MAD = str(ROOT / "app_pages" / "attention_distance.py")
+VISION, MAD = "vision", "attention_distance"
 needs_deit = pytest.mark.skipif(not DEIT.is_dir(), reason=f"the shared DeiT-Tiny is not at {DEIT} (only CI has ../shared)")
 
 
@@ -35,18 +31,7 @@ def shared_models(monkeypatch):
 
 
 def page(path, **params) -> AppTest:
-    at = AppTest.from_file(path, default_timeout=120)
-    for name, value in params.items():
-        at.query_params[name] = value
-    return at.run()
-
-
-def no_exception(at):
-    assert not at.exception, [e.value for e in at.exception]
-
-
-def widget(at, key):
-    return next(w for w in at.main if getattr(w, "key", None) == key)
+    return run(path, timeout=120, **params)
 
 
 def top5(at):
@@ -54,13 +39,7 @@ def top5(at):
 
 
 def chart_data(at, title):
-    for element in at.get("vega_lite_chart"):
-        spec = json.loads(element.proto.spec)
-        text = spec.get("title", "")
-        text = text if isinstance(text, str) else text.get("text", "")
-        if text == title:
-            return [dataframe_util.convert_arrow_bytes_to_pandas_df(d.data.data) for d in element.proto.datasets]
-    raise KeyError(title)
+    return charts(at)[title]
 
 
 def png(image: Image.Image, fmt="PNG", **kwargs) -> bytes:
@@ -98,7 +77,7 @@ def test_switching_layer_head_query_and_rollout_runs_no_model():
     widget(at, "vit.query").set_value(27)
     at.run()
     no_exception(at)
-    assert "query: patch 27 (row 3, column 3)" in [json.loads(e.proto.spec).get("title") for e in at.get("vega_lite_chart")]
+    assert "query: patch 27 (row 3, column 3)" in charts(at)
     widget(at, "vit.fusion").set_value("max")
     widget(at, "vit.discard").set_value(0.5)
     at.run()

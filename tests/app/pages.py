@@ -1,0 +1,46 @@
+"""Shared by the AppTest tests: run a page with URL parameters, find widgets, read what the charts were sent."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+from streamlit import dataframe_util
+from streamlit.testing.v1 import AppTest
+
+PAGES = Path(__file__).resolve().parents[2] / "app_pages"
+
+
+def run(page: str, timeout: float = 90, **params: str) -> AppTest:
+    """app_pages/<page>.py run once with these URL query parameters."""
+    at = AppTest.from_file(str(PAGES / f"{page}.py"), default_timeout=timeout)
+    for name, value in params.items():
+        at.query_params[name] = value
+    return at.run()
+
+
+def no_exception(at: AppTest) -> None:
+    assert not at.exception, [e.value for e in at.exception]
+
+
+def widget(at: AppTest, key: str):
+    """The widget in the main area with this key."""
+    return next(w for w in at.main if getattr(w, "key", None) == key)
+
+
+def charts(at: AppTest) -> dict[str, list[pd.DataFrame]]:
+    """Every chart on the page: its title -> the data frames it was sent (Arrow, as the browser gets them)."""
+    out = {}
+    for element in at.get("vega_lite_chart"):
+        title = json.loads(element.proto.spec).get("title", "")
+        title = title if isinstance(title, str) else title.get("text", "")
+        out[title] = [dataframe_util.convert_arrow_bytes_to_pandas_df(d.data.data) for d in element.proto.datasets]
+    return out
+
+
+def table(at: AppTest, name: str) -> pd.DataFrame:
+    """The one table whose corner label (index name) is `name`."""
+    found = [d.value for d in at.dataframe if d.value.index.name == name]
+    assert len(found) == 1, f"expected one table {name!r}, found {[d.value.index.name for d in at.dataframe]}"
+    return found[0]
