@@ -185,7 +185,8 @@ def show_figure_7(source: str, result: vv.VisionResult, model) -> None:
         mad = vv.image_mad(trace)
         baseline = vv.uniform_mad(result.grid_hw, result.patch_size, trace.n_prefix_tokens)
         ui.chart(tv.distance_chart(vv.mad_frame(mad), baseline, trace.n_heads, title="mean attention distance",
-                                   unit="pixels") | {"width": 300, "height": 260},
+                                   unit="pixels") | {"width": 250, "height": 240,
+                                                     "config": {"legend": {"orient": "bottom", "columns": 6}}},
                  key="vit.chart.mad", file_name="mean_attention_distance")  # fmt: skip
         st.caption("Each dot is a head: how far, in pixels, it looks on average for this picture (not renormalised "
                    "over the patches). The dashed line is uniform attention. The Mean attention distance page "
