@@ -79,8 +79,11 @@ def _model_slot(source: str) -> _ModelSlot:
     return _ModelSlot()
 
 
-def _cached_model(source: str, progress: Callable[[float, str], None] | None = None) -> tc.TracedModel:
-    """The model for `source`, loaded once per server process (a failed load is tried again next time)."""
+def cached_model(source: str, progress: Callable[[float, str], None] | None = None) -> tc.TracedModel:
+    """The model for `source`, loaded once per server process; raises what the loader raises.
+
+    A failed load is tried again after RETRY_AFTER_S (until then the same error comes back at once).
+    """
     slot = _model_slot(source)
     with slot.lock:
         if slot.model is None:
@@ -111,7 +114,7 @@ def load_model(source: str, quiet: bool = False) -> tc.TracedModel | None:
         bar.progress(min(max(fraction, 0.0), 1.0), text=message)
 
     try:
-        return _cached_model(source, progress)
+        return cached_model(source, progress)
     except (tc.CheckpointError, ValueError, OSError) as error:
         if not quiet:
             st.error(f"Could not load **{source}**: {error}")
@@ -183,7 +186,7 @@ def cached(kind: str, source: str, *args: Any) -> Any:
     """
     if kind not in COMPUTATIONS:
         raise ValueError(f"unknown cached computation {kind!r}")
-    return COMPUTATIONS[kind](_cached_model(source), *args)
+    return COMPUTATIONS[kind](cached_model(source), *args)
 
 
 def run_safely(compute: Callable[[], Any], what: str) -> Any | None:

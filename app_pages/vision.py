@@ -32,11 +32,11 @@ def main() -> None:
 
 
 @st.cache_resource(show_spinner=False, max_entries=8)
-def model_pictures(source: str) -> tuple[bytes, list[float], bytes]:
-    """The model's embedding filters (first principal components) and position similarities, as PNG."""
-    model = ui._cached_model(source)  # noqa: SLF001 (already loaded by the page)
-    pcs, variance = vv.embedding_filter_pcs(model)
-    return to_png(pcs), [float(v) for v in variance], to_png(vv.position_similarity_maps(model))
+def model_pictures(source: str, _model) -> tuple[bytes, list[float], bytes]:
+    """The model's embedding filters (first principal components) and position similarities, as PNG;
+    drawn once per model (`_model` is not hashed: `source` names it)."""
+    pcs, variance = vv.embedding_filter_pcs(_model)
+    return to_png(pcs), [float(v) for v in variance], to_png(vv.position_similarity_maps(_model))
 
 
 def page(url: ui.UrlState) -> None:
@@ -171,7 +171,7 @@ def show_attention(url: ui.UrlState, result: vv.VisionResult) -> None:
 
 def show_figure_7(source: str, result: vv.VisionResult, model) -> None:
     st.header("The model's own pictures (ViT paper, Fig. 7)")
-    pcs, variance, positions = model_pictures(source)
+    pcs, variance, positions = model_pictures(source, model)
     trace = result.trace
     left, middle, right = st.columns(3)
     with left:

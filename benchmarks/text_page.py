@@ -89,7 +89,7 @@ def server_times(folder: Path, repeats: int) -> dict:
             times.append(time.perf_counter() - start)
         assert not at.exception, [e.value for e in at.exception]
     switch_passes = ui.forward_passes(source) - passes
-    model = ui._cached_model(source)  # noqa: SLF001 (the page's own cached model)
+    model = ui.cached_model(source)
     fitted = tv.fit_to_model(model, TEXT)
     forward = []
     for _ in range(repeats):

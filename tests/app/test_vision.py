@@ -176,7 +176,7 @@ def test_mad_page_over_samples_and_the_recipe_switch():
     at = page(MAD, model="vit-tiny", samples="shapes: circle,shapes: ring,shapes: plus")
     no_exception(at)
     files = vv.samples()
-    model = ui._cached_model("vit-tiny")  # noqa: SLF001
+    model = ui.cached_model("vit-tiny")
     pictures = [vv.read_image(files[n]).image for n in ("shapes: circle", "shapes: ring", "shapes: plus")]
     expected = vv.mean_attention_distances(model, pictures).mean(0)  # [layers, heads]
     dots = max(chart_data(at, "vit-tiny: mean attention distance"), key=len)
