@@ -2,14 +2,16 @@
 
 Pages call these helpers; they never call a model's forward themselves.
 
-- Models are cached once per server process (`st.cache_resource`: one object shared by every
-  session; the core's capture is per call, so sharing is safe).
-- Traces are cached per (model, input): changing only the view (layer, head, token, colours)
-  reads the cached trace and runs no model. `forward_passes(source)` counts the stack passes
-  each cached model has run, so tests and benchmarks can check that.
-- Page state lives in the URL query parameters (`UrlState`), so any view can be shared.
-- Every chart is Altair, drawn by `chart`, which puts SVG and PNG downloads under it; matrices
-  download as CSV (`matrix_download`).
+- Models are cached once per server process (`cached_model`: one object shared by every
+  session; the core's capture is per call, so sharing is safe), loaded with a progress bar
+  (`load_model`).
+- Traces, translations and pictures are cached per (model, input) (`cached`): changing only the
+  view (layer, head, token, step, colours) reads the cached result and runs no model.
+  `forward_passes(source)` counts the stack passes each cached model has run, so tests and
+  benchmarks can check that. Long work over many inputs gets a progress bar (`computed`).
+- Page state lives in the URL query parameters (`UrlState`, `run_page`), so any view can be shared.
+- Every chart (Altair, or a Vega-Lite dict from the core) is drawn by `chart`, which puts SVG and
+  PNG downloads under it; matrices download as CSV (`matrix_download`).
 """
 
 from __future__ import annotations
