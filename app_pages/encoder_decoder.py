@@ -123,8 +123,10 @@ def show_translation(model, translation: sv.Translation) -> None:
         end = "it wrote the end token" if translation.finished else "it reached the token limit before the end token"
         st.caption(f"Greedy decoding: the most likely token at each of {n} steps; {end}.")
     else:
-        agree = sum(sv.at_step(translation, t).predictions(1)[0][0].strip() == tv.display_token(p).replace("␣", "")
-                    for t, p in enumerate(translation.produced))  # fmt: skip
+        # Once per translation (kept with its trace), not on every step or head change.
+        agree = tv.derived(translation.trace, ("teacher_agreement",), lambda: sum(
+            sv.at_step(translation, t).predictions(1)[0][0].strip() == tv.display_token(p).replace("␣", "")
+            for t, p in enumerate(translation.produced)))  # fmt: skip
         st.caption(f"The decoder read your target token by token ({n} steps). The model's own most likely token "
                    f"agrees with it at {agree} of {n} steps.")  # fmt: skip
     if translation.unknown_words:

@@ -233,31 +233,15 @@ def real_sections(url: ui.UrlState, base: float) -> None:
         return
     d_model = learned.shape[1]
     sinus = tc.sinusoidal_encoding(n, d_model, base)
-    left, right = st.columns(2)
-    with left:
-        st.markdown(f"**Learned** ({MODEL}, d = {d_model})")
-        big_heatmap(learned, "Learned position embeddings", "position", "dimension", "learned_pe", width=340)
-        big_heatmap(
-            ls.similarity(learned, "cosine"),
-            "Cosine similarity, learned",
-            "position p",
-            "position q",
-            "learned_cosine",
-            square=True,
-            width=340,
-        )
-    with right:
-        st.markdown(f"**Sinusoidal** (base {base:g}, d = {d_model})")
-        big_heatmap(sinus, "Sinusoidal PE", "position", "dimension", "sinusoidal_pe_model_size", width=340)
-        big_heatmap(
-            ls.similarity(sinus, "cosine"),
-            "Cosine similarity, sinusoidal",
-            "position p",
-            "position q",
-            "sinusoidal_cosine",
-            square=True,
-            width=340,
-        )
+    halves = (("Learned", f"{MODEL}, d = {d_model}", learned, "Learned position embeddings", "learned"),
+              ("Sinusoidal", f"base {base:g}, d = {d_model}", sinus, "Sinusoidal PE", "sinusoidal"))  # fmt: skip
+    for column, (name, about, table, title, key) in zip(st.columns(2), halves):
+        with column:
+            st.markdown(f"**{name}** ({about})")
+            big_heatmap(table, title, "position", "dimension", f"{key}_pe" + ("_model_size" if key == "sinusoidal" else ""),
+                        width=340)  # fmt: skip
+            big_heatmap(ls.similarity(table, "cosine"), f"Cosine similarity, {key}", "position p", "position q",
+                        f"{key}_cosine", square=True, width=340)  # fmt: skip
     st.caption(
         "Both give nearby positions similar vectors (the dark band along the diagonal). The sinusoidal band has "
         "the same shape on every row (it depends only on the offset); the learned one need not, and it only "
