@@ -116,7 +116,7 @@ def browser_bytes(folder: Path, root: Path) -> dict | None:
     if not Path(chromium).exists():
         print(f"(browser part skipped: no Chromium at {chromium})")
         return None
-    from browser.test_pages import choose, settle
+    from browser.helpers import choose, settle
 
     os.environ["TFORMER_MODEL_DIRS"] = str(root)
     received = {"ws": 0, "media": 0}

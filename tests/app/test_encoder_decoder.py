@@ -85,6 +85,17 @@ def test_step_slider_and_head_switch_run_no_model(translator):
     assert ui.forward_passes("translator") > passes
 
 
+def _rerun(at: AppTest, timer_due: bool) -> None:
+    """Rerun the page as the play timer would (its interval has passed) or as another widget would (it has not).
+
+    The page decides from the time of its last tick, kept in the session; setting that time stands in for
+    waiting, so the test waits for nothing.
+    """
+    at.session_state["s2s.played_at"] = time.monotonic() - (10.0 if timer_due else 0.0)
+    at.run()
+    no_exception(at)
+
+
 def test_play_advances_one_step_per_tick_and_stops_at_the_end():
     at = page(text="a bird sleeps")
     no_exception(at)
@@ -92,12 +103,11 @@ def test_play_advances_one_step_per_tick_and_stops_at_the_end():
     at.button(key="s2s.play").click().run()
     assert at.session_state["s2s.playing"] and at.slider(key="s2s.step").value == 1
     for expected in range(2, n + 1):
-        time.sleep(1.2)  # PLAY_SECONDS: the timer's next tick
-        at.run()
-        no_exception(at)
+        _rerun(at, timer_due=False)  # a rerun between ticks does not move the step
+        assert at.slider(key="s2s.step").value == expected - 1
+        _rerun(at, timer_due=True)
         assert at.slider(key="s2s.step").value == expected
-    time.sleep(1.2)
-    at.run()
+    _rerun(at, timer_due=True)
     assert not at.session_state["s2s.playing"] and at.slider(key="s2s.step").value == n
 
 

@@ -13,23 +13,26 @@ SRC_MASK = [1, 1, 1, 1, 1, 1, 0, 0]
 TGT = [1, 5, 9, 2, 17]
 
 
-def _traces():
-    """(name, trace, model, padding mask of the first stack or None) for each kind and norm placement."""
-    enc = tiny_encoder().double()
-    yield "encoder-post", enc.trace(SRC, attention_mask=SRC_MASK, token_type_ids=[0] * 4 + [1] * 4), enc
-    enc_pre = tiny_encoder(norm="pre", positional="sinusoidal").double()
-    yield "encoder-pre", enc_pre.trace(SRC[:6]), enc_pre
-    dec = tiny_decoder().double()
-    yield "decoder", dec.trace(TGT + [8, 8], attention_mask=[1] * 5 + [0, 0]), dec
-    s2s = tiny_seq2seq().double()
-    yield "seq2seq-post", s2s.trace(SRC, TGT, source_mask=SRC_MASK), s2s
-    s2s_pre = tiny_seq2seq(norm="pre").double()
-    yield "seq2seq-pre", s2s_pre.trace(SRC[:6], TGT), s2s_pre
-    vit = tiny_vit().double()
-    yield "vit", vit.trace(image().double()), vit
+def store_everything(name: str) -> bool:
+    return True
 
 
-TRACES = {name: (trace, model) for name, trace, model in _traces()}
+# How each model kind is run: (name, model builder, trace call). The invariants below are checked on
+# traces that store every hook's tensor as the forward pass computed it (scores and scaled included),
+# so "scores = Q K^T" compares two tensors the model produced, not a trace's recomputation with itself.
+RUNS = {
+    "encoder-post": (lambda: tiny_encoder().double(),
+                     lambda m, keep: m.trace(SRC, attention_mask=SRC_MASK, token_type_ids=[0] * 4 + [1] * 4, keep=keep)),
+    "encoder-pre": (lambda: tiny_encoder(norm="pre", positional="sinusoidal").double(),
+                    lambda m, keep: m.trace(SRC[:6], keep=keep)),
+    "decoder": (lambda: tiny_decoder().double(),
+                lambda m, keep: m.trace(TGT + [8, 8], attention_mask=[1] * 5 + [0, 0], keep=keep)),
+    "seq2seq-post": (lambda: tiny_seq2seq().double(), lambda m, keep: m.trace(SRC, TGT, source_mask=SRC_MASK, keep=keep)),
+    "seq2seq-pre": (lambda: tiny_seq2seq(norm="pre").double(), lambda m, keep: m.trace(SRC[:6], TGT, keep=keep)),
+    "vit": (lambda: tiny_vit().double(), lambda m, keep: m.trace(image().double(), keep=keep)),
+}
+MODELS = {name: build() for name, (build, _) in RUNS.items()}
+TRACES = {name: (RUNS[name][1](model, store_everything), model) for name, model in MODELS.items()}
 PADDED = {"encoder-post": SRC_MASK, "seq2seq-post": SRC_MASK}
 
 
@@ -56,7 +59,7 @@ def test_attention_invariants_on_every_block(name):
     checked = 0
     for stack, layer, attn, prefix in _blocks(trace, model):
         q, k, v = trace[f"{prefix}.q"], trace[f"{prefix}.k"], trace[f"{prefix}.v"]
-        scores, scaled, w, z = (trace[f"{prefix}.{p}"] for p in ("scores", "scaled", "weights", "z"))
+        scores, scaled, w, z = (trace.activations[f"{prefix}.{p}"] for p in ("scores", "scaled", "weights", "z"))
         n_q, n_k = trace.tokens_for(stack)[0].__len__(), trace.tokens_for(stack)[1].__len__()
         assert w.shape == (trace.n_heads, n_q, n_k)
         np.testing.assert_allclose(w.sum(-1), 1.0, atol=1e-12)  # rows sum to 1
@@ -178,18 +181,12 @@ def test_exact_list_of_captured_names():
 
 @pytest.mark.parametrize("name", list(TRACES))
 def test_recomputed_scores_equal_the_ones_the_model_computed(name):
-    _, model = TRACES[name]
-    inputs = {"encoder-post": lambda m: m.trace(SRC, attention_mask=SRC_MASK, token_type_ids=[0] * 4 + [1] * 4, keep=lambda n: True),
-              "encoder-pre": lambda m: m.trace(SRC[:6], keep=lambda n: True),
-              "decoder": lambda m: m.trace(TGT + [8, 8], attention_mask=[1] * 5 + [0, 0], keep=lambda n: True),
-              "seq2seq-post": lambda m: m.trace(SRC, TGT, source_mask=SRC_MASK, keep=lambda n: True),
-              "seq2seq-pre": lambda m: m.trace(SRC[:6], TGT, keep=lambda n: True),
-              "vit": lambda m: m.trace(image().double(), keep=lambda n: True)}  # fmt: skip
-    full, lean = inputs[name](model), TRACES[name][0]
+    full, model = TRACES[name]  # scores and scaled stored straight from the forward pass
+    lean = RUNS[name][1](model, None)  # the default: scores and scaled recomputed from Q, K, scale, bias, mask
     derived = [n for n in lean.names if n.endswith((".scores", ".scaled"))]
     assert derived and not any(n in lean.activations for n in derived)
     for n in derived:
-        assert n in full.activations  # stored this time, straight from the forward pass
+        assert n in full.activations
         np.testing.assert_array_equal(np.isneginf(lean[n]), np.isneginf(full[n]))
         finite = np.isfinite(full[n])
         np.testing.assert_allclose(lean[n][finite], full[n][finite], atol=1e-12)

@@ -1,0 +1,127 @@
+"""Driving the app in Chromium on a busy machine: every wait is for a condition, never for a fixed time.
+
+`settle` waits until Streamlit has finished the current run, so the next click lands on the page the
+user would see. An assertion about what a run produced waits for exactly that (`wait_for_text`,
+`wait_for_url`, `wait_for_count`): a run can finish before the browser has drawn every element it sent.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
+from playwright.sync_api import expect
+
+CHART = '[data-testid="stVegaLiteChart"]'
+IMAGE = '[data-testid="stImage"] img'
+TIMEOUT_S = 90.0  # generous: two CPU cores shared with a model and a browser
+
+
+def settle(page, timeout: float = TIMEOUT_S) -> None:
+    """Wait until Streamlit has drawn the page and finished the current run.
+
+    A page counts as drawn once it has its title (h1); it is finished when no run is in progress
+    (no status widget, no stale elements) for a full second.
+    """
+    page.wait_for_selector('[data-testid="stApp"]', timeout=timeout * 1000)
+    page.wait_for_selector('[data-testid="stMain"] h1', timeout=timeout * 1000)
+    deadline = time.monotonic() + timeout
+    quiet_since = None
+    while time.monotonic() < deadline:
+        running = page.locator('[data-testid="stStatusWidget"]').count() > 0
+        stale = page.locator('[data-stale="true"]').count() > 0
+        if running or stale:
+            quiet_since = None
+        elif quiet_since is None:
+            quiet_since = time.monotonic()
+        elif time.monotonic() - quiet_since > 1.0:
+            return
+        page.wait_for_timeout(200)  # polling interval of the condition above
+    raise AssertionError("the page kept running")
+
+
+def wait_for_count(page, selector: str, at_least: int, timeout: float = TIMEOUT_S) -> None:
+    """Wait until the page holds at least `at_least` elements matching `selector`."""
+    page.wait_for_function(
+        "([sel, n]) => document.querySelectorAll(sel).length >= n", arg=[selector, at_least], timeout=timeout * 1000
+    )
+
+
+def wait_for_text(page, text: str, timeout: float = TIMEOUT_S) -> None:
+    """Wait until the page's visible text contains `text`."""
+    page.wait_for_function("t => document.body.innerText.includes(t)", arg=text, timeout=timeout * 1000)
+
+
+def wait_for_url(page, *parts: str, timeout: float = TIMEOUT_S) -> None:
+    """Wait until the address contains every one of `parts` (URL-encoded as the app writes them)."""
+    pattern = "".join(f"(?=.*{re.escape(p)})" for p in parts)
+    expect(page).to_have_url(re.compile(pattern), timeout=timeout * 1000)
+
+
+def wait_for_step_at_least(page, step: int, timeout: float = TIMEOUT_S) -> int:
+    """Wait until the encoder-decoder page shows "Step k of" with k >= step; returns k."""
+    page.wait_for_function(
+        "n => { const m = document.body.innerText.match(/Step (\\d+) of/); return m && Number(m[1]) >= n; }",
+        arg=step,
+        timeout=timeout * 1000,
+    )
+    return int(re.search(r"Step (\d+) of", page.inner_text("body")).group(1))
+
+
+def assert_no_error(page) -> None:
+    exceptions = page.locator('[data-testid="stException"]')
+    assert exceptions.count() == 0, exceptions.first.inner_text()
+    body = page.inner_text("body")
+    assert "Traceback" not in body
+    assert "Page not found" not in body
+
+
+def centre(locator) -> None:
+    """Scroll the element to the middle of the window: at the top edge, Streamlit's sticky header covers it."""
+    locator.evaluate("e => e.scrollIntoView({block: 'center', inline: 'nearest'})")
+
+
+def click(locator) -> None:
+    centre(locator)
+    locator.click()
+
+
+def choose(page, label: str, option: str, attempts: int = 5) -> None:
+    """Pick `option` in the selectbox labelled `label`.
+
+    The list opens on a click that lands on the box; a click during a scroll or a redraw can miss, so
+    the click is repeated until the option is there to be picked.
+    """
+    box = page.locator('[data-testid="stSelectbox"]').filter(has=page.get_by_text(label, exact=True)).first
+    wanted = page.get_by_role("option", name=option, exact=True)
+    for _ in range(attempts):
+        centre(box)
+        box.click()
+        try:
+            wanted.wait_for(state="visible", timeout=5000)
+            break
+        except PlaywrightTimeout:
+            page.keyboard.press("Escape")
+    wanted.click()
+
+
+def type_into(page, label: str, text: str, role: str = "textbox") -> None:
+    """Replace the text of the input labelled `label` and submit it (Enter / Ctrl+Enter).
+
+    role: "textbox" (text inputs and areas) or "spinbutton" (number inputs).
+    """
+    box = page.get_by_role(role, name=label, exact=True)
+    centre(box)
+    box.fill(text)
+    box.press("Control+Enter" if box.evaluate("e => e.tagName") == "TEXTAREA" else "Enter")
+
+
+def screenshot(page, path, width: int = 1400) -> None:
+    """The whole page: Streamlit scrolls inside its main block, so the window is made as tall as it."""
+    height = page.evaluate("document.querySelector('[data-testid=\"stMain\"]').scrollHeight")
+    page.set_viewport_size({"width": width, "height": min(max(int(height), 1000), 16000)})
+    # Charts redraw for the new size on the next animation frames.
+    page.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(() => r(true))))")
+    page.screenshot(path=str(path))
+    page.set_viewport_size({"width": width, "height": 1000})
