@@ -44,8 +44,13 @@ def choose_model(url: ui.UrlState, suggestions: Sequence[str], default: str, pla
         st.session_state[choice_key] = current if current in options else OTHER
         st.session_state[other_key] = "" if current in options else current
     left, right = st.columns([1, 1])
-    choice = left.selectbox("Model", options, key=choice_key, help=help,
-                            format_func=lambda o: "Another hub id or local folder…" if o == OTHER else o)  # fmt: skip
+    choice = left.selectbox(
+        "Model",
+        options,
+        key=choice_key,
+        help=help,
+        format_func=lambda o: "Another hub id or local folder…" if o == OTHER else o,
+    )
     source = choice
     if choice == OTHER:
         typed = right.text_input("Hub id or folder", key=other_key, placeholder=placeholder)
@@ -70,9 +75,15 @@ class Controls:
 
 
 def controls(
-    url: ui.UrlState, trace: Trace, stack: str | None = None, prefix: str = "", default_query: int | None = None,
-    views: Sequence[str] = tuple(VIEWS), default_views: Sequence[str] | None = None, label: str = "",
-) -> Controls:  # fmt: skip
+    url: ui.UrlState,
+    trace: Trace,
+    stack: str | None = None,
+    prefix: str = "",
+    default_query: int | None = None,
+    views: Sequence[str] = tuple(VIEWS),
+    default_views: Sequence[str] | None = None,
+    label: str = "",
+) -> Controls:
     """Layer, head, hide-special-tokens, the views to show, the query token and (long inputs) the window.
 
     label ("encoder ", ...) starts the layer and head selectors' names.
@@ -82,11 +93,16 @@ def controls(
     q_tokens, _ = trace.tokens_for(stack)
     labels = tv.display_tokens(q_tokens)
     c1, c2, c3 = st.columns([1, 1, 2])
-    layer = c1.selectbox(f"{label}layer".capitalize(), list(range(L)), key=url.key(f"{prefix}layer", 0, choices=range(L)))
+    layer = c1.selectbox(
+        f"{label}layer".capitalize(), list(range(L)), key=url.key(f"{prefix}layer", 0, choices=range(L))
+    )
     head = c2.selectbox(f"{label}head".capitalize(), list(range(H)), key=url.key(f"{prefix}head", 0, choices=range(H)))
-    hide = c3.checkbox("Hide [CLS], [SEP], <s>, </s>, BOS", key=url.key(f"{prefix}hide", False),
-                       help="Drops their rows and columns and renormalises each row over the remaining tokens; "
-                            "the share of attention they received is reported.")  # fmt: skip
+    hide = c3.checkbox(
+        "Hide [CLS], [SEP], <s>, </s>, BOS",
+        key=url.key(f"{prefix}hide", False),
+        help="Drops their rows and columns and renormalises each row over the remaining tokens; "
+        "the share of attention they received is reported.",
+    )
     heads_key = url.key(f"{prefix}heads", list(range(H)))
     shown_heads = [h for h in st.session_state[heads_key] if isinstance(h, int) and 0 <= h < H]
     if shown_heads != st.session_state[heads_key]:
@@ -98,17 +114,22 @@ def controls(
 
     shown = tv.visible_positions(q_tokens, hide)
     fallback = int(shown[-1]) if default_query is None or default_query not in shown else int(default_query)
-    query = st.selectbox("Query token (the row being explained)", [int(i) for i in shown],
-                         key=url.key(f"{prefix}query", fallback, choices=[int(i) for i in shown]),
-                         format_func=lambda i: f"{i}: {labels[i]}")  # fmt: skip
+    query = st.selectbox(
+        "Query token (the row being explained)",
+        [int(i) for i in shown],
+        key=url.key(f"{prefix}query", fallback, choices=[int(i) for i in shown]),
+        format_func=lambda i: f"{i}: {labels[i]}",
+    )
     window = slice(None)
     if len(shown) > tv.MAX_DETAIL_TOKENS:
         last_start = len(shown) - tv.MAX_DETAIL_TOKENS
         start = st.number_input(
             f"Long input: the head view, heatmap and Q/K/V show {tv.MAX_DETAIL_TOKENS} tokens from this one",
-            min_value=0, max_value=last_start, step=8,
+            min_value=0,
+            max_value=last_start,
+            step=8,
             key=url.key(f"{prefix}start", 0, choices=range(last_start + 1)),
-        )  # fmt: skip
+        )
         window = tv.token_window(len(shown), int(start))
     return Controls(stack, prefix, int(layer), int(head), bool(hide), tuple(chosen), int(query), shown, window)
 
@@ -139,12 +160,18 @@ def draw_head_view(trace: Trace, url: ui.UrlState, c: Controls, label: str = "")
     st.subheader(f"Head view · {label}layer {c.layer}")
     heads = st.multiselect("Heads shown (one colour each)", list(range(H)), key=_key(url, c, "heads"))
     focus = st.checkbox("Only the query token's lines", key=url.key(f"{c.prefix}focus", False))
-    view = tv.head_view(trace, c.layer, heads, c.stack, hide_special=c.hide, window=c.window,
-                        focus=c.query if focus else None)  # fmt: skip
-    ui.chart(tv.head_view_chart(view, H, title=f"{label}layer {c.layer}: queries (left) → keys (right)"),
-             key=_key(url, c, "chart.head_view"), file_name=f"{c.prefix}head_view_L{c.layer}")  # fmt: skip
-    note = (f"Line opacity = weight; lines below {view.threshold:.3f} are not drawn. "
-            "Hover a token on the left to see only its lines.")  # fmt: skip
+    view = tv.head_view(
+        trace, c.layer, heads, c.stack, hide_special=c.hide, window=c.window, focus=c.query if focus else None
+    )
+    ui.chart(
+        tv.head_view_chart(view, H, title=f"{label}layer {c.layer}: queries (left) → keys (right)"),
+        key=_key(url, c, "chart.head_view"),
+        file_name=f"{c.prefix}head_view_L{c.layer}",
+    )
+    note = (
+        f"Line opacity = weight; lines below {view.threshold:.3f} are not drawn. "
+        "Hover a token on the left to see only its lines."
+    )
     if c.hide:
         note += f" {view.hidden_share:.0%} of the attention of these heads went to the hidden tokens."
     st.caption(note)
@@ -153,24 +180,49 @@ def draw_head_view(trace: Trace, url: ui.UrlState, c: Controls, label: str = "")
 def draw_heatmap(trace: Trace, url: ui.UrlState, c: Controls, label: str = "") -> None:
     layer, head = c.layer, c.head
     st.subheader(f"Heatmap · {label}layer {layer}, head {head}")
-    part = st.radio("Matrix", list(MATRICES), key=url.key(f"{c.prefix}matrix", "weights", choices=list(MATRICES)),
-                    format_func=MATRICES.get, horizontal=True)  # fmt: skip
-    full = tv.head_matrix(trace, layer, head, c.stack, hide_special=c.hide) if part == "weights" else \
-        tv.score_matrix(trace, layer, head, part, c.stack, hide_special=c.hide)  # fmt: skip
+    part = st.radio(
+        "Matrix",
+        list(MATRICES),
+        key=url.key(f"{c.prefix}matrix", "weights", choices=list(MATRICES)),
+        format_func=MATRICES.get,
+        horizontal=True,
+    )
+    full = (
+        tv.head_matrix(trace, layer, head, c.stack, hide_special=c.hide)
+        if part == "weights"
+        else tv.score_matrix(trace, layer, head, part, c.stack, hide_special=c.hide)
+    )
     m = full.window(c.window, slice(None) if c.stack == "cross" else c.window)
     fixed = part == "weights" and len(m.keys) <= 16  # short inputs: 0..1, so heads compare at a glance
     title = f"{label}layer {layer}, head {head}: {MATRICES[part]}"
     q_title, k_title = ("target", "source") if c.stack == "cross" else ("query", "key")
-    ui.chart(heatmap(m.for_heatmap(), m.query_labels, m.key_labels, title=title, domain=(0.0, 1.0) if fixed else None,
-                     row_title=q_title, col_title=k_title),
-             key=_key(url, c, "chart.heatmap"), file_name=f"{c.prefix}attention_L{layer}_H{head}_{part}")  # fmt: skip
-    ui.matrix_download(full.for_heatmap(), full.query_labels, full.key_labels,
-                       f"{c.prefix}attention_L{layer}_H{head}_{part}.csv", key=_key(url, c, "csv_matrix"))  # fmt: skip
+    ui.chart(
+        heatmap(
+            m.for_heatmap(),
+            m.query_labels,
+            m.key_labels,
+            title=title,
+            domain=(0.0, 1.0) if fixed else None,
+            row_title=q_title,
+            col_title=k_title,
+        ),
+        key=_key(url, c, "chart.heatmap"),
+        file_name=f"{c.prefix}attention_L{layer}_H{head}_{part}",
+    )
+    ui.matrix_download(
+        full.for_heatmap(),
+        full.query_labels,
+        full.key_labels,
+        f"{c.prefix}attention_L{layer}_H{head}_{part}.csv",
+        key=_key(url, c, "csv_matrix"),
+    )
     if full.allowed is not None and not full.allowed.all():
         st.caption("Grey cells are masked: their softmax input is −∞, so their weight is exactly 0.")
     if c.hide and part == "weights":
-        st.caption(f"Rows renormalised over the shown tokens; {full.hidden_share.mean():.0%} of this head's "
-                   "attention went to the hidden special tokens.")  # fmt: skip
+        st.caption(
+            f"Rows renormalised over the shown tokens; {full.hidden_share.mean():.0%} of this head's "
+            "attention went to the hidden special tokens."
+        )
 
 
 def draw_overview(trace: Trace, url: ui.UrlState, c: Controls, label: str = "") -> None:
@@ -179,14 +231,25 @@ def draw_overview(trace: Trace, url: ui.UrlState, c: Controls, label: str = "") 
     n_q, n_k = picture.n_tokens
     b = picture.block
     detail = "one pixel per token pair" if b == 1 else f"each pixel averages {b}×{b} token pairs"
-    caption = (f"Rows: layers, columns: heads; each thumbnail is a {n_q}×{n_k} attention matrix ({detail}), "
-               "coloured from 0 (dark) to its own largest weight (yellow).")  # fmt: skip
+    caption = (
+        f"Rows: layers, columns: heads; each thumbnail is a {n_q}×{n_k} attention matrix ({detail}), "
+        "coloured from 0 (dark) to its own largest weight (yellow)."
+    )
     st.image(picture.png, output_format="PNG", caption=caption)
-    st.download_button("PNG", lambda: picture.png, file_name=f"{c.prefix}all_heads.png", mime="image/png",
-                       key=_key(url, c, "overview_png"), on_click="ignore", type="tertiary",
-                       icon=":material/download:")  # fmt: skip (deferred: the browser fetches nothing until a click)
+    st.download_button(
+        "PNG",
+        lambda: picture.png,
+        file_name=f"{c.prefix}all_heads.png",
+        mime="image/png",
+        key=_key(url, c, "overview_png"),
+        on_click="ignore",
+        type="tertiary",
+        icon=":material/download:",
+    )  # deferred: the browser fetches nothing until a click
     if c.stack == "cross":  # token distances mean nothing between two sentences: colour by the largest weight
-        values = np.stack([trace.attention(layer, None, "cross").max(-1).mean(-1) for layer in range(picture.thumbs.shape[0])])
+        values = np.stack(
+            [trace.attention(layer, None, "cross").max(-1).mean(-1) for layer in range(picture.thumbs.shape[0])]
+        )
         title, value_title = "Click a head to select it (colour: mean of each row's largest weight)", "peak weight"
     else:
         dist = tv.derived(trace, ("distance", c.stack, c.hide), lambda: tv.distance_frame(trace, c.stack, c.hide))
@@ -200,33 +263,54 @@ def draw_overview(trace: Trace, url: ui.UrlState, c: Controls, label: str = "") 
             url.set(f"{c.prefix}layer", cell[0])
             url.set(f"{c.prefix}head", cell[1])
 
-    ui.chart(tv.head_grid_chart(values, (c.layer, c.head), title=title, value_title=value_title),
-             key=pick_key, file_name=f"{c.prefix}heads_grid", on_select=pick, selection_mode="cell")  # fmt: skip
+    ui.chart(
+        tv.head_grid_chart(values, (c.layer, c.head), title=title, value_title=value_title),
+        key=pick_key,
+        file_name=f"{c.prefix}heads_grid",
+        on_select=pick,
+        selection_mode="cell",
+    )
 
 
 def draw_qkv(trace: Trace, c: Controls, url: ui.UrlState, label: str = "") -> None:
     layer, head = c.layer, c.head
     st.subheader(f"Q, K and V · {label}layer {layer}, head {head}")
     if c.stack == "cross":
-        st.caption("Q = (decoder state) W^Q: one row per target position. K = (encoder output) W^K and "
-                   "V = (encoder output) W^V: one row per source token. Every decoder layer reads the same "
-                   "encoder output, through its own W^K, W^V.")  # fmt: skip
+        st.caption(
+            "Q = (decoder state) W^Q: one row per target position. K = (encoder output) W^K and "
+            "V = (encoder output) W^V: one row per source token. Every decoder layer reads the same "
+            "encoder output, through its own W^K, W^V."
+        )
     else:
-        st.caption("Rows are tokens, columns the d_head dimensions of this head: Q = X W^Q, K = X W^K, V = X W^V "
-                   "(X: the layer's input; a slice of the full projections).")  # fmt: skip
+        st.caption(
+            "Rows are tokens, columns the d_head dimensions of this head: Q = X W^Q, K = X W^K, V = X W^V "
+            "(X: the layer's input; a slice of the full projections)."
+        )
     full = tv.qkv(trace, layer, head, c.stack)
     positions = None if c.stack == "cross" else c.shown[c.window]
     shown_rows = tv.qkv(trace, layer, head, c.stack, positions=positions)
     for column, (name, (matrix, rows, cols)) in zip(st.columns(3), shown_rows.items()):
         with column:
             side = "target" if c.stack == "cross" and name == "Q" else "source" if c.stack == "cross" else "token"
-            chart = heatmap(matrix, rows, cols, title=f"{name} (layer {layer}, head {head})", row_title=side,
-                            col_title="dimension", diverging=True, annotate=False,
-                            cell_width=max(3, min(12, 200 // max(matrix.shape[1], 1))))  # fmt: skip
+            chart = heatmap(
+                matrix,
+                rows,
+                cols,
+                title=f"{name} (layer {layer}, head {head})",
+                row_title=side,
+                col_title="dimension",
+                diverging=True,
+                annotate=False,
+                cell_width=max(3, min(12, 200 // max(matrix.shape[1], 1))),
+            )
             chart["title"] = {"text": chart["title"], "subtitle": f"{full[name][0].shape[0]} × {matrix.shape[1]}"}
             ui.chart(chart, key=_key(url, c, f"chart.{name}"), file_name=f"{c.prefix}{name}_L{layer}_H{head}")
-            ui.matrix_download(*full[name], f"{c.prefix}{name}_L{layer}_H{head}.csv", label=f"{name} as CSV",
-                               key=_key(url, c, f"csv_{name}"))  # fmt: skip
+            ui.matrix_download(
+                *full[name],
+                f"{c.prefix}{name}_L{layer}_H{head}.csv",
+                label=f"{name} as CSV",
+                key=_key(url, c, f"csv_{name}"),
+            )
 
 
 def draw_why(trace: Trace, url: ui.UrlState, c: Controls, label: str = "") -> None:
@@ -235,16 +319,22 @@ def draw_why(trace: Trace, url: ui.UrlState, c: Controls, label: str = "") -> No
     why = tv.why_this_weight(trace, layer, head, query, c.stack)
     n_k = len(why.key_labels)
     default_key = int(np.argmax(why.weights))
-    key = st.selectbox("Key token (the column)", list(range(n_k)),
-                       key=url.key(f"{c.prefix}key", default_key, choices=range(n_k)),
-                       format_func=lambda j: f"{j}: {why.key_labels[j]}")  # fmt: skip
+    key = st.selectbox(
+        "Key token (the column)",
+        list(range(n_k)),
+        key=url.key(f"{c.prefix}key", default_key, choices=range(n_k)),
+        format_func=lambda j: f"{j}: {why.key_labels[j]}",
+    )
     if why.allowed is not None and not why.allowed[key]:
         st.latex(rf"s_{{{query},{key}}} = -\infty \ (\text{{masked}})\quad\Rightarrow\quad w_{{{query},{key}}} = 0")
     else:
         bias = rf" + b_{{{query},{key}}}" if why.bias is not None else ""
         bias_num = f" + ({why.bias[key]:.4f})" if why.bias is not None else ""
-        scaling = r"\frac{q_{%d}\cdot k_{%d}}{\sqrt{d_k}}" % (query, key) if why.scale != 1.0 else \
-            r"q_{%d}\cdot k_{%d}" % (query, key)  # fmt: skip (T5 does not scale)
+        scaling = (
+            r"\frac{q_{%d}\cdot k_{%d}}{\sqrt{d_k}}" % (query, key)
+            if why.scale != 1.0
+            else r"q_{%d}\cdot k_{%d}" % (query, key)
+        )  # T5 does not scale
         scaled = rf"{why.dots[key]:.4f} \times {why.scale:.4f}" if why.scale != 1.0 else f"{why.dots[key]:.4f}"
         st.latex(rf"s_{{{query},{key}}} = {scaling}{bias} = {scaled}{bias_num} = {why.logits[key]:.4f}")
         st.latex(
@@ -260,18 +350,28 @@ def draw_why(trace: Trace, url: ui.UrlState, c: Controls, label: str = "") -> No
     table.insert(0, "chosen", np.where(np.arange(n_k) == key, "▶", ""))  # the key whose weight is spelled out
     ui.table(table)
     numeric = table.drop(columns=[col for col in ("chosen", "key", "allowed") if col in table])
-    ui.matrix_download(numeric.to_numpy(dtype=float), list(why.key_labels), list(numeric.columns),
-                       f"{c.prefix}why_L{layer}_H{head}_q{query}.csv", key=_key(url, c, "csv_why"))  # fmt: skip
+    ui.matrix_download(
+        numeric.to_numpy(dtype=float),
+        list(why.key_labels),
+        list(numeric.columns),
+        f"{c.prefix}why_L{layer}_H{head}_q{query}.csv",
+        key=_key(url, c, "csv_why"),
+    )
     left, right = st.columns(2)
     with left:
         st.caption(f"q·k = Σ_d q_d k_d for key {key}: {why.dots[key]:.4f}")
         ui.table(why.products(key))
     err_w, err_z = why.max_errors()
     with right:
-        st.caption(f"Head output z = Σ_j w_j v_j (recomputed) beside the model's own z: "
-                   f"max difference {err_z:.1e} (weights: {err_w:.1e}).")  # fmt: skip
-        ui.table(pd.DataFrame({"z = Σ w_j v_j": why.z, "model's z": why.stored_z},
-                              index=[f"d{i}" for i in range(len(why.z))]))  # fmt: skip
+        st.caption(
+            f"Head output z = Σ_j w_j v_j (recomputed) beside the model's own z: "
+            f"max difference {err_z:.1e} (weights: {err_w:.1e})."
+        )
+        ui.table(
+            pd.DataFrame(
+                {"z = Σ w_j v_j": why.z, "model's z": why.stored_z}, index=[f"d{i}" for i in range(len(why.z))]
+            )
+        )
 
 
 def draw_distance(trace: Trace, url: ui.UrlState, c: Controls, label: str = "") -> None:
@@ -279,15 +379,23 @@ def draw_distance(trace: Trace, url: ui.UrlState, c: Controls, label: str = "") 
     st.subheader(f"How far each {label}head looks")
     dist = tv.derived(trace, ("distance", c.stack, c.hide), lambda: tv.distance_frame(trace, c.stack, c.hide))
     baseline = tv.derived(trace, ("uniform", c.stack, c.hide), lambda: tv.uniform_distance(trace, c.stack, c.hide))
-    ui.chart(tv.distance_chart(dist, baseline, H, (c.layer, c.head), title=f"mean attention distance per {label}head"),
-             key=_key(url, c, "chart.distance"), file_name=f"{c.prefix}attention_distance")  # fmt: skip
+    ui.chart(
+        tv.distance_chart(dist, baseline, H, (c.layer, c.head), title=f"mean attention distance per {label}head"),
+        key=_key(url, c, "chart.distance"),
+        file_name=f"{c.prefix}attention_distance",
+    )
     st.caption(
         "Distance of a head = Σ_j w_ij·|i − j| averaged over query tokens i, in tokens. The dashed line is "
         "uniform attention over the tokens each query may see. Heads far below it look at their neighbours; "
         "heads above it look far away (often at [CLS] / [SEP])."
     )
-    ui.matrix_download(dist.pivot(index="layer", columns="head", values="distance").to_numpy(),
-                       [f"layer {i}" for i in range(L)], [f"head {h}" for h in range(H)],
-                       f"{c.prefix}attention_distance.csv", key=_key(url, c, "csv_distance"))  # fmt: skip
-    st.markdown("Averaged over many sentences, or in pixels for Vision Transformers: "
-                "[Mean attention distance](./distance)")  # fmt: skip
+    ui.matrix_download(
+        dist.pivot(index="layer", columns="head", values="distance").to_numpy(),
+        [f"layer {i}" for i in range(L)],
+        [f"head {h}" for h in range(H)],
+        f"{c.prefix}attention_distance.csv",
+        key=_key(url, c, "csv_distance"),
+    )
+    st.markdown(
+        "Averaged over many sentences, or in pixels for Vision Transformers: [Mean attention distance](./distance)"
+    )

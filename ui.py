@@ -328,10 +328,16 @@ def export_buttons(spec: alt.TopLevelMixin, key: str, file_name: str) -> None:
     with st.container(horizontal=True, gap="small"):
         for kind, mime, render in (("svg", "image/svg+xml", to_svg), ("png", "image/png", to_png)):
             st.download_button(
-                kind.upper(), lambda render=render: render(spec), file_name=f"{file_name}.{kind}", mime=mime,
-                key=f"{key}.{kind}", on_click="ignore", type="tertiary", icon=":material/download:",
+                kind.upper(),
+                lambda render=render: render(spec),
+                file_name=f"{file_name}.{kind}",
+                mime=mime,
+                key=f"{key}.{kind}",
+                on_click="ignore",
+                type="tertiary",
+                icon=":material/download:",
                 help=f"Save this chart as {kind.upper()}",
-            )  # fmt: skip
+            )
 
 
 def table(frame: pd.DataFrame, digits: int = 4, key: str | None = None) -> None:
@@ -340,13 +346,21 @@ def table(frame: pd.DataFrame, digits: int = 4, key: str | None = None) -> None:
     Not a pandas Styler: a Styler formats every cell on the server, which for a 512-row table
     takes longer than the rest of a rerun.
     """
-    config = {str(c): st.column_config.NumberColumn(format=f"%.{digits}f")
-              for c in frame.columns if pd.api.types.is_float_dtype(frame[c])}  # fmt: skip
+    config = {
+        str(c): st.column_config.NumberColumn(format=f"%.{digits}f")
+        for c in frame.columns
+        if pd.api.types.is_float_dtype(frame[c])
+    }
     st.dataframe(frame, column_config=config, key=key)
 
 
 def matrix_download(
-    matrix: np.ndarray, rows: Sequence[str], cols: Sequence[str], file_name: str, label: str = "Download CSV", key: str | None = None
+    matrix: np.ndarray,
+    rows: Sequence[str],
+    cols: Sequence[str],
+    file_name: str,
+    label: str = "Download CSV",
+    key: str | None = None,
 ) -> None:
     """A button that downloads the matrix shown (with its row and column labels) as CSV.
 
@@ -357,5 +371,6 @@ def matrix_download(
     def csv() -> bytes:
         return pd.DataFrame(np.asarray(matrix), index=list(rows), columns=list(cols)).to_csv().encode("utf-8")
 
-    st.download_button(label, csv, file_name=file_name, mime="text/csv", key=key, on_click="ignore",
-                       icon=":material/download:")  # fmt: skip
+    st.download_button(
+        label, csv, file_name=file_name, mime="text/csv", key=key, on_click="ignore", icon=":material/download:"
+    )

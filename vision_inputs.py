@@ -20,8 +20,13 @@ from tformer_core.image_input import MAX_BYTES
 
 DEFAULT_VIT = "facebook/deit-tiny-patch16-224"
 FALLBACK_VIT = "vit-tiny"
-SUGGESTIONS = (DEFAULT_VIT, FALLBACK_VIT, "facebook/deit-small-patch16-224", "google/vit-base-patch16-224",
-               "facebook/deit-base-distilled-patch16-224")  # fmt: skip
+SUGGESTIONS = (
+    DEFAULT_VIT,
+    FALLBACK_VIT,
+    "facebook/deit-small-patch16-224",
+    "google/vit-base-patch16-224",
+    "facebook/deit-base-distilled-patch16-224",
+)
 SOURCES = {"sample": "Sample", "upload": "Upload", "camera": "Camera"}
 
 
@@ -38,10 +43,13 @@ def sample_files() -> dict[str, bytes]:
 def choose_vit(url: ui.UrlState) -> tuple[str, object | None]:
     """The model picker; the default, DeiT-Tiny, falls back to the bundled vit-tiny when it cannot be had."""
     source = av.choose_model(
-        url, SUGGESTIONS, DEFAULT_VIT, placeholder="e.g. google/vit-base-patch16-224 or ./models/my-vit",
+        url,
+        SUGGESTIONS,
+        DEFAULT_VIT,
+        placeholder="e.g. google/vit-base-patch16-224 or ./models/my-vit",
         help=f"{DEFAULT_VIT} comes from the Hugging Face hub (or its local cache). {FALLBACK_VIT} is trained by "
-             "this project on generated shapes and works offline.",
-    )  # fmt: skip
+        "this project on generated shapes and works offline.",
+    )
     if source != DEFAULT_VIT:
         model = ui.load_model(source)
         if model is not None and model.kind != "vit":
@@ -51,9 +59,11 @@ def choose_vit(url: ui.UrlState) -> tuple[str, object | None]:
         return source, model
     model = ui.load_model(DEFAULT_VIT, quiet=True)
     if model is None:
-        st.info(f"{DEFAULT_VIT} could not be loaded (no internet and not in the local cache), so this page shows "
-                f"the bundled **{FALLBACK_VIT}**: a small ViT trained by this project on 32 × 32 pictures of eight "
-                "shapes. Choose another model above when you are online.")  # fmt: skip
+        st.info(
+            f"{DEFAULT_VIT} could not be loaded (no internet and not in the local cache), so this page shows "
+            f"the bundled **{FALLBACK_VIT}**: a small ViT trained by this project on 32 × 32 pictures of eight "
+            "shapes. Choose another model above when you are online."
+        )
         return FALLBACK_VIT, ui.load_model(FALLBACK_VIT)
     return DEFAULT_VIT, model
 
@@ -66,8 +76,13 @@ def _default_sample(model, names: list[str]) -> str:
 
 def choose_image(url: ui.UrlState, model) -> tuple[str, bytes] | None:
     """One picture: a sample (named in the link), an upload or a camera shot; None until there is one."""
-    kind = st.radio("Picture", list(SOURCES), format_func=SOURCES.get, horizontal=True,
-                    key=url.key("from", "sample", choices=list(SOURCES)))  # fmt: skip
+    kind = st.radio(
+        "Picture",
+        list(SOURCES),
+        format_func=SOURCES.get,
+        horizontal=True,
+        key=url.key("from", "sample", choices=list(SOURCES)),
+    )
     if kind == "sample":
         files = sample_files()
         names = list(files)
@@ -75,9 +90,10 @@ def choose_image(url: ui.UrlState, model) -> tuple[str, bytes] | None:
         return name, files[name]
     if kind == "upload":
         uploaded = st.file_uploader(
-            f"An image (PNG, JPEG, WebP, BMP, TIFF or GIF; at most {MAX_BYTES // 2**20} MB)", key=f"{url.page}.upload",
+            f"An image (PNG, JPEG, WebP, BMP, TIFF or GIF; at most {MAX_BYTES // 2**20} MB)",
+            key=f"{url.page}.upload",
             help="Uploads stay in this browser session; a shared link cannot carry them.",
-        )  # fmt: skip
+        )
         if uploaded is None:
             st.info("Upload a picture to see what the model does with it.")
             return None
@@ -98,6 +114,10 @@ def choose_images(url: ui.UrlState, model) -> list[tuple[str, bytes]]:
     if any(n not in names for n in st.session_state[chosen_key]):
         st.session_state[chosen_key] = [n for n in st.session_state[chosen_key] if n in names]
     chosen = st.multiselect("Sample pictures", names, key=chosen_key)
-    uploads = st.file_uploader("And your own pictures", accept_multiple_files=True, key=f"{url.page}.uploads",
-                               help="Uploads stay in this browser session; a shared link cannot carry them.")  # fmt: skip
+    uploads = st.file_uploader(
+        "And your own pictures",
+        accept_multiple_files=True,
+        key=f"{url.page}.uploads",
+        help="Uploads stay in this browser session; a shared link cannot carry them.",
+    )
     return [(n, files[n]) for n in chosen] + [(u.name, u.getvalue()) for u in uploads or []]

@@ -56,8 +56,9 @@ def vision(url: ui.UrlState) -> None:
     if model is None:
         return
     files = vi.choose_images(url, model)
-    renormalize = st.toggle("Renormalise each row over the patches", key=url.key("renorm", False),
-                            help="Off: the common recipe. See below.")  # fmt: skip
+    renormalize = st.toggle(
+        "Renormalise each row over the patches", key=url.key("renorm", False), help="Off: the common recipe. See below."
+    )
     if not files:
         st.info("Choose sample pictures or upload some.")
         return
@@ -70,8 +71,13 @@ def vision(url: ui.UrlState) -> None:
     key = ("mad", source, digest.hexdigest(), bool(renormalize))
 
     def compute(progress):
-        return vv.mean_attention_distances(model, pictures, renormalize=bool(renormalize), batch_size=BATCH,
-                                           progress=lambda done, total: progress(done / total, f"{done} of {total} pictures"))  # fmt: skip
+        return vv.mean_attention_distances(
+            model,
+            pictures,
+            renormalize=bool(renormalize),
+            batch_size=BATCH,
+            progress=lambda done, total: progress(done / total, f"{done} of {total} pictures"),
+        )
 
     per_image = ui.run_safely(lambda: ui.computed(key, compute, f"Tracing {len(pictures)} pictures"), "Pictures")
     if per_image is None:
@@ -81,29 +87,51 @@ def vision(url: ui.UrlState) -> None:
     baseline = vv.uniform_mad(c.grid_hw, c.patch_size, c.n_prefix_tokens, bool(renormalize))
     frame = vv.mad_frame(mean)
     where = tv.escape_markdown(str(getattr(model, "device", "cpu")))
-    st.caption(f"{len(pictures)} picture(s), {c.n_layers} layers × {c.n_heads} heads, {c.grid_hw[0]} × {c.grid_hw[1]} "
-               f"patches of {c.patch_size} px; traced in batches of {BATCH} on {where}.")  # fmt: skip
-    ui.chart(tv.distance_chart(frame, baseline, c.n_heads, title=f"{source}: mean attention distance", unit="pixels"),
-             key="mad.chart.vision", file_name="mean_attention_distance_pixels")  # fmt: skip
-    st.caption(f"Each dot is one head, averaged over the pictures. Dashed: uniform attention over every token "
-               f"({baseline:.1f} px with this recipe).")  # fmt: skip
+    st.caption(
+        f"{len(pictures)} picture(s), {c.n_layers} layers × {c.n_heads} heads, {c.grid_hw[0]} × {c.grid_hw[1]} "
+        f"patches of {c.patch_size} px; traced in batches of {BATCH} on {where}."
+    )
+    ui.chart(
+        tv.distance_chart(frame, baseline, c.n_heads, title=f"{source}: mean attention distance", unit="pixels"),
+        key="mad.chart.vision",
+        file_name="mean_attention_distance_pixels",
+    )
+    st.caption(
+        f"Each dot is one head, averaged over the pictures. Dashed: uniform attention over every token "
+        f"({baseline:.1f} px with this recipe)."
+    )
     with st.expander("Which recipe?"):
         st.markdown(RECIPE)
-    ui.matrix_download(mean, [f"layer {i}" for i in range(c.n_layers)], [f"head {h}" for h in range(c.n_heads)],
-                       "mean_attention_distance_pixels.csv", key="mad.csv_vision")  # fmt: skip
+    ui.matrix_download(
+        mean,
+        [f"layer {i}" for i in range(c.n_layers)],
+        [f"head {h}" for h in range(c.n_heads)],
+        "mean_attention_distance_pixels.csv",
+        key="mad.csv_vision",
+    )
     if len(pictures) > 1:
         per = per_image.reshape(len(pictures), -1)
-        ui.matrix_download(per, names, [f"L{layer} H{h}" for layer in range(c.n_layers) for h in range(c.n_heads)],
-                           "mean_attention_distance_per_picture.csv", label="Per picture (CSV)",
-                           key="mad.csv_vision_each")  # fmt: skip
+        ui.matrix_download(
+            per,
+            names,
+            [f"L{layer} H{h}" for layer in range(c.n_layers) for h in range(c.n_heads)],
+            "mean_attention_distance_per_picture.csv",
+            label="Per picture (CSV)",
+            key="mad.csv_vision_each",
+        )
 
 
 def text(url: ui.UrlState) -> None:
     st.header("Text models, in tokens")
-    st.caption("The same plot for a text model: Σ_j w_ij·|i − j| in tokens, averaged over the query tokens of "
-               "each sentence and over the sentences.")  # fmt: skip
-    source = st.selectbox("Text model", list(dict.fromkeys([*ui.TEXT_MODEL_SUGGESTIONS, *tv.local_model_folders()])),
-                          key=url.key("text_model", ui.DEFAULT_TEXT_MODEL))  # fmt: skip
+    st.caption(
+        "The same plot for a text model: Σ_j w_ij·|i − j| in tokens, averaged over the query tokens of "
+        "each sentence and over the sentences."
+    )
+    source = st.selectbox(
+        "Text model",
+        list(dict.fromkeys([*ui.TEXT_MODEL_SUGGESTIONS, *tv.local_model_folders()])),
+        key=url.key("text_model", ui.DEFAULT_TEXT_MODEL),
+    )
     lines = st.text_area("Sentences, one per line", key=url.key("sentences", "\n".join(SENTENCES)), height=120)
     sentences = [s.strip() for s in lines.splitlines() if s.strip()]
     if not sentences:
@@ -122,19 +150,32 @@ def text(url: ui.UrlState) -> None:
         trace = ui.run_safely(lambda f=fitted: ui.cached("text", source, f.text, None), "Sentence") if fitted else None
         if trace is None:
             continue
-        frames.append(tv.derived(trace, ("distance", trace.main_stack, False), lambda t=trace: tv.distance_frame(t))["distance"])
+        frames.append(
+            tv.derived(trace, ("distance", trace.main_stack, False), lambda t=trace: tv.distance_frame(t))["distance"]
+        )
         baselines.append(tv.uniform_distance(trace))
     if not frames:
         return
     L, H = trace.n_layers, trace.n_heads
     mean = np.mean(np.stack([f.to_numpy() for f in frames]), axis=0).reshape(L, H)
-    ui.chart(tv.distance_chart(vv.mad_frame(mean), float(np.mean(baselines)), H,
-                               title=f"{source}: mean attention distance", unit="tokens"),
-             key="mad.chart.text", file_name="mean_attention_distance_tokens")  # fmt: skip
-    st.caption(f"{len(frames)} sentence(s). Dashed: uniform attention over the tokens each query may see, averaged "
-               "over the sentences. Per-sentence views are on the Text attention page.")  # fmt: skip
-    ui.matrix_download(mean, [f"layer {i}" for i in range(L)], [f"head {h}" for h in range(H)],
-                       "mean_attention_distance_tokens.csv", key="mad.csv_text")  # fmt: skip
+    ui.chart(
+        tv.distance_chart(
+            vv.mad_frame(mean), float(np.mean(baselines)), H, title=f"{source}: mean attention distance", unit="tokens"
+        ),
+        key="mad.chart.text",
+        file_name="mean_attention_distance_tokens",
+    )
+    st.caption(
+        f"{len(frames)} sentence(s). Dashed: uniform attention over the tokens each query may see, averaged "
+        "over the sentences. Per-sentence views are on the Text attention page."
+    )
+    ui.matrix_download(
+        mean,
+        [f"layer {i}" for i in range(L)],
+        [f"head {h}" for h in range(H)],
+        "mean_attention_distance_tokens.csv",
+        key="mad.csv_text",
+    )
 
 
 main()

@@ -38,10 +38,13 @@ def main() -> None:
 
 def page(url: ui.UrlState) -> None:
     source = av.choose_model(
-        url, SUGGESTIONS, DEFAULT_MODEL, placeholder="e.g. Helsinki-NLP/opus-mt-en-fr or ./models/my-t5",
+        url,
+        SUGGESTIONS,
+        DEFAULT_MODEL,
+        placeholder="e.g. Helsinki-NLP/opus-mt-en-fr or ./models/my-t5",
         help="translator is trained by this project and works offline (a toy English → Tarish). "
-             "Hub models need the internet the first time.",
-    )  # fmt: skip
+        "Hub models need the internet the first time.",
+    )
     model = ui.load_model(source)
     if model is None:
         st.info("Choose another model above; the rest of the page appears once one loads.")
@@ -58,13 +61,15 @@ def page(url: ui.UrlState) -> None:
         st.session_state[text_key] = default_text  # another model's example: this model's instead
     left, right = st.columns([3, 1])
     text = left.text_input("Source sentence", key=text_key)
-    max_new = right.number_input("At most this many new tokens", 1, sv.MAX_NEW_TOKENS,
-                                 key=ui.int_key(url, "max", 40, 1, sv.MAX_NEW_TOKENS))  # fmt: skip
+    max_new = right.number_input(
+        "At most this many new tokens", 1, sv.MAX_NEW_TOKENS, key=ui.int_key(url, "max", 40, 1, sv.MAX_NEW_TOKENS)
+    )
     target = st.text_input(
         "Target (optional): type a translation to see the attention for it instead of the model's own",
-        key=url.key("target", ""), help="Teacher forcing: the decoder reads your target one token at a time, "
-                                        "as in training, and you see its attention at every step.",
-    )  # fmt: skip
+        key=url.key("target", ""),
+        help="Teacher forcing: the decoder reads your target one token at a time, "
+        "as in training, and you see its attention at every step.",
+    )
     if not text.strip():
         st.error("The source sentence is empty: type a sentence to translate.")
         return
@@ -86,15 +91,25 @@ def page(url: ui.UrlState) -> None:
 
     step_through(url, translation, int(layer), int(head))
     show_alignment(translation, int(layer), int(head))
-    cross = av.Controls("cross", "x_", int(layer), int(head), False, (), current_step(url, translation) - 1,
-                        np.arange(translation.n_steps + 1), slice(None))  # fmt: skip
+    cross = av.Controls(
+        "cross",
+        "x_",
+        int(layer),
+        int(head),
+        False,
+        (),
+        current_step(url, translation) - 1,
+        np.arange(translation.n_steps + 1),
+        slice(None),
+    )
     av.draw_qkv(trace, cross, url, label="cross-attention, ")
     av.draw_why(trace, url, cross, label="cross-attention, ")
 
     st.header("The encoder's self-attention")
     st.caption("The same views as on the Text attention page, for the encoder reading the source sentence.")
-    enc = av.controls(url, trace, stack="encoder", prefix="enc_", default_views=("heatmap", "overview"),
-                      label="encoder ")  # fmt: skip
+    enc = av.controls(
+        url, trace, stack="encoder", prefix="enc_", default_views=("heatmap", "overview"), label="encoder "
+    )
     av.draw(trace, url, enc, label="encoder ")
 
 
@@ -124,16 +139,29 @@ def show_translation(model, translation: sv.Translation) -> None:
         st.caption(f"Greedy decoding: the most likely token at each of {n} steps; {end}.")
     else:
         # Once per translation (kept with its trace), not on every step or head change.
-        agree = tv.derived(translation.trace, ("teacher_agreement",), lambda: sum(
-            sv.at_step(translation, t).predictions(1)[0][0].strip() == tv.display_token(p).replace("␣", "")
-            for t, p in enumerate(translation.produced)))  # fmt: skip
-        st.caption(f"The decoder read your target token by token ({n} steps). The model's own most likely token "
-                   f"agrees with it at {agree} of {n} steps.")  # fmt: skip
+        agree = tv.derived(
+            translation.trace,
+            ("teacher_agreement",),
+            lambda: sum(
+                sv.at_step(translation, t).predictions(1)[0][0].strip() == tv.display_token(p).replace("␣", "")
+                for t, p in enumerate(translation.produced)
+            ),
+        )
+        st.caption(
+            f"The decoder read your target token by token ({n} steps). The model's own most likely token "
+            f"agrees with it at {agree} of {n} steps."
+        )
     if translation.unknown_words:
         words = ", ".join(tv.escape_markdown(w) for w in translation.unknown_words)
-        st.warning(f"Not in this model's vocabulary: {words}. Each is read as **\\<unk\\>** (visible in the tokens below).")
-    st.caption("Source tokens: " + " · ".join(tv.escape_markdown(t) for t in tv.display_tokens(translation.source_tokens)))
-    st.caption("Decoder tokens: " + " · ".join(tv.escape_markdown(t) for t in tv.display_tokens(translation.decoder_tokens)))
+        st.warning(
+            f"Not in this model's vocabulary: {words}. Each is read as **\\<unk\\>** (visible in the tokens below)."
+        )
+    st.caption(
+        "Source tokens: " + " · ".join(tv.escape_markdown(t) for t in tv.display_tokens(translation.source_tokens))
+    )
+    st.caption(
+        "Decoder tokens: " + " · ".join(tv.escape_markdown(t) for t in tv.display_tokens(translation.decoder_tokens))
+    )
 
 
 # ---- step by step ---------------------------------------------------------------------------------
@@ -157,8 +185,13 @@ def step_through(url: ui.UrlState, translation: sv.Translation, layer: int, head
         st.session_state[f"{url.page}.played_at"] = time.monotonic()
 
     playing = bool(st.session_state.get(playing_key, False)) and n > 1
-    st.button("⏸ Pause" if playing else "▶ Play", key=f"{url.page}.play", on_click=toggle, disabled=n < 2,
-              help="Advance one decoding step every {:.1f} s".format(PLAY_SECONDS))  # fmt: skip
+    st.button(
+        "⏸ Pause" if playing else "▶ Play",
+        key=f"{url.page}.play",
+        on_click=toggle,
+        disabled=n < 2,
+        help="Advance one decoding step every {:.1f} s".format(PLAY_SECONDS),
+    )
 
     def steps() -> None:
         if st.session_state.get(playing_key):
@@ -171,7 +204,9 @@ def step_through(url: ui.UrlState, translation: sv.Translation, layer: int, head
                     st.session_state[playing_key] = False
                     st.rerun()  # the whole page, so the timer stops
         if n > 1:
-            st.slider("Step", 1, n, key=step_key, help="Decoding step t: the decoder has read t tokens and writes the next.")
+            st.slider(
+                "Step", 1, n, key=step_key, help="Decoding step t: the decoder has read t tokens and writes the next."
+            )
         draw_step(translation, int(st.session_state[step_key]) - 1, layer, head)
 
     # Playing, only this section reruns, once per tick (a fragment with a timer); otherwise moving the
@@ -185,50 +220,98 @@ def step_through(url: ui.UrlState, translation: sv.Translation, layer: int, head
 def draw_step(translation: sv.Translation, t: int, layer: int, head: int) -> None:
     step = sv.at_step(translation, t)
     read = " ".join(tv.escape_markdown(x) for x in tv.display_tokens(step.input_tokens))
-    st.markdown(f"**Step {t + 1} of {translation.n_steps}.** The decoder has read: {read} → "
-                f"{'it writes' if translation.mode == 'greedy' else 'the next target token is'} "
-                f"**{tv.escape_markdown(tv.display_token(step.produced))}**")  # fmt: skip
+    st.markdown(
+        f"**Step {t + 1} of {translation.n_steps}.** The decoder has read: {read} → "
+        f"{'it writes' if translation.mode == 'greedy' else 'the next target token is'} "
+        f"**{tv.escape_markdown(tv.display_token(step.produced))}**"
+    )
     left, right = st.columns([2, 3])
     with left:
         m = step.self_attention(layer, head)
-        ui.chart(heatmap(m.for_heatmap(), m.query_labels, m.key_labels, domain=(0.0, 1.0),
-                         title=f"masked self-attention, layer {layer}, head {head}"),
-                 key="s2s.chart.step_self", file_name=f"step{t + 1}_self_L{layer}_H{head}")  # fmt: skip
-        st.caption("Each decoder position sees itself and the positions before it: the grey cells above the "
-                   "diagonal are masked (−∞ before the softmax, so weight 0).")  # fmt: skip
+        ui.chart(
+            heatmap(
+                m.for_heatmap(),
+                m.query_labels,
+                m.key_labels,
+                domain=(0.0, 1.0),
+                title=f"masked self-attention, layer {layer}, head {head}",
+            ),
+            key="s2s.chart.step_self",
+            file_name=f"step{t + 1}_self_L{layer}_H{head}",
+        )
+        st.caption(
+            "Each decoder position sees itself and the positions before it: the grey cells above the "
+            "diagonal are masked (−∞ before the softmax, so weight 0)."
+        )
     with right:
         rows = step.cross_rows()  # [layers, heads, source]
         n_layers, n_heads, _ = rows.shape
         labels = [f"L{lay} H{h}" for lay in range(n_layers) for h in range(n_heads)]
-        ui.chart(heatmap(rows.reshape(n_layers * n_heads, -1), labels, tv.display_tokens(translation.source_tokens),
-                         domain=(0.0, 1.0), row_title="layer, head", col_title="source",
-                         title=f"cross-attention of the newest position ({tv.display_token(step.input_tokens[-1])})"),
-                 key="s2s.chart.step_cross", file_name=f"step{t + 1}_cross")  # fmt: skip
-        st.caption(f"One row per decoder layer and head: where the query of the last position looks in the source "
-                   f"while it writes {tv.escape_markdown(tv.display_token(step.produced))}. Each row sums to 1.")  # fmt: skip
-    top = pd.DataFrame([(tv.display_token(tok.replace(" ", "Ġ")), p) for tok, p in step.predictions(5)],
-                       columns=["token", "probability"])  # fmt: skip
+        ui.chart(
+            heatmap(
+                rows.reshape(n_layers * n_heads, -1),
+                labels,
+                tv.display_tokens(translation.source_tokens),
+                domain=(0.0, 1.0),
+                row_title="layer, head",
+                col_title="source",
+                title=f"cross-attention of the newest position ({tv.display_token(step.input_tokens[-1])})",
+            ),
+            key="s2s.chart.step_cross",
+            file_name=f"step{t + 1}_cross",
+        )
+        st.caption(
+            f"One row per decoder layer and head: where the query of the last position looks in the source "
+            f"while it writes {tv.escape_markdown(tv.display_token(step.produced))}. Each row sums to 1."
+        )
+    top = pd.DataFrame(
+        [(tv.display_token(tok.replace(" ", "Ġ")), p) for tok, p in step.predictions(5)],
+        columns=["token", "probability"],
+    )
     st.caption("The model's five most likely next tokens at this step:")
-    st.dataframe(top, hide_index=True, column_config={"probability": st.column_config.ProgressColumn(
-        "probability", min_value=0.0, max_value=1.0, format="%.3f")})  # fmt: skip
+    st.dataframe(
+        top,
+        hide_index=True,
+        column_config={
+            "probability": st.column_config.ProgressColumn("probability", min_value=0.0, max_value=1.0, format="%.3f")
+        },
+    )
 
 
 def show_alignment(translation: sv.Translation, layer: int, head: int) -> None:
     st.header("Alignment: the whole cross-attention")
-    st.caption("Rows: the token each decoder position wrote; columns: the source tokens. A bright cell means the "
-               "position that wrote that token looked at that source token. Word order differs between the "
-               "languages, so a good alignment is not the diagonal.")  # fmt: skip
+    st.caption(
+        "Rows: the token each decoder position wrote; columns: the source tokens. A bright cell means the "
+        "position that wrote that token looked at that source token. Word order differs between the "
+        "languages, so a good alignment is not the diagonal."
+    )
     left, right = st.columns(2)
-    for column, which, title in ((left, head, f"layer {layer}, head {head}"), (right, None, f"layer {layer}, mean of the heads")):
+    for column, which, title in (
+        (left, head, f"layer {layer}, head {head}"),
+        (right, None, f"layer {layer}, mean of the heads"),
+    ):
         with column:
             m = sv.alignment(translation, layer, which)
-            ui.chart(heatmap(m.weights, m.query_labels, m.key_labels, domain=(0.0, 1.0), row_title="target (written)",
-                             col_title="source", title=f"cross-attention, {title}"),
-                     key=f"s2s.chart.align_{'mean' if which is None else 'head'}",
-                     file_name=f"alignment_L{layer}_{'mean' if which is None else f'H{head}'}")  # fmt: skip
-            ui.matrix_download(m.weights, m.query_labels, m.key_labels,
-                               f"alignment_L{layer}_{'mean' if which is None else f'H{head}'}.csv",
-                               key=f"s2s.csv_align_{'mean' if which is None else 'head'}")  # fmt: skip
+            ui.chart(
+                heatmap(
+                    m.weights,
+                    m.query_labels,
+                    m.key_labels,
+                    domain=(0.0, 1.0),
+                    row_title="target (written)",
+                    col_title="source",
+                    title=f"cross-attention, {title}",
+                ),
+                key=f"s2s.chart.align_{'mean' if which is None else 'head'}",
+                file_name=f"alignment_L{layer}_{'mean' if which is None else f'H{head}'}",
+            )
+            ui.matrix_download(
+                m.weights,
+                m.query_labels,
+                m.key_labels,
+                f"alignment_L{layer}_{'mean' if which is None else f'H{head}'}.csv",
+                key=f"s2s.csv_align_{'mean' if which is None else 'head'}",
+            )
 
 
 main()

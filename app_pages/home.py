@@ -16,29 +16,47 @@ st.markdown(
 
 # Each entry: page file, what it teaches. Links go through st.page_link so they follow the app's routing.
 GUIDE = [
-    ("app_pages/step_by_step.py", "Attention, step by step",
-     "The lecture's worked example, editable: X, W^Q, W^K, W^V → Q, K, V → scores → scaling by 1/√d_k → "
-     "softmax → Z, with causal and padding masks, several heads and W^O. Pick a query row to see every "
-     "number of its computation."),
-    ("app_pages/positional.py", "Positional encoding",
-     "Sinusoidal encodings for any size and base (10000, or 100 as in the lecture), the formula cell by cell, "
-     "similarity between positions, and the learned position embeddings of a real model."),
-    ("app_pages/text_attention.py", "Text attention",
-     "A real encoder (MiniLM, offline) or any BERT / RoBERTa / GPT-2 from the hub: head view, heatmaps, all "
-     "layers × heads at once, Q/K/V, why a weight has its value, attention distance, next-token and "
-     "masked-word predictions."),
-    ("app_pages/encoder_decoder.py", "Encoder-decoder",
-     "Translation one token at a time (the bundled toy translator offline, or opus-mt / T5 / BART): the "
-     "decoder's masked self-attention and its cross-attention over the source at every step, with a play "
-     "button; the whole alignment; Q from the decoder, K and V from the encoder; teacher forcing."),
-    ("app_pages/vision.py", "Vision Transformer",
-     "Your photo cut into patches (N = HW/P²), the shapes through the patch embedding, each head's attention as "
-     "heat over the picture for the class token or any patch you click, attention rollout, the top-5 classes, "
-     "and the ViT paper's Fig. 7: embedding filters, position similarities, attention distance."),
-    ("app_pages/attention_distance.py", "Mean attention distance",
-     "How far every head of every layer looks, in pixels over many pictures (ViT, DeiT) or in tokens over many "
-     "sentences (BERT, GPT-2), against uniform attention."),
-]  # fmt: skip
+    (
+        "app_pages/step_by_step.py",
+        "Attention, step by step",
+        "The lecture's worked example, editable: X, W^Q, W^K, W^V → Q, K, V → scores → scaling by 1/√d_k → "
+        "softmax → Z, with causal and padding masks, several heads and W^O. Pick a query row to see every "
+        "number of its computation.",
+    ),
+    (
+        "app_pages/positional.py",
+        "Positional encoding",
+        "Sinusoidal encodings for any size and base (10000, or 100 as in the lecture), the formula cell by cell, "
+        "similarity between positions, and the learned position embeddings of a real model.",
+    ),
+    (
+        "app_pages/text_attention.py",
+        "Text attention",
+        "A real encoder (MiniLM, offline) or any BERT / RoBERTa / GPT-2 from the hub: head view, heatmaps, all "
+        "layers × heads at once, Q/K/V, why a weight has its value, attention distance, next-token and "
+        "masked-word predictions.",
+    ),
+    (
+        "app_pages/encoder_decoder.py",
+        "Encoder-decoder",
+        "Translation one token at a time (the bundled toy translator offline, or opus-mt / T5 / BART): the "
+        "decoder's masked self-attention and its cross-attention over the source at every step, with a play "
+        "button; the whole alignment; Q from the decoder, K and V from the encoder; teacher forcing.",
+    ),
+    (
+        "app_pages/vision.py",
+        "Vision Transformer",
+        "Your photo cut into patches (N = HW/P²), the shapes through the patch embedding, each head's attention as "
+        "heat over the picture for the class token or any patch you click, attention rollout, the top-5 classes, "
+        "and the ViT paper's Fig. 7: embedding filters, position similarities, attention distance.",
+    ),
+    (
+        "app_pages/attention_distance.py",
+        "Mean attention distance",
+        "How far every head of every layer looks, in pixels over many pictures (ViT, DeiT) or in tokens over many "
+        "sentences (BERT, GPT-2), against uniform attention.",
+    ),
+]
 
 for page, title, teaches in GUIDE:
     with st.container(border=True):

@@ -233,15 +233,30 @@ def real_sections(url: ui.UrlState, base: float) -> None:
         return
     d_model = learned.shape[1]
     sinus = tc.sinusoidal_encoding(n, d_model, base)
-    halves = (("Learned", f"{MODEL}, d = {d_model}", learned, "Learned position embeddings", "learned"),
-              ("Sinusoidal", f"base {base:g}, d = {d_model}", sinus, "Sinusoidal PE", "sinusoidal"))  # fmt: skip
+    halves = (
+        ("Learned", f"{MODEL}, d = {d_model}", learned, "Learned position embeddings", "learned"),
+        ("Sinusoidal", f"base {base:g}, d = {d_model}", sinus, "Sinusoidal PE", "sinusoidal"),
+    )
     for column, (name, about, table, title, key) in zip(st.columns(2), halves):
         with column:
             st.markdown(f"**{name}** ({about})")
-            big_heatmap(table, title, "position", "dimension", f"{key}_pe" + ("_model_size" if key == "sinusoidal" else ""),
-                        width=340)  # fmt: skip
-            big_heatmap(ls.similarity(table, "cosine"), f"Cosine similarity, {key}", "position p", "position q",
-                        f"{key}_cosine", square=True, width=340)  # fmt: skip
+            big_heatmap(
+                table,
+                title,
+                "position",
+                "dimension",
+                f"{key}_pe" + ("_model_size" if key == "sinusoidal" else ""),
+                width=340,
+            )
+            big_heatmap(
+                ls.similarity(table, "cosine"),
+                f"Cosine similarity, {key}",
+                "position p",
+                "position q",
+                f"{key}_cosine",
+                square=True,
+                width=340,
+            )
     st.caption(
         "Both give nearby positions similar vectors (the dark band along the diagonal). The sinusoidal band has "
         "the same shape on every row (it depends only on the offset); the learned one need not, and it only "

@@ -43,7 +43,10 @@ def main() -> None:
 
 def page(url: ui.UrlState) -> None:
     source = av.choose_model(
-        url, ui.TEXT_MODEL_SUGGESTIONS, ui.DEFAULT_TEXT_MODEL, placeholder="e.g. bert-base-cased or ./models/my-bert",
+        url,
+        ui.TEXT_MODEL_SUGGESTIONS,
+        ui.DEFAULT_TEXT_MODEL,
+        placeholder="e.g. bert-base-cased or ./models/my-bert",
         help="minilm (all-MiniLM-L6-v2) is bundled and works offline. Hub models need the internet the first time.",
     )
     text = st.text_area("Sentence", key=url.key("text", tv.DEFAULT_SENTENCE), height=80)
@@ -81,8 +84,10 @@ def page(url: ui.UrlState) -> None:
     it = next((i for i, label in enumerate(labels) if label.strip("␣").lower() == "it"), None)
     c = av.controls(url, trace, default_query=it)
     if trace.kind == "decoder":
-        st.caption("Causal mask: each token attends only to itself and the tokens before it; "
-                   "masked cells are grey in the heatmap and the overview.")  # fmt: skip
+        st.caption(
+            "Causal mask: each token attends only to itself and the tokens before it; "
+            "masked cells are grey in the heatmap and the overview."
+        )
     show_predictions(trace, model, c.query, labels)
     av.draw(trace, url, c)
     with st.expander("What attention does and does not explain"):
@@ -98,8 +103,9 @@ def show_predictions(trace, model, query: int, labels: list[str]) -> None:
         left.dataframe(pd.DataFrame(tv.top_predictions(trace, 5), columns=["token", "probability"]), hide_index=True)
         if query != len(labels) - 1:
             right.caption(f"after position {query} ({tv.escape_markdown(labels[query])}), as the model saw it there")
-            right.dataframe(pd.DataFrame(tv.top_predictions(trace, 5, query), columns=["token", "probability"]),
-                            hide_index=True)  # fmt: skip
+            right.dataframe(
+                pd.DataFrame(tv.top_predictions(trace, 5, query), columns=["token", "probability"]), hide_index=True
+            )
     elif kind == "masked-word":
         mask = tv.mask_token(model) or "[MASK]"
         positions = list(trace.meta.get("mask_positions") or [])
@@ -108,11 +114,14 @@ def show_predictions(trace, model, query: int, labels: list[str]) -> None:
             st.info(f"Write {tv.escape_markdown(mask)} in the sentence where a word should be guessed.")
         for position in positions[:3]:
             st.caption(f"{tv.escape_markdown(mask)} at position {position}")
-            st.dataframe(pd.DataFrame(tv.top_predictions(trace, 5, position), columns=["token", "probability"]),
-                         hide_index=True)  # fmt: skip
+            st.dataframe(
+                pd.DataFrame(tv.top_predictions(trace, 5, position), columns=["token", "probability"]), hide_index=True
+            )
     elif trace.kind == "encoder":
-        st.caption("This checkpoint has no masked-word head (MiniLM is trained for sentence embeddings), "
-                   "so it makes no word predictions.")  # fmt: skip
+        st.caption(
+            "This checkpoint has no masked-word head (MiniLM is trained for sentence embeddings), "
+            "so it makes no word predictions."
+        )
 
 
 main()

@@ -65,8 +65,13 @@ def show_prediction(trace) -> None:
         return
     st.subheader("What the model sees: top 5")
     top = pd.DataFrame(trace.predictions(5), columns=["class", "probability"])
-    st.dataframe(top, hide_index=True, column_config={"probability": st.column_config.ProgressColumn(
-        "probability", min_value=0.0, max_value=1.0, format="%.3f")})  # fmt: skip
+    st.dataframe(
+        top,
+        hide_index=True,
+        column_config={
+            "probability": st.column_config.ProgressColumn("probability", min_value=0.0, max_value=1.0, format="%.3f")
+        },
+    )
 
 
 def show_patches(result: vv.VisionResult, model) -> None:
@@ -90,19 +95,31 @@ def show_patches(result: vv.VisionResult, model) -> None:
     grid = tv.derived(trace, ("grid_picture",), lambda: to_png(vv.grid_picture(image, P)))
     sequence = tv.derived(trace, ("patch_sequence",), lambda: to_png(vv.patch_sequence(image, P)))
     st.image(grid, caption=f"The model's input with its {P}-pixel grid")
-    st.image(sequence, caption="The same patches as the sequence the model reads: row by row, left to right "
-                               "(the number under every tenth)")  # fmt: skip
+    st.image(
+        sequence,
+        caption="The same patches as the sequence the model reads: row by row, left to right "
+        "(the number under every tenth)",
+    )
     prefix = "[CLS]" + (" and [DIST]" if n_prefix == 2 else "")
-    shapes = pd.DataFrame([
-        ("flatten each patch", f"N × P²·C = {rows * cols} × {P}²·{C}", f"{patches[0]} × {patches[1]}"),
-        ("linear patch embedding E (P²·C × D)", "N × D", f"{embedded[0]} × {embedded[1]}"),
-        (f"prepend {prefix}", f"(N + {n_prefix}) × D", f"{tokens[0]} × {tokens[1]}"),
-        ("add the position embeddings", f"(N + {n_prefix}) × D, learned", f"{pos[0]} × {pos[1]}"),
-        (f"encoder: {trace.n_layers} layers × {trace.n_heads} heads", f"(N + {n_prefix}) × D",
-         f"{tokens[0]} × {D}"),
-        ("MLP head on the class token" + (" (and the distillation token, averaged)" if n_prefix == 2 else ""),
-         "classes", str(acts["head.logits"].shape[0]) if "head.logits" in acts else "-"),
-    ], columns=["step", "shape", "here"])  # fmt: skip
+    shapes = pd.DataFrame(
+        [
+            ("flatten each patch", f"N × P²·C = {rows * cols} × {P}²·{C}", f"{patches[0]} × {patches[1]}"),
+            ("linear patch embedding E (P²·C × D)", "N × D", f"{embedded[0]} × {embedded[1]}"),
+            (f"prepend {prefix}", f"(N + {n_prefix}) × D", f"{tokens[0]} × {tokens[1]}"),
+            ("add the position embeddings", f"(N + {n_prefix}) × D, learned", f"{pos[0]} × {pos[1]}"),
+            (
+                f"encoder: {trace.n_layers} layers × {trace.n_heads} heads",
+                f"(N + {n_prefix}) × D",
+                f"{tokens[0]} × {D}",
+            ),
+            (
+                "MLP head on the class token" + (" (and the distillation token, averaged)" if n_prefix == 2 else ""),
+                "classes",
+                str(acts["head.logits"].shape[0]) if "head.logits" in acts else "-",
+            ),
+        ],
+        columns=["step", "shape", "here"],
+    )
     st.dataframe(shapes, hide_index=True)
     st.caption("Every number in the last column is the shape of a tensor the model computed for this picture.")
 
@@ -114,9 +131,15 @@ def show_attention(url: ui.UrlState, result: vv.VisionResult) -> None:
     st.header("Attention over the picture")
     c1, c2, c3, c4 = st.columns([1, 1, 1, 1])
     layer = c1.selectbox("Layer", list(range(L)), key=url.key("layer", L - 1, choices=range(L)))
-    head = c2.selectbox("Head", [MEAN, *range(Hn)], key=url.key("head", MEAN, choices=[MEAN, *range(Hn)]),
-                        format_func=lambda h: "mean of the heads" if h == MEAN else str(h))  # fmt: skip
-    smooth = c3.toggle("Smooth", key=url.key("smooth", True), help="Blend between patch centres, or one block per patch")
+    head = c2.selectbox(
+        "Head",
+        [MEAN, *range(Hn)],
+        key=url.key("head", MEAN, choices=[MEAN, *range(Hn)]),
+        format_func=lambda h: "mean of the heads" if h == MEAN else str(h),
+    )
+    smooth = c3.toggle(
+        "Smooth", key=url.key("smooth", True), help="Blend between patch centres, or one block per patch"
+    )
     alpha = c4.slider("Heat", 0.2, 0.9, key=url.key("alpha", 0.6, cast=float), step=0.05)
     query_key = url.key("query", CLASS_TOKEN, choices=[CLASS_TOKEN, *range(n)])
     query = st.session_state[query_key]
@@ -125,27 +148,48 @@ def show_attention(url: ui.UrlState, result: vv.VisionResult) -> None:
 
     grid = vv.attention_map(trace, int(layer), head_or_none, patch)
     picture = vv.overlay(result.image, grid, alpha=float(alpha), smooth=bool(smooth))
-    who = "the class token" if patch is None else f"patch {patch} (row {patch // result.grid_hw[1]}, column {patch % result.grid_hw[1]})"
+    who = (
+        "the class token"
+        if patch is None
+        else f"patch {patch} (row {patch // result.grid_hw[1]}, column {patch % result.grid_hw[1]})"
+    )
     left, right = st.columns([1, 1])
     with left:
+
         def pick() -> None:
             chosen = vv.clicked_patch(st.session_state.get(f"{url.page}.picker"))
             if chosen is not None:
                 url.set("query", chosen)
 
-        ui.chart(vv.patch_picker(picture, result.grid_hw, patch, title=f"query: {who}"), key=f"{url.page}.picker",
-                 file_name=f"attention_L{layer}_{'mean' if head == MEAN else f'H{head}'}", on_select=pick,
-                 selection_mode="patch")  # fmt: skip
+        ui.chart(
+            vv.patch_picker(picture, result.grid_hw, patch, title=f"query: {who}"),
+            key=f"{url.page}.picker",
+            file_name=f"attention_L{layer}_{'mean' if head == MEAN else f'H{head}'}",
+            on_select=pick,
+            selection_mode="patch",
+        )
     with right:
         st.markdown(f"**Layer {layer}, {'mean of the heads' if head == MEAN else f'head {head}'}**: where {who} looks.")
-        st.caption(f"Brightest = the patch it attends to most ({grid.max():.3f} of its attention). "
-                   f"{1 - grid.sum():.1%} of its attention goes to the {'class token' if trace.n_prefix_tokens == 1 else 'class and distillation tokens'} "
-                   "(not drawn). Click any patch to see where that patch looks.")  # fmt: skip
-        st.selectbox("Query", [CLASS_TOKEN, *range(n)], key=query_key,
-                     format_func=lambda q: "the class token" if q == CLASS_TOKEN else f"patch {q}")  # fmt: skip
-        st.download_button("Overlay as PNG", lambda: to_png(picture), file_name=f"overlay_L{layer}.png",
-                           mime="image/png", key=f"{url.page}.overlay_png", on_click="ignore",
-                           icon=":material/download:")  # fmt: skip
+        st.caption(
+            f"Brightest = the patch it attends to most ({grid.max():.3f} of its attention). "
+            f"{1 - grid.sum():.1%} of its attention goes to the {'class token' if trace.n_prefix_tokens == 1 else 'class and distillation tokens'} "
+            "(not drawn). Click any patch to see where that patch looks."
+        )
+        st.selectbox(
+            "Query",
+            [CLASS_TOKEN, *range(n)],
+            key=query_key,
+            format_func=lambda q: "the class token" if q == CLASS_TOKEN else f"patch {q}",
+        )
+        st.download_button(
+            "Overlay as PNG",
+            lambda: to_png(picture),
+            file_name=f"overlay_L{layer}.png",
+            mime="image/png",
+            key=f"{url.page}.overlay_png",
+            on_click="ignore",
+            icon=":material/download:",
+        )
 
     st.subheader(f"Every head of layer {layer}")
     maps = [vv.attention_map(trace, int(layer), h, patch) for h in range(Hn)]
@@ -156,9 +200,17 @@ def show_attention(url: ui.UrlState, result: vv.VisionResult) -> None:
 
     st.subheader("Attention rollout")
     c1, c2 = st.columns(2)
-    fusion = c1.radio("Head fusion", list(vv.FUSIONS), horizontal=True, key=url.key("fusion", "mean", choices=list(vv.FUSIONS)))
-    discard = c2.slider("Discard ratio", 0.0, 0.99, step=0.01, key=url.key("discard", 0.9, cast=float),
-                        help="The lowest share of each layer's fused weights set to 0 before rolling out")  # fmt: skip
+    fusion = c1.radio(
+        "Head fusion", list(vv.FUSIONS), horizontal=True, key=url.key("fusion", "mean", choices=list(vv.FUSIONS))
+    )
+    discard = c2.slider(
+        "Discard ratio",
+        0.0,
+        0.99,
+        step=0.01,
+        key=url.key("discard", 0.9, cast=float),
+        help="The lowest share of each layer's fused weights set to 0 before rolling out",
+    )
     rolled = ui.run_safely(lambda: vv.rollout_map(trace, fusion, float(discard)), "Rollout")
     if rolled is not None:
         st.image(to_jpeg(vv.overlay(result.image, rolled, alpha=float(alpha), smooth=bool(smooth))), width=360)
@@ -175,22 +227,34 @@ def show_figure_7(source: str, result: vv.VisionResult, model) -> None:
     trace = result.trace
     left, middle, right = st.columns(3)
     with left:
-        st.image(pcs, caption=f"Patch-embedding filters: the first {len(variance)} principal components "
-                              f"({sum(variance):.0%} of their variance), as RGB {result.patch_size} × "
-                              f"{result.patch_size} tiles.")  # fmt: skip
+        st.image(
+            pcs,
+            caption=f"Patch-embedding filters: the first {len(variance)} principal components "
+            f"({sum(variance):.0%} of their variance), as RGB {result.patch_size} × "
+            f"{result.patch_size} tiles.",
+        )
     with middle:
-        st.image(positions, caption="Position embeddings: for each patch (at its place in the grid), the cosine "
-                                    "similarity of its position embedding with every patch's (blue −1, red 1).")  # fmt: skip
+        st.image(
+            positions,
+            caption="Position embeddings: for each patch (at its place in the grid), the cosine "
+            "similarity of its position embedding with every patch's (blue −1, red 1).",
+        )
     with right:
         mad = vv.image_mad(trace)
         baseline = vv.uniform_mad(result.grid_hw, result.patch_size, trace.n_prefix_tokens)
-        ui.chart(tv.distance_chart(vv.mad_frame(mad), baseline, trace.n_heads, title="mean attention distance",
-                                   unit="pixels") | {"width": 250, "height": 240,
-                                                     "config": {"legend": {"orient": "bottom", "columns": 6}}},
-                 key="vit.chart.mad", file_name="mean_attention_distance")  # fmt: skip
-        st.caption("Each dot is a head: how far, in pixels, it looks on average for this picture (not renormalised "
-                   "over the patches). The dashed line is uniform attention. The Mean attention distance page "
-                   "averages over many pictures.")  # fmt: skip
+        ui.chart(
+            tv.distance_chart(
+                vv.mad_frame(mad), baseline, trace.n_heads, title="mean attention distance", unit="pixels"
+            )
+            | {"width": 250, "height": 240, "config": {"legend": {"orient": "bottom", "columns": 6}}},
+            key="vit.chart.mad",
+            file_name="mean_attention_distance",
+        )
+        st.caption(
+            "Each dot is a head: how far, in pixels, it looks on average for this picture (not renormalised "
+            "over the patches). The dashed line is uniform attention. The Mean attention distance page "
+            "averages over many pictures."
+        )
 
 
 main()

@@ -42,13 +42,21 @@ def main() -> None:
     device = torch.device(args.device) if args.device else tc.default_device()
     torch.manual_seed(0)
 
-    bert = tc.Encoder(tc.EncoderConfig(
-        vocab_size=30522, max_positions=512, n_layers=12, d_model=768, n_heads=12, d_ff=3072,
-        n_token_types=2, ln_eps=1e-12,
-    )).place(device, args.dtype)  # fmt: skip
-    vit = tc.ViT(tc.ViTConfig(
-        image_size=224, patch_size=16, n_layers=12, d_model=768, n_heads=12, d_ff=3072, n_classes=1000,
-    )).place(device, args.dtype)  # fmt: skip
+    bert = tc.Encoder(
+        tc.EncoderConfig(
+            vocab_size=30522,
+            max_positions=512,
+            n_layers=12,
+            d_model=768,
+            n_heads=12,
+            d_ff=3072,
+            n_token_types=2,
+            ln_eps=1e-12,
+        )
+    ).place(device, args.dtype)
+    vit = tc.ViT(
+        tc.ViTConfig(image_size=224, patch_size=16, n_layers=12, d_model=768, n_heads=12, d_ff=3072, n_classes=1000)
+    ).place(device, args.dtype)
 
     def plain(model, *inputs):
         with torch.inference_mode():
@@ -59,18 +67,30 @@ def main() -> None:
         ids = torch.randint(0, 30522, (1, n), device=device)
         id_list = ids[0].tolist()
         traced = lambda id_list=id_list: bert.trace(id_list)  # noqa: E731
-        rows.append(("BERT-base-sized encoder", f"{n} tokens",
-                     *interleaved_medians(traced, lambda ids=ids: plain(bert, ids), args.repeats, device)))  # fmt: skip
+        rows.append(
+            (
+                "BERT-base-sized encoder",
+                f"{n} tokens",
+                *interleaved_medians(traced, lambda ids=ids: plain(bert, ids), args.repeats, device),
+            )
+        )
         sizes.append(sum(a.nbytes for a in traced().activations.values()) / 2**20)
     image = torch.randn(3, 224, 224)
     batch = image[None].to(device=device, dtype=vit.dtype)
-    rows.append(("ViT-B/16-sized", "224 px, 197 tokens",
-                 *interleaved_medians(lambda: vit.trace(image), lambda: plain(vit, batch), args.repeats, device)))  # fmt: skip
+    rows.append(
+        (
+            "ViT-B/16-sized",
+            "224 px, 197 tokens",
+            *interleaved_medians(lambda: vit.trace(image), lambda: plain(vit, batch), args.repeats, device),
+        )
+    )
     sizes.append(sum(a.nbytes for a in vit.trace(image).activations.values()) / 2**20)
 
     threads = torch.get_num_threads() if device.type == "cpu" else "-"
     allocator = "glibc keeps freed memory (as the app runs)" if retained else "allocator defaults"
-    print(f"Capture overhead on {device.type.upper()} ({args.dtype}, torch {torch.__version__}, CPU threads {threads}),")
+    print(
+        f"Capture overhead on {device.type.upper()} ({args.dtype}, torch {torch.__version__}, CPU threads {threads}),"
+    )
     print(f"{allocator}; median of {args.repeats} interleaved runs.")
     print(f"Baseline: the same model's plain forward pass. Goal: ratio <= {GOAL}x.\n")
     print_table(rows, "traced forward", "plain forward", GOAL)

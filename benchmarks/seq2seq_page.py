@@ -73,8 +73,13 @@ def measure(source: str, text: str, max_new: int, repeats: int) -> dict:
         if i:
             times.append(time.perf_counter() - start)
         assert not at.exception, [e.value for e in at.exception]
-    return {"steps": n_steps, "first": statistics.median(first), "switch": statistics.median(times),
-            "switch_max": max(times), "passes": ui.forward_passes(source) - passes}  # fmt: skip
+    return {
+        "steps": n_steps,
+        "first": statistics.median(first),
+        "switch": statistics.median(times),
+        "switch_max": max(times),
+        "passes": ui.forward_passes(source) - passes,
+    }
 
 
 def main() -> None:
@@ -86,15 +91,25 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         folder = save_tiny_t5(Path(tmp) / "t5-small-sized", **T5_SMALL)
         os.environ["TFORMER_MODEL_DIRS"] = tmp
-        rows.append(("translator", measure("translator", "the big dog chases a small cat near the river", 40, args.repeats)))
+        rows.append(
+            ("translator", measure("translator", "the big dog chases a small cat near the river", 40, args.repeats))
+        )
         rows.append(("t5-small-sized (random)", measure(str(folder), LONG_SOURCE, 40, args.repeats)))
-    print(f"Encoder-decoder page, server time (AppTest), CPU, torch {torch.__version__}, {torch.get_num_threads()} threads; "
-          f"medians of {args.repeats} view changes (step, decoder head, encoder head).\n")  # fmt: skip
-    print("| model                   | steps | view change (median) | slowest | baseline: first view | ratio | passes |")
-    print("|-------------------------|-------|----------------------|---------|----------------------|-------|--------|")
+    print(
+        f"Encoder-decoder page, server time (AppTest), CPU, torch {torch.__version__}, {torch.get_num_threads()} threads; "
+        f"medians of {args.repeats} view changes (step, decoder head, encoder head).\n"
+    )
+    print(
+        "| model                   | steps | view change (median) | slowest | baseline: first view | ratio | passes |"
+    )
+    print(
+        "|-------------------------|-------|----------------------|---------|----------------------|-------|--------|"
+    )
     for name, r in rows:
-        print(f"| {name:<23} | {r['steps']:>5} | {r['switch'] * 1e3:>17.0f} ms | {r['switch_max'] * 1e3:>4.0f} ms "
-              f"| {r['first'] * 1e3:>17.0f} ms | {r['switch'] / r['first']:>5.2f} | {r['passes']:>6} |")  # fmt: skip
+        print(
+            f"| {name:<23} | {r['steps']:>5} | {r['switch'] * 1e3:>17.0f} ms | {r['switch_max'] * 1e3:>4.0f} ms "
+            f"| {r['first'] * 1e3:>17.0f} ms | {r['switch'] / r['first']:>5.2f} | {r['passes']:>6} |"
+        )
     ok = all(r["switch"] <= BUDGET_S and r["passes"] == 0 for _, r in rows)
     print(f"\nBudget: a view change <= 150 ms with 0 forward passes: {'within' if ok else 'OVER'}.")
 

@@ -99,9 +99,16 @@ def server_times(folder: Path, repeats: int) -> dict:
     trace = model.trace(fitted.text)
     # BertViz's model view embeds every layer's [heads][n][n] weights as JSON.
     weights_json = sum(len(json.dumps(trace.attention(layer).tolist())) for layer in range(trace.n_layers))
-    return {"tokens": n_tokens, "weights_json": weights_json, "first_with_load": first_with_load, "first_view": first_view,
-            "switch": statistics.median(times), "switch_max": max(times), "forward": statistics.median(forward),
-            "switch_passes": switch_passes}  # fmt: skip
+    return {
+        "tokens": n_tokens,
+        "weights_json": weights_json,
+        "first_with_load": first_with_load,
+        "first_view": first_view,
+        "switch": statistics.median(times),
+        "switch_max": max(times),
+        "forward": statistics.median(forward),
+        "switch_passes": switch_passes,
+    }
 
 
 def browser_bytes(folder: Path, root: Path) -> dict | None:
@@ -134,9 +141,17 @@ def browser_bytes(folder: Path, root: Path) -> dict | None:
     from urllib.parse import urlencode
 
     with streamlit_server(root / "streamlit.log") as url, sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=chromium, headless=True,
-                                    args=["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                                          "--disable-component-update", "--no-first-run"])  # fmt: skip
+        browser = p.chromium.launch(
+            executable_path=chromium,
+            headless=True,
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--no-first-run",
+            ],
+        )
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         page.on("websocket", on_ws)
         page.on("response", on_response)
@@ -166,8 +181,10 @@ def main() -> None:
         s = server_times(folder, args.repeats)
         b = None if args.no_browser else browser_bytes(folder, root)
 
-    print(f"Text attention page, BERT-base-sized checkpoint (random weights), {s['tokens']}; CPU, "
-          f"torch {torch.__version__}, {torch.get_num_threads()} threads.\n")  # fmt: skip
+    print(
+        f"Text attention page, BERT-base-sized checkpoint (random weights), {s['tokens']}; CPU, "
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads.\n"
+    )
     print("1. Server time (AppTest: script run + element messages + chart data)")
     print("| what                                   |       ours |   baseline | baseline is            | ratio |")
     print("|----------------------------------------|------------|------------|------------------------|-------|")
@@ -175,13 +192,15 @@ def main() -> None:
         ("first view (model loaded, new input)", s["first_view"], s["forward"], "one traced forward"),
         ("layer/head switch, all views (median)", s["switch"], s["forward"], "one traced forward"),
         ("layer/head switch, all views (slowest)", s["switch_max"], s["forward"], "one traced forward"),
-    ]  # fmt: skip
+    ]
     for what, ours, base, label in rows:
         print(f"| {what:<38} | {ours * 1e3:>7.0f} ms | {base * 1e3:>7.0f} ms | {label:<22} | {ours / base:>5.2f} |")
     verdict = "within" if s["switch"] <= BUDGET_SWITCH_S and s["switch_passes"] == 0 else "OVER"
-    print(f"Forward passes during {args.repeats + 1} switches: {s['switch_passes']} (must be 0). "
-          f"Budget for a switch: <= 150 ms and 0 passes: {verdict}. "
-          f"(First session, model loading included: {s['first_with_load']:.1f} s.)\n")  # fmt: skip
+    print(
+        f"Forward passes during {args.repeats + 1} switches: {s['switch_passes']} (must be 0). "
+        f"Budget for a switch: <= 150 ms and 0 passes: {verdict}. "
+        f"(First session, model loading included: {s['first_with_load']:.1f} s.)\n"
+    )
     if b is None:
         return
     json_weights = s["weights_json"]
@@ -190,12 +209,18 @@ def main() -> None:
     print("|-------------------------------|-------------|----------|----------|---------------------------|---------|")
     for what, r in (("first view, every view on", b["first"]), ("switch to head 7", b["switch"])):
         total = r["ws"] + r["media"]
-        print(f"| {what:<29} | {r['ws'] / 2**20:>8.2f} MB | {r['media'] / 2**20:>5.2f} MB | {total / 2**20:>5.2f} MB "
-              f"| {json_weights / 2**20:>22.0f} MB | {total / json_weights:.1e} |")  # fmt: skip
+        print(
+            f"| {what:<29} | {r['ws'] / 2**20:>8.2f} MB | {r['media'] / 2**20:>5.2f} MB | {total / 2**20:>5.2f} MB "
+            f"| {json_weights / 2**20:>22.0f} MB | {total / json_weights:.1e} |"
+        )
     print("Media files fetched: " + ", ".join(f"{name} {size / 2**10:.0f} KB" for name, size in b["media_files"]))
-    print(f"Browser wall time from choosing a head to a settled page: {b['switch_wall'] * 1e3:.0f} ms "
-          "(network, server and drawing the charts in Chromium).")
-    print(f"Budget for the overview: <= 3 MB sent; whole first view: {(b['first']['ws'] + b['first']['media']) / 2**20:.2f} MB.")
+    print(
+        f"Browser wall time from choosing a head to a settled page: {b['switch_wall'] * 1e3:.0f} ms "
+        "(network, server and drawing the charts in Chromium)."
+    )
+    print(
+        f"Budget for the overview: <= 3 MB sent; whole first view: {(b['first']['ws'] + b['first']['media']) / 2**20:.2f} MB."
+    )
 
 
 if __name__ == "__main__":

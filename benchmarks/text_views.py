@@ -54,10 +54,19 @@ def median_time(fn, repeats: int) -> tuple[float, object]:
 
 def first_layers(trace: tc.Trace, n_layers: int) -> tc.Trace:
     """The same trace cut to its first n layers (for the 6 x 12 comparison)."""
-    keep = {k: v for k, v in trace.activations.items() if not k.startswith("encoder.") or
-            not k.split(".")[1].isdigit() or int(k.split(".")[1]) < n_layers}  # fmt: skip
-    return tc.Trace(kind=trace.kind, activations=keep, tokens=trace.tokens, n_heads=trace.n_heads,
-                    stack_layers={"encoder": n_layers}, meta=trace.meta)  # fmt: skip
+    keep = {
+        k: v
+        for k, v in trace.activations.items()
+        if not k.startswith("encoder.") or not k.split(".")[1].isdigit() or int(k.split(".")[1]) < n_layers
+    }
+    return tc.Trace(
+        kind=trace.kind,
+        activations=keep,
+        tokens=trace.tokens,
+        n_heads=trace.n_heads,
+        stack_layers={"encoder": n_layers},
+        meta=trace.meta,
+    )
 
 
 def noisy_trace(n_layers: int, n_heads: int, n: int) -> tc.Trace:
@@ -67,8 +76,13 @@ def noisy_trace(n_layers: int, n_heads: int, n: int) -> tc.Trace:
     for layer in range(n_layers):
         w = rng.random((n_heads, n, n), dtype=np.float32) ** 4
         acts[f"encoder.{layer}.attn.weights"] = w / w.sum(-1, keepdims=True)
-    return tc.Trace(kind="encoder", activations=acts, tokens=tuple(map(str, range(n))), n_heads=n_heads,
-                    stack_layers={"encoder": n_layers})  # fmt: skip
+    return tc.Trace(
+        kind="encoder",
+        activations=acts,
+        tokens=tuple(map(str, range(n))),
+        n_heads=n_heads,
+        stack_layers={"encoder": n_layers},
+    )
 
 
 def bertviz_json(trace: tc.Trace) -> tuple[int, float]:
@@ -123,10 +137,18 @@ def main() -> None:
     args = parser.parse_args()
     device = torch.device(args.device)
     torch.manual_seed(0)
-    model = tc.Encoder(tc.EncoderConfig(
-        vocab_size=30522, max_positions=512, n_layers=12, d_model=768, n_heads=12, d_ff=3072, n_token_types=2,
-        ln_eps=1e-12,
-    )).place(device)  # fmt: skip
+    model = tc.Encoder(
+        tc.EncoderConfig(
+            vocab_size=30522,
+            max_positions=512,
+            n_layers=12,
+            d_model=768,
+            n_heads=12,
+            d_ff=3072,
+            n_token_types=2,
+            ln_eps=1e-12,
+        )
+    ).place(device)
     passes = [0]
     for module in model.modules():
         if isinstance(module, Stack):
@@ -152,8 +174,10 @@ def main() -> None:
     raw12 = sum(trace.attention(layer).nbytes for layer in range(12))
 
     threads = torch.get_num_threads() if device.type == "cpu" else "-"
-    print(f"Text attention views on {device.type.upper()} (torch {torch.__version__}, CPU threads {threads}); "
-          f"BERT-base-sized encoder, {args.tokens} tokens; medians of {args.repeats}.\n")  # fmt: skip
+    print(
+        f"Text attention views on {device.type.upper()} (torch {torch.__version__}, CPU threads {threads}); "
+        f"BERT-base-sized encoder, {args.tokens} tokens; medians of {args.repeats}.\n"
+    )
     print("1. Overview of every layer x head: bytes sent to the browser")
     header = f"| {'what':<34} | {'ours (PNG)':>12} | {'baseline':>14} | {'baseline is':<34} | {'ratio':>8} |"
     print(header)
@@ -163,7 +187,7 @@ def main() -> None:
         ("12 x 12 heads", len(picture.png), json12, "weights as JSON"),
         ("12 x 12 heads", len(picture.png), raw12, "raw float32 tensor"),
         ("12 x 12, random sharp patterns", len(worst_png), json12, "weights as JSON (12 x 12 above)"),
-    ]  # fmt: skip
+    ]
     if real_png is not None:
         rows.append(("MiniLM, real weights, 6 x 12", len(real_png), json6, "weights as JSON (6 x 12 above)"))
     for what, ours, base, label in rows:
@@ -172,9 +196,11 @@ def main() -> None:
     worst = max(r[1] for r in rows)
     flag = "within" if worst <= BUDGET_BYTES and t_png <= BUDGET_SECONDS else "OVER"
     print("Random weights give near-uniform attention, which compresses well; random patterns are the worst case.")
-    print(f"PNG {len(picture.png):,} bytes (largest above {worst:,}), "
-          f"thumbnails {picture.cell_px[0]} x {picture.cell_px[1]} px "
-          f"({picture.block} x {picture.block} token pairs per pixel); budget 3 MB and 1 s: {flag}.\n")  # fmt: skip
+    print(
+        f"PNG {len(picture.png):,} bytes (largest above {worst:,}), "
+        f"thumbnails {picture.cell_px[0]} x {picture.cell_px[1]} px "
+        f"({picture.block} x {picture.block} token pairs per pixel); budget 3 MB and 1 s: {flag}.\n"
+    )
 
     print("2. Build times")
     layer_heads = [((3 * i) % 12, (5 * i + 1) % 12) for i in range(args.repeats + 2)]
@@ -191,19 +217,26 @@ def main() -> None:
     payload = switch()
     t_switch, t_forward = interleaved_medians(switch, lambda: model.trace(ids), args.repeats, device)
     t_cold, _ = median_time(lambda: (tv._derived.clear(), switch())[1], args.repeats)  # noqa: SLF001
-    print_table([
-        ("overview PNG, 12 x 12", f"{args.tokens} tokens", t_png, t_json12),
-        ("overview PNG, 6 x 12", f"{args.tokens} tokens", t_png6, t_json6),
-        ("layer/head switch", "cached trace", t_switch, t_forward),
-        ("switch + overview rebuilt", "cached trace", t_cold, t_forward),
-    ], "ours", "baseline", goal=1.0)  # fmt: skip
+    print_table(
+        [
+            ("overview PNG, 12 x 12", f"{args.tokens} tokens", t_png, t_json12),
+            ("overview PNG, 6 x 12", f"{args.tokens} tokens", t_png6, t_json6),
+            ("layer/head switch", "cached trace", t_switch, t_forward),
+            ("switch + overview rebuilt", "cached trace", t_cold, t_forward),
+        ],
+        "ours",
+        "baseline",
+        goal=1.0,
+    )
     print("Baselines: rows 1-2, json.dumps of the weights (BertViz-style); rows 3-4, one traced forward pass.")
     print("Row 3: every view of the page for a new layer/head (head view, heatmap, Q/K/V, why-this-weight,")
     print("distance and grid charts, as ui.chart sends them). Row 4: row 3 with the overview and distance table")
     print("rebuilt (first view of an input; afterwards they are kept with the trace). The whole page rerun,")
     print("Streamlit included, is measured by benchmarks/text_page.py.")
-    print(f"Forward passes run by the layer/head switches: {switch_passes[0]} (must be 0). "
-          f"Chart data sent per switch: {payload / 2**10:.0f} KB (spec JSON + Arrow; 64-token window in detail views).")
+    print(
+        f"Forward passes run by the layer/head switches: {switch_passes[0]} (must be 0). "
+        f"Chart data sent per switch: {payload / 2**10:.0f} KB (spec JSON + Arrow; 64-token window in detail views)."
+    )
 
 
 if __name__ == "__main__":

@@ -16,8 +16,9 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize()
 
 
-def interleaved_medians(ours: Callable[[], object], baseline: Callable[[], object], repeats: int, device: torch.device,
-                        warmup: int = 2) -> tuple[float, float]:  # fmt: skip
+def interleaved_medians(
+    ours: Callable[[], object], baseline: Callable[[], object], repeats: int, device: torch.device, warmup: int = 2
+) -> tuple[float, float]:
     """Median seconds of ours() and baseline(), run alternately so drift in machine speed hits both alike."""
     for _ in range(warmup):
         ours(), sync(device), baseline(), sync(device)
@@ -42,7 +43,9 @@ def print_table(rows: list[tuple[str, str, float, float]], ours_label: str, base
     for name, what, ours, base in rows:
         ratio = ours / base
         flag = "" if ratio <= goal else "  (over goal)"
-        print(f"| {name:<{w_name}} | {what:<{w_what}} | {ours * 1e3:>13.1f} ms | {base * 1e3:>13.1f} ms | {ratio:>5.2f}x |{flag}")
+        print(
+            f"| {name:<{w_name}} | {what:<{w_what}} | {ours * 1e3:>13.1f} ms | {base * 1e3:>13.1f} ms | {ratio:>5.2f}x |{flag}"
+        )
 
 
 def run_each_allocator(script: str) -> bool:

@@ -71,9 +71,11 @@ def page_pictures(model, data: bytes, layer: int) -> int:
     maps = [vv.attention_map(t, layer, h) for h in range(t.n_heads)]
     mean = vv.attention_map(t, layer, None)
     overlays = [vv.overlay(r.image, m) for m in [*maps, mean]]
-    pictures = [vv.tiles(overlays, [str(i) for i in range(len(overlays))], 7, 180),
-                vv.overlay(r.image, vv.attention_map(t, layer, 0, patch=100)),
-                vv.overlay(r.image, vv.rollout_map(t, "mean", 0.9))]  # fmt: skip
+    pictures = [
+        vv.tiles(overlays, [str(i) for i in range(len(overlays))], 7, 180),
+        vv.overlay(r.image, vv.attention_map(t, layer, 0, patch=100)),
+        vv.overlay(r.image, vv.rollout_map(t, "mean", 0.9)),
+    ]
     sent = sum(len(to_jpeg(p)) for p in pictures)  # as the page sends them
     spec = vv.patch_picker(overlays[-1], r.grid_hw, None)
     return sent + sum(len(f["url"][0]) for f in spec["datasets"].values() if "url" in f)
@@ -142,8 +144,10 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7)
     args = parser.parse_args()
     device = torch.device(args.device)
-    print(f"Vision pages on {device.type.upper()}, torch {torch.__version__}, "
-          f"CPU threads {torch.get_num_threads()}; medians of {args.repeats}.\n")  # fmt: skip
+    print(
+        f"Vision pages on {device.type.upper()}, torch {torch.__version__}, "
+        f"CPU threads {torch.get_num_threads()}; medians of {args.repeats}.\n"
+    )
     if not DEIT.is_dir():
         print(f"(DeiT-Tiny rows skipped: {DEIT} is not present)")
     else:
@@ -161,9 +165,11 @@ def main() -> None:
 
         base = median_time(baseline, args.repeats, device)
         print("1. One 224-px picture: read + preprocess + trace + every picture of one layer")
-        print(f"| DeiT-Tiny | ours {ours * 1e3:7.1f} ms | transformers forward {base * 1e3:7.1f} ms | ratio "
-              f"{ours / base:5.2f}x | pictures sent {sent / 2**10:.0f} KB (JPEG) | budget 300 ms: "
-              f"{'within' if ours <= 0.3 else 'OVER'} |\n")  # fmt: skip
+        print(
+            f"| DeiT-Tiny | ours {ours * 1e3:7.1f} ms | transformers forward {base * 1e3:7.1f} ms | ratio "
+            f"{ours / base:5.2f}x | pictures sent {sent / 2**10:.0f} KB (JPEG) | budget 300 ms: "
+            f"{'within' if ours <= 0.3 else 'OVER'} |\n"
+        )
 
         pictures = crops(128)
         start = time.perf_counter()
@@ -176,8 +182,10 @@ def main() -> None:
         t_base = time.perf_counter() - start
         diff = float(np.abs(ours_mad - theirs).max())
         print("2. Mean attention distance over 128 pictures (batches of 32)")
-        print(f"| DeiT-Tiny | ours {t_ours:6.2f} s | transformers + numpy {t_base:6.2f} s | ratio {t_ours / t_base:5.2f}x "
-              f"| max |difference| {diff:.1e} px | budget 30 s: {'within' if t_ours <= 30 else 'OVER'} |")  # fmt: skip
+        print(
+            f"| DeiT-Tiny | ours {t_ours:6.2f} s | transformers + numpy {t_base:6.2f} s | ratio {t_ours / t_base:5.2f}x "
+            f"| max |difference| {diff:.1e} px | budget 30 s: {'within' if t_ours <= 30 else 'OVER'} |"
+        )
 
         if device.type == "cpu":
             switch, passes = page_switch(args.repeats)
@@ -185,8 +193,9 @@ def main() -> None:
             print(f"| median {switch * 1e3:.0f} ms | forward passes during the changes: {passes} (must be 0) |")
     if device.type == "cuda":
         torch.manual_seed(0)
-        big = tc.ViT(tc.ViTConfig(image_size=224, patch_size=16, d_model=768, n_heads=12, d_ff=3072, n_layers=12,
-                                  n_classes=1000)).place(device)  # fmt: skip
+        big = tc.ViT(
+            tc.ViTConfig(image_size=224, patch_size=16, d_model=768, n_heads=12, d_ff=3072, n_layers=12, n_classes=1000)
+        ).place(device)
         from tformer_core.images import ImagePreprocessing
 
         big.preprocessing = ImagePreprocessing()
@@ -197,8 +206,10 @@ def main() -> None:
         vv.mean_attention_distances(big, pictures, batch_size=64)
         sync(device)
         t = time.perf_counter() - start
-        print(f"\n| ViT-B/16-sized (random) on {torch.cuda.get_device_name(device)} | 128 pictures | {t:.2f} s | "
-              f"budget 2 s: {'within' if t <= 2 else 'OVER'} |")  # fmt: skip
+        print(
+            f"\n| ViT-B/16-sized (random) on {torch.cuda.get_device_name(device)} | 128 pictures | {t:.2f} s | "
+            f"budget 2 s: {'within' if t <= 2 else 'OVER'} |"
+        )
 
 
 if __name__ == "__main__":

@@ -53,8 +53,13 @@ def main() -> None:
             with torch.inference_mode():
                 return theirs(on_device, output_attentions=True)
 
-        rows.append(("all-MiniLM-L6-v2", f"{n} tokens", *interleaved_medians(
-            lambda id_list=id_list: ours.trace(id_list), baseline, args.repeats, device)))  # fmt: skip
+        rows.append(
+            (
+                "all-MiniLM-L6-v2",
+                f"{n} tokens",
+                *interleaved_medians(lambda id_list=id_list: ours.trace(id_list), baseline, args.repeats, device),
+            )
+        )
 
     if DEIT.is_dir():
         ours = tc.load_model(str(DEIT), device=device, model_dirs=[DEIT.parent])
@@ -67,21 +72,33 @@ def main() -> None:
                 with torch.inference_mode():
                     return theirs(pixel_values=on_device, output_attentions=True)
 
-            traced = (lambda images=images: ours.trace(images[0])) if batch == 1 else (lambda images=images: ours.trace_batch(images))
+            traced = (
+                (lambda images=images: ours.trace(images[0]))
+                if batch == 1
+                else (lambda images=images: ours.trace_batch(images))
+            )
             what = "one 224-px image" if batch == 1 else f"batch of {batch} images"
             rows.append(("DeiT-Tiny", what, *interleaved_medians(traced, baseline, args.repeats, device)))
             if batch > 1:
                 # Like for like: transformers returns only the attention weights; so does this row.
                 weights_only = lambda images=images: ours.trace_batch(images, keep=lambda n: n.endswith(".weights"))  # noqa: E731
-                rows.append(("DeiT-Tiny", f"{what}, weights only", *interleaved_medians(weights_only, baseline, args.repeats, device)))
+                rows.append(
+                    (
+                        "DeiT-Tiny",
+                        f"{what}, weights only",
+                        *interleaved_medians(weights_only, baseline, args.repeats, device),
+                    )
+                )
     else:
         print(f"(DeiT-Tiny rows skipped: {DEIT} is not present)")
 
     threads = torch.get_num_threads() if device.type == "cpu" else "-"
     allocator = "glibc keeps freed memory (as the app runs)" if retained else "allocator defaults"
     print(f"tformer traced forward vs transformers {T.__version__} eager forward (output_attentions=True)")
-    print(f"on {device.type.upper()}, float32, torch {torch.__version__}, CPU threads {threads}, {allocator}; "
-          f"median of {args.repeats} interleaved runs. Goal: ratio <= {GOAL}x.\n")  # fmt: skip
+    print(
+        f"on {device.type.upper()}, float32, torch {torch.__version__}, CPU threads {threads}, {allocator}; "
+        f"median of {args.repeats} interleaved runs. Goal: ratio <= {GOAL}x.\n"
+    )
     print_table(rows, "tformer traced", "transformers", GOAL)
 
 

@@ -80,7 +80,9 @@ class TracedModel(nn.Module):
 
     def place(self, device: str | torch.device | None = None, dtype: str | torch.dtype | None = None) -> "TracedModel":
         """Move to `device` (default: CUDA when available) in `dtype` (default float32); returns self."""
-        return self.to(device=torch.device(device) if device is not None else default_device(), dtype=resolve_dtype(dtype))
+        return self.to(
+            device=torch.device(device) if device is not None else default_device(), dtype=resolve_dtype(dtype)
+        )
 
     # ---- inputs ----------------------------------------------------------------------------
     def _ids(
@@ -149,7 +151,12 @@ class TracedModel(nn.Module):
             arrays = {name: to_numpy(t) for name, t in sink.tensors.items()}
         meta = self._trace_meta()
         return [
-            Trace(kind=self.kind, activations={n: a[i] for n, a in arrays.items()}, n_heads=self.config.n_heads,
-                  meta=meta, **trace_fields)
+            Trace(
+                kind=self.kind,
+                activations={n: a[i] for n, a in arrays.items()},
+                n_heads=self.config.n_heads,
+                meta=meta,
+                **trace_fields,
+            )
             for i in range(batch_size)
-        ]  # fmt: skip
+        ]

@@ -151,16 +151,24 @@ def load_from_dir(
             expected = meta["special_tokens"]
             got = {"pad": tok.pad_id, "bos": tok.bos_id, "eos": tok.eos_id, "unk": tok.unk_id}
             if got != expected:
-                raise ValueError(f"{folder}: the {side} vocabulary's special ids {got} differ from config.json {expected}")
-        if len(model.tokenizer) != model.config.src_vocab_size or len(model.target_tokenizer) != model.config.tgt_vocab_size:
+                raise ValueError(
+                    f"{folder}: the {side} vocabulary's special ids {got} differ from config.json {expected}"
+                )
+        if (
+            len(model.tokenizer) != model.config.src_vocab_size
+            or len(model.target_tokenizer) != model.config.tgt_vocab_size
+        ):
             raise ValueError(f"{folder}: vocabulary files do not match the vocabulary sizes in config.json")
         tgt = model.target_tokenizer
         model.output_labels = list(tgt.vocab)  # predictions name target words, not ids
         # generate() starts from <bos>, stops at <eos>, never emits <pad> or a second <bos>.
         model.generation = GenerationSettings(
-            eos_id=tgt.eos_id, start_id=tgt.bos_id, pad_id=tgt.pad_id, suppress_ids=(tgt.pad_id, tgt.bos_id),
+            eos_id=tgt.eos_id,
+            start_id=tgt.bos_id,
+            pad_id=tgt.pad_id,
+            suppress_ids=(tgt.pad_id, tgt.bos_id),
             max_new_tokens=int(meta.get("max_target_length", model.config.max_positions - 1)),
-        )  # fmt: skip
+        )
     else:
         model.class_names = read_lines(folder / meta["labels"])
         if len(model.class_names) != model.config.n_classes:
@@ -169,9 +177,13 @@ def load_from_dir(
         # The same preprocessing object as the hub ViTs, so the app treats every ViT alike. Photos
         # are resized (bilinear, antialiased by PIL when shrinking) to the training size.
         model.preprocessing = ImagePreprocessing(
-            resize=("exact", tuple(pre["image_size"])), crop=None, resample=2, rescale=1 / 255,
-            mean=tuple(pre["mean"]), std=tuple(pre["std"]),
-        )  # fmt: skip
+            resize=("exact", tuple(pre["image_size"])),
+            crop=None,
+            resample=2,
+            rescale=1 / 255,
+            mean=tuple(pre["mean"]),
+            std=tuple(pre["std"]),
+        )
     return model.place(device, dtype)
 
 
@@ -243,9 +255,15 @@ def translate_batch(model: TracedModel, sentences: Sequence[str], max_len: int |
         if not r:
             raise ValueError(f"the sentence {s!r} has no words to translate")
         if len(r) > model.config.max_positions:
-            raise ValueError(f"the sentence {s!r} has {len(r)} words; the model reads at most {model.config.max_positions}")
+            raise ValueError(
+                f"the sentence {s!r} has {len(r)} words; the model reads at most {model.config.max_positions}"
+            )
     if max_len is None:
-        max_len = model.bundled_meta.get("max_target_length", model.config.max_positions - 1) if hasattr(model, "bundled_meta") else model.config.max_positions - 1
+        max_len = (
+            model.bundled_meta.get("max_target_length", model.config.max_positions - 1)
+            if hasattr(model, "bundled_meta")
+            else model.config.max_positions - 1
+        )
     if not 1 <= max_len <= model.config.max_positions - 1:
         raise ValueError(f"max_len must be between 1 and {model.config.max_positions - 1}, got {max_len}")
     src, mask = pad_batch(rows, src_tok.pad_id)
@@ -351,7 +369,9 @@ def classify(model: TracedModel, images: torch.Tensor, batch_size: int = 500) ->
 
 
 @torch.inference_mode()
-def class_token_attention(model: TracedModel, images: torch.Tensor, layer: int = -1, batch_size: int = 250) -> torch.Tensor:
+def class_token_attention(
+    model: TracedModel, images: torch.Tensor, layer: int = -1, batch_size: int = 250
+) -> torch.Tensor:
     """The class token's attention over the patches in one layer, mean over heads: (B, N).
 
     Images (B, 3, H, W) in [0, 1]. Row 0 of the attention (the class token as query), keys 1..N

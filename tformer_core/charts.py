@@ -116,8 +116,14 @@ def channel(name: str, kind: str, **props: Any) -> dict:
 
 def layered(layers: list[dict], datasets: dict[str, Any], title: str = "", **props: Any) -> dict:
     """A top-level layered Vega-Lite spec at its natural size (width, height, params... in `props`)."""
-    return {"$schema": VEGA_LITE_SCHEMA, "title": title, "layer": layers, "datasets": datasets, "autosize": AUTOSIZE,
-            **props}  # fmt: skip
+    return {
+        "$schema": VEGA_LITE_SCHEMA,
+        "title": title,
+        "layer": layers,
+        "datasets": datasets,
+        "autosize": AUTOSIZE,
+        **props,
+    }
 
 
 def heatmap(
@@ -161,19 +167,39 @@ def heatmap(
     height = cell_size or max(12, min(40, 560 // max(n_rows, n_cols, 1)))
     width = cell_width or height
     # Every token label is drawn when the cells are tall / wide enough for it; else Vega-Lite thins them.
-    x = channel("col_token", "ordinal", sort=unique_labels(cols), title=col_title,
-              axis={"labelAngle": -45, "labelOverlap": width < 12, "labelLimit": 120})  # fmt: skip
-    y = channel("row_token", "ordinal", sort=unique_labels(rows), title=row_title,
-              axis={"labelOverlap": height < 12, "labelLimit": 120})  # fmt: skip
+    x = channel(
+        "col_token",
+        "ordinal",
+        sort=unique_labels(cols),
+        title=col_title,
+        axis={"labelAngle": -45, "labelOverlap": width < 12, "labelLimit": 120},
+    )
+    y = channel(
+        "row_token",
+        "ordinal",
+        sort=unique_labels(rows),
+        title=row_title,
+        axis={"labelOverlap": height < 12, "labelLimit": 120},
+    )
     datasets: dict[str, Any] = {}
     data = named_data(df, datasets)
-    value_tip = channel("text", "nominal", title="value") if "text" in df else \
-        channel("value", "quantitative", title="value", format=".4~g")  # fmt: skip
-    tooltip = [channel("row_token", "nominal", title=row_title), channel("col_token", "nominal", title=col_title),
-               value_tip]  # fmt: skip
-    colour = {"condition": {"test": "datum.value === null", "value": "#bbbbbb"},
-              **channel("value", "quantitative", scale=scale, title=None)}  # fmt: skip
-    layers = [{"data": data, "mark": {"type": "rect"}, "encoding": {"x": x, "y": y, "color": colour, "tooltip": tooltip}}]
+    value_tip = (
+        channel("text", "nominal", title="value")
+        if "text" in df
+        else channel("value", "quantitative", title="value", format=".4~g")
+    )
+    tooltip = [
+        channel("row_token", "nominal", title=row_title),
+        channel("col_token", "nominal", title=col_title),
+        value_tip,
+    ]
+    colour = {
+        "condition": {"test": "datum.value === null", "value": "#bbbbbb"},
+        **channel("value", "quantitative", scale=scale, title=None),
+    }
+    layers = [
+        {"data": data, "mark": {"type": "rect"}, "encoding": {"x": x, "y": y, "color": colour, "tooltip": tooltip}}
+    ]
     if annotate:
         # Dark text on light cells and light text on dark ones: threshold at the middle of the range.
         mid = (domain[0] + domain[1]) / 2 if domain else 0.0
@@ -183,14 +209,31 @@ def heatmap(
             dark_text = f"datum.value === null || abs(datum.value) < {0.5 * (domain[1] if domain else 1.0)}"
         text_colour = {"condition": {"test": dark_text, "value": "black"}, "value": "white"}
         font = max(7, min(12, min(width, height) // 3))
-        layers.append({"data": data, "mark": {"type": "text", "fontSize": font},
-                       "encoding": {"x": x, "y": y, "text": channel("label", "nominal"), "color": text_colour,
-                                    "tooltip": tooltip}})  # fmt: skip
+        layers.append(
+            {
+                "data": data,
+                "mark": {"type": "text", "fontSize": font},
+                "encoding": {
+                    "x": x,
+                    "y": y,
+                    "text": channel("label", "nominal"),
+                    "color": text_colour,
+                    "tooltip": tooltip,
+                },
+            }
+        )
     return layered(layers, datasets, title, width=width * n_cols, height=height * n_rows)
 
 
-def line_chart(frame: pd.DataFrame, x: str, y: str, series: str, title: str = "", x_title: str | None = None,
-               y_title: str | None = None) -> alt.Chart:  # fmt: skip
+def line_chart(
+    frame: pd.DataFrame,
+    x: str,
+    y: str,
+    series: str,
+    title: str = "",
+    x_title: str | None = None,
+    y_title: str | None = None,
+) -> alt.Chart:
     """Curves of `y` over `x`, one colour per `series` (long-form frame)."""
     return (
         alt.Chart(frame)
@@ -238,7 +281,11 @@ def vega_lite_spec(chart: Chart) -> dict:
     if isinstance(chart, dict):
         return {**chart, "datasets": dict(chart.get("datasets") or {})}
     datasets: dict[str, Any] = {}
-    with _ALTAIR_SETTINGS, alt.theme.enable("none"), alt.data_transformers.enable("tformer_named_frames", datasets=datasets):
+    with (
+        _ALTAIR_SETTINGS,
+        alt.theme.enable("none"),
+        alt.data_transformers.enable("tformer_named_frames", datasets=datasets),
+    ):
         spec = chart.to_dict(validate=False)
     spec["datasets"] = {**(spec.get("datasets") or {}), **datasets}
     return spec
@@ -248,10 +295,11 @@ def json_spec(chart: Chart) -> dict:
     """The chart as pure JSON data: datasets as lists of records, missing values as null."""
     spec = vega_lite_spec(chart)
     spec["datasets"] = {
-        name: frame.astype(object).where(frame.notna(), None).to_dict("records") if isinstance(frame, pd.DataFrame)
+        name: frame.astype(object).where(frame.notna(), None).to_dict("records")
+        if isinstance(frame, pd.DataFrame)
         else frame
         for name, frame in spec["datasets"].items()
-    }  # fmt: skip
+    }
     return spec
 
 

@@ -45,9 +45,15 @@ class Decoder(TracedModel):
         super().__init__(config)
         c = config
         embed = TextEmbedding(
-            c.vocab_size, c.d_model, c.max_positions, c.positional, c.pe_base, ln_eps=c.ln_eps,
-            pe_layout=c.pe_layout, position_first_row=c.position_first_row,
-        )  # fmt: skip
+            c.vocab_size,
+            c.d_model,
+            c.max_positions,
+            c.positional,
+            c.pe_base,
+            ln_eps=c.ln_eps,
+            pe_layout=c.pe_layout,
+            position_first_row=c.position_first_row,
+        )
         self.decoder = Stack(c, c.n_layers, embed)
         self.head = nn.Module()
         self.head.unembed = nn.Linear(c.d_model, c.vocab_size, bias=False)
@@ -77,9 +83,12 @@ class Decoder(TracedModel):
         ids, tokens = self._ids(inputs, self.config.vocab_size, self.config.max_positions)
         mask = per_token(attention_mask, ids, "attention_mask")
         return self._trace(
-            lambda: self(ids, mask), keep, meta={"predict_position": -1}, tokens=tokens,
+            lambda: self(ids, mask),
+            keep,
+            meta={"predict_position": -1},
+            tokens=tokens,
             stack_layers={"decoder": self.config.n_layers},
-        )  # fmt: skip
+        )
 
     def generate(
         self, prompt: str | Sequence[int] | np.ndarray | torch.Tensor, max_new_tokens: int | None = None

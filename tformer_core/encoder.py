@@ -44,10 +44,18 @@ class Encoder(TracedModel):
         super().__init__(config)
         c = config
         embed = TextEmbedding(
-            c.vocab_size, c.d_model, c.max_positions, c.positional, c.pe_base,
-            n_token_types=c.n_token_types, scale=c.embed_scale, norm=c.embed_norm, ln_eps=c.ln_eps,
-            pe_layout=c.pe_layout, position_first_row=c.position_first_row,
-        )  # fmt: skip
+            c.vocab_size,
+            c.d_model,
+            c.max_positions,
+            c.positional,
+            c.pe_base,
+            n_token_types=c.n_token_types,
+            scale=c.embed_scale,
+            norm=c.embed_norm,
+            ln_eps=c.ln_eps,
+            pe_layout=c.pe_layout,
+            position_first_row=c.position_first_row,
+        )
         self.encoder = Stack(c, c.n_layers, embed)
         if c.mlm_head:
             self.head = MaskedLMHead(c, embed.tok.weight)
@@ -97,7 +105,6 @@ class Encoder(TracedModel):
             stack_layers={"encoder": self.config.n_layers},
         )
 
-
     def _encode_pair(self, text: object, pair: str) -> tuple[list[int], list[int] | None]:
         if self.tokenizer is None or not isinstance(text, str):
             raise ValueError("a second segment needs text input and a model with a tokenizer")
@@ -122,4 +129,3 @@ class MaskedLMHead(nn.Module):
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.hook_logits(self.unembed(self.ln(self.act(self.transform(hidden)))))  # (B, T, vocab)
-

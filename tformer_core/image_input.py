@@ -107,8 +107,9 @@ def _to_rgb(image: Image.Image) -> tuple[Image.Image, list[str]]:
     return image, notes
 
 
-def read_image(data: bytes, name: str = "", max_bytes: int = MAX_BYTES, max_pixels: int = MAX_PIXELS,
-               max_side: int = MAX_SIDE) -> LoadedImage:  # fmt: skip
+def read_image(
+    data: bytes, name: str = "", max_bytes: int = MAX_BYTES, max_pixels: int = MAX_PIXELS, max_side: int = MAX_SIDE
+) -> LoadedImage:
     """Decode an image file's bytes into an upright RGB picture; ImageError with a clear message otherwise."""
     label = f"{name}: " if name else ""
     if not data:
@@ -124,8 +125,10 @@ def read_image(data: bytes, name: str = "", max_bytes: int = MAX_BYTES, max_pixe
         except UnidentifiedImageError:
             raise ImageError(f"{label}this is {_describe(data)}") from None
         except Image.DecompressionBombError:
-            raise ImageError(f"{label}the image claims more than {2 * Image.MAX_IMAGE_PIXELS / 1e6:.0f} megapixels; "
-                             f"the limit is {max_pixels / 1e6:.0f} megapixels. Downscale it first.") from None  # fmt: skip
+            raise ImageError(
+                f"{label}the image claims more than {2 * Image.MAX_IMAGE_PIXELS / 1e6:.0f} megapixels; "
+                f"the limit is {max_pixels / 1e6:.0f} megapixels. Downscale it first."
+            ) from None
         except (OSError, SyntaxError, ValueError) as error:
             raise ImageError(f"{label}the image data is damaged or cut short ({error})") from None
         fmt = image.format or "?"
@@ -135,8 +138,10 @@ def read_image(data: bytes, name: str = "", max_bytes: int = MAX_BYTES, max_pixe
         if width < 1 or height < 1:
             raise ImageError(f"{label}the image has no pixels ({width} × {height})")
         if width * height > max_pixels:
-            raise ImageError(f"{label}the image is {width:,} × {height:,} pixels ({width * height / 1e6:.0f} "
-                             f"megapixels); the limit is {max_pixels / 1e6:.0f} megapixels. Downscale it first.")  # fmt: skip
+            raise ImageError(
+                f"{label}the image is {width:,} × {height:,} pixels ({width * height / 1e6:.0f} "
+                f"megapixels); the limit is {max_pixels / 1e6:.0f} megapixels. Downscale it first."
+            )
         notes: list[str] = []
         frames = getattr(image, "n_frames", 1)
         if frames > 1:

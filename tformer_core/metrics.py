@@ -15,11 +15,7 @@ def patch_centre_distances(grid_hw: tuple[int, int], patch_size: float) -> np.nd
 
 
 def mean_attention_distance(
-    weights: np.ndarray,
-    grid_hw: tuple[int, int],
-    patch_size: float,
-    n_prefix_tokens: int = 1,
-    renormalize: bool = True,
+    weights: np.ndarray, grid_hw: tuple[int, int], patch_size: float, n_prefix_tokens: int = 1, renormalize: bool = True
 ) -> np.ndarray:
     """Mean attention distance in pixels (ViT paper, Fig. 7), for every leading index of `weights`.
 

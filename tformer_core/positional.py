@@ -9,7 +9,9 @@ import torch
 from torch import nn
 
 
-def sinusoidal_encoding(n_positions: int, d_model: int, base: float = 10000.0, *, layout: str = "interleaved") -> np.ndarray:
+def sinusoidal_encoding(
+    n_positions: int, d_model: int, base: float = 10000.0, *, layout: str = "interleaved"
+) -> np.ndarray:
     """The sinusoidal position table, float64 [n_positions, d_model].
 
     PE[pos, 2i]   = sin(pos / base^(2i / d_model))

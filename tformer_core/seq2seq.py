@@ -58,10 +58,17 @@ class EncoderDecoder(TracedModel):
 
         def embedding(vocab_size: int) -> TextEmbedding:
             return TextEmbedding(
-                vocab_size, c.d_model, c.max_positions, c.positional, c.pe_base,
-                scale=c.embed_scale, norm=c.embed_norm, ln_eps=c.ln_eps,
-                pe_layout=c.pe_layout, position_first_row=c.position_first_row,
-            )  # fmt: skip
+                vocab_size,
+                c.d_model,
+                c.max_positions,
+                c.positional,
+                c.pe_base,
+                scale=c.embed_scale,
+                norm=c.embed_norm,
+                ln_eps=c.ln_eps,
+                pe_layout=c.pe_layout,
+                position_first_row=c.position_first_row,
+            )
 
         if c.share_embeddings and c.src_vocab_size != c.tgt_vocab_size:
             raise ValueError("share_embeddings needs src_vocab_size == tgt_vocab_size")
@@ -139,10 +146,13 @@ class EncoderDecoder(TracedModel):
         for t in range(budget):
             tgt, tgt_tokens = self._ids(sequence, c.tgt_vocab_size, None, target_tokenizer, "target")
             step = self._trace(
-                lambda: self.decode(tgt, memory), decoder_only, meta={"predict_position": -1},
-                tokens=src_tokens, target_tokens=tgt_tokens,
+                lambda: self.decode(tgt, memory),
+                decoder_only,
+                meta={"predict_position": -1},
+                tokens=src_tokens,
+                target_tokens=tgt_tokens,
                 stack_layers={"encoder": c.n_encoder_layers, "decoder": c.n_decoder_layers},
-            )  # fmt: skip
+            )
             next_id = choose_next(step["head.logits"][-1], settings, t, is_last_allowed=t == budget - 1)
             steps.append(step)
             sequence.append(next_id)

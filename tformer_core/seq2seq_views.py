@@ -105,9 +105,16 @@ def translate(model: Any, source: str, max_new_tokens: int | None = None) -> Tra
         raise ValueError(f"the number of new tokens must be 1 to {MAX_NEW_TOKENS}, got {max_new_tokens}")
     gen: Generation = model.generate(source, max_new_tokens)
     return Translation(
-        "greedy", gen.trace.tokens, gen.ids, gen.trace.target_tokens or (), gen.trace, gen.steps, gen.finished,
-        output_text(model, gen.generated_ids), unknown_words(model, source),
-    )  # fmt: skip
+        "greedy",
+        gen.trace.tokens,
+        gen.ids,
+        gen.trace.target_tokens or (),
+        gen.trace,
+        gen.steps,
+        gen.finished,
+        output_text(model, gen.generated_ids),
+        unknown_words(model, source),
+    )
 
 
 def target_ids(model: Any, target: str) -> list[int]:
@@ -136,13 +143,22 @@ def teacher_force(model: Any, source: str, target: str) -> Translation:
     ids = target_ids(model, target)
     limit = model.config.max_positions
     if len(ids) > limit:
-        raise ValueError(f"the target has {len(ids)} tokens with its start and end tokens; this model handles at "
-                         f"most {limit}. Shorten it.")  # fmt: skip
+        raise ValueError(
+            f"the target has {len(ids)} tokens with its start and end tokens; this model handles at "
+            f"most {limit}. Shorten it."
+        )
     trace = model.trace(source, ids)
     return Translation(
-        "teacher", trace.tokens, tuple(ids), trace.target_tokens or (), trace, None, ids[-1] == model.generation.eos_id,
-        output_text(model, tuple(ids[1:])), unknown_words(model, source) + unknown_words_target(model, target),
-    )  # fmt: skip
+        "teacher",
+        trace.tokens,
+        tuple(ids),
+        trace.target_tokens or (),
+        trace,
+        None,
+        ids[-1] == model.generation.eos_id,
+        output_text(model, tuple(ids[1:])),
+        unknown_words(model, source) + unknown_words_target(model, target),
+    )
 
 
 def unknown_words_target(model: Any, text: str) -> tuple[str, ...]:
@@ -216,7 +232,13 @@ def vocabulary(model: Any) -> list[tuple[str, list[tuple[str, str]]]] | None:
         return None
     from . import toy_data as td
 
-    classes = [("determiners", td.DETERMINERS), ("nouns", td.NOUNS), ("adjectives", td.ADJECTIVES),
-               ("verbs (with an object)", td.TRANSITIVE_VERBS), ("verbs (no object)", td.INTRANSITIVE_VERBS),
-               ("adverbs", td.ADVERBS), ("prepositions", td.PREPOSITIONS)]  # fmt: skip
+    classes = [
+        ("determiners", td.DETERMINERS),
+        ("nouns", td.NOUNS),
+        ("adjectives", td.ADJECTIVES),
+        ("verbs (with an object)", td.TRANSITIVE_VERBS),
+        ("verbs (no object)", td.INTRANSITIVE_VERBS),
+        ("adverbs", td.ADVERBS),
+        ("prepositions", td.PREPOSITIONS),
+    ]
     return [(name, [tuple(pair) for pair in words]) for name, words in classes]

@@ -142,7 +142,20 @@ def attention_steps(
 
     squeeze = (lambda a: a[0]) if h == 1 else (lambda a: a)
     return AttentionSteps(
-        Q=Q, K=K, V=V, q_heads=q_heads, k_heads=k_heads, v_heads=v_heads,
-        scores=squeeze(scores), scaled=squeeze(scaled), weights=squeeze(weights), z=squeeze(z),
-        concat=concat, output=output, mask=allowed, n_heads=h, d_k=d_k, scale=float(scale),
-    )  # fmt: skip
+        Q=Q,
+        K=K,
+        V=V,
+        q_heads=q_heads,
+        k_heads=k_heads,
+        v_heads=v_heads,
+        scores=squeeze(scores),
+        scaled=squeeze(scaled),
+        weights=squeeze(weights),
+        z=squeeze(z),
+        concat=concat,
+        output=output,
+        mask=allowed,
+        n_heads=h,
+        d_k=d_k,
+        scale=float(scale),
+    )

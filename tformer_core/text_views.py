@@ -52,14 +52,41 @@ HEAD_VIEW_MIN_WEIGHT = 0.01  # lines below this weight are invisible anyway (opa
 
 # One colour per head, the same in every view (Tableau 20: distinct enough for 16 heads).
 HEAD_COLOURS = (
-    "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf",
-    "#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5", "#c49c94", "#f7b6d2", "#c7c7c7", "#dbdb8d", "#9edae5",
-)  # fmt: skip
+    "#1f77b4",
+    "#ff7f0e",
+    "#2ca02c",
+    "#d62728",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#7f7f7f",
+    "#bcbd22",
+    "#17becf",
+    "#aec7e8",
+    "#ffbb78",
+    "#98df8a",
+    "#ff9896",
+    "#c5b0d5",
+    "#c49c94",
+    "#f7b6d2",
+    "#c7c7c7",
+    "#dbdb8d",
+    "#9edae5",
+)
 MASKED_RGB = (187, 187, 187)  # grey, as charts.heatmap draws masked cells
 # Viridis at ten evenly spaced stops; the lookup table interpolates between them.
 _VIRIDIS_STOPS = (
-    "#440154", "#482878", "#3e4989", "#31688e", "#26828e", "#1f9e89", "#35b779", "#6ece58", "#b5de2b", "#fde725",
-)  # fmt: skip
+    "#440154",
+    "#482878",
+    "#3e4989",
+    "#31688e",
+    "#26828e",
+    "#1f9e89",
+    "#35b779",
+    "#6ece58",
+    "#b5de2b",
+    "#fde725",
+)
 
 
 # ---- models and inputs ---------------------------------------------------------------------------
@@ -78,8 +105,10 @@ def text_model_problem(model: Any) -> str | None:
     kind = getattr(model, "kind", "")
     name = getattr(model, "source", "") or "this model"
     if kind == "encoder-decoder":
-        return (f"**{name}** is an encoder-decoder (translation / summarisation) model: its encoder, decoder and "
-                "cross-attention are shown on the encoder-decoder page.")  # fmt: skip
+        return (
+            f"**{name}** is an encoder-decoder (translation / summarisation) model: its encoder, decoder and "
+            "cross-attention are shown on the encoder-decoder page."
+        )
     if kind == "vit":
         return f"**{name}** is a Vision Transformer: it reads images, not text. Open the Vision Transformer page."
     if kind not in ("encoder", "decoder"):
@@ -282,15 +311,24 @@ class HeadMatrix:
         cols = rows if cols is None else cols
         allowed = None if self.allowed is None else self.allowed[rows, cols]
         return HeadMatrix(
-            self.weights[..., rows, cols], self.queries[rows], self.keys[cols], self.query_labels[rows],
-            self.key_labels[cols], allowed, self.hidden_share[..., rows],
-        )  # fmt: skip
+            self.weights[..., rows, cols],
+            self.queries[rows],
+            self.keys[cols],
+            self.query_labels[rows],
+            self.key_labels[cols],
+            allowed,
+            self.hidden_share[..., rows],
+        )
 
 
 def head_matrix(
-    trace: Trace, layer: int, head: int | None, stack: str | None = None, hide_special: bool = False,
+    trace: Trace,
+    layer: int,
+    head: int | None,
+    stack: str | None = None,
+    hide_special: bool = False,
     window: slice | None = None,
-) -> HeadMatrix:  # fmt: skip
+) -> HeadMatrix:
     """The attention weights of `head` (None: every head) in `layer` of `stack`, special tokens hidden or not.
 
     window: which of the shown tokens to return (rows and columns); rows are renormalised over all
@@ -299,8 +337,9 @@ def head_matrix(
     return _head_matrix(trace, layer, head, stack, hide_special, window, widen=True)
 
 
-def _head_matrix(trace: Trace, layer: int, head: int | None, stack: str | None, hide_special: bool,
-                 window: slice | None, widen: bool) -> HeadMatrix:  # fmt: skip
+def _head_matrix(
+    trace: Trace, layer: int, head: int | None, stack: str | None, hide_special: bool, window: slice | None, widen: bool
+) -> HeadMatrix:
     """head_matrix; widen=False keeps the stored float32 weights when nothing is renormalised (no copy)."""
     stack = _stack(trace, stack)
     q_tokens, k_tokens = trace.tokens_for(stack)
@@ -326,23 +365,33 @@ def _head_matrix(trace: Trace, layer: int, head: int | None, stack: str | None, 
     if allowed is not None:
         allowed = allowed[np.ix_(queries, keys)]
     labels_q, labels_k = display_tokens(q_tokens), display_tokens(k_tokens)
-    return HeadMatrix(kept, queries, keys, tuple(labels_q[i] for i in queries), tuple(labels_k[i] for i in keys),
-                      allowed, hidden)  # fmt: skip
+    return HeadMatrix(
+        kept, queries, keys, tuple(labels_q[i] for i in queries), tuple(labels_k[i] for i in keys), allowed, hidden
+    )
 
 
-def score_matrix(trace: Trace, layer: int, head: int, part: str, stack: str | None = None,
-                 hide_special: bool = False, window: slice | None = None) -> HeadMatrix:  # fmt: skip
+def score_matrix(
+    trace: Trace,
+    layer: int,
+    head: int,
+    part: str,
+    stack: str | None = None,
+    hide_special: bool = False,
+    window: slice | None = None,
+) -> HeadMatrix:
     """Q K^T ("scores") or the softmax input ("scaled": scaled, biased, masked = -inf) on the shown tokens."""
     if part not in ("scores", "scaled"):
         raise ValueError(f"part must be 'scores' or 'scaled', got {part!r}")
     m = head_matrix(trace, layer, head, stack, hide_special, window)
     values = np.asarray(trace.block(part, layer, head, _stack(trace, stack)), dtype=np.float64)
-    return HeadMatrix(values[np.ix_(m.queries, m.keys)], m.queries, m.keys, m.query_labels, m.key_labels, m.allowed,
-                      m.hidden_share)  # fmt: skip
+    return HeadMatrix(
+        values[np.ix_(m.queries, m.keys)], m.queries, m.keys, m.query_labels, m.key_labels, m.allowed, m.hidden_share
+    )
 
 
-def qkv(trace: Trace, layer: int, head: int, stack: str | None = None,
-        positions: np.ndarray | None = None) -> dict[str, tuple[np.ndarray, list[str], list[str]]]:  # fmt: skip
+def qkv(
+    trace: Trace, layer: int, head: int, stack: str | None = None, positions: np.ndarray | None = None
+) -> dict[str, tuple[np.ndarray, list[str], list[str]]]:
     """{"Q": (matrix [n, d_head], row labels, column labels), "K": ..., "V": ...} of one head.
 
     Q rows are the stack's queries, K and V rows its keys (they differ for cross-attention).
@@ -378,10 +427,16 @@ class HeadView:
 
 
 def head_view(
-    trace: Trace, layer: int, heads: Sequence[int], stack: str | None = None, hide_special: bool = False,
-    window: slice | None = None, focus: int | None = None, min_weight: float = HEAD_VIEW_MIN_WEIGHT,
+    trace: Trace,
+    layer: int,
+    heads: Sequence[int],
+    stack: str | None = None,
+    hide_special: bool = False,
+    window: slice | None = None,
+    focus: int | None = None,
+    min_weight: float = HEAD_VIEW_MIN_WEIGHT,
     max_lines: int = HEAD_VIEW_MAX_LINES,
-) -> HeadView:  # fmt: skip
+) -> HeadView:
     """Data of the head view of `layer` for the chosen `heads`.
 
     window: rows of the shown tokens to draw (long inputs); focus: draw only the lines of the
@@ -400,12 +455,18 @@ def head_view(
         order = np.argsort(-values, kind="stable")[:max_lines]
         threshold = float(values[order[-1]])
         hi, qi, ki, values = hi[order], qi[order], ki[order], values[order]
-    lines = pd.DataFrame({
-        "head": np.asarray(heads, dtype=np.int64)[hi] if heads else np.zeros(0, np.int64),
-        "query": m.queries[qi], "key": m.keys[ki], "y_query": qi, "y_key": ki, "weight": values,
-        "query_token": np.asarray(m.query_labels, dtype=object)[qi],
-        "key_token": np.asarray(m.key_labels, dtype=object)[ki],
-    })  # fmt: skip
+    lines = pd.DataFrame(
+        {
+            "head": np.asarray(heads, dtype=np.int64)[hi] if heads else np.zeros(0, np.int64),
+            "query": m.queries[qi],
+            "key": m.keys[ki],
+            "y_query": qi,
+            "y_key": ki,
+            "weight": values,
+            "query_token": np.asarray(m.query_labels, dtype=object)[qi],
+            "key_token": np.asarray(m.key_labels, dtype=object)[ki],
+        }
+    )
     queries = pd.DataFrame({"y": np.arange(len(m.queries)), "query": m.queries, "token": list(m.query_labels)})
     keys = pd.DataFrame({"y": np.arange(len(m.keys)), "key": m.keys, "token": list(m.key_labels)})
     share = float(m.hidden_share[list(heads)].mean()) if heads and m.hidden_share.size else 0.0
@@ -424,38 +485,56 @@ def head_view_chart(view: HeadView, n_heads: int, title: str = "", row_px: int =
     datasets: dict[str, Any] = {}
     focused = {"param": "focus", "empty": True}
     lines = {
-        "data": named_data(view.lines, datasets), "mark": {"type": "rule", "strokeWidth": 2},
+        "data": named_data(view.lines, datasets),
+        "mark": {"type": "rule", "strokeWidth": 2},
         "encoding": {
-            "x": {"value": left_x}, "x2": {"value": right_x},
-            "y": channel("y_query", "quantitative", scale=y_scale, axis=None), "y2": {"field": "y_key"},
+            "x": {"value": left_x},
+            "x2": {"value": right_x},
+            "y": channel("y_query", "quantitative", scale=y_scale, axis=None),
+            "y2": {"field": "y_key"},
             "color": channel("head", "nominal", scale=head_colour_scale(n_heads), title="head"),
-            "opacity": {"condition": {**focused, **channel("weight", "quantitative", legend=None,
-                                                          scale={"domain": [0, 1], "range": [0, 1]})}, "value": 0.0},
-            "tooltip": [channel("query_token", "nominal", title="query"), channel("key_token", "nominal", title="key"),
-                        channel("head", "nominal", title="head"),
-                        channel("weight", "quantitative", format=".3f", title="weight")],
+            "opacity": {
+                "condition": {
+                    **focused,
+                    **channel("weight", "quantitative", legend=None, scale={"domain": [0, 1], "range": [0, 1]}),
+                },
+                "value": 0.0,
+            },
+            "tooltip": [
+                channel("query_token", "nominal", title="query"),
+                channel("key_token", "nominal", title="key"),
+                channel("head", "nominal", title="head"),
+                channel("weight", "quantitative", format=".3f", title="weight"),
+            ],
         },
-    }  # fmt: skip
+    }
     query_labels = {
-        "name": "query_tokens", "data": named_data(view.queries, datasets),
+        "name": "query_tokens",
+        "data": named_data(view.queries, datasets),
         "mark": {"type": "text", "align": "right", "baseline": "middle", "dx": -6, "fontSize": 12},
         "encoding": {
-            "x": {"value": left_x}, "y": channel("y", "quantitative", scale=y_scale, axis=None),
-            "text": channel("token", "nominal"), "opacity": {"condition": {**focused, "value": 1.0}, "value": 0.35},
+            "x": {"value": left_x},
+            "y": channel("y", "quantitative", scale=y_scale, axis=None),
+            "text": channel("token", "nominal"),
+            "opacity": {"condition": {**focused, "value": 1.0}, "value": 0.35},
             "tooltip": [channel("token", "nominal", title="query"), channel("query", "quantitative", title="position")],
         },
-    }  # fmt: skip
+    }
     key_labels = {
         "data": named_data(view.keys, datasets),
         "mark": {"type": "text", "align": "left", "baseline": "middle", "dx": 6, "fontSize": 12},
         "encoding": {
-            "x": {"value": right_x}, "y": channel("y", "quantitative", scale=y_scale, axis=None),
+            "x": {"value": right_x},
+            "y": channel("y", "quantitative", scale=y_scale, axis=None),
             "text": channel("token", "nominal"),
             "tooltip": [channel("token", "nominal", title="key"), channel("key", "quantitative", title="position")],
         },
-    }  # fmt: skip
-    focus = {"name": "focus", "views": ["query_tokens"],
-             "select": {"type": "point", "fields": ["query"], "on": "pointerover", "clear": "pointerout"}}  # fmt: skip
+    }
+    focus = {
+        "name": "focus",
+        "views": ["query_tokens"],
+        "select": {"type": "point", "fields": ["query"], "on": "pointerover", "clear": "pointerout"},
+    }
     return layered([lines, query_labels, key_labels], datasets, title, width=width, height=row_px * n, params=[focus])
 
 
@@ -488,7 +567,7 @@ def block_mean(a: np.ndarray, size: int = THUMBNAIL_PX) -> np.ndarray:
 
 def viridis_lut() -> np.ndarray:
     """[256, 3] uint8 viridis colours (interpolated between ten stops)."""
-    stops = np.array([[int(h[i:i + 2], 16) for i in (1, 3, 5)] for h in _VIRIDIS_STOPS], dtype=np.float64)
+    stops = np.array([[int(h[i : i + 2], 16) for i in (1, 3, 5)] for h in _VIRIDIS_STOPS], dtype=np.float64)
     x = np.linspace(0, 1, len(stops))
     t = np.linspace(0, 1, 256)
     return np.stack([np.interp(t, x, stops[:, c]) for c in range(3)], axis=1).round().astype(np.uint8)
@@ -538,8 +617,9 @@ class Overview:
         return left, top, left + w, top + h
 
 
-def overview_thumbnails(trace: Trace, stack: str | None = None, hide_special: bool = False,
-                        size: int = THUMBNAIL_PX) -> tuple[np.ndarray, np.ndarray, int]:  # fmt: skip
+def overview_thumbnails(
+    trace: Trace, stack: str | None = None, hide_special: bool = False, size: int = THUMBNAIL_PX
+) -> tuple[np.ndarray, np.ndarray, int]:
     """([layers, heads, m_q, m_k] block means of the shown weights, [layers, heads] hidden share, block size).
 
     One layer at a time, so a 512-token, 12 x 12 model never holds all its weights twice.
@@ -565,8 +645,9 @@ def _font(size: int = 11) -> ImageFont.ImageFont | ImageFont.FreeTypeFont:
         return ImageFont.load_default()
 
 
-def overview(trace: Trace, stack: str | None = None, hide_special: bool = False, size: int = THUMBNAIL_PX,
-             gap: int = 3) -> Overview:  # fmt: skip
+def overview(
+    trace: Trace, stack: str | None = None, hide_special: bool = False, size: int = THUMBNAIL_PX, gap: int = 3
+) -> Overview:
     """The layers x heads overview as one PNG: rows are layers, columns heads, each thumbnail <= `size` px.
 
     Each thumbnail is coloured on its own scale (viridis, 0 = dark, its largest weight = yellow):
@@ -587,7 +668,7 @@ def overview(trace: Trace, stack: str | None = None, hide_special: bool = False,
             if zoom > 1:
                 rgb = rgb.repeat(zoom, 0).repeat(zoom, 1)
             y0, x0 = top + layer * (ch + gap), left + head * (cw + gap)
-            canvas[y0:y0 + ch, x0:x0 + cw] = rgb
+            canvas[y0 : y0 + ch, x0 : x0 + cw] = rgb
     image = Image.fromarray(canvas)
     draw, font = ImageDraw.Draw(image), _font()
     for head in range(n_heads):
@@ -603,30 +684,51 @@ def overview(trace: Trace, stack: str | None = None, hide_special: bool = False,
     return Overview(buffer.getvalue(), thumbs, block, zoom, (left, top), gap, (n_q, n_k), shares)
 
 
-def head_grid_chart(values: np.ndarray, selected: tuple[int, int] | None = None, title: str = "",
-                    value_title: str = "value", cell_px: int = 22) -> dict:  # fmt: skip
+def head_grid_chart(
+    values: np.ndarray,
+    selected: tuple[int, int] | None = None,
+    title: str = "",
+    value_title: str = "value",
+    cell_px: int = 22,
+) -> dict:
     """A clickable layers x heads grid (Vega-Lite; selection parameter "cell" with fields layer, head)."""
     values = np.asarray(values, dtype=np.float64)
     layers, heads = np.meshgrid(np.arange(values.shape[0]), np.arange(values.shape[1]), indexing="ij")
     frame = pd.DataFrame({"layer": layers.ravel(), "head": heads.ravel(), "value": values.ravel()})
-    chosen = frame.iloc[0:0] if selected is None else \
-        frame[(frame["layer"] == selected[0]) & (frame["head"] == selected[1])]  # fmt: skip
+    chosen = (
+        frame.iloc[0:0] if selected is None else frame[(frame["layer"] == selected[0]) & (frame["head"] == selected[1])]
+    )
     x, y = channel("head", "ordinal", title="head"), channel("layer", "ordinal", title="layer")
     datasets: dict[str, Any] = {}
     cells = {
-        "name": "cells", "data": named_data(frame, datasets), "mark": {"type": "rect", "stroke": "white", "strokeWidth": 1},
+        "name": "cells",
+        "data": named_data(frame, datasets),
+        "mark": {"type": "rect", "stroke": "white", "strokeWidth": 1},
         "encoding": {
-            "x": x, "y": y, "color": channel("value", "quantitative", scale={"scheme": "blues"}, title=value_title),
-            "tooltip": [channel("layer", "ordinal", title="layer"), channel("head", "ordinal", title="head"),
-                        channel("value", "quantitative", format=".2f", title=value_title)],
+            "x": x,
+            "y": y,
+            "color": channel("value", "quantitative", scale={"scheme": "blues"}, title=value_title),
+            "tooltip": [
+                channel("layer", "ordinal", title="layer"),
+                channel("head", "ordinal", title="head"),
+                channel("value", "quantitative", format=".2f", title=value_title),
+            ],
         },
-    }  # fmt: skip
-    outline = {"data": named_data(chosen.reset_index(drop=True), datasets),
-               "mark": {"type": "rect", "fill": None, "stroke": "#d62728", "strokeWidth": 2.5},
-               "encoding": {"x": x, "y": y}}  # fmt: skip
+    }
+    outline = {
+        "data": named_data(chosen.reset_index(drop=True), datasets),
+        "mark": {"type": "rect", "fill": None, "stroke": "#d62728", "strokeWidth": 2.5},
+        "encoding": {"x": x, "y": y},
+    }
     cell = {"name": "cell", "views": ["cells"], "select": {"type": "point", "fields": ["layer", "head"], "on": "click"}}
-    return layered([cells, outline], datasets, title, width=cell_px * values.shape[1],
-                   height=cell_px * values.shape[0], params=[cell])  # fmt: skip
+    return layered(
+        [cells, outline],
+        datasets,
+        title,
+        width=cell_px * values.shape[1],
+        height=cell_px * values.shape[0],
+        params=[cell],
+    )
 
 
 def clicked_cell(event: Any, param: str = "cell") -> tuple[int, int] | None:
@@ -700,8 +802,10 @@ class WhyWeight:
 
     def products(self, key: int) -> pd.DataFrame:
         """q, k_j and their elementwise product per dimension: the terms of q . k_j."""
-        return pd.DataFrame({"q": self.q, "k_j": self.k[key], "q × k_j": self.q * self.k[key]},
-                            index=[f"d{i}" for i in range(len(self.q))])  # fmt: skip
+        return pd.DataFrame(
+            {"q": self.q, "k_j": self.k[key], "q × k_j": self.q * self.k[key]},
+            index=[f"d{i}" for i in range(len(self.q))],
+        )
 
     def max_errors(self) -> tuple[float, float]:
         """(max |weights - stored weights|, max |z - stored z|): how well the recomputation matches."""
@@ -737,10 +841,22 @@ def why_this_weight(trace: Trace, layer: int, head: int, query: int, stack: str 
         e = np.exp(logits[finite] - logits[finite].max())
         weights[finite] = e / e.sum()
     return WhyWeight(
-        query, display_token(q_tokens[query]), tuple(display_tokens(k_tokens)), q, k, v, dots, scale, bias, allowed,
-        logits, weights, weights @ v, np.asarray(trace.attention(layer, head, stack)[query], dtype=np.float64),
+        query,
+        display_token(q_tokens[query]),
+        tuple(display_tokens(k_tokens)),
+        q,
+        k,
+        v,
+        dots,
+        scale,
+        bias,
+        allowed,
+        logits,
+        weights,
+        weights @ v,
+        np.asarray(trace.attention(layer, head, stack)[query], dtype=np.float64),
         np.asarray(trace.block("z", layer, head, stack)[query], dtype=np.float64),
-    )  # fmt: skip
+    )
 
 
 # ---- attention distance ----------------------------------------------------------------------------------
@@ -767,8 +883,14 @@ def uniform_distance(trace: Trace, stack: str | None = None, hide_special: bool 
     return float(mean_token_distance(uniform))
 
 
-def distance_chart(frame: pd.DataFrame, baseline: float, n_heads: int, selected: tuple[int, int] | None = None,
-                   title: str = "", unit: str = "tokens") -> dict:  # fmt: skip
+def distance_chart(
+    frame: pd.DataFrame,
+    baseline: float,
+    n_heads: int,
+    selected: tuple[int, int] | None = None,
+    title: str = "",
+    unit: str = "tokens",
+) -> dict:
     """Scatter (Vega-Lite): x layer, y mean distance (in `unit`), one dot per head; a dashed rule at the uniform
     baseline. As the ViT paper draws it (Fig. 7, right) for pixels."""
     frame = frame.copy()
@@ -778,19 +900,27 @@ def distance_chart(frame: pd.DataFrame, baseline: float, n_heads: int, selected:
     y = channel("distance", "quantitative", title=f"mean attention distance ({unit})")
     datasets: dict[str, Any] = {}
     dots = {
-        "data": named_data(frame, datasets), "mark": {"type": "circle", "opacity": 0.85},
+        "data": named_data(frame, datasets),
+        "mark": {"type": "circle", "opacity": 0.85},
         "encoding": {
-            "x": channel("layer", "quantitative", title="layer", axis={"tickMinStep": 1, "format": "d"}), "y": y,
+            "x": channel("layer", "quantitative", title="layer", axis={"tickMinStep": 1, "format": "d"}),
+            "y": y,
             "color": channel("head", "nominal", scale=head_colour_scale(n_heads), title="head"),
             "size": {"condition": {"test": "datum.chosen", "value": 180}, "value": 60},
-            "tooltip": [channel("layer", "quantitative", title="layer"), channel("head", "nominal", title="head"),
-                        channel("distance", "quantitative", format=".2f", title=f"distance ({unit})")],
+            "tooltip": [
+                channel("layer", "quantitative", title="layer"),
+                channel("head", "nominal", title="head"),
+                channel("distance", "quantitative", format=".2f", title=f"distance ({unit})"),
+            ],
         },
-    }  # fmt: skip
+    }
     base = named_data(pd.DataFrame({"distance": [baseline], "label": [f"uniform attention: {baseline:.2f}"]}), datasets)
     rule = {"data": base, "mark": {"type": "rule", "strokeDash": [6, 4], "color": "#555"}, "encoding": {"y": y}}
-    text = {"data": base, "mark": {"type": "text", "align": "left", "dx": 4, "dy": -6, "color": "#555"},
-            "encoding": {"y": y, "x": {"value": 0}, "text": channel("label", "nominal")}}  # fmt: skip
+    text = {
+        "data": base,
+        "mark": {"type": "text", "align": "left", "dx": 4, "dy": -6, "color": "#555"},
+        "encoding": {"y": y, "x": {"value": 0}, "text": channel("label", "nominal")},
+    }
     return layered([dots, rule, text], datasets, title, width=480, height=280)
 
 
@@ -801,7 +931,7 @@ def top_predictions(trace: Trace, k: int = 5, position: int | None = None) -> li
 
 
 def prediction_kind(trace: Trace) -> str | None:
-    """"next-token" (decoder-only), "masked-word" (an encoder with a masked-LM head), or None (no head)."""
+    """ "next-token" (decoder-only), "masked-word" (an encoder with a masked-LM head), or None (no head)."""
     if "head.logits" not in trace.activations:
         return None
     return "next-token" if trace.kind == "decoder" else "masked-word" if trace.kind == "encoder" else None

@@ -45,26 +45,71 @@ SPECIAL_TOKENS = (PAD, BOS, EOS, UNK)  # ids 0, 1, 2, 3 in both vocabularies
 # ---- lexicon: (source word, target word) -------------------------------------------------
 DETERMINERS = (("the", "ta"), ("a", "na"), ("this", "ki"), ("that", "ko"), ("every", "sen"))
 NOUNS = (
-    ("dog", "varo"), ("cat", "mise"), ("bird", "piku"), ("horse", "tarno"), ("fish", "sulo"),
-    ("child", "nemi"), ("teacher", "odra"), ("farmer", "kelto"), ("king", "rauko"), ("queen", "seli"),
-    ("wolf", "gurno"), ("fox", "reva"), ("house", "domi"), ("tree", "arbo"), ("river", "fluvo"),
-    ("stone", "peko"), ("apple", "malu"), ("book", "libu"), ("ball", "bolo"), ("garden", "hortu"),
-)  # fmt: skip
+    ("dog", "varo"),
+    ("cat", "mise"),
+    ("bird", "piku"),
+    ("horse", "tarno"),
+    ("fish", "sulo"),
+    ("child", "nemi"),
+    ("teacher", "odra"),
+    ("farmer", "kelto"),
+    ("king", "rauko"),
+    ("queen", "seli"),
+    ("wolf", "gurno"),
+    ("fox", "reva"),
+    ("house", "domi"),
+    ("tree", "arbo"),
+    ("river", "fluvo"),
+    ("stone", "peko"),
+    ("apple", "malu"),
+    ("book", "libu"),
+    ("ball", "bolo"),
+    ("garden", "hortu"),
+)
 ADJECTIVES = (
-    ("big", "gros"), ("small", "mik"), ("red", "rubi"), ("blue", "ceru"), ("green", "verda"),
-    ("old", "vetu"), ("young", "juna"), ("happy", "gaja"), ("sad", "trista"), ("tall", "alta"),
-    ("dark", "nokta"), ("bright", "lumi"),
-)  # fmt: skip
+    ("big", "gros"),
+    ("small", "mik"),
+    ("red", "rubi"),
+    ("blue", "ceru"),
+    ("green", "verda"),
+    ("old", "vetu"),
+    ("young", "juna"),
+    ("happy", "gaja"),
+    ("sad", "trista"),
+    ("tall", "alta"),
+    ("dark", "nokta"),
+    ("bright", "lumi"),
+)
 TRANSITIVE_VERBS = (
-    ("sees", "vidas"), ("likes", "amas"), ("chases", "kasas"), ("finds", "trovas"), ("helps", "helpas"),
-    ("watches", "rigas"), ("follows", "sekvas"), ("carries", "portas"), ("hears", "audas"),
-    ("paints", "pentras"), ("feeds", "nutras"), ("calls", "vokas"),
-)  # fmt: skip
+    ("sees", "vidas"),
+    ("likes", "amas"),
+    ("chases", "kasas"),
+    ("finds", "trovas"),
+    ("helps", "helpas"),
+    ("watches", "rigas"),
+    ("follows", "sekvas"),
+    ("carries", "portas"),
+    ("hears", "audas"),
+    ("paints", "pentras"),
+    ("feeds", "nutras"),
+    ("calls", "vokas"),
+)
 INTRANSITIVE_VERBS = (
-    ("sleeps", "dormas"), ("runs", "kuras"), ("sings", "kantas"), ("waits", "atendas"), ("laughs", "ridas"),
+    ("sleeps", "dormas"),
+    ("runs", "kuras"),
+    ("sings", "kantas"),
+    ("waits", "atendas"),
+    ("laughs", "ridas"),
     ("swims", "nagas"),
-)  # fmt: skip
-ADVERBS = (("quickly", "rapide"), ("slowly", "lante"), ("often", "ofte"), ("today", "hodie"), ("quietly", "kviete"), ("again", "denove"))  # fmt: skip
+)
+ADVERBS = (
+    ("quickly", "rapide"),
+    ("slowly", "lante"),
+    ("often", "ofte"),
+    ("today", "hodie"),
+    ("quietly", "kviete"),
+    ("again", "denove"),
+)
 PREPOSITIONS = (("near", "apu"), ("behind", "malan"), ("under", "sub"), ("with", "kun"), ("in", "ena"))
 SUBJECT_PARTICLE, OBJECT_PARTICLE = "ga", "wo"  # target-only words: no source word aligns to them
 _AN = ("an", "na")  # "a" before a vowel; the target does not make the distinction

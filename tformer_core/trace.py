@@ -35,7 +35,11 @@ import numpy as np
 import torch
 
 # Attention stacks a trace may hold, and the activation prefix of each.
-ATTENTION_STACKS = {"encoder": "encoder.{layer}.attn", "decoder": "decoder.{layer}.attn", "cross": "decoder.{layer}.cross_attn"}
+ATTENTION_STACKS = {
+    "encoder": "encoder.{layer}.attn",
+    "decoder": "decoder.{layer}.attn",
+    "cross": "decoder.{layer}.cross_attn",
+}
 DERIVED_PARTS = ("scores", "scaled")
 
 

@@ -88,18 +88,36 @@ class Recipe:
 
 
 TRANSLATOR_CONFIG = Seq2SeqConfig(
-    src_vocab_size=len(td.SOURCE_VOCAB), tgt_vocab_size=len(td.TARGET_VOCAB), max_positions=32,
-    n_encoder_layers=2, n_decoder_layers=2, d_model=128, n_heads=4, d_ff=256,
-    positional="sinusoidal", activation="relu", norm="post", embed_scale=True, tie_output=True,
-)  # fmt: skip
+    src_vocab_size=len(td.SOURCE_VOCAB),
+    tgt_vocab_size=len(td.TARGET_VOCAB),
+    max_positions=32,
+    n_encoder_layers=2,
+    n_decoder_layers=2,
+    d_model=128,
+    n_heads=4,
+    d_ff=256,
+    positional="sinusoidal",
+    activation="relu",
+    norm="post",
+    embed_scale=True,
+    tie_output=True,
+)
 TRANSLATOR_RECIPE = Recipe(steps=3000, batch_size=64, lr=1e-3, warmup=300)
 TRANSLATOR_UNK_RATE = 0.03
 TRANSLATOR_MAX_TARGET = td.MAX_TARGET_WORDS + 3  # a margin for a wrong prediction to show itself
 
 VIT_CONFIG = ViTConfig(
-    image_size=td.IMAGE_SIZE, patch_size=4, n_channels=3, n_layers=4, n_classes=len(td.SHAPE_CLASSES),
-    d_model=64, n_heads=4, d_ff=128, norm="pre", activation="gelu",
-)  # fmt: skip
+    image_size=td.IMAGE_SIZE,
+    patch_size=4,
+    n_channels=3,
+    n_layers=4,
+    n_classes=len(td.SHAPE_CLASSES),
+    d_model=64,
+    n_heads=4,
+    d_ff=128,
+    norm="pre",
+    activation="gelu",
+)
 # 3200 steps of 128 images: about 12 minutes on 2 CPU cores (each step ~0.23 s), inside the 15-minute budget.
 VIT_RECIPE = Recipe(steps=3200, batch_size=128, lr=1.5e-3, warmup=250, weight_decay=0.05, betas=(0.9, 0.999))
 # Channel mean / std of the generated scenes (measured on 20 000 of them, rounded): the
@@ -139,11 +157,7 @@ def deterministic(seed: int, threads: int) -> Iterator[None]:
 
 
 def _optimise(
-    model: torch.nn.Module,
-    recipe: Recipe,
-    loss_of_batch: Callable[[int], torch.Tensor],
-    log: Log,
-    label: str,
+    model: torch.nn.Module, recipe: Recipe, loss_of_batch: Callable[[int], torch.Tensor], log: Log, label: str
 ) -> float:
     """Run `recipe.steps` AdamW steps; loss_of_batch(step) -> scalar loss. Returns the last smoothed loss."""
     decay, no_decay = [], []
@@ -152,8 +166,10 @@ def _optimise(
         (decay if p.dim() >= 2 and "embed" not in name else no_decay).append(p)
     opt = torch.optim.AdamW(
         [{"params": decay, "weight_decay": recipe.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=recipe.lr, betas=recipe.betas, foreach=False,
-    )  # fmt: skip
+        lr=recipe.lr,
+        betas=recipe.betas,
+        foreach=False,
+    )
     model.train()
     smooth, start = float("nan"), time.perf_counter()
     every = max(1, recipe.steps // 20)
@@ -201,9 +217,12 @@ def _save(model: torch.nn.Module, out: Path, meta: dict) -> str:
 
 def _environment(threads: int) -> dict:
     return {
-        "torch": torch.__version__, "python": platform.python_version(), "machine": platform.machine(),
-        "processor": platform.processor() or "unknown", "threads": threads,
-    }  # fmt: skip
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "processor": platform.processor() or "unknown",
+        "threads": threads,
+    }
 
 
 def _n_params(model: torch.nn.Module) -> int:
@@ -212,9 +231,13 @@ def _n_params(model: torch.nn.Module) -> int:
 
 # ---- translator --------------------------------------------------------------------------------
 def train_translator(
-    steps: int | None = None, seed: int = 0, out: Path | None = None, threads: int = 2,
-    evaluate: bool = True, log: Log = print,
-) -> RunResult:  # fmt: skip
+    steps: int | None = None,
+    seed: int = 0,
+    out: Path | None = None,
+    threads: int = 2,
+    evaluate: bool = True,
+    log: Log = print,
+) -> RunResult:
     """Train the toy SVO -> SOV translator and write it to `out` (default assets/translator)."""
     recipe = TRANSLATOR_RECIPE if steps is None else Recipe(**{**asdict(TRANSLATOR_RECIPE), "steps": steps})
     out = Path(out) if out is not None else ASSETS_DIR / BUNDLED_MODELS["translator"]
@@ -256,10 +279,14 @@ def train_translator(
         "target_language": "Tarish (invented, SOV, noun before adjectives, postpositions, case particles)",
         "max_target_length": TRANSLATOR_MAX_TARGET,
         "training": {
-            "command": command, "seed": seed, "recipe": asdict(recipe), "unk_rate": TRANSLATOR_UNK_RATE,
-            "final_train_loss": round(final_loss, 5), "train_seconds": round(train_seconds, 1),
+            "command": command,
+            "seed": seed,
+            "recipe": asdict(recipe),
+            "unk_rate": TRANSLATOR_UNK_RATE,
+            "final_train_loss": round(final_loss, 5),
+            "train_seconds": round(train_seconds, 1),
             "environment": _environment(threads),
-        },  # fmt: skip
+        },
     }
     out.mkdir(parents=True, exist_ok=True)
     write_lines(out / "source_vocab.txt", td.SOURCE_VOCAB)
@@ -299,22 +326,29 @@ def evaluate_translator(model: EncoderDecoder, log: Log = print, n: int = 2000, 
         "alignment_accuracy_per_head": per_head.round(4).tolist(),
         "best_alignment_head": {"layer": int(best[0]), "head": int(best[1]), "accuracy": float(per_head[best])},
         "examples": [
-            {"source": p.source_text, "reference": p.target_text, "model": " ".join(o)} for p, o in zip(examples, outputs)
+            {"source": p.source_text, "reference": p.target_text, "model": " ".join(o)}
+            for p, o in zip(examples, outputs)
         ],
         "unknown_word_example": {"source": unk_example, "model": " ".join(translate_batch(model, [unk_example])[0])},
         "eval_seed": EVAL_SEED,
         "eval_seconds": round(time.perf_counter() - start, 1),
     }
-    log(f"[translator] held-out exact match {accuracy:.4f} on {n} sentences; "
-        f"best alignment head L{best[0]}H{best[1]} {per_head[best]:.3f}; {moved:.1%} of words move")  # fmt: skip
+    log(
+        f"[translator] held-out exact match {accuracy:.4f} on {n} sentences; "
+        f"best alignment head L{best[0]}H{best[1]} {per_head[best]:.3f}; {moved:.1%} of words move"
+    )
     return metrics
 
 
 # ---- vit-tiny --------------------------------------------------------------------------------
 def train_vit(
-    steps: int | None = None, seed: int = 0, out: Path | None = None, threads: int = 2,
-    evaluate: bool = True, log: Log = print,
-) -> RunResult:  # fmt: skip
+    steps: int | None = None,
+    seed: int = 0,
+    out: Path | None = None,
+    threads: int = 2,
+    evaluate: bool = True,
+    log: Log = print,
+) -> RunResult:
     """Train the tiny ViT on generated shape scenes and write it to `out` (default assets/vit-tiny)."""
     recipe = VIT_RECIPE if steps is None else Recipe(**{**asdict(VIT_RECIPE), "steps": steps})
     out = Path(out) if out is not None else ASSETS_DIR / BUNDLED_MODELS["vit-tiny"]
@@ -341,15 +375,21 @@ def train_vit(
         "config": config_to_dict(VIT_CONFIG),
         "labels": "labels.txt",
         "preprocessing": {
-            "image_size": [td.IMAGE_SIZE, td.IMAGE_SIZE], "value_range": [0.0, 1.0],
-            "mean": list(VIT_MEAN), "std": list(VIT_STD),
+            "image_size": [td.IMAGE_SIZE, td.IMAGE_SIZE],
+            "value_range": [0.0, 1.0],
+            "mean": list(VIT_MEAN),
+            "std": list(VIT_STD),
             "formula": "pixel = (value / 255 - mean) / std, per channel, RGB, (3, H, W)",
-        },  # fmt: skip
+        },
         "training": {
-            "command": command, "seed": seed, "recipe": asdict(recipe), "final_train_loss": round(final_loss, 5),
-            "train_seconds": round(train_seconds, 1), "environment": _environment(threads),
+            "command": command,
+            "seed": seed,
+            "recipe": asdict(recipe),
+            "final_train_loss": round(final_loss, 5),
+            "train_seconds": round(train_seconds, 1),
+            "environment": _environment(threads),
             "images_seen": recipe.steps * recipe.batch_size,
-        },  # fmt: skip
+        },
     }
     out.mkdir(parents=True, exist_ok=True)
     write_lines(out / "labels.txt", td.SHAPE_CLASSES)
@@ -399,7 +439,10 @@ def evaluate_vit(model: ViT, log: Log = print, n: int = 4000) -> dict:
         name: float((preds[scenes.labels == c] == c).float().mean()) for c, name in enumerate(td.SHAPE_CLASSES)
     }
     last = foreground_figures(model, scenes, -1)
-    per_layer = [foreground_figures(model, scenes, layer)["any_pixel"]["ratio_of_means"] for layer in range(model.config.n_layers)]
+    per_layer = [
+        foreground_figures(model, scenes, layer)["any_pixel"]["ratio_of_means"]
+        for layer in range(model.config.n_layers)
+    ]
     metrics = {
         "held_out_images": n,
         "held_out_accuracy": accuracy,
@@ -410,8 +453,10 @@ def evaluate_vit(model: ViT, log: Log = print, n: int = 4000) -> dict:
         "eval_seconds": round(time.perf_counter() - start, 1),
     }
     a = last["any_pixel"]
-    log(f"[vit-tiny] held-out accuracy {accuracy:.4f} on {n} images; last-layer class-token mass on foreground "
-        f"{a['class_token_mass']:.3f} vs foreground share {a['foreground_share']:.3f} (x{a['ratio_of_means']:.2f})")  # fmt: skip
+    log(
+        f"[vit-tiny] held-out accuracy {accuracy:.4f} on {n} images; last-layer class-token mass on foreground "
+        f"{a['class_token_mass']:.3f} vs foreground share {a['foreground_share']:.3f} (x{a['ratio_of_means']:.2f})"
+    )
     return metrics
 
 
@@ -446,11 +491,10 @@ def translator_card(meta: dict, sha: str, n_params: int, out: Path, m: dict) -> 
     r = t["recipe"]
     best = m["best_alignment_head"]
     heads = "\n".join(
-        f"| {layer} | " + " | ".join(f"{v:.1%}" for v in row) + " |" for layer, row in enumerate(m["alignment_accuracy_per_head"])
+        f"| {layer} | " + " | ".join(f"{v:.1%}" for v in row) + " |"
+        for layer, row in enumerate(m["alignment_accuracy_per_head"])
     )
-    examples = "\n".join(
-        f"| {e['source']} | {e['reference']} | {e['model']} |" for e in m["examples"]
-    )
+    examples = "\n".join(f"| {e['source']} | {e['reference']} | {e['model']} |" for e in m["examples"])
     head_cols = " | ".join(f"head {h}" for h in range(c["n_heads"]))
     return f"""# translator: toy English -> Tarish, an encoder-decoder trained by this project
 
@@ -461,7 +505,7 @@ then its adjectives in mirrored order then the determiner, postpositions, the pl
 before the object, the adverb just before the verb, and two case particles with no source word
 (`ga` after the subject, `wo` after the object). Each source word has one translation, so every
 target word (but the particles) has exactly one source word, and most of them sit at another
-index than their source word: {m['share_of_words_that_move']:.0%} of aligned target words of held-out
+index than their source word: {m["share_of_words_that_move"]:.0%} of aligned target words of held-out
 sentences do. Cross-attention has to move across the sentence, which is what the app shows.
 
 | English (source) | Tarish (reference) | model output |
@@ -469,53 +513,53 @@ sentences do. Cross-attention has to move across the sentence, which is what the
 {examples}
 
 Unknown words are kept visible: the tokenizer maps them to `<unk>` and the model, trained with
-{t['unk_rate']:.0%} of nouns and adjectives replaced by `<unk>` on both sides, puts `<unk>` where the
-word's translation belongs: "{m['unknown_word_example']['source']}" -> "{m['unknown_word_example']['model']}".
+{t["unk_rate"]:.0%} of nouns and adjectives replaced by `<unk>` on both sides, puts `<unk>` where the
+word's translation belongs: "{m["unknown_word_example"]["source"]}" -> "{m["unknown_word_example"]["model"]}".
 
 ## Data
 Generated by `tformer_core/toy_data.py` (no download): a grammar of determiners (5, plus "an"),
 adjectives (12, 0-2 per noun phrase), nouns (20), transitive (12) and intransitive (6) verbs,
 adverbs (6) and prepositional phrases (5 prepositions); 3 to 15 source words, 4 to 17 target
-words. Source vocabulary {c['src_vocab_size']} words, target vocabulary {c['tgt_vocab_size']}, both with
+words. Source vocabulary {c["src_vocab_size"]} words, target vocabulary {c["tgt_vocab_size"]}, both with
 `<pad>` `<bos>` `<eos>` `<unk>` at ids 0-3 (`source_vocab.txt`, `target_vocab.txt`).
 Held-out split by sentence: a source sentence is held out when a BLAKE2b hash of its text falls in
 {td.HELD_OUT_PERCENT} of 100 buckets (`toy_data.is_held_out`); training draws reject those sentences, so
 no held-out sentence is ever trained on. Training draws fresh sentences at every step
-({r['steps']} steps x {r['batch_size']} sentences).
+({r["steps"]} steps x {r["batch_size"]} sentences).
 
 ## Model
 `EncoderDecoder` as in the original Transformer: post-norm, ReLU, sinusoidal positions (base
-{c['pe_base']:g}), embeddings x sqrt(d_model), output layer tied to the target embedding.
-{c['n_encoder_layers']} encoder + {c['n_decoder_layers']} decoder layers, d_model {c['d_model']}, {c['n_heads']} heads,
-d_ff {c['d_ff']}, at most {c['max_positions']} positions. Size: {_size_line(n_params, out)}.
+{c["pe_base"]:g}), embeddings x sqrt(d_model), output layer tied to the target embedding.
+{c["n_encoder_layers"]} encoder + {c["n_decoder_layers"]} decoder layers, d_model {c["d_model"]}, {c["n_heads"]} heads,
+d_ff {c["d_ff"]}, at most {c["max_positions"]} positions. Size: {_size_line(n_params, out)}.
 Greedy decoding (`tformer_core.bundled.translate`).
 
 ## Training
-Command: `{t['command']}` (seed {t['seed']}).
-AdamW (betas {tuple(r['betas'])}), learning rate {r['lr']:g} with {r['warmup']} warm-up steps and cosine decay
-to {r['final_lr_ratio']:g} x, gradient clipping {r['grad_clip']:g}, cross-entropy with teacher forcing; final
-training loss {t['final_train_loss']:.4f}. Training time: {_env_line(meta)}.
+Command: `{t["command"]}` (seed {t["seed"]}).
+AdamW (betas {tuple(r["betas"])}), learning rate {r["lr"]:g} with {r["warmup"]} warm-up steps and cosine decay
+to {r["final_lr_ratio"]:g} x, gradient clipping {r["grad_clip"]:g}, cross-entropy with teacher forcing; final
+training loss {t["final_train_loss"]:.4f}. Training time: {_env_line(meta)}.
 The run is deterministic (seeded python / numpy / torch, deterministic algorithms, fixed thread
 count): the same command on the same machine writes the same weights,
 SHA-256 `{sha}`.
 
 ## Held-out accuracy
-Exact-match sentence accuracy of greedy translation on {m['held_out_sentences']} held-out sentences
-({m['held_out_unique_sentences']} distinct, none seen in training, seed {m['eval_seed']}):
-**{m['held_out_exact_match']:.2%}**.
+Exact-match sentence accuracy of greedy translation on {m["held_out_sentences"]} held-out sentences
+({m["held_out_unique_sentences"]} distinct, none seen in training, seed {m["eval_seed"]}):
+**{m["held_out_exact_match"]:.2%}**.
 
 ## Attention property: cross-attention aligns words across the reordering
 For each decoder position that predicts an aligned target word, the argmax of the cross-attention
-row over the source words, compared with the gold source word ({m['aligned_target_words']} target
-words of {m['alignment_sentences']} held-out sentences, teacher forcing). Row t of the cross-attention
+row over the source words, compared with the gold source word ({m["aligned_target_words"]} target
+words of {m["alignment_sentences"]} held-out sentences, teacher forcing). Row t of the cross-attention
 is the position whose input is target word t-1 (row 0: `<bos>`) and which predicts target word t.
 
 | decoder layer | {head_cols} |
-|---|{'---|' * c['n_heads']}
+|---|{"---|" * c["n_heads"]}
 {heads}
 
-Best head: layer {best['layer']}, head {best['head']}: {best['accuracy']:.1%} of target words attend most to their
-source word, although {m['share_of_words_that_move']:.0%} of them are at another index than that word.
+Best head: layer {best["layer"]}, head {best["head"]}: {best["accuracy"]:.1%} of target words attend most to their
+source word, although {m["share_of_words_that_move"]:.0%} of them are at another index than that word.
 """
 
 
@@ -537,40 +581,40 @@ stripes at a random angle and frequency, and pixel noise, so the class can only 
 ## Data
 Generated by `tformer_core.toy_data.make_scenes` (no download), with the exact (anti-aliased)
 coverage of every pixel by the shape, used to measure attention on the foreground. Training draws
-fresh images at every step ({r['steps']} steps x {r['batch_size']} = {t['images_seen']:,} images from a stream seeded
+fresh images at every step ({r["steps"]} steps x {r["batch_size"]} = {t["images_seen"]:,} images from a stream seeded
 {TRAIN_STREAM_OFFSET} + seed); evaluation images come from other seeds and were never trained on.
 
 ## Model
-`ViT`: pre-norm, exact GELU, class token, learned position embeddings, patch {c['patch_size']} ({c['image_size']}/{c['patch_size']} =
-{c['image_size'] // c['patch_size']} x {c['image_size'] // c['patch_size']} = {(c['image_size'] // c['patch_size']) ** 2} patches), {c['n_layers']} layers, d_model {c['d_model']}, {c['n_heads']} heads, d_ff {c['d_ff']}.
+`ViT`: pre-norm, exact GELU, class token, learned position embeddings, patch {c["patch_size"]} ({c["image_size"]}/{c["patch_size"]} =
+{c["image_size"] // c["patch_size"]} x {c["image_size"] // c["patch_size"]} = {(c["image_size"] // c["patch_size"]) ** 2} patches), {c["n_layers"]} layers, d_model {c["d_model"]}, {c["n_heads"]} heads, d_ff {c["d_ff"]}.
 Size: {_size_line(n_params, out)}.
 Preprocessing (`config.json` -> `preprocessing`, `tformer_core.bundled.prepare_image`): RGB values in
-[0, 1], then (x - mean) / std per channel with mean {tuple(p['mean'])}, std {tuple(p['std'])}.
+[0, 1], then (x - mean) / std per channel with mean {tuple(p["mean"])}, std {tuple(p["std"])}.
 
 ## Training
-Command: `{t['command']}` (seed {t['seed']}).
-AdamW (betas {tuple(r['betas'])}, weight decay {r['weight_decay']:g} on matrices), learning rate {r['lr']:g} with {r['warmup']}
-warm-up steps and cosine decay to {r['final_lr_ratio']:g} x, gradient clipping {r['grad_clip']:g}; final training loss
-{t['final_train_loss']:.4f}. Training time: {_env_line(meta)}.
+Command: `{t["command"]}` (seed {t["seed"]}).
+AdamW (betas {tuple(r["betas"])}, weight decay {r["weight_decay"]:g} on matrices), learning rate {r["lr"]:g} with {r["warmup"]}
+warm-up steps and cosine decay to {r["final_lr_ratio"]:g} x, gradient clipping {r["grad_clip"]:g}; final training loss
+{t["final_train_loss"]:.4f}. Training time: {_env_line(meta)}.
 The run is deterministic (seeded python / numpy / torch, deterministic algorithms, fixed thread
 count): the same command on the same machine writes the same weights,
 SHA-256 `{sha}`.
 
 ## Held-out accuracy
-**{m['held_out_accuracy']:.2%}** on {m['held_out_images']} fresh images (seed {m['eval_seed']}). Per class: {per_class}.
+**{m["held_out_accuracy"]:.2%}** on {m["held_out_images"]} fresh images (seed {m["eval_seed"]}). Per class: {per_class}.
 
 ## Attention property: the class token looks at the shape
-Last layer, class token as query, attention averaged over the heads, on the same {m['held_out_images']} held-out images.
+Last layer, class token as query, attention averaged over the heads, on the same {m["held_out_images"]} held-out images.
 A patch is foreground when any of its pixels is covered by the shape.
 
 | | foreground share of the patches | class-token attention mass on foreground patches | ratio |
 |---|---|---|---|
-| any pixel covered | {a['foreground_share']:.3f} | {a['class_token_mass']:.3f} | x{a['ratio_of_means']:.2f} |
-| at least half covered | {h['foreground_share']:.3f} | {h['class_token_mass']:.3f} | x{h['ratio_of_means']:.2f} |
+| any pixel covered | {a["foreground_share"]:.3f} | {a["class_token_mass"]:.3f} | x{a["ratio_of_means"]:.2f} |
+| at least half covered | {h["foreground_share"]:.3f} | {h["class_token_mass"]:.3f} | x{h["ratio_of_means"]:.2f} |
 
 The mass is a share of the whole attention row: the class token also attends to itself
-(on average {1 - last['class_token_mass_on_patches']:.3f} of its row), which counts against the foreground.
-On {a['images_with_mass_above_share']:.1%} of the images the mass on the foreground exceeds the foreground share.
+(on average {1 - last["class_token_mass_on_patches"]:.3f} of its row), which counts against the foreground.
+On {a["images_with_mass_above_share"]:.1%} of the images the mass on the foreground exceeds the foreground share.
 The same ratio (any pixel) in every layer: {per_layer}.
 """
 
@@ -594,7 +638,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--seed must be >= 0, got {args.seed}")
     if args.threads < 1:
         parser.error(f"--threads must be >= 1, got {args.threads}")
-    result = TRAINERS[args.name](steps=args.steps, seed=args.seed, out=args.out, threads=args.threads, evaluate=not args.no_eval)
+    result = TRAINERS[args.name](
+        steps=args.steps, seed=args.seed, out=args.out, threads=args.threads, evaluate=not args.no_eval
+    )
     print(f"wrote {result.out} (weights sha256 {result.weights_sha256}, {result.train_seconds:.1f}s training)")
     return 0
 

@@ -37,10 +37,43 @@ DISPLAY_PX = 448  # pictures smaller than this are enlarged (pixel-exact) for th
 
 # Colour maps as ten stops each, interpolated (numbers from matplotlib's tables).
 _CMAPS = {
-    "inferno": ("#000004", "#1b0c41", "#4a0c6b", "#781c6d", "#a52c60", "#cf4446", "#ed6925", "#fb9b06", "#f7d13d", "#fcffa4"),
-    "viridis": ("#440154", "#482878", "#3e4989", "#31688e", "#26828e", "#1f9e89", "#35b779", "#6ece58", "#b5de2b", "#fde725"),
-    "coolwarm": ("#3b4cc0", "#5977e3", "#7b9ff9", "#9ebeff", "#c0d4f5", "#dddcdc", "#f2cbb7", "#f7ac8e", "#ee8468", "#b40426"),
-}  # fmt: skip
+    "inferno": (
+        "#000004",
+        "#1b0c41",
+        "#4a0c6b",
+        "#781c6d",
+        "#a52c60",
+        "#cf4446",
+        "#ed6925",
+        "#fb9b06",
+        "#f7d13d",
+        "#fcffa4",
+    ),
+    "viridis": (
+        "#440154",
+        "#482878",
+        "#3e4989",
+        "#31688e",
+        "#26828e",
+        "#1f9e89",
+        "#35b779",
+        "#6ece58",
+        "#b5de2b",
+        "#fde725",
+    ),
+    "coolwarm": (
+        "#3b4cc0",
+        "#5977e3",
+        "#7b9ff9",
+        "#9ebeff",
+        "#c0d4f5",
+        "#dddcdc",
+        "#f2cbb7",
+        "#f7ac8e",
+        "#ee8468",
+        "#b40426",
+    ),
+}
 
 
 # ---- one image -----------------------------------------------------------------------------------
@@ -142,7 +175,9 @@ def _lut(name: str) -> np.ndarray:
 _LUTS = {name: _lut(name) for name in _CMAPS}
 
 
-def colourise(values: np.ndarray, cmap: str = "inferno", lo: float | None = None, hi: float | None = None) -> np.ndarray:
+def colourise(
+    values: np.ndarray, cmap: str = "inferno", lo: float | None = None, hi: float | None = None
+) -> np.ndarray:
     """[h, w] numbers -> [h, w, 3] uint8 colours, lo..hi (default: the values' own range) over the map."""
     v = np.asarray(values, dtype=np.float64)
     lo = float(v.min()) if lo is None else lo
@@ -161,8 +196,9 @@ def enlarged(image: Image.Image) -> Image.Image:
     return image if k == 1 else image.resize((image.width * k, image.height * k), Image.Resampling.NEAREST)
 
 
-def overlay(image: Image.Image, grid_map: np.ndarray, alpha: float = 0.6, smooth: bool = True,
-            cmap: str = "inferno") -> Image.Image:  # fmt: skip
+def overlay(
+    image: Image.Image, grid_map: np.ndarray, alpha: float = 0.6, smooth: bool = True, cmap: str = "inferno"
+) -> Image.Image:
     """The picture with a [rows, cols] map laid over it as heat (0 = dark, the map's maximum = bright).
 
     smooth: bilinear between patch centres; else every patch is one flat block. Enlarged for small inputs.
@@ -180,14 +216,16 @@ def _font(size: int = 12) -> ImageFont.ImageFont | ImageFont.FreeTypeFont:
         return ImageFont.load_default()
 
 
-def tiles(images: Sequence[Image.Image], labels: Sequence[str], columns: int, tile_px: int, gap: int = 6,
-          label_px: int = 16) -> Image.Image:  # fmt: skip
+def tiles(
+    images: Sequence[Image.Image], labels: Sequence[str], columns: int, tile_px: int, gap: int = 6, label_px: int = 16
+) -> Image.Image:
     """Pictures side by side in rows of `columns`, each scaled to `tile_px` wide, a label above each."""
     if not images:
         raise ValueError("no pictures to lay out")
     columns = max(1, min(columns, len(images)))
-    scaled = [im.resize((tile_px, max(1, round(im.height * tile_px / im.width))), Image.Resampling.BILINEAR)
-              for im in images]  # fmt: skip
+    scaled = [
+        im.resize((tile_px, max(1, round(im.height * tile_px / im.width))), Image.Resampling.BILINEAR) for im in images
+    ]
     tile_h = max(im.height for im in scaled)
     rows = -(-len(scaled) // columns)
     canvas = Image.new("RGB", (columns * (tile_px + gap) - gap, rows * (tile_h + label_px + gap) - gap), "white")
@@ -210,9 +248,13 @@ def grid_picture(image: Image.Image, patch_size: int) -> Image.Image:
     draw, font = ImageDraw.Draw(canvas), _font(10)
     step = patch_size * k
     for c in range(cols + 1):
-        draw.line([(margin + c * step, margin), (margin + c * step, margin + rows * step)], fill=(255, 255, 255), width=1)
+        draw.line(
+            [(margin + c * step, margin), (margin + c * step, margin + rows * step)], fill=(255, 255, 255), width=1
+        )
     for r in range(rows + 1):
-        draw.line([(margin, margin + r * step), (margin + cols * step, margin + r * step)], fill=(255, 255, 255), width=1)
+        draw.line(
+            [(margin, margin + r * step), (margin + cols * step, margin + r * step)], fill=(255, 255, 255), width=1
+        )
     label_every = 1 if step >= 16 else 2
     for c in range(0, cols, label_every):
         draw.text((margin + c * step + step // 2, margin // 2), str(c), fill=(60, 60, 60), font=font, anchor="mm")
@@ -225,8 +267,11 @@ def patch_sequence(image: Image.Image, patch_size: int, per_row: int | None = No
     """The patches cut out and laid in the order the model reads them (row-major), index under every tenth."""
     rows, cols = image.height // patch_size, image.width // patch_size
     per_row = per_row or min(2 * cols, 32)
-    patches = [image.crop((c * patch_size, r * patch_size, (c + 1) * patch_size, (r + 1) * patch_size))
-               for r in range(rows) for c in range(cols)]  # fmt: skip
+    patches = [
+        image.crop((c * patch_size, r * patch_size, (c + 1) * patch_size, (r + 1) * patch_size))
+        for r in range(rows)
+        for c in range(cols)
+    ]
     gap, label_px = 2, 12
     lines = -(-len(patches) // per_row)
     canvas = Image.new("RGB", (per_row * (tile_px + gap), lines * (tile_px + label_px + gap)), "white")
@@ -235,7 +280,9 @@ def patch_sequence(image: Image.Image, patch_size: int, per_row: int | None = No
         x, y = (i % per_row) * (tile_px + gap), (i // per_row) * (tile_px + label_px + gap)
         canvas.paste(p.resize((tile_px, tile_px), Image.Resampling.NEAREST), (x, y))
         if i % 10 == 0:
-            draw.text((x + tile_px // 2, y + tile_px + label_px // 2), str(i), fill=(60, 60, 60), font=font, anchor="mm")
+            draw.text(
+                (x + tile_px // 2, y + tile_px + label_px // 2), str(i), fill=(60, 60, 60), font=font, anchor="mm"
+            )
     return canvas
 
 
@@ -256,32 +303,58 @@ def patch_picker(picture: Image.Image, grid_hw: tuple[int, int], selected: int |
     datasets: dict[str, Any] = {}
     x = channel("col", "ordinal", axis=None, scale={"paddingInner": 0, "paddingOuter": 0})
     y = channel("row", "ordinal", axis=None, scale={"paddingInner": 0, "paddingOuter": 0})
-    background = {"data": named_data(pd.DataFrame({"url": [data_uri(picture)]}), datasets),
-                  "mark": {"type": "image", "width": picture.width, "height": picture.height, "align": "left",
-                           "baseline": "top", "aspect": False},
-                  "encoding": {"url": channel("url", "nominal"), "x": {"value": 0}, "y": {"value": 0}}}  # fmt: skip
-    grid = {
-        "name": "cells", "data": named_data(cells, datasets),
-        "mark": {"type": "rect", "fill": "white", "stroke": "white", "strokeOpacity": 0.35, "strokeWidth": 0.5,
-                 "cursor": "pointer"},
-        "encoding": {
-            "x": x, "y": y,
-            "fillOpacity": {"condition": {"param": "hover", "empty": False, "value": 0.3}, "value": 0.001},
-            "tooltip": [channel("patch", "quantitative", title="patch"), channel("row", "quantitative", title="row"),
-                        channel("col", "quantitative", title="column")],
+    background = {
+        "data": named_data(pd.DataFrame({"url": [data_uri(picture)]}), datasets),
+        "mark": {
+            "type": "image",
+            "width": picture.width,
+            "height": picture.height,
+            "align": "left",
+            "baseline": "top",
+            "aspect": False,
         },
-    }  # fmt: skip
+        "encoding": {"url": channel("url", "nominal"), "x": {"value": 0}, "y": {"value": 0}},
+    }
+    grid = {
+        "name": "cells",
+        "data": named_data(cells, datasets),
+        "mark": {
+            "type": "rect",
+            "fill": "white",
+            "stroke": "white",
+            "strokeOpacity": 0.35,
+            "strokeWidth": 0.5,
+            "cursor": "pointer",
+        },
+        "encoding": {
+            "x": x,
+            "y": y,
+            "fillOpacity": {"condition": {"param": "hover", "empty": False, "value": 0.3}, "value": 0.001},
+            "tooltip": [
+                channel("patch", "quantitative", title="patch"),
+                channel("row", "quantitative", title="row"),
+                channel("col", "quantitative", title="column"),
+            ],
+        },
+    }
     layers = [background, grid]
     if selected is not None:
         chosen = cells[cells["patch"] == selected].reset_index(drop=True)
-        layers.append({"data": named_data(chosen, datasets),
-                       "mark": {"type": "rect", "fill": None, "stroke": "#00e5ff", "strokeWidth": 2.5},
-                       "encoding": {"x": x, "y": y}})  # fmt: skip
+        layers.append(
+            {
+                "data": named_data(chosen, datasets),
+                "mark": {"type": "rect", "fill": None, "stroke": "#00e5ff", "strokeWidth": 2.5},
+                "encoding": {"x": x, "y": y},
+            }
+        )
     params = [
         {"name": "patch", "views": ["cells"], "select": {"type": "point", "fields": ["patch"], "on": "click"}},
-        {"name": "hover", "views": ["cells"], "select": {"type": "point", "fields": ["patch"], "on": "pointerover",
-                                                         "clear": "pointerout"}},
-    ]  # fmt: skip
+        {
+            "name": "hover",
+            "views": ["cells"],
+            "select": {"type": "point", "fields": ["patch"], "on": "pointerover", "clear": "pointerout"},
+        },
+    ]
     spec = layered(layers, datasets, title, width=picture.width, height=picture.height, params=params)
     spec["config"] = {"view": {"stroke": None}}
     return spec
@@ -303,7 +376,9 @@ def clicked_patch(event: Any) -> int | None:
 
 
 # ---- the model's own pictures (ViT paper, Fig. 7) --------------------------------------------------
-def embedding_filter_pcs(model: Any, n: int = 28, tile_px: int = 32, columns: int = 7) -> tuple[Image.Image, np.ndarray]:
+def embedding_filter_pcs(
+    model: Any, n: int = 28, tile_px: int = 32, columns: int = 7
+) -> tuple[Image.Image, np.ndarray]:
     """The first `n` principal components of the patch-embedding filters as RGB P x P tiles (Fig. 7, left).
 
     The filters are the D rows of the linear patch embedding, each P*P*C numbers (channel-first);
@@ -355,8 +430,9 @@ def position_similarity_maps(model: Any, cell_px: int = 2, gap: int = 2) -> Imag
 # ---- mean attention distance -----------------------------------------------------------------------
 def image_mad(trace: Trace, renormalize: bool = False) -> np.ndarray:
     """[layers, heads] mean attention distance in pixels of one traced image."""
-    return mean_attention_distance(trace.all_attention(), trace.grid_hw, trace.patch_size, trace.n_prefix_tokens,
-                                   renormalize)  # fmt: skip
+    return mean_attention_distance(
+        trace.all_attention(), trace.grid_hw, trace.patch_size, trace.n_prefix_tokens, renormalize
+    )
 
 
 def uniform_mad(grid_hw: tuple[int, int], patch_size: int, n_prefix_tokens: int, renormalize: bool = False) -> float:
@@ -366,9 +442,12 @@ def uniform_mad(grid_hw: tuple[int, int], patch_size: int, n_prefix_tokens: int,
 
 
 def mean_attention_distances(
-    model: Any, images: Sequence[Image.Image], renormalize: bool = False, batch_size: int = 32,
+    model: Any,
+    images: Sequence[Image.Image],
+    renormalize: bool = False,
+    batch_size: int = 32,
     progress: Callable[[int, int], None] | None = None,
-) -> np.ndarray:  # fmt: skip
+) -> np.ndarray:
     """[images, layers, heads] mean attention distance in pixels, the images preprocessed as the model's
     checkpoint does and traced in batches (on the model's device), keeping only the attention weights.
 
@@ -384,8 +463,12 @@ def mean_attention_distances(
     for start in range(0, len(images), batch_size):
         batch = torch.stack([model.preprocessing(im) for im in images[start : start + batch_size]])
         traces = model.trace_batch(batch, keep=lambda name: name.endswith(".weights"))
-        per_layer = [mean_attention_distance(np.stack([t.attention(layer) for t in traces]), c.grid_hw, c.patch_size,
-                                             c.n_prefix_tokens, renormalize) for layer in range(c.n_layers)]  # fmt: skip
+        per_layer = [
+            mean_attention_distance(
+                np.stack([t.attention(layer) for t in traces]), c.grid_hw, c.patch_size, c.n_prefix_tokens, renormalize
+            )
+            for layer in range(c.n_layers)
+        ]
         out.append(np.stack(per_layer, axis=1))  # [batch, layers, heads]
         if progress is not None:
             progress(min(start + batch_size, len(images)), len(images))
@@ -433,8 +516,12 @@ def _folder_samples() -> list[tuple[str, bytes]]:
         if not folder.is_dir():
             continue
         for path in sorted(folder.iterdir()):
-            if (path.suffix.lower() in IMAGE_SUFFIXES and path.is_file() and path.stat().st_size <= MAX_BYTES
-                    and len(out) < MAX_FOLDER_IMAGES):  # fmt: skip
+            if (
+                path.suffix.lower() in IMAGE_SUFFIXES
+                and path.is_file()
+                and path.stat().st_size <= MAX_BYTES
+                and len(out) < MAX_FOLDER_IMAGES
+            ):
                 out.append((f"{folder.name}/{path.name}", path.read_bytes()))
     return out
 

@@ -169,8 +169,13 @@ class ViT(TracedModel):
 
     def _trace_fields(self) -> dict:
         c = self.config
-        return dict(tokens=self.patch_labels(), stack_layers={"encoder": c.n_layers}, grid_hw=c.grid_hw,
-                    patch_size=c.patch_size, n_prefix_tokens=c.n_prefix_tokens)  # fmt: skip
+        return dict(
+            tokens=self.patch_labels(),
+            stack_layers={"encoder": c.n_layers},
+            grid_hw=c.grid_hw,
+            patch_size=c.patch_size,
+            n_prefix_tokens=c.n_prefix_tokens,
+        )
 
     def trace(self, image: torch.Tensor | np.ndarray, keep: NameFilter | None = None) -> Trace:
         """Trace one preprocessed image (C, H, W) or (1, C, H, W)."""

@@ -45,14 +45,19 @@ def test_default_page_shows_the_step_the_alignment_and_the_encoder(translator):
     expected = sv.translate(translator, DEFAULT, 40)
     assert at.code[0].value == expected.output_text
     titles = set(charts(at))
-    assert {"masked self-attention, layer 1, head 0", "cross-attention, layer 1, head 0",
-            "cross-attention, layer 1, mean of the heads", "encoder layer 0, head 0: weights (softmax)"} <= titles  # fmt: skip
+    assert {
+        "masked self-attention, layer 1, head 0",
+        "cross-attention, layer 1, head 0",
+        "cross-attention, layer 1, mean of the heads",
+        "encoder layer 0, head 0: weights (softmax)",
+    } <= titles
     # Step 1: the decoder has read <bos>; the cross-attention rows of every layer and head are the model's.
     step = sv.at_step(expected, 0)
     rows = cells(at, "cross-attention of the newest position (<bos>)")
     np.testing.assert_allclose(rows, step.cross_rows().reshape(8, -1), atol=1e-5)
-    np.testing.assert_allclose(cells(at, "cross-attention, layer 1, head 0"), sv.alignment(expected, 1, 0).weights,
-                               atol=1e-5)  # fmt: skip
+    np.testing.assert_allclose(
+        cells(at, "cross-attention, layer 1, head 0"), sv.alignment(expected, 1, 0).weights, atol=1e-5
+    )
     top = next(d.value for d in at.dataframe if list(d.value.columns) == ["token", "probability"])
     assert top["token"].iloc[0] == expected.produced[0]
     assert at.query_params["model"] == "translator" and at.query_params["step"] == "1"
@@ -67,8 +72,9 @@ def test_step_slider_and_head_switch_run_no_model(translator):
     no_exception(at)
     self_attention = cells(at, "masked self-attention, layer 1, head 0")
     assert self_attention.shape == (5, 5) and np.isnan(self_attention[np.triu_indices(5, 1)]).all()  # masked
-    np.testing.assert_allclose(np.nan_to_num(self_attention), sv.at_step(expected, 4).self_attention(1, 0).weights,
-                               atol=1e-5)  # fmt: skip
+    np.testing.assert_allclose(
+        np.nan_to_num(self_attention), sv.at_step(expected, 4).self_attention(1, 0).weights, atol=1e-5
+    )
     assert any(f"Step 5 of {expected.n_steps}" in m.value for m in at.markdown)
     widget(at, "s2s.head").set_value(3)
     widget(at, "s2s.layer").set_value(0)
@@ -120,8 +126,9 @@ def test_teacher_forcing_shows_the_users_target(translator):
     forced = sv.teacher_force(translator, "the big dog chases a small cat", target)
     agree = sum(sv.at_step(forced, t).predictions(1)[0][0] == p for t, p in enumerate(forced.produced))
     assert any(f"agrees with it at {agree} of {forced.n_steps} steps" in c.value for c in at.caption)
-    np.testing.assert_allclose(cells(at, "cross-attention, layer 1, mean of the heads"),
-                               sv.alignment(forced, 1, None).weights, atol=1e-5)  # fmt: skip
+    np.testing.assert_allclose(
+        cells(at, "cross-attention, layer 1, mean of the heads"), sv.alignment(forced, 1, None).weights, atol=1e-5
+    )
 
 
 def test_unknown_words_are_shown_as_unk():

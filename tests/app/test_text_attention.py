@@ -35,17 +35,28 @@ def model_dir(tmp_path_factory):
 
     bpe = ByteLevelBPETokenizer()
     bpe.train_from_iterator(CORPUS, vocab_size=320, min_frequency=1, special_tokens=["<|endoftext|>"])
-    gpt_tok = T.PreTrainedTokenizerFast(tokenizer_object=bpe._tokenizer, bos_token="<|endoftext|>",
-                                        eos_token="<|endoftext|>", unk_token="<|endoftext|>")  # fmt: skip
-    gpt = T.GPT2LMHeadModel(T.GPT2Config(vocab_size=len(gpt_tok), n_embd=32, n_layer=2, n_head=4, n_positions=64,
-                                         bos_token_id=0, eos_token_id=0))  # fmt: skip
+    gpt_tok = T.PreTrainedTokenizerFast(
+        tokenizer_object=bpe._tokenizer, bos_token="<|endoftext|>", eos_token="<|endoftext|>", unk_token="<|endoftext|>"
+    )
+    gpt = T.GPT2LMHeadModel(
+        T.GPT2Config(
+            vocab_size=len(gpt_tok), n_embd=32, n_layer=2, n_head=4, n_positions=64, bos_token_id=0, eos_token_id=0
+        )
+    )
     gpt.save_pretrained(root / "tiny-gpt2")
     gpt_tok.save_pretrained(root / "tiny-gpt2")
 
     bert_tok = T.AutoTokenizer.from_pretrained(str(minilm_folder()))
-    bert = T.BertForMaskedLM(T.BertConfig(vocab_size=len(bert_tok), hidden_size=32, num_hidden_layers=2,
-                                          num_attention_heads=4, intermediate_size=37,
-                                          max_position_embeddings=64))  # fmt: skip
+    bert = T.BertForMaskedLM(
+        T.BertConfig(
+            vocab_size=len(bert_tok),
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            intermediate_size=37,
+            max_position_embeddings=64,
+        )
+    )
     bert.save_pretrained(root / "tiny-bert-mlm")
     bert_tok.save_pretrained(root / "tiny-bert-mlm")
 
@@ -136,8 +147,11 @@ def test_switching_layer_head_and_views_runs_no_model(minilm):
     at.run()
     no_exception(at)
     assert "layer 3, head 5: weights (softmax)" in chart_titles(at)
-    np.testing.assert_allclose(heatmap_cells(at, "layer 3, head 5: weights (softmax)")["value"],
-                               minilm.trace(SENTENCE).attention(3, 5).ravel(), atol=1e-5)  # fmt: skip
+    np.testing.assert_allclose(
+        heatmap_cells(at, "layer 3, head 5: weights (softmax)")["value"],
+        minilm.trace(SENTENCE).attention(3, 5).ravel(),
+        atol=1e-5,
+    )
     widget(at, "text.hide").check()
     widget(at, "text.matrix").set_value("scaled")
     widget(at, "text.query").set_value(2)
@@ -170,8 +184,17 @@ def test_hiding_special_tokens_drops_them_from_the_views():
 
 
 def test_url_restores_the_view():
-    at = page(model="minilm", text="Birds fly south.", layer="4", head="7", views="heatmap,why", query="2",
-              key="1", matrix="scores", heads="1,3")  # fmt: skip
+    at = page(
+        model="minilm",
+        text="Birds fly south.",
+        layer="4",
+        head="7",
+        views="heatmap,why",
+        query="2",
+        key="1",
+        matrix="scores",
+        heads="1,3",
+    )
     no_exception(at)
     assert widget(at, "text.text").value == "Birds fly south."
     assert (widget(at, "text.layer").value, widget(at, "text.head").value) == (4, 7)

@@ -22,7 +22,9 @@ from tests.core.hf_helpers import DEIT, IMAGES
 from tformer_core import vision_views as vv
 
 VISION, MAD = "vision", "attention_distance"
-needs_deit = pytest.mark.skipif(not DEIT.is_dir(), reason=f"the shared DeiT-Tiny is not at {DEIT} (only CI has ../shared)")
+needs_deit = pytest.mark.skipif(
+    not DEIT.is_dir(), reason=f"the shared DeiT-Tiny is not at {DEIT} (only CI has ../shared)"
+)
 
 
 @pytest.fixture
@@ -101,13 +103,20 @@ def test_good_uploads_are_read_and_their_changes_said(tmp_path):
     rgba = Image.new("RGBA", (64, 40), (255, 0, 0, 0))
     cases = {
         "photo.jpg": (png(Image.new("RGB", (120, 80), (0, 128, 0)), "JPEG", exif=exif.tobytes()), "EXIF orientation"),
-        "frames.gif": (png(Image.new("RGB", (20, 20), (255, 0, 0)), "GIF", save_all=True,
-                           append_images=[Image.new("RGB", (20, 20), (0, 0, 255))]), "the first is used"),
+        "frames.gif": (
+            png(
+                Image.new("RGB", (20, 20), (255, 0, 0)),
+                "GIF",
+                save_all=True,
+                append_images=[Image.new("RGB", (20, 20), (0, 0, 255))],
+            ),
+            "the first is used",
+        ),
         "alpha.png": (png(rgba), "laid over white"),
         "print.jpg": (png(Image.new("CMYK", (40, 40), (0, 255, 0, 0)), "JPEG"), "CMYK"),
         "scan.png": (png(Image.fromarray(np.full((40, 40), 40000, np.uint16))), "16-bit"),
         "big.png": (png(Image.new("RGB", (3000, 200), (9, 9, 9))), "downscaled from 3,000 × 200"),
-    }  # fmt: skip
+    }
     for name, (data, note) in cases.items():
         at.file_uploader(key="vit.upload").set_value((name, data, "application/octet-stream")).run()
         no_exception(at)
@@ -188,8 +197,9 @@ def test_mad_page_over_samples_and_the_recipe_switch():
     expected = vv.mean_attention_distances(model, pictures, renormalize=True).mean(0)
     np.testing.assert_allclose(renormalised.sort_values(["layer", "head"])["distance"], expected.ravel(), rtol=1e-6)
     # A bad file among the uploads is left out with its message; the others are still averaged.
-    at.file_uploader(key="mad.uploads").set_value([("x.svg", b"<svg></svg>", "image/svg+xml"),
-                                                   ("dot.png", png(Image.new("RGB", (32, 32))), "image/png")]).run()  # fmt: skip
+    at.file_uploader(key="mad.uploads").set_value(
+        [("x.svg", b"<svg></svg>", "image/svg+xml"), ("dot.png", png(Image.new("RGB", (32, 32))), "image/png")]
+    ).run()
     no_exception(at)
     assert any(r"x\.svg" in w.value and "SVG" in w.value for w in at.warning)  # file names are escaped
     assert any("4 picture(s)" in c.value for c in at.caption)

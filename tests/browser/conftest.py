@@ -18,8 +18,13 @@ from tests.core.hf_helpers import DEIT, IMAGES
 from .server import streamlit_server
 
 CHROMIUM = os.environ.get("TFORMER_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--no-first-run"]  # fmt: skip
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+]
 
 
 @pytest.fixture(scope="session")

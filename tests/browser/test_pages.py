@@ -179,8 +179,11 @@ def test_encoder_decoder_page_steps_switches_head_and_forces_a_target(server_url
     click(page.get_by_role("button", name="⏸ Pause"))
     settle(page)
     assert_no_error(page)
-    type_into(page, "Target (optional): type a translation to see the attention for it instead of the model's own",
-              "mise mik ta ga dormas")
+    type_into(
+        page,
+        "Target (optional): type a translation to see the attention for it instead of the model's own",
+        "mise mik ta ga dormas",
+    )
     wait_for_text(page, "Your target (teacher forcing)")
     wait_for_text(page, "agrees with it at")
     settle(page)

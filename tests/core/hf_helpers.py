@@ -40,8 +40,14 @@ def softmax(x):
     return e / e.sum(-1, keepdims=True)
 
 
-CORPUS = ["The house is wonderful.", "The cat sat on the mat.", "Das Haus ist wunderbar.", "Die Katze sass.",
-          "translate English to German: The dog runs.", "Attention is all you need."] * 4  # fmt: skip
+CORPUS = [
+    "The house is wonderful.",
+    "The cat sat on the mat.",
+    "Das Haus ist wunderbar.",
+    "Die Katze sass.",
+    "translate English to German: The dog runs.",
+    "Attention is all you need.",
+] * 4
 
 
 def save_tiny_t5(folder: Path, seed: int = 0, **size) -> Path:
@@ -59,14 +65,20 @@ def save_tiny_t5(folder: Path, seed: int = 0, **size) -> Path:
     bpe.decoder = decoders.Metaspace()
     bpe.train_from_iterator(CORPUS, trainers.BpeTrainer(vocab_size=120, special_tokens=["<pad>", "</s>", "<unk>"]))
     bpe.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 1)])
-    tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_object=bpe, pad_token="<pad>", eos_token="</s>",
-                                                     unk_token="<unk>")  # fmt: skip
+    tokenizer = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=bpe, pad_token="<pad>", eos_token="</s>", unk_token="<unk>"
+    )
     torch.manual_seed(seed)
     sizes = {"d_model": 32, "d_kv": 8, "d_ff": 64, "num_layers": 2, "num_decoder_layers": 2, "num_heads": 4, **size}
     config = transformers.T5Config(
-        vocab_size=len(tokenizer), relative_attention_num_buckets=8, relative_attention_max_distance=16,
-        pad_token_id=0, eos_token_id=1, decoder_start_token_id=0, **sizes,
-    )  # fmt: skip
+        vocab_size=len(tokenizer),
+        relative_attention_num_buckets=8,
+        relative_attention_max_distance=16,
+        pad_token_id=0,
+        eos_token_id=1,
+        decoder_start_token_id=0,
+        **sizes,
+    )
     model = transformers.T5ForConditionalGeneration(config)
     perturbed(model, seed, scale=0.5)  # sharper attention than the init's
     model.save_pretrained(folder)

@@ -76,9 +76,14 @@ def test_numpy_worked_example_matches_the_torch_module():
     ours, x, _, _, _ = _setup(torch.float64, "causal")
     X = x[0].numpy()
     steps = tc.attention_steps(
-        X, ours.W_q.weight.detach().T.numpy(), ours.W_k.weight.detach().T.numpy(),
-        ours.W_v.weight.detach().T.numpy(), mask="causal", n_heads=H, W_o=ours.W_o.weight.detach().T.numpy(),
-    )  # fmt: skip
+        X,
+        ours.W_q.weight.detach().T.numpy(),
+        ours.W_k.weight.detach().T.numpy(),
+        ours.W_v.weight.detach().T.numpy(),
+        mask="causal",
+        n_heads=H,
+        W_o=ours.W_o.weight.detach().T.numpy(),
+    )
     ours.W_q.bias.data.zero_(), ours.W_k.bias.data.zero_(), ours.W_v.bias.data.zero_(), ours.W_o.bias.data.zero_()
     out, t = _run(ours, x[:1], torch.ones(T, T, dtype=torch.bool).tril())
     torch.testing.assert_close(torch.from_numpy(steps.weights), t["weights"][0], atol=1e-12, rtol=0)

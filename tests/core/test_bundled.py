@@ -196,7 +196,19 @@ def test_training_reproduces_the_same_weights_for_the_same_seed(name, tmp_path):
     assert (tmp_path / "a" / "model.safetensors").read_bytes() == (tmp_path / "b" / "model.safetensors").read_bytes()
     # The command line in a fresh process, with another string-hash seed, writes the same bytes.
     env = {**os.environ, "PYTHONHASHSEED": "12345", "PYTHONPATH": str(ROOT)}
-    command = [sys.executable, "-m", "tformer_core.train", name, "--steps", "4", "--seed", "3", "--out", str(tmp_path / "d"), "--no-eval"]
+    command = [
+        sys.executable,
+        "-m",
+        "tformer_core.train",
+        name,
+        "--steps",
+        "4",
+        "--seed",
+        "3",
+        "--out",
+        str(tmp_path / "d"),
+        "--no-eval",
+    ]
     subprocess.run(command, cwd=ROOT, env=env, check=True, capture_output=True, timeout=300)
     assert bundled.file_sha256(tmp_path / "d" / "model.safetensors") == first.weights_sha256
     # What was written loads back as a working model.

@@ -21,13 +21,22 @@ def store_everything(name: str) -> bool:
 # traces that store every hook's tensor as the forward pass computed it (scores and scaled included),
 # so "scores = Q K^T" compares two tensors the model produced, not a trace's recomputation with itself.
 RUNS = {
-    "encoder-post": (lambda: tiny_encoder().double(),
-                     lambda m, keep: m.trace(SRC, attention_mask=SRC_MASK, token_type_ids=[0] * 4 + [1] * 4, keep=keep)),
-    "encoder-pre": (lambda: tiny_encoder(norm="pre", positional="sinusoidal").double(),
-                    lambda m, keep: m.trace(SRC[:6], keep=keep)),
-    "decoder": (lambda: tiny_decoder().double(),
-                lambda m, keep: m.trace(TGT + [8, 8], attention_mask=[1] * 5 + [0, 0], keep=keep)),
-    "seq2seq-post": (lambda: tiny_seq2seq().double(), lambda m, keep: m.trace(SRC, TGT, source_mask=SRC_MASK, keep=keep)),
+    "encoder-post": (
+        lambda: tiny_encoder().double(),
+        lambda m, keep: m.trace(SRC, attention_mask=SRC_MASK, token_type_ids=[0] * 4 + [1] * 4, keep=keep),
+    ),
+    "encoder-pre": (
+        lambda: tiny_encoder(norm="pre", positional="sinusoidal").double(),
+        lambda m, keep: m.trace(SRC[:6], keep=keep),
+    ),
+    "decoder": (
+        lambda: tiny_decoder().double(),
+        lambda m, keep: m.trace(TGT + [8, 8], attention_mask=[1] * 5 + [0, 0], keep=keep),
+    ),
+    "seq2seq-post": (
+        lambda: tiny_seq2seq().double(),
+        lambda m, keep: m.trace(SRC, TGT, source_mask=SRC_MASK, keep=keep),
+    ),
     "seq2seq-pre": (lambda: tiny_seq2seq(norm="pre").double(), lambda m, keep: m.trace(SRC[:6], TGT, keep=keep)),
     "vit": (lambda: tiny_vit().double(), lambda m, keep: m.trace(image().double(), keep=keep)),
 }
@@ -43,7 +52,9 @@ def _blocks(trace, model):
         for layer in range(trace.layers_in(stack)):
             block = root.blocks[layer]
             attn = block.cross_attn if stack == "cross" else block.attn
-            prefix = f"{'decoder' if stack == 'cross' else stack}.{layer}.{'cross_attn' if stack == 'cross' else 'attn'}"
+            prefix = (
+                f"{'decoder' if stack == 'cross' else stack}.{layer}.{'cross_attn' if stack == 'cross' else 'attn'}"
+            )
             yield stack, layer, attn, prefix
 
 
@@ -128,7 +139,9 @@ def test_residual_stream_and_layer_norm_placement(name):
             np.testing.assert_allclose(trace[f"{p}.ln_attn"], _layer_norm(x, block.ln_attn), atol=1e-10)
             np.testing.assert_allclose(trace[f"{p}.resid_after_attn"], x + attn_out, atol=1e-12)
         else:
-            np.testing.assert_allclose(trace[f"{p}.resid_after_attn"], _layer_norm(x + attn_out, block.ln_attn), atol=1e-10)
+            np.testing.assert_allclose(
+                trace[f"{p}.resid_after_attn"], _layer_norm(x + attn_out, block.ln_attn), atol=1e-10
+            )
         last = f"{p}.resid_after_cross" if f"{p}.resid_after_cross" in trace else f"{p}.resid_after_attn"
         mid, mlp = trace[last], trace[f"{p}.mlp.out"]
         expected = mid + mlp if model.config.norm == "pre" else _layer_norm(mid + mlp, block.ln_mlp)
@@ -159,9 +172,22 @@ def test_embeddings_and_positional_encodings_are_captured():
 def test_exact_list_of_captured_names():
     model = tiny_encoder(n_layers=1)
     block = [
-        "resid_pre", "attn.q", "attn.k", "attn.v", "attn.scores", "attn.scaled", "attn.weights", "attn.z",
-        "attn.out", "ln_attn", "resid_after_attn", "mlp.hidden", "mlp.out", "ln_mlp", "resid_post",
-    ]  # fmt: skip
+        "resid_pre",
+        "attn.q",
+        "attn.k",
+        "attn.v",
+        "attn.scores",
+        "attn.scaled",
+        "attn.weights",
+        "attn.z",
+        "attn.out",
+        "ln_attn",
+        "resid_after_attn",
+        "mlp.hidden",
+        "mlp.out",
+        "ln_mlp",
+        "resid_post",
+    ]
     expected = ["encoder.embed.tok", "encoder.embed.pos", "encoder.embed.segment", "encoder.embed.out"]
     expected += [f"encoder.0.{n}" for n in block] + ["encoder.out"]
     trace = model.trace([1, 2, 3])
@@ -170,7 +196,9 @@ def test_exact_list_of_captured_names():
     assert stored == set(expected) - {"encoder.0.attn.scores", "encoder.0.attn.scaled"}  # recomputed on demand
     s2s = tiny_seq2seq()
     names = set(s2s.trace([1, 2], [1, 3]).names)
-    unmasked = {n for n in s2s.hook_names if n.endswith(("encoder.0.attn.mask", "encoder.1.attn.mask", "cross_attn.mask"))}
+    unmasked = {
+        n for n in s2s.hook_names if n.endswith(("encoder.0.attn.mask", "encoder.1.attn.mask", "cross_attn.mask"))
+    }
     assert len(unmasked) == 2 + 3
     assert names == set(s2s.hook_names) - unmasked  # no source padding: only the decoder's causal mask exists
     assert set(s2s.trace([1, 2], [1, 3], source_mask=[1, 1]).names) == set(s2s.hook_names)
@@ -201,7 +229,10 @@ def test_keep_filter_stores_only_chosen_names():
 @pytest.mark.parametrize(
     "build, run",
     [
-        (tiny_encoder, lambda m: (m(torch.tensor([SRC]), torch.tensor([SRC_MASK])), m.trace(SRC, attention_mask=SRC_MASK))),
+        (
+            tiny_encoder,
+            lambda m: (m(torch.tensor([SRC]), torch.tensor([SRC_MASK])), m.trace(SRC, attention_mask=SRC_MASK)),
+        ),
         (tiny_decoder, lambda m: (m(torch.tensor([TGT])), m.trace(TGT))),
         (tiny_seq2seq, lambda m: (m(torch.tensor([SRC]), torch.tensor([TGT])), m.trace(SRC, TGT))),
         (tiny_vit, lambda m: (m(image()[None]), m.trace(image()))),

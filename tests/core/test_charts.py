@@ -26,12 +26,21 @@ def test_repeated_tokens_stay_distinct_rows_that_look_the_same():
 
 def test_cell_labels_are_short_and_the_tooltip_keeps_four_digits():
     assert list(cell_text(np.array([16.0, 0.000226, 0.768, 6.61e-5, -1.1547, 1234.5, -np.inf]))) == [
-        "16", "0.00", "0.77", "0.00", "-1.15", "1.23e+03", "-inf"]  # fmt: skip
+        "16",
+        "0.00",
+        "0.77",
+        "0.00",
+        "-1.15",
+        "1.23e+03",
+        "-inf",
+    ]
     frame = matrix_frame(np.array([[0.000226, 2.0]]), ["q"], ["a", "b"])
     assert list(frame["text"]) == ["0.000226", "2"] and list(frame["label"]) == ["0.00", "2"]
 
 
-@pytest.mark.parametrize("kwargs", [{}, {"diverging": True}, {"domain": (0.0, 1.0)}, {"annotate": False, "cell_width": 4}])
+@pytest.mark.parametrize(
+    "kwargs", [{}, {"diverging": True}, {"domain": (0.0, 1.0)}, {"annotate": False, "cell_width": 4}]
+)
 def test_heatmaps_are_valid_vega_lite_with_one_cell_per_entry(kwargs):
     m = np.array([[0.1, -np.inf, 0.3], [0.5, 0.25, 0.25]])
     spec = heatmap(m, ["the", "the"], ["a", "b", "c"], title="t", **kwargs)

@@ -13,18 +13,32 @@ IDS = [[2, 17, 33, 8, 61, 5, 90, 3]]
 
 
 def _bert_like(kind):
-    common = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
-                  max_position_embeddings=64, attn_implementation="eager")  # fmt: skip
+    common = dict(
+        vocab_size=99,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=37,
+        max_position_embeddings=64,
+        attn_implementation="eager",
+    )
     if kind == "bert":
         return T.BertForMaskedLM(T.BertConfig(**common, type_vocab_size=2))
     if kind == "bert-no-head":
         return T.BertModel(T.BertConfig(**common, type_vocab_size=2), add_pooling_layer=False)
     if kind == "roberta":
         return T.RobertaForMaskedLM(T.RobertaConfig(**common, type_vocab_size=1, pad_token_id=1))
-    return T.DistilBertForMaskedLM(T.DistilBertConfig(
-        vocab_size=99, dim=32, n_layers=2, n_heads=4, hidden_dim=37, max_position_embeddings=64,
-        attn_implementation="eager",
-    ))  # fmt: skip
+    return T.DistilBertForMaskedLM(
+        T.DistilBertConfig(
+            vocab_size=99,
+            dim=32,
+            n_layers=2,
+            n_heads=4,
+            hidden_dim=37,
+            max_position_embeddings=64,
+            attn_implementation="eager",
+        )
+    )
 
 
 @pytest.mark.parametrize("kind", ["bert", "bert-no-head", "roberta", "distilbert"])
@@ -75,10 +89,18 @@ def test_masked_word_predictions_come_from_the_head(tmp_path):
 
 
 def _gpt2():
-    return T.GPT2LMHeadModel(T.GPT2Config(
-        vocab_size=99, n_embd=32, n_layer=3, n_head=4, n_positions=64, bos_token_id=98, eos_token_id=98,
-        attn_implementation="eager",
-    ))  # fmt: skip
+    return T.GPT2LMHeadModel(
+        T.GPT2Config(
+            vocab_size=99,
+            n_embd=32,
+            n_layer=3,
+            n_head=4,
+            n_positions=64,
+            bos_token_id=98,
+            eos_token_id=98,
+            attn_implementation="eager",
+        )
+    )
 
 
 def test_gpt2_parity_and_predictions(tmp_path):
@@ -103,7 +125,9 @@ def test_gpt2_greedy_generation_matches_transformers(tmp_path):
     model = roundtrip(hf, tmp_path)
     ours = model.generate(IDS[0][:4], max_new_tokens=10)
     with torch.no_grad():
-        theirs = hf.generate(torch.tensor([IDS[0][:4]]), max_new_tokens=10, do_sample=False, num_beams=1, pad_token_id=98)
+        theirs = hf.generate(
+            torch.tensor([IDS[0][:4]]), max_new_tokens=10, do_sample=False, num_beams=1, pad_token_id=98
+        )
     assert list(ours.ids) == theirs[0].tolist()
     assert len(ours.steps) == len(ours.generated_ids)
     # Step t's last attention row is row (prompt + t - 1) of the final teacher-forced pass.
@@ -112,8 +136,17 @@ def test_gpt2_greedy_generation_matches_transformers(tmp_path):
 
 
 def _vit(kind):
-    common = dict(image_size=32, patch_size=8, num_channels=3, hidden_size=32, num_hidden_layers=2,
-                  num_attention_heads=4, intermediate_size=37, num_labels=7, attn_implementation="eager")  # fmt: skip
+    common = dict(
+        image_size=32,
+        patch_size=8,
+        num_channels=3,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=37,
+        num_labels=7,
+        attn_implementation="eager",
+    )
     if kind == "vit":
         return T.ViTForImageClassification(T.ViTConfig(**common))
     if kind == "deit-teacher":

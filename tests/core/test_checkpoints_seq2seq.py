@@ -56,11 +56,22 @@ def _sharpen(model, seed, learned_positions):
 def _marian():
     pad = V - 1
     cfg = transformers.MarianConfig(
-        vocab_size=V, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
-        decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=64,
-        pad_token_id=pad, eos_token_id=0, decoder_start_token_id=pad, forced_eos_token_id=0,
-        scale_embedding=True, activation_function="swish",
-    )  # fmt: skip
+        vocab_size=V,
+        d_model=32,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+        max_position_embeddings=64,
+        pad_token_id=pad,
+        eos_token_id=0,
+        decoder_start_token_id=pad,
+        forced_eos_token_id=0,
+        scale_embedding=True,
+        activation_function="swish",
+    )
     model = transformers.MarianMTModel(cfg)
     _sharpen(model, 11, learned_positions=False)
     _randomize_norms_and_bias(model, 1)
@@ -68,34 +79,64 @@ def _marian():
         model.final_logits_bias[0, pad] = 50.0  # the padding token would win every step unless suppressed
     model.generation_config.bad_words_ids = [[pad]]
     # opus-mt checkpoints carry their generation rules in config.json too (written before generation_config.json)
-    legacy = {"bad_words_ids": [[pad]], "normalize_before": False, "normalize_embedding": False,
-              "static_position_embeddings": True, "add_bias_logits": False}  # fmt: skip
+    legacy = {
+        "bad_words_ids": [[pad]],
+        "normalize_before": False,
+        "normalize_embedding": False,
+        "static_position_embeddings": True,
+        "add_bias_logits": False,
+    }
     return model, legacy, {"pad": pad, "special": {0, pad}}
 
 
 def _bart():
     cfg = transformers.BartConfig(
-        vocab_size=V, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
-        decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=64,
-        pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2, forced_eos_token_id=2,
+        vocab_size=V,
+        d_model=32,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+        max_position_embeddings=64,
+        pad_token_id=1,
+        bos_token_id=0,
+        eos_token_id=2,
+        decoder_start_token_id=2,
+        forced_eos_token_id=2,
         activation_function="gelu",
-    )  # fmt: skip
+    )
     model = transformers.BartForConditionalGeneration(cfg)
     _sharpen(model, 12, learned_positions=True)
     _randomize_norms_and_bias(model, 2)
     model.generation_config.forced_bos_token_id = 0  # as facebook/bart-large-cnn
-    legacy = {"forced_bos_token_id": 0, "normalize_before": False, "add_final_layer_norm": False,
-              "normalize_embedding": True}  # fmt: skip
+    legacy = {
+        "forced_bos_token_id": 0,
+        "normalize_before": False,
+        "add_final_layer_norm": False,
+        "normalize_embedding": True,
+    }
     return model, legacy, {"pad": 1, "special": {0, 1, 2}}
 
 
 def _t5(gated):
     cfg = transformers.T5Config(
-        vocab_size=V, d_model=32, d_kv=6, d_ff=64, num_layers=2, num_decoder_layers=3, num_heads=4,
-        relative_attention_num_buckets=8, relative_attention_max_distance=12,
-        feed_forward_proj="gated-gelu" if gated else "relu", tie_word_embeddings=not gated,
-        pad_token_id=0, eos_token_id=1, decoder_start_token_id=0,
-    )  # fmt: skip
+        vocab_size=V,
+        d_model=32,
+        d_kv=6,
+        d_ff=64,
+        num_layers=2,
+        num_decoder_layers=3,
+        num_heads=4,
+        relative_attention_num_buckets=8,
+        relative_attention_max_distance=12,
+        feed_forward_proj="gated-gelu" if gated else "relu",
+        tie_word_embeddings=not gated,
+        pad_token_id=0,
+        eos_token_id=1,
+        decoder_start_token_id=0,
+    )
     model = transformers.T5ForConditionalGeneration(cfg)
     _randomize_norms_and_bias(model, 3)
     if gated:  # v1.1: a separate lm_head (transformers 5 ties at construction; the checkpoint decides)

@@ -78,7 +78,9 @@ def test_mean_token_distance_by_hand():
     w = np.array([[1.0, 0.0, 0.0], [0.5, 0.5, 0.0], [0.0, 0.0, 1.0]])
     assert tc.mean_token_distance(w) == pytest.approx((0 + 0.5 + 0) / 3)
     uniform = np.full((3, 3), 1 / 3)
-    assert tc.mean_token_distance(uniform) == pytest.approx((1 + 2 / 3 + 1) / 3)  # rows: (0+1+2)/3, (1+0+1)/3, (2+1+0)/3
+    assert tc.mean_token_distance(uniform) == pytest.approx(
+        (1 + 2 / 3 + 1) / 3
+    )  # rows: (0+1+2)/3, (1+0+1)/3, (2+1+0)/3
 
 
 def test_mad_from_a_real_trace_matches_a_loop_over_patches():

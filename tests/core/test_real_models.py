@@ -11,9 +11,7 @@ import tformer_core as tc
 from tests.core.hf_helpers import DEIT, IMAGES, assert_close, softmax
 from tformer_core.checkpoints.sources import minilm_folder
 
-LONG = " ".join(
-    ["Attention lets every token look at every other token, weighting what it sees by relevance."] * 16
-)
+LONG = " ".join(["Attention lets every token look at every other token, weighting what it sees by relevance."] * 16)
 SENTENCES = [
     "The animal didn't cross the street because it was too tired.",
     "Transformers replaced recurrence with attention.",

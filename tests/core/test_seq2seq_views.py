@@ -88,8 +88,9 @@ def test_teacher_forcing_with_the_models_own_output_gives_the_same_attention(tra
     assert forced.mode == "teacher" and forced.steps is None
     assert forced.decoder_ids == greedy.decoder_ids  # <bos> ... <eos>
     for layer in range(2):
-        np.testing.assert_allclose(forced.trace.attention(layer, None, "cross"),
-                                   greedy.trace.attention(layer, None, "cross"), atol=1e-6)  # fmt: skip
+        np.testing.assert_allclose(
+            forced.trace.attention(layer, None, "cross"), greedy.trace.attention(layer, None, "cross"), atol=1e-6
+        )
     step = sv.at_step(forced, 3)
     assert step.trace is forced.trace and step.row == 3
     np.testing.assert_allclose(step.cross_rows(), sv.at_step(greedy, 3).cross_rows(), atol=1e-5)

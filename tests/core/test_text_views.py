@@ -37,17 +37,37 @@ def _with_tokenizer(model, tokenizer):
 @pytest.fixture(scope="module")
 def text_encoder(tokenizer):
     """A tiny BERT-like encoder with MiniLM's tokenizer (30522 word pieces), at most 32 tokens, MLM head."""
-    return _with_tokenizer(_seeded(lambda: tc.Encoder(tc.EncoderConfig(
-        vocab_size=len(tokenizer), max_positions=32, n_layers=2, d_model=16, n_heads=4, d_ff=32, n_token_types=2,
-        mlm_head=True,
-    ))), tokenizer)  # fmt: skip
+    return _with_tokenizer(
+        _seeded(
+            lambda: tc.Encoder(
+                tc.EncoderConfig(
+                    vocab_size=len(tokenizer),
+                    max_positions=32,
+                    n_layers=2,
+                    d_model=16,
+                    n_heads=4,
+                    d_ff=32,
+                    n_token_types=2,
+                    mlm_head=True,
+                )
+            )
+        ),
+        tokenizer,
+    )
 
 
 @pytest.fixture(scope="module")
 def text_decoder(tokenizer):
-    return _with_tokenizer(_seeded(lambda: tc.Decoder(tc.DecoderConfig(
-        vocab_size=len(tokenizer), max_positions=24, n_layers=2, d_model=16, n_heads=4, d_ff=32,
-    ))), tokenizer)  # fmt: skip
+    return _with_tokenizer(
+        _seeded(
+            lambda: tc.Decoder(
+                tc.DecoderConfig(
+                    vocab_size=len(tokenizer), max_positions=24, n_layers=2, d_model=16, n_heads=4, d_ff=32
+                )
+            )
+        ),
+        tokenizer,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -69,8 +89,13 @@ def synthetic_trace(n_layers, n_heads, n, seed=0, kind="encoder"):
         w = rng.random((n_heads, n, n), dtype=np.float32) ** 4
         w /= w.sum(-1, keepdims=True)
         acts[f"{stack}.{layer}.attn.weights"] = w
-    return tc.Trace(kind=kind, activations=acts, tokens=tuple(f"t{i}" for i in range(n)), n_heads=n_heads,
-                    stack_layers={stack: n_layers})  # fmt: skip
+    return tc.Trace(
+        kind=kind,
+        activations=acts,
+        tokens=tuple(f"t{i}" for i in range(n)),
+        n_heads=n_heads,
+        stack_layers={stack: n_layers},
+    )
 
 
 # ---- fitting the input to the model ---------------------------------------------------------------
@@ -265,10 +290,24 @@ def test_why_this_weight_reproduces_the_weights_and_the_head_output(which, enc_t
     elif which == "cross":
         trace, stack = tiny_seq2seq().trace([3, 4, 5, 6, 7, 8], [1, 9, 10, 11]), "cross"
     else:  # relative position bias, no 1/sqrt(d_k): T5's recipe
-        model = _seeded(lambda: tc.EncoderDecoder(tc.Seq2SeqConfig(
-            src_vocab_size=30, tgt_vocab_size=30, max_positions=32, n_encoder_layers=2, n_decoder_layers=2, d_model=16,
-            n_heads=4, d_ff=32, rel_pos_buckets=8, rel_pos_max_distance=16, scale_attention=False, norm="pre",
-        )))  # fmt: skip
+        model = _seeded(
+            lambda: tc.EncoderDecoder(
+                tc.Seq2SeqConfig(
+                    src_vocab_size=30,
+                    tgt_vocab_size=30,
+                    max_positions=32,
+                    n_encoder_layers=2,
+                    n_decoder_layers=2,
+                    d_model=16,
+                    n_heads=4,
+                    d_ff=32,
+                    rel_pos_buckets=8,
+                    rel_pos_max_distance=16,
+                    scale_attention=False,
+                    norm="pre",
+                )
+            )
+        )
         trace, stack = model.trace([3, 4, 5, 6, 7, 8], [1, 9, 10]), "encoder"
     for layer, head, query in ((0, 0, 0), (1, 3, 2), (1, 1, 3)):
         why = tv.why_this_weight(trace, layer, head, query, stack)

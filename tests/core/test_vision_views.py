@@ -18,7 +18,9 @@ from tformer_core.charts import validate
 from tformer_core.image_input import ImageError, to_png
 from tformer_core.images import ImagePreprocessing
 
-needs_deit = pytest.mark.skipif(not DEIT.is_dir(), reason=f"the shared DeiT-Tiny is not at {DEIT} (only CI has ../shared)")
+needs_deit = pytest.mark.skipif(
+    not DEIT.is_dir(), reason=f"the shared DeiT-Tiny is not at {DEIT} (only CI has ../shared)"
+)
 
 
 @pytest.fixture(scope="module")
@@ -55,8 +57,9 @@ def test_attention_maps_are_rows_of_the_weights(result):
     w = trace.attention(1)  # [heads, 2 + 12, 2 + 12]
     np.testing.assert_allclose(vv.attention_map(trace, 1, 2), w[2, 0, 2:].reshape(3, 4), atol=1e-7)
     np.testing.assert_allclose(vv.attention_map(trace, 1, None), w[:, 0, 2:].mean(0).reshape(3, 4), atol=1e-7)
-    np.testing.assert_allclose(vv.attention_map(trace, 0, 1, patch=5), trace.attention(0)[1, 2 + 5, 2:].reshape(3, 4),
-                               atol=1e-7)  # fmt: skip
+    np.testing.assert_allclose(
+        vv.attention_map(trace, 0, 1, patch=5), trace.attention(0)[1, 2 + 5, 2:].reshape(3, 4), atol=1e-7
+    )
     # What the map leaves out is exactly the attention to the class and distillation tokens.
     m = vv.attention_map(trace, 1, 2)
     assert 1 - m.sum() == pytest.approx(float(w[2, 0, :2].sum()), abs=1e-6)
@@ -167,8 +170,9 @@ def test_samples_are_all_readable_and_folders_can_add_more(tmp_path, monkeypatch
     extra = vv.samples()
     assert f"{tmp_path.name}/red.png" in extra and not any(n.endswith("notes.txt") for n in extra)
     pictures, read, refused = vv.read_images([*extra.items(), ("bad.svg", b"<svg></svg>")])
-    assert len(pictures) == len(extra) and refused == ["bad.svg: this is an SVG drawing: it is made of shapes, not "
-                                                       "pixels. Export it as PNG first"]  # fmt: skip
+    assert len(pictures) == len(extra) and refused == [
+        "bad.svg: this is an SVG drawing: it is made of shapes, not pixels. Export it as PNG first"
+    ]
     assert tuple(np.asarray(pictures[read.index(f"{tmp_path.name}/red.png")])[0, 0]) == red
 
 

@@ -44,8 +44,13 @@ def layer_mapping(w: Weights, n_encoder_layers: int, n_decoder_layers: int) -> d
     """Blocks of both stacks: BART's and Marian's names -> the core's parameter names."""
     m: dict[str, torch.Tensor] = {}
     for stack, n_layers in (("encoder", n_encoder_layers), ("decoder", n_decoder_layers)):
-        parts = {"attn": "self_attn", "ln_attn": "self_attn_layer_norm", "mlp.W_in": "fc1", "mlp.W_out": "fc2",
-                 "ln_mlp": "final_layer_norm"}  # fmt: skip
+        parts = {
+            "attn": "self_attn",
+            "ln_attn": "self_attn_layer_norm",
+            "mlp.W_in": "fc1",
+            "mlp.W_out": "fc2",
+            "ln_mlp": "final_layer_norm",
+        }
         if stack == "decoder":
             parts.update({"cross_attn": "encoder_attn", "ln_cross": "encoder_attn_layer_norm"})
         for i in range(n_layers):
@@ -88,13 +93,25 @@ def build(hf: dict, tensors: dict) -> EncoderDecoder:
     V = embedding.shape[0]
     tied, head = output_head(w, embedding, V)
     config = Seq2SeqConfig(
-        src_vocab_size=V, tgt_vocab_size=V, max_positions=hf["max_position_embeddings"],
-        n_encoder_layers=hf["encoder_layers"], n_decoder_layers=hf["decoder_layers"], d_model=hf["d_model"],
-        n_heads=hf["encoder_attention_heads"], d_ff=hf["encoder_ffn_dim"],
-        activation=activation(hf.get("activation_function", "gelu")), norm="post", ln_eps=1e-5,
-        positional="learned", position_first_row=2, embed_scale=bool(hf.get("scale_embedding", False)),
-        embed_norm=True, share_embeddings=True, tie_output=tied, output_bias=True,
-    )  # fmt: skip
+        src_vocab_size=V,
+        tgt_vocab_size=V,
+        max_positions=hf["max_position_embeddings"],
+        n_encoder_layers=hf["encoder_layers"],
+        n_decoder_layers=hf["decoder_layers"],
+        d_model=hf["d_model"],
+        n_heads=hf["encoder_attention_heads"],
+        d_ff=hf["encoder_ffn_dim"],
+        activation=activation(hf.get("activation_function", "gelu")),
+        norm="post",
+        ln_eps=1e-5,
+        positional="learned",
+        position_first_row=2,
+        embed_scale=bool(hf.get("scale_embedding", False)),
+        embed_norm=True,
+        share_embeddings=True,
+        tie_output=tied,
+        output_bias=True,
+    )
     model = EncoderDecoder(config)
     m = {"encoder.embed.tok.weight": embedding, **head}
     for stack in ("encoder", "decoder"):

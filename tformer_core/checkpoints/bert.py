@@ -16,45 +16,82 @@ MODEL_TYPES = ("bert", "roberta", "distilbert")
 def _config(hf: dict, model_type: str, has_mlm_head: bool) -> EncoderConfig:
     if model_type == "distilbert":
         return EncoderConfig(
-            vocab_size=hf["vocab_size"], max_positions=hf["max_position_embeddings"], n_layers=hf["n_layers"],
-            d_model=hf["dim"], n_heads=hf["n_heads"], d_ff=hf["hidden_dim"], activation=activation(hf["activation"]),
-            ln_eps=1e-12, n_token_types=0, mlm_head=has_mlm_head,
-        )  # fmt: skip
+            vocab_size=hf["vocab_size"],
+            max_positions=hf["max_position_embeddings"],
+            n_layers=hf["n_layers"],
+            d_model=hf["dim"],
+            n_heads=hf["n_heads"],
+            d_ff=hf["hidden_dim"],
+            activation=activation(hf["activation"]),
+            ln_eps=1e-12,
+            n_token_types=0,
+            mlm_head=has_mlm_head,
+        )
     if hf.get("position_embedding_type", "absolute") != "absolute":
         raise CheckpointError(f"position_embedding_type {hf['position_embedding_type']!r} is not supported yet")
     first_row = hf["pad_token_id"] + 1 if model_type == "roberta" else 0
     return EncoderConfig(
-        vocab_size=hf["vocab_size"], max_positions=hf["max_position_embeddings"] - first_row,
-        n_layers=hf["num_hidden_layers"], d_model=hf["hidden_size"], n_heads=hf["num_attention_heads"],
-        d_ff=hf["intermediate_size"], activation=activation(hf["hidden_act"]), ln_eps=hf["layer_norm_eps"],
-        n_token_types=hf.get("type_vocab_size", 0), position_first_row=first_row, mlm_head=has_mlm_head,
-    )  # fmt: skip
+        vocab_size=hf["vocab_size"],
+        max_positions=hf["max_position_embeddings"] - first_row,
+        n_layers=hf["num_hidden_layers"],
+        d_model=hf["hidden_size"],
+        n_heads=hf["num_attention_heads"],
+        d_ff=hf["intermediate_size"],
+        activation=activation(hf["hidden_act"]),
+        ln_eps=hf["layer_norm_eps"],
+        n_token_types=hf.get("type_vocab_size", 0),
+        position_first_row=first_row,
+        mlm_head=has_mlm_head,
+    )
 
 
 def build(hf: dict, tensors: dict) -> Encoder:
     model_type = hf["model_type"]
     w = Weights(tensors, prefixes=(f"{model_type}.",))
-    head_key = {"bert": "cls.predictions.transform.dense.weight", "roberta": "lm_head.dense.weight",
-                "distilbert": "vocab_transform.weight"}[model_type]  # fmt: skip
+    head_key = {
+        "bert": "cls.predictions.transform.dense.weight",
+        "roberta": "lm_head.dense.weight",
+        "distilbert": "vocab_transform.weight",
+    }[model_type]
     model = Encoder(_config(hf, model_type, w.has(head_key)))
     m: dict = {}
     if model_type == "distilbert":
         m["encoder.embed.tok.weight"] = w["embeddings.word_embeddings.weight"]
         m["encoder.embed.pos.weight"] = w["embeddings.position_embeddings.weight"]
-        m["encoder.embed.ln.weight"], m["encoder.embed.ln.bias"] = w["embeddings.LayerNorm.weight"], w["embeddings.LayerNorm.bias"]
-        names = {"attn.W_q": "attention.q_lin", "attn.W_k": "attention.k_lin", "attn.W_v": "attention.v_lin",
-                 "attn.W_o": "attention.out_lin", "ln_attn": "sa_layer_norm", "mlp.W_in": "ffn.lin1",
-                 "mlp.W_out": "ffn.lin2", "ln_mlp": "output_layer_norm"}  # fmt: skip
+        m["encoder.embed.ln.weight"], m["encoder.embed.ln.bias"] = (
+            w["embeddings.LayerNorm.weight"],
+            w["embeddings.LayerNorm.bias"],
+        )
+        names = {
+            "attn.W_q": "attention.q_lin",
+            "attn.W_k": "attention.k_lin",
+            "attn.W_v": "attention.v_lin",
+            "attn.W_o": "attention.out_lin",
+            "ln_attn": "sa_layer_norm",
+            "mlp.W_in": "ffn.lin1",
+            "mlp.W_out": "ffn.lin2",
+            "ln_mlp": "output_layer_norm",
+        }
         layer = "transformer.layer.{i}."
     else:
         m["encoder.embed.tok.weight"] = w["embeddings.word_embeddings.weight"]
         m["encoder.embed.pos.weight"] = w["embeddings.position_embeddings.weight"]
         if model.config.n_token_types:
             m["encoder.embed.segment.weight"] = w["embeddings.token_type_embeddings.weight"]
-        m["encoder.embed.ln.weight"], m["encoder.embed.ln.bias"] = w["embeddings.LayerNorm.weight"], w["embeddings.LayerNorm.bias"]
-        names = {"attn.W_q": "attention.self.query", "attn.W_k": "attention.self.key", "attn.W_v": "attention.self.value",
-                 "attn.W_o": "attention.output.dense", "ln_attn": "attention.output.LayerNorm",
-                 "mlp.W_in": "intermediate.dense", "mlp.W_out": "output.dense", "ln_mlp": "output.LayerNorm"}  # fmt: skip
+        m["encoder.embed.ln.weight"], m["encoder.embed.ln.bias"] = (
+            w["embeddings.LayerNorm.weight"],
+            w["embeddings.LayerNorm.bias"],
+        )
+        names = {
+            "attn.W_q": "attention.self.query",
+            "attn.W_k": "attention.self.key",
+            "attn.W_v": "attention.self.value",
+            "attn.W_o": "attention.output.dense",
+            "ln_attn": "attention.output.LayerNorm",
+            "mlp.W_in": "intermediate.dense",
+            "mlp.W_out": "output.dense",
+            "ln_mlp": "output.LayerNorm",
+        }
         layer = "encoder.layer.{i}."
     for i in range(model.config.n_layers):
         for ours, theirs in names.items():

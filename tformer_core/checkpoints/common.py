@@ -86,10 +86,14 @@ def generation_settings(
     elif g.get("max_length") and g.get("max_length") > 1:
         budget = min(budget, int(g["max_length"]) - 1)  # max_length counts the decoder start token
     return GenerationSettings(
-        eos_id=eos, start_id=None if start is None else int(start), pad_id=g.get("pad_token_id"),
-        suppress_ids=tuple(dict.fromkeys(suppress)), forced_bos_id=g.get("forced_bos_token_id"),
-        forced_eos=forced_eos is not None and eos is not None and int(forced_eos) == eos, max_new_tokens=budget,
-    )  # fmt: skip
+        eos_id=eos,
+        start_id=None if start is None else int(start),
+        pad_id=g.get("pad_token_id"),
+        suppress_ids=tuple(dict.fromkeys(suppress)),
+        forced_bos_id=g.get("forced_bos_token_id"),
+        forced_eos=forced_eos is not None and eos is not None and int(forced_eos) == eos,
+        max_new_tokens=budget,
+    )
 
 
 def apply_generation_config(model, hf: dict, generation: dict | None, default_start: int | None = None) -> None:

@@ -19,23 +19,45 @@ def build(hf: dict, tensors: dict) -> Decoder:
         raise CheckpointError("this GPT-2 variant scales attention differently: not supported yet")
     D = hf["n_embd"]
     config = DecoderConfig(
-        vocab_size=hf["vocab_size"], max_positions=hf["n_positions"], n_layers=hf["n_layer"], d_model=D,
-        n_heads=hf["n_head"], d_ff=hf.get("n_inner") or 4 * D, activation=activation(hf["activation_function"]),
-        ln_eps=hf["layer_norm_epsilon"], norm="pre", tie_embeddings=True,
-    )  # fmt: skip
+        vocab_size=hf["vocab_size"],
+        max_positions=hf["n_positions"],
+        n_layers=hf["n_layer"],
+        d_model=D,
+        n_heads=hf["n_head"],
+        d_ff=hf.get("n_inner") or 4 * D,
+        activation=activation(hf["activation_function"]),
+        ln_eps=hf["layer_norm_epsilon"],
+        norm="pre",
+        tie_embeddings=True,
+    )
     model = Decoder(config)
     w = Weights(tensors, prefixes=("transformer.",))
-    m = {"decoder.embed.tok.weight": w["wte.weight"], "decoder.embed.pos.weight": w["wpe.weight"],
-         "decoder.ln_final.weight": w["ln_f.weight"], "decoder.ln_final.bias": w["ln_f.bias"]}  # fmt: skip
+    m = {
+        "decoder.embed.tok.weight": w["wte.weight"],
+        "decoder.embed.pos.weight": w["wpe.weight"],
+        "decoder.ln_final.weight": w["ln_f.weight"],
+        "decoder.ln_final.bias": w["ln_f.bias"],
+    }
     for i in range(config.n_layers):
         h, b = f"h.{i}.", f"decoder.blocks.{i}."
         q, k, v = w[h + "attn.c_attn.weight"].t().chunk(3, dim=0)  # each (D, D) as Linear weights
         qb, kb, vb = w[h + "attn.c_attn.bias"].chunk(3)
-        m.update({b + "attn.W_q.weight": q, b + "attn.W_k.weight": k, b + "attn.W_v.weight": v,
-                  b + "attn.W_q.bias": qb, b + "attn.W_k.bias": kb, b + "attn.W_v.bias": vb,
-                  b + "attn.W_o.weight": w[h + "attn.c_proj.weight"].t(), b + "attn.W_o.bias": w[h + "attn.c_proj.bias"],
-                  b + "mlp.W_in.weight": w[h + "mlp.c_fc.weight"].t(), b + "mlp.W_in.bias": w[h + "mlp.c_fc.bias"],
-                  b + "mlp.W_out.weight": w[h + "mlp.c_proj.weight"].t(), b + "mlp.W_out.bias": w[h + "mlp.c_proj.bias"]})  # fmt: skip
+        m.update(
+            {
+                b + "attn.W_q.weight": q,
+                b + "attn.W_k.weight": k,
+                b + "attn.W_v.weight": v,
+                b + "attn.W_q.bias": qb,
+                b + "attn.W_k.bias": kb,
+                b + "attn.W_v.bias": vb,
+                b + "attn.W_o.weight": w[h + "attn.c_proj.weight"].t(),
+                b + "attn.W_o.bias": w[h + "attn.c_proj.bias"],
+                b + "mlp.W_in.weight": w[h + "mlp.c_fc.weight"].t(),
+                b + "mlp.W_in.bias": w[h + "mlp.c_fc.bias"],
+                b + "mlp.W_out.weight": w[h + "mlp.c_proj.weight"].t(),
+                b + "mlp.W_out.bias": w[h + "mlp.c_proj.bias"],
+            }
+        )
         for ours, theirs in (("ln_attn", "ln_1"), ("ln_mlp", "ln_2")):
             m[b + f"{ours}.weight"], m[b + f"{ours}.bias"] = w[h + f"{theirs}.weight"], w[h + f"{theirs}.bias"]
     assign(model, m)

