@@ -31,7 +31,7 @@ import tformer_core as tc
 from tformer_core import seq2seq_views as sv
 from tformer_core import vision_views as vv
 from tformer_core.charts import to_png, to_svg, vega_lite_spec
-from tformer_core.layers import Stack
+from tformer_core.models.layers import Stack
 
 DEFAULT_TEXT_MODEL = "minilm"
 TEXT_MODEL_SUGGESTIONS = ("minilm", "bert-base-uncased", "roberta-base", "distilbert-base-uncased", "gpt2")

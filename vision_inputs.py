@@ -4,7 +4,7 @@
     picked = vision_inputs.choose_image(url, model)       # (name, file bytes) from a sample, an upload or the camera
     files = vision_inputs.choose_images(url, model)       # several, for the mean attention distance
 
-Uploads are checked by the core (tformer_core.image_input) when they are read: a bad file gets
+Uploads are checked by the core (tformer_core.inputs.image_file) when they are read: a bad file gets
 its message there. Uploads cannot travel in a link; samples can (their name is in the URL).
 """
 
@@ -16,7 +16,7 @@ import attention_views as av
 import ui
 from tformer_core import text_views as tv
 from tformer_core import vision_views as vv
-from tformer_core.image_input import MAX_BYTES
+from tformer_core.inputs.image_file import MAX_BYTES
 
 DEFAULT_VIT = "facebook/deit-tiny-patch16-224"
 FALLBACK_VIT = "vit-tiny"

@@ -14,7 +14,7 @@ import ui
 import vision_inputs as vi
 from tformer_core import text_views as tv
 from tformer_core import vision_views as vv
-from tformer_core.image_input import to_jpeg, to_png
+from tformer_core.inputs.image_file import to_jpeg, to_png
 
 CLASS_TOKEN = -1  # the "query" URL value for the class token; patches are 0..N-1
 MEAN = -1  # the "head" value for the mean of the heads

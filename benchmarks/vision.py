@@ -41,7 +41,7 @@ from timing import sync  # noqa: E402
 
 import tformer_core as tc  # noqa: E402
 from tformer_core import vision_views as vv  # noqa: E402
-from tformer_core.image_input import to_jpeg  # noqa: E402
+from tformer_core.inputs.image_file import to_jpeg  # noqa: E402
 from tformer_core.metrics import patch_centre_distances  # noqa: E402
 
 SHARED = ROOT.parent / "shared"
@@ -196,7 +196,7 @@ def main() -> None:
         big = tc.ViT(
             tc.ViTConfig(image_size=224, patch_size=16, d_model=768, n_heads=12, d_ff=3072, n_layers=12, n_classes=1000)
         ).place(device)
-        from tformer_core.images import ImagePreprocessing
+        from tformer_core.inputs.preprocessing import ImagePreprocessing
 
         big.preprocessing = ImagePreprocessing()
         pictures = crops(128) if DEIT.is_dir() else [Image.new("RGB", (224, 224), (i, i, i)) for i in range(128)]

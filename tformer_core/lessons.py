@@ -31,7 +31,7 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
-from .positional import LearnedPositions, sinusoidal_encoding
+from .models.positional import LearnedPositions, sinusoidal_encoding
 from .steps import AttentionSteps, attention_steps
 from .trace import Trace
 

@@ -230,7 +230,7 @@ def vocabulary(model: Any) -> list[tuple[str, list[tuple[str, str]]]] | None:
     """For the bundled translator: its lexicon by word class, [(class, [(source word, target word)])]; else None."""
     if getattr(model, "source", "") != "translator":
         return None
-    from . import toy_data as td
+    from .bundled import data as td
 
     classes = [
         ("determiners", td.DETERMINERS),

@@ -26,7 +26,7 @@ import torch
 from PIL import Image, ImageDraw, ImageFont
 
 from .charts import channel, layered, named_data
-from .image_input import MAX_BYTES, ImageError, LoadedImage, read_image, to_jpeg, to_png
+from .inputs.image_file import MAX_BYTES, ImageError, LoadedImage, read_image, to_jpeg, to_png
 from .metrics import mean_attention_distance
 from .trace import Trace
 
@@ -490,7 +490,7 @@ def image_dirs() -> list[Path]:
 
 def _shape_samples() -> list[tuple[str, bytes]]:
     """One generated scene per class of the bundled vit-tiny (the kind of picture it was trained on)."""
-    from .toy_data import SHAPE_CLASSES, make_scenes
+    from .bundled.data import SHAPE_CLASSES, make_scenes
 
     scenes = make_scenes(64, seed=2024)
     out = []

@@ -16,8 +16,9 @@ import torch
 from PIL import Image
 
 import tformer_core as tc
-from tformer_core import bundled, train
-from tformer_core import toy_data as td
+from tformer_core import bundled
+from tformer_core.bundled import train
+from tformer_core.bundled import data as td
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -178,8 +179,8 @@ def test_photo_preprocessing_matches_the_training_normalisation(vit_tiny, scenes
 def test_unknown_bundled_name_and_missing_assets_fail_clearly(monkeypatch, tmp_path):
     with pytest.raises(ValueError, match="bundled models are"):
         bundled.load_bundled("translater")
-    monkeypatch.setattr(bundled, "ASSETS_DIR", tmp_path)
-    with pytest.raises(tc.CheckpointError, match="python -m tformer_core.train"):
+    monkeypatch.setattr(bundled.loading, "ASSETS_DIR", tmp_path)
+    with pytest.raises(tc.CheckpointError, match="python -m tformer_core.bundled.train"):
         tc.load_model("vit-tiny", device="cpu")
 
 
@@ -199,7 +200,7 @@ def test_training_reproduces_the_same_weights_for_the_same_seed(name, tmp_path):
     command = [
         sys.executable,
         "-m",
-        "tformer_core.train",
+        "tformer_core.bundled.train",
         name,
         "--steps",
         "4",

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tformer_core.image_input import ImageError, read_image
+from tformer_core.inputs.image_file import ImageError, read_image
 
 RED, GREEN, BLUE = (255, 0, 0), (0, 255, 0), (0, 0, 255)
 

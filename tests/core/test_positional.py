@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import tformer_core as tc
-from tformer_core.positional import SinusoidalPositions
+from tformer_core.models.positional import SinusoidalPositions
 
 
 def test_position_zero_is_sin0_cos0():

@@ -12,7 +12,7 @@ import transformers
 import tformer_core as tc
 from tests.core.hf_helpers import save_tiny_t5
 from tformer_core import seq2seq_views as sv
-from tformer_core import toy_data as td
+from tformer_core.bundled import data as td
 
 SENTENCE = "the big dog chases a small cat near the river"
 

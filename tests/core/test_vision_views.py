@@ -15,8 +15,8 @@ from tests.core.hf_helpers import DEIT, IMAGES
 from tests.core.tiny_models import tiny_vit
 from tformer_core import vision_views as vv
 from tformer_core.charts import validate
-from tformer_core.image_input import ImageError, to_png
-from tformer_core.images import ImagePreprocessing
+from tformer_core.inputs.image_file import ImageError, to_png
+from tformer_core.inputs.preprocessing import ImagePreprocessing
 
 needs_deit = pytest.mark.skipif(
     not DEIT.is_dir(), reason=f"the shared DeiT-Tiny is not at {DEIT} (only CI has ../shared)"

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from ..seq2seq import EncoderDecoder, Seq2SeqConfig
+from ..models.seq2seq import EncoderDecoder, Seq2SeqConfig
 from .common import activation, apply_generation_config
 from .weights import CheckpointError, Weights, assign
 

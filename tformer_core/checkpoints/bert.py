@@ -6,7 +6,7 @@ differ in names, in RoBERTa's two reserved position rows, and in whether segment
 
 from __future__ import annotations
 
-from ..encoder import Encoder, EncoderConfig
+from ..models.encoder import Encoder, EncoderConfig
 from .common import activation
 from .weights import CheckpointError, Weights, assign
 

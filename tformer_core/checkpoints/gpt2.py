@@ -6,7 +6,7 @@ weight. Q, K and V are one matrix c_attn [D, 3D], split here into W^Q, W^K, W^V.
 
 from __future__ import annotations
 
-from ..decoder import Decoder, DecoderConfig
+from ..models.decoder import Decoder, DecoderConfig
 from ..generation import GenerationSettings
 from .common import activation
 from .weights import CheckpointError, Weights, assign

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import torch
 
-from ..positional import sinusoidal_encoding
-from ..seq2seq import EncoderDecoder, Seq2SeqConfig
+from ..models.positional import sinusoidal_encoding
+from ..models.seq2seq import EncoderDecoder, Seq2SeqConfig
 from .bart import check_post_norm, check_same_shape_stacks, layer_mapping, output_head
 from .common import activation, apply_generation_config
 from .weights import CheckpointError, Weights, assign

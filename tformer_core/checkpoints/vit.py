@@ -6,7 +6,7 @@ core flattens patches channel-first, so the same numbers become a Linear weight 
 
 from __future__ import annotations
 
-from ..vit import ViT, ViTConfig
+from ..models.vit import ViT, ViTConfig
 from .common import activation
 from .weights import CheckpointError, Weights, assign
 

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .capture import HookPoint
+from ..capture import HookPoint
 from .positional import RelativePositionBias, make_positions
 
 ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {

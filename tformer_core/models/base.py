@@ -9,8 +9,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from .capture import NameFilter, capture, name_hook_points
-from .trace import Trace, stored_by_default, to_numpy
+from ..capture import NameFilter, capture, name_hook_points
+from ..trace import Trace, stored_by_default, to_numpy
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16, "bfloat16": torch.bfloat16}
 

@@ -16,9 +16,9 @@ import torch
 from torch import nn
 
 from .base import TracedModel
-from .capture import HookPoint, NameFilter
+from ..capture import HookPoint, NameFilter
 from .layers import BlockConfig, Stack
-from .trace import Trace
+from ..trace import Trace
 
 
 @dataclass(frozen=True, kw_only=True)

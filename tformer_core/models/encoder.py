@@ -13,9 +13,9 @@ import torch
 from torch import nn
 
 from .base import TracedModel, per_token
-from .capture import HookPoint, NameFilter
+from ..capture import HookPoint, NameFilter
 from .layers import ACTIVATIONS, BlockConfig, Stack, TextEmbedding, key_padding_mask
-from .trace import Trace
+from ..trace import Trace
 
 
 @dataclass(frozen=True, kw_only=True)

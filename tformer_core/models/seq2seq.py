@@ -15,10 +15,10 @@ import torch
 from torch import nn
 
 from .base import Tokenizer, TracedModel, per_token
-from .capture import HookPoint, NameFilter
-from .generation import Generation, GenerationSettings, choose_next
+from ..capture import HookPoint, NameFilter
+from ..generation import Generation, GenerationSettings, choose_next
 from .layers import BlockConfig, Stack, TextEmbedding, causal_mask, key_padding_mask
-from .trace import Trace, stored_by_default
+from ..trace import Trace, stored_by_default
 
 
 @dataclass(frozen=True, kw_only=True)

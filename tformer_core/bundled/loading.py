@@ -8,7 +8,7 @@
 
 Each asset folder holds `config.json` (family, core config, special token ids, preprocessing),
 `model.safetensors`, the vocabulary or label files and `MODEL_CARD.md`. They are written by
-`python -m tformer_core.train <name>`; nothing here reaches the network.
+`python -m tformer_core.bundled.train <name>`; nothing here reaches the network.
 """
 
 from __future__ import annotations
@@ -24,15 +24,15 @@ import numpy as np
 import torch
 from safetensors.torch import load_model as load_safetensors_model
 
-from .base import TracedModel
-from .capture import capture
-from .generation import GenerationSettings
-from .images import ImagePreprocessing
-from .seq2seq import EncoderDecoder, Seq2SeqConfig
-from .toy_data import BOS, EOS, PAD, SPECIAL_TOKENS, UNK
-from .vit import ViT, ViTConfig
+from ..models.base import TracedModel
+from ..capture import capture
+from ..generation import GenerationSettings
+from ..inputs.preprocessing import ImagePreprocessing
+from ..models.seq2seq import EncoderDecoder, Seq2SeqConfig
+from .data import BOS, EOS, PAD, SPECIAL_TOKENS, UNK
+from ..models.vit import ViT, ViTConfig
 
-ASSETS_DIR = Path(__file__).resolve().parent.parent / "assets"
+ASSETS_DIR = Path(__file__).resolve().parents[2] / "assets"
 BUNDLED_MODELS: dict[str, str] = {"translator": "translator", "vit-tiny": "vit-tiny"}  # name -> folder in assets/
 FAMILIES = {"encoder-decoder": (EncoderDecoder, Seq2SeqConfig), "vit": (ViT, ViTConfig)}
 
@@ -129,7 +129,7 @@ def load_from_dir(
     for needed in (CONFIG_FILE, WEIGHTS_FILE):
         if not (folder / needed).is_file():
             raise ValueError(
-                f"{folder} has no {needed}: write it with `python -m tformer_core.train <name> --out {folder}`"
+                f"{folder} has no {needed}: write it with `python -m tformer_core.bundled.train <name> --out {folder}`"
             )
     meta = json.loads((folder / CONFIG_FILE).read_text(encoding="utf-8"))
     family = meta.get("family")

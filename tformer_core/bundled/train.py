@@ -1,8 +1,8 @@
 """Train the bundled didactic models, reproducibly, on generated data.
 
-    python -m tformer_core.train translator            # -> assets/translator/
-    python -m tformer_core.train vit-tiny              # -> assets/vit-tiny/
-    python -m tformer_core.train vit-tiny --steps 50 --seed 1 --out /tmp/vit
+    python -m tformer_core.bundled.train translator            # -> assets/translator/
+    python -m tformer_core.bundled.train vit-tiny              # -> assets/vit-tiny/
+    python -m tformer_core.bundled.train vit-tiny --steps 50 --seed 1 --out /tmp/vit
 
 Each run seeds python, numpy and torch, turns on torch's deterministic algorithms and fixes
 the number of CPU threads, so the same command on the same machine writes byte-identical
@@ -34,8 +34,8 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import save_file
 
-from . import toy_data as td
-from .bundled import (
+from . import data as td
+from .loading import (
     ASSETS_DIR,
     BUNDLED_MODELS,
     CARD_FILE,
@@ -53,8 +53,8 @@ from .bundled import (
     translation_accuracy,
     write_lines,
 )
-from .seq2seq import EncoderDecoder, Seq2SeqConfig
-from .vit import ViT, ViTConfig
+from ..models.seq2seq import EncoderDecoder, Seq2SeqConfig
+from ..models.vit import ViT, ViTConfig
 
 # Seeds of the evaluation samples written into the model cards. The tests draw other seeds.
 EVAL_SEED = 20_240_601
@@ -462,7 +462,7 @@ def evaluate_vit(model: ViT, log: Log = print, n: int = 4000) -> dict:
 
 # ---- model cards -----------------------------------------------------------------------------
 def _command(name: str, steps: int | None, seed: int, threads: int) -> str:
-    parts = ["python -m tformer_core.train", name]
+    parts = ["python -m tformer_core.bundled.train", name]
     if steps is not None:
         parts += ["--steps", str(steps)]
     if seed != 0:
@@ -624,7 +624,7 @@ TRAINERS = {"translator": train_translator, "vit-tiny": train_vit}
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tformer_core.train", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m tformer_core.bundled.train", description=__doc__.split("\n\n")[0])
     parser.add_argument("name", choices=sorted(TRAINERS), help="which bundled model to train")
     parser.add_argument("--steps", type=int, default=None, help="optimizer steps (default: the recipe's)")
     parser.add_argument("--seed", type=int, default=0, help="seed of initialisation and data (default 0)")
