@@ -3,7 +3,7 @@
     c = attention_views.controls(url, trace, stack="encoder", prefix="enc_")   # layer, head, views, query...
     attention_views.draw(trace, url, c)                                          # the views chosen in c
 
-The numbers come from tformer_core.text_views; this module only lays them out. `prefix` keeps the
+The numbers come from tformer_views.text; this module only lays them out. `prefix` keeps the
 widgets (and URL parameters) of two attention sections on one page apart; with prefix "" the
 names are the plain ones ("layer", "head", ...).
 """
@@ -18,9 +18,9 @@ import pandas as pd
 import streamlit as st
 
 import ui
-from tformer_core import text_views as tv
-from tformer_core.charts import heatmap
 from tformer_core.trace import Trace
+from tformer_views import text as tv
+from tformer_views.charts.spec import heatmap
 
 VIEWS = {
     "head": "Head view",

@@ -28,10 +28,10 @@ import streamlit as st
 import torch
 
 import tformer_core as tc
-from tformer_core import seq2seq_views as sv
-from tformer_core import vision_views as vv
-from tformer_core.charts import to_png, to_svg, vega_lite_spec
 from tformer_core.models.layers import Stack
+from tformer_views import seq2seq as sv
+from tformer_views import vision as vv
+from tformer_views.charts.spec import to_png, to_svg, vega_lite_spec
 
 DEFAULT_TEXT_MODEL = "minilm"
 TEXT_MODEL_SUGGESTIONS = ("minilm", "bert-base-uncased", "roberta-base", "distilbert-base-uncased", "gpt2")

@@ -14,9 +14,9 @@ import streamlit as st
 
 import attention_views as av
 import ui
-from tformer_core import text_views as tv
-from tformer_core import vision_views as vv
 from tformer_core.inputs.image_file import MAX_BYTES
+from tformer_views import text as tv
+from tformer_views import vision as vv
 
 DEFAULT_VIT = "facebook/deit-tiny-patch16-224"
 FALLBACK_VIT = "vit-tiny"

@@ -1,7 +1,7 @@
 """Mean attention distance: how far each head of each layer looks, over many pictures (ViT paper, Fig. 7 right),
 and the same for text models in tokens.
 
-Read widgets -> ask the core (tformer_core.vision_views, text_views) -> draw. The pictures are traced
+Read widgets -> ask the core (tformer_views.vision, text_views) -> draw. The pictures are traced
 in batches (on the GPU when there is one) keeping only the attention weights; the result is
 computed once per (model, pictures, recipe) for the whole server, with a progress bar.
 """
@@ -15,8 +15,8 @@ import streamlit as st
 
 import ui
 import vision_inputs as vi
-from tformer_core import text_views as tv
-from tformer_core import vision_views as vv
+from tformer_views import text as tv
+from tformer_views import vision as vv
 
 BATCH = 32
 SENTENCES = (

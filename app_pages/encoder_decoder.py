@@ -1,6 +1,6 @@
 """Encoder-decoder: a translation token by token, the decoder's masked self-attention and its cross-attention.
 
-Read widgets -> ask the core (tformer_core.seq2seq_views, text_views) -> draw. The translation is
+Read widgets -> ask the core (tformer_views.seq2seq, text_views) -> draw. The translation is
 computed once per input (ui.cached); the step slider, the play button and every layer / head choice
 only read it. The encoder's self-attention uses the Text attention page's views (attention_views).
 """
@@ -15,10 +15,10 @@ import streamlit as st
 
 import attention_views as av
 import ui
-from tformer_core import seq2seq_views as sv
-from tformer_core import text_views as tv
 from tformer_core.bundled import model_card
-from tformer_core.charts import heatmap
+from tformer_views import seq2seq as sv
+from tformer_views import text as tv
+from tformer_views.charts.spec import heatmap
 
 DEFAULT_MODEL = "translator"
 SUGGESTIONS = ("translator", "Helsinki-NLP/opus-mt-en-de", "t5-small", "facebook/bart-base")

@@ -1,7 +1,7 @@
 """Positional encoding: the sinusoidal table, its formula cell by cell, its waves, how positions compare,
 and the learned position embeddings of a real model beside it.
 
-Read widgets -> ask the core (tc.sinusoidal_encoding, tformer_core.lessons) -> draw.
+Read widgets -> ask the core (tc.sinusoidal_encoding, tformer_views.lessons) -> draw.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import streamlit as st
 
 import tformer_core as tc
 import ui
-from tformer_core import lessons as ls
-from tformer_core.charts import line_chart, natural_size, unique_labels
+from tformer_views.charts.spec import line_chart, natural_size, unique_labels
+from tformer_views.lessons import attention as ls
 
 MODEL = ui.DEFAULT_TEXT_MODEL
 DEFAULT_SENTENCE = "The cat sat on the mat."

@@ -1,6 +1,6 @@
 """Attention, step by step: the lecture's worked example, editable.
 
-Read widgets (a preset, the edited tables, masks, heads) -> ask tformer_core.lessons (which runs
+Read widgets (a preset, the edited tables, masks, heads) -> ask tformer_views.lessons (which runs
 tc.attention_steps) -> draw every intermediate as a formula, a table, a heatmap and a CSV.
 """
 
@@ -14,9 +14,9 @@ import pandas as pd
 import streamlit as st
 
 import ui
-from tformer_core import lessons as ls
-from tformer_core.charts import heatmap, unique_labels
 from tformer_core.steps import AttentionSteps
+from tformer_views.charts.spec import heatmap, unique_labels
+from tformer_views.lessons import attention as ls
 
 MODEL = ui.DEFAULT_TEXT_MODEL
 PRESETS = {

@@ -1,6 +1,6 @@
 """Text attention: every head of a real encoder (MiniLM, BERT, RoBERTa) or decoder-only model (GPT-2).
 
-Read widgets -> ask the core (tformer_core.text_views) for view data -> draw. One forward pass per
+Read widgets -> ask the core (tformer_views.text) for view data -> draw. One forward pass per
 input (ui.cached); choosing a layer, head, token or view reuses the cached trace.
 """
 
@@ -11,7 +11,7 @@ import streamlit as st
 
 import attention_views as av
 import ui
-from tformer_core import text_views as tv
+from tformer_views import text as tv
 
 CAVEAT = """
 **What attention weights do and do not tell you.** A weight says how much of a token's *value

@@ -1,6 +1,6 @@
 """Vision Transformer: how a ViT cuts a picture into patches, where each head looks, and the ViT paper's Fig. 7.
 
-Read widgets -> ask the core (tformer_core.vision_views) for pictures and numbers -> draw. One
+Read widgets -> ask the core (tformer_views.vision) for pictures and numbers -> draw. One
 forward pass per picture (ui.cached); every layer, head, query patch or overlay choice redraws
 pictures from the cached trace. Pictures go to the browser as PNG, never as attention tensors.
 """
@@ -12,9 +12,9 @@ import streamlit as st
 
 import ui
 import vision_inputs as vi
-from tformer_core import text_views as tv
-from tformer_core import vision_views as vv
 from tformer_core.inputs.image_file import to_jpeg, to_png
+from tformer_views import text as tv
+from tformer_views import vision as vv
 
 CLASS_TOKEN = -1  # the "query" URL value for the class token; patches are 0..N-1
 MEAN = -1  # the "head" value for the mean of the heads

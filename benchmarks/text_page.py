@@ -37,8 +37,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 import torch  # noqa: E402
 import transformers as T  # noqa: E402
 
-from tformer_core import text_views as tv  # noqa: E402
 from tformer_core.checkpoints.sources import minilm_folder  # noqa: E402
+from tformer_views import text as tv  # noqa: E402
 
 PAGE = str(ROOT / "app_pages" / "text_attention.py")
 TEXT = " ".join([tv.DEFAULT_SENTENCE] * 45)  # about 700 tokens: the page cuts it to 512

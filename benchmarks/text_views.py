@@ -35,9 +35,9 @@ from streamlit.dataframe_util import convert_anything_to_arrow_bytes  # noqa: E4
 from timing import interleaved_medians, print_table  # noqa: E402
 
 import tformer_core as tc  # noqa: E402
-from tformer_core import text_views as tv  # noqa: E402
-from tformer_core.charts import heatmap, vega_lite_spec  # noqa: E402
 from tformer_core.models.layers import Stack  # noqa: E402
+from tformer_views import text as tv  # noqa: E402
+from tformer_views.charts.spec import heatmap, vega_lite_spec  # noqa: E402
 
 BUDGET_BYTES = 3 * 2**20
 BUDGET_SECONDS = 1.0

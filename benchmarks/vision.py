@@ -12,7 +12,7 @@ ViT-B/16-sized model with random weights (speed does not depend on the values).
    Baseline: transformers' eager forward of the same checkpoint with output_attentions=True on the
    same picture (its own image processor), in the same run. Budget: ours <= 300 ms on 2 CPU cores.
 2. Mean attention distance over 128 pictures (crops and flips of the shared photos): ours =
-   tformer_core.vision_views.mean_attention_distances (batches of 32, weights only kept). Baseline:
+   tformer_views.vision.mean_attention_distances (batches of 32, weights only kept). Baseline:
    transformers' forward over the same batches with output_attentions=True plus the same distance
    computed in numpy. Budget: ours <= 30 s on CPU; on a GPU, ViT-B/16-sized, <= 2 s.
 3. A layer / head / query change on the Vision Transformer page (AppTest: script run, element
@@ -40,9 +40,9 @@ from PIL import Image, ImageOps  # noqa: E402
 from timing import sync  # noqa: E402
 
 import tformer_core as tc  # noqa: E402
-from tformer_core import vision_views as vv  # noqa: E402
 from tformer_core.inputs.image_file import to_jpeg  # noqa: E402
 from tformer_core.metrics import patch_centre_distances  # noqa: E402
+from tformer_views import vision as vv  # noqa: E402
 
 SHARED = ROOT.parent / "shared"
 DEIT = SHARED / "models" / "deit-tiny-patch16-224"

@@ -9,21 +9,21 @@
 No streamlit here: the app imports the core, never the other way round.
 """
 
-from .models.base import TracedModel, default_device, resolve_dtype
 from .capture import HookPoint, capture
 from .checkpoints import CheckpointError, load_model
-from .models.decoder import Decoder, DecoderConfig
-from .models.encoder import Encoder, EncoderConfig
 from .generation import Generation, GenerationSettings
 from .inputs.preprocessing import ImagePreprocessing
-from .models.layers import BlockConfig, MultiHeadAttention, causal_mask
 from .metrics import mean_attention_distance, mean_token_distance, patch_centre_distances
+from .models.base import TracedModel, default_device, resolve_dtype
+from .models.decoder import Decoder, DecoderConfig
+from .models.encoder import Encoder, EncoderConfig
+from .models.layers import BlockConfig, MultiHeadAttention, causal_mask
 from .models.positional import sinusoidal_encoding
-from .runtime import retain_freed_memory
 from .models.seq2seq import EncoderDecoder, Seq2SeqConfig
+from .models.vit import ViT, ViTConfig, patchify
+from .runtime import retain_freed_memory
 from .steps import AttentionSteps, attention_steps
 from .trace import Trace
-from .models.vit import ViT, ViTConfig, patchify
 
 __all__ = [
     "AttentionSteps",

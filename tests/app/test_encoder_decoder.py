@@ -12,8 +12,8 @@ import tformer_core as tc
 import ui
 from tests.app.pages import charts, no_exception, run, widget
 from tests.core.hf_helpers import save_tiny_t5
-from tformer_core import seq2seq_views as sv
 from tformer_core.bundled import data as td
+from tformer_views import seq2seq as sv
 
 DEFAULT = sv.DEFAULT_SOURCES["translator"]
 

@@ -11,7 +11,7 @@ from streamlit.testing.v1 import AppTest
 import tformer_core as tc
 from tests.app import pages
 from tests.app.pages import table
-from tformer_core import lessons as ls
+from tformer_views.lessons import attention as ls
 
 SQRT3 = math.sqrt(3.0)
 HAND_Q = [[1, 0, 2], [2, 2, 2], [2, 1, 3]]

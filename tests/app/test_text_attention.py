@@ -18,8 +18,8 @@ from streamlit.testing.v1 import AppTest
 import tformer_core as tc
 import ui
 from tests.app.pages import charts, no_exception, run, widget
-from tformer_core import text_views as tv
 from tformer_core.checkpoints.sources import minilm_folder
+from tformer_views import text as tv
 
 SENTENCE = "The animal didn't cross the street because it was too tired."
 CORPUS = [SENTENCE, "The cat sat on the mat.", "Attention is all you need.", "It was too tired to cross."] * 5

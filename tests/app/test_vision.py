@@ -19,7 +19,7 @@ from streamlit.testing.v1 import AppTest
 import ui
 from tests.app.pages import charts, no_exception, run, widget
 from tests.core.hf_helpers import DEIT, IMAGES
-from tformer_core import vision_views as vv
+from tformer_views import vision as vv
 
 VISION, MAD = "vision", "attention_distance"
 needs_deit = pytest.mark.skipif(

@@ -17,8 +17,8 @@ from PIL import Image
 
 import tformer_core as tc
 from tformer_core import bundled
-from tformer_core.bundled import train
 from tformer_core.bundled import data as td
+from tformer_core.bundled import train
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -24,13 +24,13 @@ import numpy as np
 import torch
 from safetensors.torch import load_model as load_safetensors_model
 
-from ..models.base import TracedModel
 from ..capture import capture
 from ..generation import GenerationSettings
 from ..inputs.preprocessing import ImagePreprocessing
+from ..models.base import TracedModel
 from ..models.seq2seq import EncoderDecoder, Seq2SeqConfig
-from .data import BOS, EOS, PAD, SPECIAL_TOKENS, UNK
 from ..models.vit import ViT, ViTConfig
+from .data import BOS, EOS, PAD, SPECIAL_TOKENS, UNK
 
 ASSETS_DIR = Path(__file__).resolve().parents[2] / "assets"
 BUNDLED_MODELS: dict[str, str] = {"translator": "translator", "vit-tiny": "vit-tiny"}  # name -> folder in assets/

@@ -34,6 +34,8 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import save_file
 
+from ..models.seq2seq import EncoderDecoder, Seq2SeqConfig
+from ..models.vit import ViT, ViTConfig
 from . import data as td
 from .loading import (
     ASSETS_DIR,
@@ -53,8 +55,6 @@ from .loading import (
     translation_accuracy,
     write_lines,
 )
-from ..models.seq2seq import EncoderDecoder, Seq2SeqConfig
-from ..models.vit import ViT, ViTConfig
 
 # Seeds of the evaluation samples written into the model cards. The tests draw other seeds.
 EVAL_SEED = 20_240_601

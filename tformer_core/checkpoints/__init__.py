@@ -12,8 +12,8 @@ from pathlib import Path
 
 import torch
 
-from ..models.base import TracedModel, default_device, resolve_dtype
 from ..inputs.preprocessing import ImagePreprocessing
+from ..models.base import TracedModel, default_device, resolve_dtype
 from . import bart, bert, gpt2, marian, t5, vit
 from .common import load_tokenizer, vocabulary_labels
 from .sources import Progress, hub_folder, local_folder, looks_like_path, minilm_folder

@@ -6,8 +6,8 @@ weight. Q, K and V are one matrix c_attn [D, 3D], split here into W^Q, W^K, W^V.
 
 from __future__ import annotations
 
-from ..models.decoder import Decoder, DecoderConfig
 from ..generation import GenerationSettings
+from ..models.decoder import Decoder, DecoderConfig
 from .common import activation
 from .weights import CheckpointError, Weights, assign
 

@@ -13,11 +13,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from .base import TracedModel, per_token
 from ..capture import HookPoint, NameFilter
 from ..generation import Generation, GenerationSettings, choose_next
-from .layers import BlockConfig, Stack, TextEmbedding, causal_mask, key_padding_mask
 from ..trace import Trace
+from .base import TracedModel, per_token
+from .layers import BlockConfig, Stack, TextEmbedding, causal_mask, key_padding_mask
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -12,10 +12,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from .base import TracedModel, per_token
 from ..capture import HookPoint, NameFilter
-from .layers import ACTIVATIONS, BlockConfig, Stack, TextEmbedding, key_padding_mask
 from ..trace import Trace
+from .base import TracedModel, per_token
+from .layers import ACTIVATIONS, BlockConfig, Stack, TextEmbedding, key_padding_mask
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -15,10 +15,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from .base import TracedModel
 from ..capture import HookPoint, NameFilter
-from .layers import BlockConfig, Stack
 from ..trace import Trace
+from .base import TracedModel
+from .layers import BlockConfig, Stack
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,4 +1,4 @@
-"""The encoder-decoder page's numbers (tformer_core.seq2seq_views): greedy translation step by step,
+"""The encoder-decoder page's numbers (tformer_views.seq2seq): greedy translation step by step,
 teacher forcing, the step views and the alignment, on the bundled translator and a tiny T5 with its
 own tokenizer (no network)."""
 
@@ -11,8 +11,8 @@ import transformers
 
 import tformer_core as tc
 from tests.core.hf_helpers import save_tiny_t5
-from tformer_core import seq2seq_views as sv
 from tformer_core.bundled import data as td
+from tformer_views import seq2seq as sv
 
 SENTENCE = "the big dog chases a small cat near the river"
 

@@ -31,9 +31,9 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
-from .models.positional import LearnedPositions, sinusoidal_encoding
-from .steps import AttentionSteps, attention_steps
-from .trace import Trace
+from tformer_core.models.positional import LearnedPositions, sinusoidal_encoding
+from tformer_core.steps import AttentionSteps, attention_steps
+from tformer_core.trace import Trace
 
 MAX_TOKENS = 12  # the worked example is read cell by cell: beyond this the tables stop being readable
 MAX_PE_POSITIONS = 512

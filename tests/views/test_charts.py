@@ -9,7 +9,7 @@ import pytest
 from jsonschema import ValidationError
 from PIL import Image
 
-from tformer_core.charts import cell_text, heatmap, matrix_frame, to_png, to_svg, unique_labels, validate
+from tformer_views.charts.spec import cell_text, heatmap, matrix_frame, to_png, to_svg, unique_labels, validate
 
 
 def test_masked_cells_travel_as_null_and_read_minus_inf():

@@ -25,10 +25,11 @@ import pandas as pd
 import torch
 from PIL import Image, ImageDraw, ImageFont
 
-from .charts import channel, layered, named_data
-from .inputs.image_file import MAX_BYTES, ImageError, LoadedImage, read_image, to_jpeg, to_png
-from .metrics import mean_attention_distance
-from .trace import Trace
+from tformer_core.inputs.image_file import MAX_BYTES, ImageError, LoadedImage, read_image, to_jpeg, to_png
+from tformer_core.metrics import mean_attention_distance
+from tformer_core.trace import Trace
+
+from .charts.spec import channel, layered, named_data
 
 FUSIONS = ("mean", "max", "min")
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp", ".tif", ".tiff", ".gif")
@@ -490,7 +491,7 @@ def image_dirs() -> list[Path]:
 
 def _shape_samples() -> list[tuple[str, bytes]]:
     """One generated scene per class of the bundled vit-tiny (the kind of picture it was trained on)."""
-    from .bundled.data import SHAPE_CLASSES, make_scenes
+    from tformer_core.bundled.data import SHAPE_CLASSES, make_scenes
 
     scenes = make_scenes(64, seed=2024)
     out = []

@@ -24,9 +24,10 @@ from typing import Any
 
 import numpy as np
 
-from .generation import Generation
-from .text_views import HeadMatrix, display_tokens
-from .trace import Trace
+from tformer_core.generation import Generation
+from tformer_core.trace import Trace
+
+from .text import HeadMatrix, display_tokens
 
 DEFAULT_SOURCES = {
     "translator": "the big dog chases a small cat near the river",
@@ -230,7 +231,7 @@ def vocabulary(model: Any) -> list[tuple[str, list[tuple[str, str]]]] | None:
     """For the bundled translator: its lexicon by word class, [(class, [(source word, target word)])]; else None."""
     if getattr(model, "source", "") != "translator":
         return None
-    from .bundled import data as td
+    from tformer_core.bundled import data as td
 
     classes = [
         ("determiners", td.DETERMINERS),

@@ -1,4 +1,4 @@
-"""The vision pages' numbers (tformer_core.vision_views): attention maps and overlays, rollout against an
+"""The vision pages' numbers (tformer_views.vision): attention maps and overlays, rollout against an
 independent implementation, Fig. 7's filters and positions, and the mean attention distance of the real
 DeiT-Tiny against one computed from transformers' own attentions (skipped when ../shared is absent)."""
 
@@ -13,10 +13,10 @@ from PIL import Image
 import tformer_core as tc
 from tests.core.hf_helpers import DEIT, IMAGES
 from tests.core.tiny_models import tiny_vit
-from tformer_core import vision_views as vv
-from tformer_core.charts import validate
 from tformer_core.inputs.image_file import ImageError, to_png
 from tformer_core.inputs.preprocessing import ImagePreprocessing
+from tformer_views import vision as vv
+from tformer_views.charts.spec import validate
 
 needs_deit = pytest.mark.skipif(
     not DEIT.is_dir(), reason=f"the shared DeiT-Tiny is not at {DEIT} (only CI has ../shared)"

@@ -1,4 +1,4 @@
-"""The Text attention page's numbers, computed by tformer_core.text_views from tiny random models."""
+"""The Text attention page's numbers, computed by tformer_views.text from tiny random models."""
 
 import io
 import math
@@ -11,10 +11,10 @@ from transformers import AutoTokenizer
 
 import tformer_core as tc
 from tests.core.tiny_models import _seeded, tiny_decoder, tiny_encoder, tiny_seq2seq, tiny_vit
-from tformer_core import text_views as tv
-from tformer_core.charts import validate
 from tformer_core.checkpoints.common import vocabulary_labels
 from tformer_core.checkpoints.sources import minilm_folder
+from tformer_views import text as tv
+from tformer_views.charts.spec import validate
 
 IDS = [2, 17, 33, 8, 21, 5, 39, 3, 11, 30]
 SENTENCE = "The cat sat on the mat because it was warm."
@@ -430,7 +430,7 @@ def test_text_views_import_no_streamlit():
     import sys
     from pathlib import Path
 
-    code = "import sys, tformer_core.text_views; print('streamlit' in sys.modules)"
+    code = "import sys, tformer_views.text; print('streamlit' in sys.modules)"
     root = Path(__file__).resolve().parents[2]
     out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False"]

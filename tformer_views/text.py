@@ -31,9 +31,10 @@ import numpy as np
 import pandas as pd
 from PIL import Image, ImageDraw, ImageFont
 
-from .charts import channel, layered, named_data
-from .metrics import mean_token_distance
-from .trace import Trace
+from tformer_core.metrics import mean_token_distance
+from tformer_core.trace import Trace
+
+from .charts.spec import channel, layered, named_data
 
 DEFAULT_SENTENCE = "The animal didn't cross the street because it was too tired."
 
@@ -212,7 +213,7 @@ def fit_to_model(model: Any, text: str, pair: str | None = None) -> FittedInput:
 
 def local_model_folders(dirs: Sequence[Path] | None = None) -> list[str]:
     """Model folders (with a config.json) directly inside the configured model folders, as paths."""
-    from .checkpoints.sources import model_dirs
+    from tformer_core.checkpoints.sources import model_dirs
 
     found = []
     for root in dirs if dirs is not None else model_dirs():

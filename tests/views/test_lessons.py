@@ -1,4 +1,4 @@
-"""tformer_core.lessons: hand-worked attention numbers, table validation, the real-model slice, PE identities."""
+"""tformer_views.lessons: hand-worked attention numbers, table validation, the real-model slice, PE identities."""
 
 import math
 
@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import tformer_core as tc
-from tformer_core import lessons as ls
+from tformer_views.lessons import attention as ls
 
 SQRT3 = math.sqrt(3.0)
 

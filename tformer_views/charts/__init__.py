@@ -1,0 +1,1 @@
+"""Vega-Lite chart specifications and their export to SVG / PNG."""

@@ -1,0 +1,1 @@
+"""The lecture pages' logic: attention step by step, positional encodings."""
