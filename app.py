@@ -8,7 +8,7 @@ own, without this shell (no sidebar, no page config), or show "Page not found" f
 import streamlit as st
 
 import tformer_core as tc
-import ui
+from tformer_app import ui
 
 # Traces allocate and free hundreds of MB per request; keep that memory for reuse (see runtime.py).
 tc.retain_freed_memory()

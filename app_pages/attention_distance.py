@@ -13,8 +13,8 @@ import hashlib
 import numpy as np
 import streamlit as st
 
-import ui
-import vision_inputs as vi
+from tformer_app import ui
+from tformer_app import vision_inputs as vi
 from tformer_views import text as tv
 from tformer_views import vision as vv
 

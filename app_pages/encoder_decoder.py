@@ -13,8 +13,8 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-import attention_views as av
-import ui
+from tformer_app import attention_panel as av
+from tformer_app import ui
 from tformer_core.bundled import model_card
 from tformer_views import seq2seq as sv
 from tformer_views import text as tv

@@ -12,7 +12,7 @@ import pandas as pd
 import streamlit as st
 
 import tformer_core as tc
-import ui
+from tformer_app import ui
 from tformer_views.charts.spec import line_chart, natural_size, unique_labels
 from tformer_views.lessons import attention as ls
 

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-import ui
+from tformer_app import ui
 from tformer_core.steps import AttentionSteps
 from tformer_views.charts.spec import heatmap, unique_labels
 from tformer_views.lessons import attention as ls

@@ -9,8 +9,8 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-import attention_views as av
-import ui
+from tformer_app import attention_panel as av
+from tformer_app import ui
 from tformer_views import text as tv
 
 CAVEAT = """

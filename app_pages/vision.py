@@ -10,8 +10,8 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-import ui
-import vision_inputs as vi
+from tformer_app import ui
+from tformer_app import vision_inputs as vi
 from tformer_core.inputs.image_file import to_jpeg, to_png
 from tformer_views import text as tv
 from tformer_views import vision as vv

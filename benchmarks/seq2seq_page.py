@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
-import ui  # noqa: E402
+from tformer_app import ui  # noqa: E402
 from tests.core.hf_helpers import save_tiny_t5  # noqa: E402
 
 PAGE = str(ROOT / "app_pages" / "encoder_decoder.py")

@@ -58,7 +58,7 @@ def make_checkpoint(root: Path) -> Path:
 def server_times(folder: Path, repeats: int) -> dict:
     from streamlit.testing.v1 import AppTest
 
-    import ui
+    from tformer_app import ui
 
     def widget(at, key):
         return next(w for w in at.main if getattr(w, "key", None) == key)

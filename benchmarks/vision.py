@@ -113,7 +113,7 @@ def page_switch(repeats: int) -> tuple[float, int]:
     """(median seconds of a layer / head / query change on the page, forward passes run during them)."""
     from streamlit.testing.v1 import AppTest
 
-    import ui
+    from tformer_app import ui
 
     os.environ["TFORMER_MODEL_DIRS"] = str(DEIT.parent)
     at = AppTest.from_file(str(ROOT / "app_pages" / "vision.py"), default_timeout=300)

@@ -9,9 +9,9 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 import tformer_core as tc
-import ui
 from tests.app.pages import charts, no_exception, run, widget
 from tests.core.hf_helpers import save_tiny_t5
+from tformer_app import ui
 from tformer_core.bundled import data as td
 from tformer_views import seq2seq as sv
 

@@ -16,8 +16,8 @@ import transformers as T
 from streamlit.testing.v1 import AppTest
 
 import tformer_core as tc
-import ui
 from tests.app.pages import charts, no_exception, run, widget
+from tformer_app import ui
 from tformer_core.checkpoints.sources import minilm_folder
 from tformer_views import text as tv
 

@@ -16,9 +16,9 @@ import transformers as T
 from PIL import Image
 from streamlit.testing.v1 import AppTest
 
-import ui
 from tests.app.pages import charts, no_exception, run, widget
 from tests.core.hf_helpers import DEIT, IMAGES
+from tformer_app import ui
 from tformer_views import vision as vv
 
 VISION, MAD = "vision", "attention_distance"

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-import ui
+from tformer_app import ui
 from tformer_core.trace import Trace
 from tformer_views import text as tv
 from tformer_views.charts.spec import heatmap

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-import attention_views as av
-import ui
+from tformer_app import attention_panel as av
+from tformer_app import ui
 from tformer_core.inputs.image_file import MAX_BYTES
 from tformer_views import text as tv
 from tformer_views import vision as vv
