@@ -8,7 +8,7 @@ own, without this shell (no sidebar, no page config), or show "Page not found" f
 import streamlit as st
 
 import tformer_core as tc
-from tformer_app import ui
+from tformer_app.page import device_summary, models_summary
 
 # Traces allocate and free hundreds of MB per request; keep that memory for reuse (see runtime.py).
 tc.retain_freed_memory()
@@ -32,8 +32,10 @@ PAGES = {
 navigation = st.navigation(PAGES)
 
 with st.sidebar:
-    st.caption(ui.device_summary())
-    loaded = ui.loaded_models()
-    st.caption("Models loaded: " + (", ".join(f"`{m}`" for m in loaded) if loaded else "none yet"))
+    st.caption(device_summary())
+    models_line = st.empty()  # filled after the page ran, so it lists the model the page just loaded
 
-navigation.run()
+try:
+    navigation.run()
+finally:
+    models_line.caption(models_summary())

@@ -1,9 +1,9 @@
 """Mean attention distance: how far each head of each layer looks, over many pictures (ViT paper, Fig. 7 right),
 and the same for text models in tokens.
 
-Read widgets -> ask the core (tformer_views.vision, text_views) -> draw. The pictures are traced
-in batches (on the GPU when there is one) keeping only the attention weights; the result is
-computed once per (model, pictures, recipe) for the whole server, with a progress bar.
+Read widgets -> ask the views (tformer_views.distance) -> draw. The pictures are traced in batches (on
+the GPU when there is one) keeping only the attention weights; the result is computed once per
+(model, pictures, recipe) for the whole server, with a progress bar.
 """
 
 from __future__ import annotations
@@ -13,12 +13,20 @@ import hashlib
 import numpy as np
 import streamlit as st
 
-from tformer_app import ui
+import tformer_core as tc
+from tformer_app import caches, downloads
 from tformer_app import vision_inputs as vi
+from tformer_app.markdown import escape
+from tformer_app.page import DEFAULT_TEXT_MODEL, TEXT_MODEL_SUGGESTIONS, run_page, run_safely
+from tformer_app.url import UrlState
+from tformer_core.checkpoints.sources import local_model_folders
+from tformer_views import distance
 from tformer_views import text as tv
 from tformer_views import vision as vv
+from tformer_views.charts.attention import distance_chart
 
 BATCH = 32
+MAX_SENTENCES = 64  # sentences one request reads
 SENTENCES = (
     "The animal didn't cross the street because it was too tired.",
     "Attention is all you need.",
@@ -40,17 +48,17 @@ INTRO = (
 )
 
 
-def draw(url: ui.UrlState) -> None:
+def draw(url: UrlState) -> None:
     vision(url)
     st.divider()
     text(url)
 
 
 def main() -> None:
-    ui.run_page("Mean attention distance", INTRO, "mad", draw)
+    run_page("Mean attention distance", INTRO, "mad", draw)
 
 
-def vision(url: ui.UrlState) -> None:
+def vision(url: UrlState) -> None:
     st.header("Vision Transformers, in pixels")
     source, model = vi.choose_vit(url)
     if model is None:
@@ -64,14 +72,14 @@ def vision(url: ui.UrlState) -> None:
         return
     pictures, names, refused = vv.read_images(files)
     for message in refused:
-        st.warning(f"Left out: {tv.escape_markdown(message)}")
+        st.warning(f"Left out: {escape(message)}")
     if not pictures:
         return
     digest = hashlib.blake2b(b"".join(hashlib.blake2b(d, digest_size=16).digest() for _, d in files), digest_size=16)
     key = ("mad", source, digest.hexdigest(), bool(renormalize))
 
     def compute(progress):
-        return vv.mean_attention_distances(
+        return distance.distances_over_images(
             model,
             pictures,
             renormalize=bool(renormalize),
@@ -79,20 +87,24 @@ def vision(url: ui.UrlState) -> None:
             progress=lambda done, total: progress(done / total, f"{done} of {total} pictures"),
         )
 
-    per_image = ui.run_safely(lambda: ui.computed(key, compute, f"Tracing {len(pictures)} pictures"), "Pictures")
-    if per_image is None:
-        return
+    per_image = run_safely(lambda: caches.computed(key, compute, f"Tracing {len(pictures)} pictures"), "Pictures")
+    if per_image is not None:
+        show_pixel_distances(source, model, per_image, names, bool(renormalize))
+
+
+def show_pixel_distances(
+    source: str, model: tc.TracedModel, per_image: np.ndarray, names: list[str], renormalize: bool
+) -> None:
+    """per_image: [pictures, layers, heads] in pixels."""
     c = model.config
     mean = per_image.mean(0)  # [layers, heads]
-    baseline = vv.uniform_mad(c.grid_hw, c.patch_size, c.n_prefix_tokens, bool(renormalize))
-    frame = vv.mad_frame(mean)
-    where = tv.escape_markdown(str(getattr(model, "device", "cpu")))
+    baseline = distance.uniform_image_distance(c.grid_hw, c.patch_size, c.n_prefix_tokens, renormalize)
     st.caption(
-        f"{len(pictures)} picture(s), {c.n_layers} layers × {c.n_heads} heads, {c.grid_hw[0]} × {c.grid_hw[1]} "
-        f"patches of {c.patch_size} px; traced in batches of {BATCH} on {where}."
+        f"{len(names)} picture(s), {c.n_layers} layers × {c.n_heads} heads, {c.grid_hw[0]} × {c.grid_hw[1]} "
+        f"patches of {c.patch_size} px; traced in batches of {BATCH} on {escape(str(model.device))}."
     )
-    ui.chart(
-        tv.distance_chart(frame, baseline, c.n_heads, title=f"{source}: mean attention distance", unit="pixels"),
+    downloads.chart(
+        distance_chart(mean, baseline, c.n_heads, title=f"{source}: mean attention distance", unit="pixels"),
         key="mad.chart.vision",
         file_name="mean_attention_distance_pixels",
     )
@@ -102,17 +114,11 @@ def vision(url: ui.UrlState) -> None:
     )
     with st.expander("Which recipe?"):
         st.markdown(RECIPE)
-    ui.matrix_download(
-        mean,
-        [f"layer {i}" for i in range(c.n_layers)],
-        [f"head {h}" for h in range(c.n_heads)],
-        "mean_attention_distance_pixels.csv",
-        key="mad.csv_vision",
-    )
-    if len(pictures) > 1:
-        per = per_image.reshape(len(pictures), -1)
-        ui.matrix_download(
-            per,
+    layers, heads = [f"layer {i}" for i in range(c.n_layers)], [f"head {h}" for h in range(c.n_heads)]
+    downloads.matrix_download(mean, layers, heads, "mean_attention_distance_pixels.csv", key="mad.csv_vision")
+    if len(names) > 1:
+        downloads.matrix_download(
+            per_image.reshape(len(names), -1),
             names,
             [f"L{layer} H{h}" for layer in range(c.n_layers) for h in range(c.n_heads)],
             "mean_attention_distance_per_picture.csv",
@@ -121,7 +127,7 @@ def vision(url: ui.UrlState) -> None:
         )
 
 
-def text(url: ui.UrlState) -> None:
+def text(url: UrlState) -> None:
     st.header("Text models, in tokens")
     st.caption(
         "The same plot for a text model: Σ_j w_ij·|i − j| in tokens, averaged over the query tokens of "
@@ -129,47 +135,45 @@ def text(url: ui.UrlState) -> None:
     )
     source = st.selectbox(
         "Text model",
-        list(dict.fromkeys([*ui.TEXT_MODEL_SUGGESTIONS, *tv.local_model_folders()])),
-        key=url.key("text_model", ui.DEFAULT_TEXT_MODEL),
+        list(dict.fromkeys([*TEXT_MODEL_SUGGESTIONS, *local_model_folders()])),
+        key=url.key("text_model", DEFAULT_TEXT_MODEL),
     )
     lines = st.text_area("Sentences, one per line", key=url.key("sentences", "\n".join(SENTENCES)), height=120)
     sentences = [s.strip() for s in lines.splitlines() if s.strip()]
     if not sentences:
         st.error("Type at least one sentence.")
         return
-    model = ui.load_model(source)
+    model = caches.load_model(source)
     if model is None:
         return
     problem = tv.text_model_problem(model)
     if problem:
-        st.warning(problem)
+        st.warning(escape(problem))
         return
-    frames, baselines = [], []
-    for sentence in sentences[:64]:
-        fitted = ui.run_safely(lambda s=sentence: tv.fit_to_model(model, s), "Sentence")
-        trace = ui.run_safely(lambda f=fitted: ui.cached("text", source, f.text, None), "Sentence") if fitted else None
-        if trace is None:
+    if len(sentences) > MAX_SENTENCES:
+        st.info(f"{len(sentences)} sentences given; the first {MAX_SENTENCES} are read.")
+    grids, baselines = [], []
+    for sentence in sentences[:MAX_SENTENCES]:
+        fitted = run_safely(lambda s=sentence: tc.fit_to_model(model, s), "Sentence")
+        key = ("text", source, fitted.text, None) if fitted else None
+        if key is None or run_safely(lambda k=key: caches.cached(*k), "Sentence") is None:
             continue
-        frames.append(
-            tv.derived(trace, ("distance", trace.main_stack, False), lambda t=trace: tv.distance_frame(t))["distance"]
-        )
-        baselines.append(tv.uniform_distance(trace))
-    if not frames:
+        grids.append(caches.derived("token_distances", key, None, False))  # [layers, heads]
+        baselines.append(caches.derived("uniform_token_distance", key, None, False))
+    if not grids:
         return
-    L, H = trace.n_layers, trace.n_heads
-    mean = np.mean(np.stack([f.to_numpy() for f in frames]), axis=0).reshape(L, H)
-    ui.chart(
-        tv.distance_chart(
-            vv.mad_frame(mean), float(np.mean(baselines)), H, title=f"{source}: mean attention distance", unit="tokens"
-        ),
+    mean = np.mean(grids, axis=0)  # over the sentences
+    L, H = mean.shape
+    downloads.chart(
+        distance_chart(mean, float(np.mean(baselines)), H, title=f"{source}: mean attention distance", unit="tokens"),
         key="mad.chart.text",
         file_name="mean_attention_distance_tokens",
     )
     st.caption(
-        f"{len(frames)} sentence(s). Dashed: uniform attention over the tokens each query may see, averaged "
+        f"{len(grids)} sentence(s). Dashed: uniform attention over the tokens each query may see, averaged "
         "over the sentences. Per-sentence views are on the Text attention page."
     )
-    ui.matrix_download(
+    downloads.matrix_download(
         mean,
         [f"layer {i}" for i in range(L)],
         [f"head {h}" for h in range(H)],

@@ -1,8 +1,8 @@
 """Encoder-decoder: a translation token by token, the decoder's masked self-attention and its cross-attention.
 
-Read widgets -> ask the core (tformer_views.seq2seq, text_views) -> draw. The translation is
-computed once per input (ui.cached); the step slider, the play button and every layer / head choice
-only read it. The encoder's self-attention uses the Text attention page's views (attention_views).
+Read widgets -> ask the views (tformer_views.seq2seq) -> draw. The translation is computed once per
+input (caches.cached); the step slider, the play button and every layer / head choice only read it.
+The encoder's self-attention uses the Text attention page's views (tformer_app.attention_panel).
 """
 
 from __future__ import annotations
@@ -13,12 +13,17 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from tformer_app import attention_panel as av
-from tformer_app import ui
-from tformer_core.bundled import model_card
+from tformer_app import attention_panel as panel
+from tformer_app import caches, downloads
+from tformer_app.markdown import escape
+from tformer_app.page import run_page, run_safely
+from tformer_app.url import UrlState, int_key
+from tformer_app.widgets import choose_model
+from tformer_core.bundled import BUNDLED_MODELS, model_card
+from tformer_core.models.base import TracedModel
 from tformer_views import seq2seq as sv
-from tformer_views import text as tv
 from tformer_views.charts.spec import heatmap
+from tformer_views.tokens import display_token, display_tokens
 
 DEFAULT_MODEL = "translator"
 SUGGESTIONS = ("translator", "Helsinki-NLP/opus-mt-en-de", "t5-small", "facebook/bart-base")
@@ -33,11 +38,12 @@ INTRO = (
 
 
 def main() -> None:
-    ui.run_page("Encoder-decoder: translation and cross-attention", INTRO, "s2s", page)
+    run_page("Encoder-decoder: translation and cross-attention", INTRO, "s2s", page)
 
 
-def page(url: ui.UrlState) -> None:
-    source = av.choose_model(
+def choose_seq2seq(url: UrlState) -> tuple[str, TracedModel | None]:
+    """The model picker; None (with a message) until an encoder-decoder model is loaded."""
+    source = choose_model(
         url,
         SUGGESTIONS,
         DEFAULT_MODEL,
@@ -45,16 +51,19 @@ def page(url: ui.UrlState) -> None:
         help="translator is trained by this project and works offline (a toy English → Tarish). "
         "Hub models need the internet the first time.",
     )
-    model = ui.load_model(source)
+    model = caches.load_model(source)
     if model is None:
         st.info("Choose another model above; the rest of the page appears once one loads.")
-        return
+        return source, None
     if model.kind != "encoder-decoder":
         page_name = "Vision Transformer" if model.kind == "vit" else "Text attention"
-        st.warning(f"**{tv.escape_markdown(source)}** is not an encoder-decoder model: open the {page_name} page.")
-        return
-    show_vocabulary(model, source)
+        st.warning(f"**{escape(source)}** is not an encoder-decoder model: open the {page_name} page.")
+        return source, None
+    return source, model
 
+
+def translation_inputs(url: UrlState, source: str) -> tuple | None:
+    """The source sentence, the token limit and the optional target; returns the cache key of the translation."""
     default_text = sv.DEFAULT_SOURCES.get(source, "")
     text_key = url.key("text", default_text)
     if st.session_state[text_key] in sv.DEFAULT_SOURCES.values() and default_text:
@@ -62,7 +71,7 @@ def page(url: ui.UrlState) -> None:
     left, right = st.columns([3, 1])
     text = left.text_input("Source sentence", key=text_key)
     max_new = right.number_input(
-        "At most this many new tokens", 1, sv.MAX_NEW_TOKENS, key=ui.int_key(url, "max", 40, 1, sv.MAX_NEW_TOKENS)
+        "At most this many new tokens", 1, sv.MAX_NEW_TOKENS, key=int_key(url, "max", 40, 1, sv.MAX_NEW_TOKENS)
     )
     target = st.text_input(
         "Target (optional): type a translation to see the attention for it instead of the model's own",
@@ -72,48 +81,56 @@ def page(url: ui.UrlState) -> None:
     )
     if not text.strip():
         st.error("The source sentence is empty: type a sentence to translate.")
+        return None
+    return ("teacher", source, text, target) if target.strip() else ("translate", source, text, int(max_new))
+
+
+def page(url: UrlState) -> None:
+    source, model = choose_seq2seq(url)
+    if model is None:
         return
-    if target.strip():
-        translation = ui.run_safely(lambda: ui.cached("teacher", source, text, target), "Input")
-    else:
-        translation = ui.run_safely(lambda: ui.cached("translate", source, text, int(max_new)), "Input")
+    show_vocabulary(model, source)
+    key = translation_inputs(url, source)
+    translation = run_safely(lambda: caches.cached(*key), "Input") if key else None
     if translation is None:
         return
-    show_translation(model, translation)
+    show_translation(key, translation)
     if translation.n_steps == 0:
         return
-
     trace = translation.trace
     L, H = trace.layers_in("decoder"), trace.n_heads
     c1, c2, _ = st.columns([1, 1, 2])
-    layer = c1.selectbox("Decoder layer", list(range(L)), key=url.key("layer", L - 1, choices=range(L)))
-    head = c2.selectbox("Head", list(range(H)), key=url.key("head", 0, choices=range(H)))
-
-    step_through(url, translation, int(layer), int(head))
-    show_alignment(translation, int(layer), int(head))
-    cross = av.Controls(
-        "cross",
-        "x_",
-        int(layer),
-        int(head),
-        False,
-        (),
-        current_step(url, translation) - 1,
-        np.arange(translation.n_steps + 1),
-        slice(None),
-    )
-    av.draw_qkv(trace, cross, url, label="cross-attention, ")
-    av.draw_why(trace, url, cross, label="cross-attention, ")
-
+    layer = int(c1.selectbox("Decoder layer", list(range(L)), key=url.key("layer", L - 1, choices=range(L))))
+    head = int(c2.selectbox("Head", list(range(H)), key=url.key("head", 0, choices=range(H))))
+    step_through(url, translation, layer, head)
+    show_alignment(translation, layer, head)
+    show_cross_attention(url, translation, layer, head)
     st.header("The encoder's self-attention")
     st.caption("The same views as on the Text attention page, for the encoder reading the source sentence.")
-    enc = av.controls(
+    enc = panel.controls(
         url, trace, stack="encoder", prefix="enc_", default_views=("heatmap", "overview"), label="encoder "
     )
-    av.draw(trace, url, enc, label="encoder ")
+    panel.draw(panel.Shown(key, trace), url, enc, label="encoder ")
 
 
-def show_vocabulary(model, source: str) -> None:
+def show_cross_attention(url: UrlState, translation: sv.Translation, layer: int, head: int) -> None:
+    """Q, K, V and "why this weight" of the cross-attention, for the position that wrote the step's token."""
+    cross = panel.Controls(
+        stack="cross",
+        prefix="x_",
+        layer=layer,
+        head=head,
+        hide=False,
+        views=(),
+        query=current_step(url, translation) - 1,
+        shown=np.arange(translation.n_steps + 1),
+        window=slice(None),
+    )
+    panel.draw_qkv(translation.trace, url, cross, label="cross-attention, ")
+    panel.draw_why(translation.trace, url, cross, label="cross-attention, ")
+
+
+def show_vocabulary(model: TracedModel, source: str) -> None:
     lexicon = sv.vocabulary(model)
     if lexicon is None:
         return
@@ -126,11 +143,12 @@ def show_vocabulary(model, source: str) -> None:
         )
         rows = [(name, en, ta) for name, pairs in lexicon for en, ta in pairs]
         st.dataframe(pd.DataFrame(rows, columns=["class", "English", "Tarish"]), hide_index=True, height=260)
-    with st.expander("Model card"):
-        st.markdown(model_card(source))
+    if source in BUNDLED_MODELS:
+        with st.expander("Model card"):
+            st.markdown(model_card(source))
 
 
-def show_translation(model, translation: sv.Translation) -> None:
+def show_translation(key: tuple, translation: sv.Translation) -> None:
     st.subheader("Translation" if translation.mode == "greedy" else "Your target (teacher forcing)")
     st.code(translation.output_text or "(nothing)", language=None)
     n = translation.n_steps
@@ -138,40 +156,28 @@ def show_translation(model, translation: sv.Translation) -> None:
         end = "it wrote the end token" if translation.finished else "it reached the token limit before the end token"
         st.caption(f"Greedy decoding: the most likely token at each of {n} steps; {end}.")
     else:
-        # Once per translation (kept with its trace), not on every step or head change.
-        agree = tv.derived(
-            translation.trace,
-            ("teacher_agreement",),
-            lambda: sum(
-                sv.at_step(translation, t).predictions(1)[0][0].strip() == tv.display_token(p).replace("␣", "")
-                for t, p in enumerate(translation.produced)
-            ),
-        )
+        agree = caches.derived("teacher_agreement", key)  # once per translation, not on every step change
         st.caption(
             f"The decoder read your target token by token ({n} steps). The model's own most likely token "
             f"agrees with it at {agree} of {n} steps."
         )
     if translation.unknown_words:
-        words = ", ".join(tv.escape_markdown(w) for w in translation.unknown_words)
+        words = ", ".join(escape(w) for w in translation.unknown_words)
         st.warning(
             f"Not in this model's vocabulary: {words}. Each is read as **\\<unk\\>** (visible in the tokens below)."
         )
-    st.caption(
-        "Source tokens: " + " · ".join(tv.escape_markdown(t) for t in tv.display_tokens(translation.source_tokens))
-    )
-    st.caption(
-        "Decoder tokens: " + " · ".join(tv.escape_markdown(t) for t in tv.display_tokens(translation.decoder_tokens))
-    )
+    st.caption("Source tokens: " + " · ".join(escape(t) for t in display_tokens(translation.source_tokens)))
+    st.caption("Decoder tokens: " + " · ".join(escape(t) for t in display_tokens(translation.decoder_tokens)))
 
 
 # ---- step by step ---------------------------------------------------------------------------------
-def current_step(url: ui.UrlState, translation: sv.Translation) -> int:
+def current_step(url: UrlState, translation: sv.Translation) -> int:
     """The step shown (1-based), clamped to this translation's steps."""
     key = url.key("step", 1, choices=range(1, translation.n_steps + 1))
     return int(st.session_state[key])
 
 
-def step_through(url: ui.UrlState, translation: sv.Translation, layer: int, head: int) -> None:
+def step_through(url: UrlState, translation: sv.Translation, layer: int, head: int) -> None:
     st.header("Step by step")
     n = translation.n_steps
     step_key = url.key("step", 1, choices=range(1, n + 1))
@@ -190,7 +196,7 @@ def step_through(url: ui.UrlState, translation: sv.Translation, layer: int, head
         key=f"{url.page}.play",
         on_click=toggle,
         disabled=n < 2,
-        help="Advance one decoding step every {:.1f} s".format(PLAY_SECONDS),
+        help=f"Advance one decoding step every {PLAY_SECONDS:.1f} s",
     )
 
     def steps() -> None:
@@ -219,16 +225,16 @@ def step_through(url: ui.UrlState, translation: sv.Translation, layer: int, head
 
 def draw_step(translation: sv.Translation, t: int, layer: int, head: int) -> None:
     step = sv.at_step(translation, t)
-    read = " ".join(tv.escape_markdown(x) for x in tv.display_tokens(step.input_tokens))
+    read = " ".join(escape(x) for x in display_tokens(step.input_tokens))
     st.markdown(
         f"**Step {t + 1} of {translation.n_steps}.** The decoder has read: {read} → "
         f"{'it writes' if translation.mode == 'greedy' else 'the next target token is'} "
-        f"**{tv.escape_markdown(tv.display_token(step.produced))}**"
+        f"**{escape(display_token(step.produced))}**"
     )
     left, right = st.columns([2, 3])
     with left:
         m = step.self_attention(layer, head)
-        ui.chart(
+        downloads.chart(
             heatmap(
                 m.for_heatmap(),
                 m.query_labels,
@@ -247,27 +253,24 @@ def draw_step(translation: sv.Translation, t: int, layer: int, head: int) -> Non
         rows = step.cross_rows()  # [layers, heads, source]
         n_layers, n_heads, _ = rows.shape
         labels = [f"L{lay} H{h}" for lay in range(n_layers) for h in range(n_heads)]
-        ui.chart(
+        downloads.chart(
             heatmap(
                 rows.reshape(n_layers * n_heads, -1),
                 labels,
-                tv.display_tokens(translation.source_tokens),
+                display_tokens(translation.source_tokens),
                 domain=(0.0, 1.0),
                 row_title="layer, head",
                 col_title="source",
-                title=f"cross-attention of the newest position ({tv.display_token(step.input_tokens[-1])})",
+                title=f"cross-attention of the newest position ({display_token(step.input_tokens[-1])})",
             ),
             key="s2s.chart.step_cross",
             file_name=f"step{t + 1}_cross",
         )
         st.caption(
             f"One row per decoder layer and head: where the query of the last position looks in the source "
-            f"while it writes {tv.escape_markdown(tv.display_token(step.produced))}. Each row sums to 1."
+            f"while it writes {escape(display_token(step.produced))}. Each row sums to 1."
         )
-    top = pd.DataFrame(
-        [(tv.display_token(tok.replace(" ", "Ġ")), p) for tok, p in step.predictions(5)],
-        columns=["token", "probability"],
-    )
+    top = pd.DataFrame([(display_token(tok), p) for tok, p in step.predictions(5)], columns=["token", "probability"])
     st.caption("The model's five most likely next tokens at this step:")
     st.dataframe(
         top,
@@ -292,7 +295,7 @@ def show_alignment(translation: sv.Translation, layer: int, head: int) -> None:
     ):
         with column:
             m = sv.alignment(translation, layer, which)
-            ui.chart(
+            downloads.chart(
                 heatmap(
                     m.weights,
                     m.query_labels,
@@ -305,7 +308,7 @@ def show_alignment(translation: sv.Translation, layer: int, head: int) -> None:
                 key=f"s2s.chart.align_{'mean' if which is None else 'head'}",
                 file_name=f"alignment_L{layer}_{'mean' if which is None else f'H{head}'}",
             )
-            ui.matrix_download(
+            downloads.matrix_download(
                 m.weights,
                 m.query_labels,
                 m.key_labels,

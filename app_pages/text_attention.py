@@ -1,7 +1,7 @@
 """Text attention: every head of a real encoder (MiniLM, BERT, RoBERTa) or decoder-only model (GPT-2).
 
-Read widgets -> ask the core (tformer_views.text) for view data -> draw. One forward pass per
-input (ui.cached); choosing a layer, head, token or view reuses the cached trace.
+Read widgets -> ask the views (tformer_views) -> draw. One forward pass per input (caches.cached);
+choosing a layer, head, token or view reuses the cached trace.
 """
 
 from __future__ import annotations
@@ -9,9 +9,15 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from tformer_app import attention_panel as av
-from tformer_app import ui
+import tformer_core as tc
+from tformer_app import attention_panel as panel
+from tformer_app import caches
+from tformer_app.markdown import escape
+from tformer_app.page import DEFAULT_TEXT_MODEL, TEXT_MODEL_SUGGESTIONS, run_page, run_safely
+from tformer_app.url import UrlState
+from tformer_app.widgets import choose_model
 from tformer_views import text as tv
+from tformer_views.tokens import display_tokens, plain_word
 
 CAVEAT = """
 **What attention weights do and do not tell you.** A weight says how much of a token's *value
@@ -38,29 +44,29 @@ INTRO = (
 
 
 def main() -> None:
-    ui.run_page("Text attention", INTRO, "text", page)
+    run_page("Text attention", INTRO, "text", page)
 
 
-def page(url: ui.UrlState) -> None:
-    source = av.choose_model(
+def page(url: UrlState) -> None:
+    source = choose_model(
         url,
-        ui.TEXT_MODEL_SUGGESTIONS,
-        ui.DEFAULT_TEXT_MODEL,
+        TEXT_MODEL_SUGGESTIONS,
+        DEFAULT_TEXT_MODEL,
         placeholder="e.g. bert-base-cased or ./models/my-bert",
         help="minilm (all-MiniLM-L6-v2) is bundled and works offline. Hub models need the internet the first time.",
     )
     text = st.text_area("Sentence", key=url.key("text", tv.DEFAULT_SENTENCE), height=80)
     pair = st.text_input("Second segment (optional: BERT's sentence B, for pair inputs)", key=url.key("pair", ""))
 
-    model = ui.load_model(source)
+    model = caches.load_model(source)
     if model is None:
         st.info("Choose another model above; the rest of the page appears once one loads.")
         return
     problem = tv.text_model_problem(model)
     if problem:
-        st.warning(problem)
+        st.warning(escape(problem))
         return
-    fitted = ui.run_safely(lambda: tv.fit_to_model(model, text, pair), "Input")
+    fitted = run_safely(lambda: tc.fit_to_model(model, text, pair), "Input")
     if fitted is None:
         return
     if pair.strip() and fitted.pair is None:
@@ -71,30 +77,31 @@ def page(url: ui.UrlState) -> None:
             f"{fitted.max_tokens:,}, so the last {fitted.n_dropped:,} tokens were dropped"
             + (" (cut from the longer segment first)." if fitted.pair else ".")
         )
-    trace = ui.run_safely(lambda: ui.cached("text", source, fitted.text, fitted.pair), "Input")
+    key = ("text", source, fitted.text, fitted.pair)
+    trace = run_safely(lambda: caches.cached(*key), "Input")
     if trace is None:
         return
 
     tokens = trace.tokens
-    labels = tv.display_tokens(tokens)
+    labels = display_tokens(tokens)
     d_head = trace.q(0, 0).shape[1]
     kind = "decoder-only (causal)" if trace.kind == "decoder" else "encoder (bidirectional)"
     st.caption(f"{kind} · {trace.n_layers} layers × {trace.n_heads} heads · d_head = {d_head} · {len(tokens)} tokens")
 
-    it = next((i for i, label in enumerate(labels) if label.strip("␣").lower() == "it"), None)
-    c = av.controls(url, trace, default_query=it)
+    it = next((i for i, token in enumerate(tokens) if plain_word(token).lower() == "it"), None)
+    c = panel.controls(url, trace, default_query=it)
     if trace.kind == "decoder":
         st.caption(
             "Causal mask: each token attends only to itself and the tokens before it; "
             "masked cells are grey in the heatmap and the overview."
         )
     show_predictions(trace, model, c.query, labels)
-    av.draw(trace, url, c)
+    panel.draw(panel.Shown(key, trace), url, c)
     with st.expander("What attention does and does not explain"):
         st.markdown(CAVEAT)
 
 
-def show_predictions(trace, model, query: int, labels: list[str]) -> None:
+def show_predictions(trace: tc.Trace, model: tc.TracedModel, query: int, labels: list[str]) -> None:
     kind = tv.prediction_kind(trace)
     if kind == "next-token":
         st.subheader("Next token, top 5")
@@ -102,7 +109,7 @@ def show_predictions(trace, model, query: int, labels: list[str]) -> None:
         left.caption("after the whole input")
         left.dataframe(pd.DataFrame(tv.top_predictions(trace, 5), columns=["token", "probability"]), hide_index=True)
         if query != len(labels) - 1:
-            right.caption(f"after position {query} ({tv.escape_markdown(labels[query])}), as the model saw it there")
+            right.caption(f"after position {query} ({escape(labels[query])}), as the model saw it there")
             right.dataframe(
                 pd.DataFrame(tv.top_predictions(trace, 5, query), columns=["token", "probability"]), hide_index=True
             )
@@ -111,9 +118,9 @@ def show_predictions(trace, model, query: int, labels: list[str]) -> None:
         positions = list(trace.meta.get("mask_positions") or [])
         st.subheader("Masked word, top 5")
         if not positions:
-            st.info(f"Write {tv.escape_markdown(mask)} in the sentence where a word should be guessed.")
+            st.info(f"Write {escape(mask)} in the sentence where a word should be guessed.")
         for position in positions[:3]:
-            st.caption(f"{tv.escape_markdown(mask)} at position {position}")
+            st.caption(f"{escape(mask)} at position {position}")
             st.dataframe(
                 pd.DataFrame(tv.top_predictions(trace, 5, position), columns=["token", "probability"]), hide_index=True
             )

@@ -1,20 +1,29 @@
 """Vision Transformer: how a ViT cuts a picture into patches, where each head looks, and the ViT paper's Fig. 7.
 
-Read widgets -> ask the core (tformer_views.vision) for pictures and numbers -> draw. One
-forward pass per picture (ui.cached); every layer, head, query patch or overlay choice redraws
-pictures from the cached trace. Pictures go to the browser as PNG, never as attention tensors.
+Read widgets -> ask the views (tformer_views.vision, pictures) for pictures and numbers -> draw. One
+forward pass per picture (caches.cached); every layer, head, query patch or overlay choice redraws
+pictures from the cached trace. Pictures go to the browser as PNG or JPEG, never as attention tensors.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pandas as pd
 import streamlit as st
 
-from tformer_app import ui
+from tformer_app import caches, downloads
 from tformer_app import vision_inputs as vi
-from tformer_core.inputs.image_file import to_jpeg, to_png
-from tformer_views import text as tv
+from tformer_app.events import clicked_patch
+from tformer_app.markdown import escape
+from tformer_app.page import run_page, run_safely
+from tformer_app.url import UrlState
+from tformer_core.models.base import TracedModel
+from tformer_views import distance
 from tformer_views import vision as vv
+from tformer_views.charts.attention import distance_chart
+from tformer_views.charts.pickers import patch_picker
+from tformer_views.pictures import overlay, to_jpeg, to_png
 
 CLASS_TOKEN = -1  # the "query" URL value for the class token; patches are 0..N-1
 MEAN = -1  # the "head" value for the mean of the heads
@@ -28,18 +37,10 @@ INTRO = (
 
 
 def main() -> None:
-    ui.run_page("Vision Transformer", INTRO, "vit", page)
+    run_page("Vision Transformer", INTRO, "vit", page)
 
 
-@st.cache_resource(show_spinner=False, max_entries=8)
-def model_pictures(source: str, _model) -> tuple[bytes, list[float], bytes]:
-    """The model's embedding filters (first principal components) and position similarities, as PNG;
-    drawn once per model (`_model` is not hashed: `source` names it)."""
-    pcs, variance = vv.embedding_filter_pcs(_model)
-    return to_png(pcs), [float(v) for v in variance], to_png(vv.position_similarity_maps(_model))
-
-
-def page(url: ui.UrlState) -> None:
+def page(url: UrlState) -> None:
     source, model = vi.choose_vit(url)
     if model is None:
         return
@@ -47,17 +48,16 @@ def page(url: ui.UrlState) -> None:
     if picked is None:
         return
     name, data = picked
-    result = ui.run_safely(lambda: ui.cached("image", source, data, name), "Picture")
+    key = ("image", source, data, name)
+    result = run_safely(lambda: caches.cached(*key), "Picture")
     if result is None:
         return
     for note in result.loaded.notes:
-        st.info(f"{tv.escape_markdown(name)}: {note}.")
-
-    trace = result.trace
-    show_prediction(trace)
-    show_patches(result, model)
+        st.info(f"{escape(name)}: {escape(note)}.")
+    show_prediction(result.trace)
+    show_patches(key, result, model)
     show_attention(url, result)
-    show_figure_7(source, result, model)
+    show_figure_7(source, result)
 
 
 def show_prediction(trace) -> None:
@@ -74,7 +74,7 @@ def show_prediction(trace) -> None:
     )
 
 
-def show_patches(result: vv.VisionResult, model) -> None:
+def show_patches(key: tuple, result: vv.VisionResult, model: TracedModel) -> None:
     trace, image = result.trace, result.image
     P, (rows, cols) = result.patch_size, result.grid_hw
     H, W = image.height, image.width
@@ -92,8 +92,8 @@ def show_patches(result: vv.VisionResult, model) -> None:
         f"pixels: **N = HW / P² = {H} · {W} / {P}² = {rows * cols}** patches, {rows} rows × {cols} columns."
     )
     # Drawn once per picture: they do not change with the layer or head.
-    grid = tv.derived(trace, ("grid_picture",), lambda: to_png(vv.grid_picture(image, P)))
-    sequence = tv.derived(trace, ("patch_sequence",), lambda: to_png(vv.patch_sequence(image, P)))
+    grid = caches.derived("grid_picture", key)
+    sequence = caches.derived("patch_sequence", key)
     st.image(grid, caption=f"The model's input with its {P}-pixel grid")
     st.image(
         sequence,
@@ -124,11 +124,21 @@ def show_patches(result: vv.VisionResult, model) -> None:
     st.caption("Every number in the last column is the shape of a tensor the model computed for this picture.")
 
 
-def show_attention(url: ui.UrlState, result: vv.VisionResult) -> None:
+@dataclass(frozen=True)
+class AttentionChoice:
+    """What the attention section's widgets chose."""
+
+    layer: int
+    head: int | None  # None: the mean of the heads
+    patch: int | None  # None: the class token is the query
+    alpha: float
+    smooth: bool
+
+
+def attention_controls(url: UrlState, result: vv.VisionResult) -> AttentionChoice:
     trace = result.trace
     L, Hn = trace.n_layers, trace.n_heads
     n = result.grid_hw[0] * result.grid_hw[1]
-    st.header("Attention over the picture")
     c1, c2, c3, c4 = st.columns([1, 1, 1, 1])
     layer = c1.selectbox("Layer", list(range(L)), key=url.key("layer", L - 1, choices=range(L)))
     head = c2.selectbox(
@@ -141,63 +151,77 @@ def show_attention(url: ui.UrlState, result: vv.VisionResult) -> None:
         "Smooth", key=url.key("smooth", True), help="Blend between patch centres, or one block per patch"
     )
     alpha = c4.slider("Heat", 0.2, 0.9, key=url.key("alpha", 0.6, cast=float), step=0.05)
-    query_key = url.key("query", CLASS_TOKEN, choices=[CLASS_TOKEN, *range(n)])
-    query = st.session_state[query_key]
-    head_or_none = None if head == MEAN else int(head)
-    patch = None if query == CLASS_TOKEN else int(query)
-
-    grid = vv.attention_map(trace, int(layer), head_or_none, patch)
-    picture = vv.overlay(result.image, grid, alpha=float(alpha), smooth=bool(smooth))
-    who = (
-        "the class token"
-        if patch is None
-        else f"patch {patch} (row {patch // result.grid_hw[1]}, column {patch % result.grid_hw[1]})"
+    query = st.session_state[url.key("query", CLASS_TOKEN, choices=[CLASS_TOKEN, *range(n)])]
+    return AttentionChoice(
+        int(layer),
+        None if head == MEAN else int(head),
+        None if query == CLASS_TOKEN else int(query),
+        float(alpha),
+        bool(smooth),
     )
+
+
+def describe_query(result: vv.VisionResult, patch: int | None) -> str:
+    if patch is None:
+        return "the class token"
+    cols = result.grid_hw[1]
+    return f"patch {patch} (row {patch // cols}, column {patch % cols})"
+
+
+def show_attention(url: UrlState, result: vv.VisionResult) -> None:
+    st.header("Attention over the picture")
+    choice = attention_controls(url, result)
+    show_query_picker(url, result, choice)
+    who = describe_query(result, choice.patch)
+    st.subheader(f"Every head of layer {choice.layer}")
+    strip = vv.head_overlays(result, choice.layer, choice.patch, choice.alpha, choice.smooth)
+    st.image(to_jpeg(strip), caption=f"Where {who} looks, head by head; each picture is scaled to its own maximum.")
+    show_rollout(url, result, choice)
+
+
+def show_query_picker(url: UrlState, result: vv.VisionResult, choice: AttentionChoice) -> None:
+    """The picture with the chosen head's attention over it; a click on a patch makes it the query."""
+    trace = result.trace
+    n = result.grid_hw[0] * result.grid_hw[1]
+    grid = vv.attention_map(trace, choice.layer, choice.head, choice.patch)
+    picture = overlay(result.image, grid, alpha=choice.alpha, smooth=choice.smooth)
+    who = describe_query(result, choice.patch)
+    head_name = "mean of the heads" if choice.head is None else f"head {choice.head}"
     left, right = st.columns([1, 1])
     with left:
 
         def pick() -> None:
-            chosen = vv.clicked_patch(st.session_state.get(f"{url.page}.picker"))
+            chosen = clicked_patch(st.session_state.get(f"{url.page}.picker"))
             if chosen is not None:
                 url.set("query", chosen)
 
-        ui.chart(
-            vv.patch_picker(picture, result.grid_hw, patch, title=f"query: {who}"),
+        downloads.chart(
+            patch_picker(picture, result.grid_hw, choice.patch, title=f"query: {who}"),
             key=f"{url.page}.picker",
-            file_name=f"attention_L{layer}_{'mean' if head == MEAN else f'H{head}'}",
+            file_name=f"attention_L{choice.layer}_{'mean' if choice.head is None else f'H{choice.head}'}",
             on_select=pick,
             selection_mode="patch",
         )
     with right:
-        st.markdown(f"**Layer {layer}, {'mean of the heads' if head == MEAN else f'head {head}'}**: where {who} looks.")
+        st.markdown(f"**Layer {choice.layer}, {head_name}**: where {who} looks.")
+        prefix = "class token" if trace.n_prefix_tokens == 1 else "class and distillation tokens"
         st.caption(
             f"Brightest = the patch it attends to most ({grid.max():.3f} of its attention). "
-            f"{1 - grid.sum():.1%} of its attention goes to the {'class token' if trace.n_prefix_tokens == 1 else 'class and distillation tokens'} "
-            "(not drawn). Click any patch to see where that patch looks."
+            f"{1 - grid.sum():.1%} of its attention goes to the {prefix} (not drawn). "
+            "Click any patch to see where that patch looks."
         )
         st.selectbox(
             "Query",
             [CLASS_TOKEN, *range(n)],
-            key=query_key,
+            key=f"{url.page}.query",
             format_func=lambda q: "the class token" if q == CLASS_TOKEN else f"patch {q}",
         )
-        st.download_button(
-            "Overlay as PNG",
-            lambda: to_png(picture),
-            file_name=f"overlay_L{layer}.png",
-            mime="image/png",
-            key=f"{url.page}.overlay_png",
-            on_click="ignore",
-            icon=":material/download:",
+        downloads.file_download(
+            "Overlay as PNG", to_png(picture), f"overlay_L{choice.layer}.png", "image/png", f"{url.page}.overlay_png"
         )
 
-    st.subheader(f"Every head of layer {layer}")
-    maps = [vv.attention_map(trace, int(layer), h, patch) for h in range(Hn)]
-    pictures = [vv.overlay(result.image, m, alpha=float(alpha), smooth=bool(smooth)) for m in maps]
-    pictures.append(vv.overlay(result.image, sum(maps) / Hn, alpha=float(alpha), smooth=bool(smooth)))
-    strip = vv.tiles(pictures, [f"head {h}" for h in range(Hn)] + ["mean"], columns=min(Hn + 1, 7), tile_px=180)
-    st.image(to_jpeg(strip), caption=f"Where {who} looks, head by head; each picture is scaled to its own maximum.")
 
+def show_rollout(url: UrlState, result: vv.VisionResult, choice: AttentionChoice) -> None:
     st.subheader("Attention rollout")
     c1, c2 = st.columns(2)
     fusion = c1.radio(
@@ -211,9 +235,9 @@ def show_attention(url: ui.UrlState, result: vv.VisionResult) -> None:
         key=url.key("discard", 0.9, cast=float),
         help="The lowest share of each layer's fused weights set to 0 before rolling out",
     )
-    rolled = ui.run_safely(lambda: vv.rollout_map(trace, fusion, float(discard)), "Rollout")
+    rolled = run_safely(lambda: vv.rollout_map(result.trace, fusion, float(discard)), "Rollout")
     if rolled is not None:
-        st.image(to_jpeg(vv.overlay(result.image, rolled, alpha=float(alpha), smooth=bool(smooth))), width=360)
+        st.image(to_jpeg(overlay(result.image, rolled, alpha=choice.alpha, smooth=choice.smooth)), width=360)
         st.caption(
             "Rollout (Abnar & Zuidema, 2020) follows attention through all the layers: each layer's heads are fused, "
             "the weakest weights dropped, the residual connection added as (A + I) / 2, and the layers multiplied. "
@@ -221,9 +245,9 @@ def show_attention(url: ui.UrlState, result: vv.VisionResult) -> None:
         )
 
 
-def show_figure_7(source: str, result: vv.VisionResult, model) -> None:
+def show_figure_7(source: str, result: vv.VisionResult) -> None:
     st.header("The model's own pictures (ViT paper, Fig. 7)")
-    pcs, variance, positions = model_pictures(source, model)
+    pcs, variance, positions = caches.from_model("figure_7", source)
     trace = result.trace
     left, middle, right = st.columns(3)
     with left:
@@ -240,12 +264,10 @@ def show_figure_7(source: str, result: vv.VisionResult, model) -> None:
             "similarity of its position embedding with every patch's (blue −1, red 1).",
         )
     with right:
-        mad = vv.image_mad(trace)
-        baseline = vv.uniform_mad(result.grid_hw, result.patch_size, trace.n_prefix_tokens)
-        ui.chart(
-            tv.distance_chart(
-                vv.mad_frame(mad), baseline, trace.n_heads, title="mean attention distance", unit="pixels"
-            )
+        mad = distance.image_distances(trace)
+        baseline = distance.uniform_image_distance(result.grid_hw, result.patch_size, trace.n_prefix_tokens)
+        downloads.chart(
+            distance_chart(mad, baseline, trace.n_heads, title="mean attention distance", unit="pixels")
             | {"width": 250, "height": 240, "config": {"legend": {"orient": "bottom", "columns": 6}}},
             key="vit.chart.mad",
             file_name="mean_attention_distance",

@@ -22,9 +22,9 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from timing import interleaved_medians, print_table, run_each_allocator  # noqa: E402
+from timing import interleaved_medians, print_table, run_each_allocator
 
-import tformer_core as tc  # noqa: E402
+import tformer_core as tc
 
 GOAL = 1.15
 

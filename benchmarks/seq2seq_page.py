@@ -29,11 +29,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import torch  # noqa: E402
-from streamlit.testing.v1 import AppTest  # noqa: E402
+import torch
+from streamlit.testing.v1 import AppTest
 
-from tformer_app import ui  # noqa: E402
-from tests.core.hf_helpers import save_tiny_t5  # noqa: E402
+from tests.app.passes import PassCounter
+from tests.core.hf_helpers import save_tiny_t5
+from tformer_app import caches
 
 PAGE = str(ROOT / "app_pages" / "encoder_decoder.py")
 BUDGET_S = 0.150
@@ -59,26 +60,26 @@ def measure(source: str, text: str, max_new: int, repeats: int) -> dict:
         assert not at.exception, [e.value for e in at.exception]
     n_steps = int(at.slider(key="s2s.step").max)
     heads = widget(at, "s2s.head").options
-    passes = ui.forward_passes(source)
     times = []
-    for i in range(repeats + 1):
-        if i % 3 == 0:
-            at.slider(key="s2s.step").set_value(1 + (5 * i) % n_steps)
-        elif i % 3 == 1:
-            widget(at, "s2s.head").set_value(int(heads[(i + 1) % len(heads)]))
-        else:
-            widget(at, "s2s.enc_head").set_value(int(heads[i % len(heads)]))
-        start = time.perf_counter()
-        at.run()
-        if i:
-            times.append(time.perf_counter() - start)
-        assert not at.exception, [e.value for e in at.exception]
+    with PassCounter(caches.cached_model(source)) as counter:
+        for i in range(repeats + 1):
+            if i % 3 == 0:
+                at.slider(key="s2s.step").set_value(1 + (5 * i) % n_steps)
+            elif i % 3 == 1:
+                widget(at, "s2s.head").set_value(int(heads[(i + 1) % len(heads)]))
+            else:
+                widget(at, "s2s.enc_head").set_value(int(heads[i % len(heads)]))
+            start = time.perf_counter()
+            at.run()
+            if i:
+                times.append(time.perf_counter() - start)
+            assert not at.exception, [e.value for e in at.exception]
     return {
         "steps": n_steps,
         "first": statistics.median(first),
         "switch": statistics.median(times),
         "switch_max": max(times),
-        "passes": ui.forward_passes(source) - passes,
+        "passes": counter.count,
     }
 
 
@@ -96,7 +97,8 @@ def main() -> None:
         )
         rows.append(("t5-small-sized (random)", measure(str(folder), LONG_SOURCE, 40, args.repeats)))
     print(
-        f"Encoder-decoder page, server time (AppTest), CPU, torch {torch.__version__}, {torch.get_num_threads()} threads; "
+        f"Encoder-decoder page, server time (AppTest), CPU, torch {torch.__version__}, "
+        f"{torch.get_num_threads()} threads; "
         f"medians of {args.repeats} view changes (step, decoder head, encoder head).\n"
     )
     print(

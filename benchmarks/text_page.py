@@ -34,14 +34,15 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "tests"))
 
-import torch  # noqa: E402
-import transformers as T  # noqa: E402
+import torch
+import transformers as T
 
-from tformer_core.checkpoints.sources import minilm_folder  # noqa: E402
-from tformer_views import text as tv  # noqa: E402
+import tformer_core as tc
+from tformer_core.checkpoints.sources import minilm_folder
+from tformer_views.text import DEFAULT_SENTENCE
 
 PAGE = str(ROOT / "app_pages" / "text_attention.py")
-TEXT = " ".join([tv.DEFAULT_SENTENCE] * 45)  # about 700 tokens: the page cuts it to 512
+TEXT = " ".join([DEFAULT_SENTENCE] * 45)  # about 700 tokens: the page cuts it to 512
 BUDGET_SWITCH_S = 0.150
 BUDGET_BYTES = 3 * 2**20
 
@@ -58,7 +59,8 @@ def make_checkpoint(root: Path) -> Path:
 def server_times(folder: Path, repeats: int) -> dict:
     from streamlit.testing.v1 import AppTest
 
-    from tformer_app import ui
+    from tests.app.passes import PassCounter
+    from tformer_app import caches
 
     def widget(at, key):
         return next(w for w in at.main if getattr(w, "key", None) == key)
@@ -78,19 +80,19 @@ def server_times(folder: Path, repeats: int) -> dict:
     at2.run()
     first_view = time.perf_counter() - start
     source = str(folder)
-    passes = ui.forward_passes(source)
     times = []
-    for i in range(repeats + 1):
-        widget(at, "text.layer").set_value((3 * i + 1) % 12)
-        widget(at, "text.head").set_value((5 * i + 2) % 12)
-        start = time.perf_counter()
-        at.run()
-        if i:  # the first switch warms up Altair's caches
-            times.append(time.perf_counter() - start)
-        assert not at.exception, [e.value for e in at.exception]
-    switch_passes = ui.forward_passes(source) - passes
-    model = ui.cached_model(source)
-    fitted = tv.fit_to_model(model, TEXT)
+    with PassCounter(caches.cached_model(source)) as counter:
+        for i in range(repeats + 1):
+            widget(at, "text.layer").set_value((3 * i + 1) % 12)
+            widget(at, "text.head").set_value((5 * i + 2) % 12)
+            start = time.perf_counter()
+            at.run()
+            if i:  # the first switch warms up caches
+                times.append(time.perf_counter() - start)
+            assert not at.exception, [e.value for e in at.exception]
+    switch_passes = counter.count
+    model = caches.cached_model(source)
+    fitted = tc.fit_to_model(model, TEXT)
     forward = []
     for _ in range(repeats):
         start = time.perf_counter()
@@ -219,7 +221,8 @@ def main() -> None:
         "(network, server and drawing the charts in Chromium)."
     )
     print(
-        f"Budget for the overview: <= 3 MB sent; whole first view: {(b['first']['ws'] + b['first']['media']) / 2**20:.2f} MB."
+        "Budget for the overview: <= 3 MB sent; whole first view: "
+        f"{(b['first']['ws'] + b['first']['media']) / 2**20:.2f} MB."
     )
 
 

@@ -30,14 +30,20 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
-# The Arrow conversion Streamlit applies to a chart's datasets (st.vega_lite_chart, as ui.chart calls it).
-from streamlit.dataframe_util import convert_anything_to_arrow_bytes  # noqa: E402
-from timing import interleaved_medians, print_table  # noqa: E402
+# The Arrow conversion Streamlit applies to a chart's datasets (st.vega_lite_chart, as downloads.chart calls it).
+from streamlit.dataframe_util import convert_anything_to_arrow_bytes
+from timing import interleaved_medians, print_table
 
-import tformer_core as tc  # noqa: E402
-from tformer_core.models.layers import Stack  # noqa: E402
-from tformer_views import text as tv  # noqa: E402
-from tformer_views.charts.spec import heatmap, vega_lite_spec  # noqa: E402
+import tformer_core as tc
+from tests.app.passes import PassCounter
+from tformer_views import distance
+from tformer_views import overview as ov
+from tformer_views import text as tv
+from tformer_views import tokens as tok
+from tformer_views.charts import attention as attention_charts
+from tformer_views.charts import pickers
+from tformer_views.charts.spec import heatmap
+from tformer_views.why import why_this_weight
 
 BUDGET_BYTES = 3 * 2**20
 BUDGET_SECONDS = 1.0
@@ -95,37 +101,39 @@ def bertviz_json(trace: tc.Trace) -> tuple[int, float]:
 
 
 def sent_bytes(chart) -> int:
-    """Bytes the page sends for a chart (as ui.chart does): its Vega-Lite spec as JSON, its data as Arrow."""
-    spec = vega_lite_spec(chart)
+    """Bytes the page sends for a chart (as downloads.chart does): its Vega-Lite spec as JSON, its data as Arrow."""
+    spec = dict(chart)
     datasets = spec.pop("datasets", {}) or {}
     data = sum(len(convert_anything_to_arrow_bytes(d)) for d in datasets.values())
     return len(json.dumps(spec)) + data
 
 
-def page_views(trace: tc.Trace, layer: int, head: int, query: int) -> int:
+def page_views(trace: tc.Trace, layer: int, head: int, query: int, derived: dict) -> int:
     """What the page builds after a layer/head change (all views on); returns the bytes of chart data sent.
 
-    The CSV files of the download buttons are not built: they are written only when clicked.
+    `derived` stands for the app's cache of what is derived once per input (the overview, the distance
+    grid): empty, they are built; filled, they are read. The CSV files of the download buttons are not
+    built: they are written only when clicked.
     """
     n = len(trace.tokens)
-    shown = tv.visible_positions(trace.tokens, False)
-    window = tv.token_window(len(shown), 0)
+    shown = tok.visible_positions(trace.tokens, False)
+    window = tok.token_window(len(shown), 0)
     specs = []
     view = tv.head_view(trace, layer, range(trace.n_heads), window=window)
-    specs.append(tv.head_view_chart(view, trace.n_heads))
+    specs.append(attention_charts.head_view_chart(view, trace.n_heads))
     m = tv.head_matrix(trace, layer, head, window=window)
     specs.append(heatmap(m.for_heatmap(), m.query_labels, m.key_labels))
     for matrix, rows, cols in tv.qkv(trace, layer, head, positions=shown[window]).values():
         specs.append(heatmap(matrix, rows, cols, diverging=True, annotate=False, cell_width=5))
-    why = tv.why_this_weight(trace, layer, head, min(query, n - 1))
-    why.table()
-    picture = tv.derived(trace, ("overview", False), lambda: tv.overview(trace))
-    dist = tv.derived(trace, ("distance", False), lambda: tv.distance_frame(trace))
-    baseline = tv.derived(trace, ("uniform", False), lambda: tv.uniform_distance(trace))
-    grid = dist.pivot(index="layer", columns="head", values="distance").to_numpy()
-    specs.append(tv.head_grid_chart(grid, (layer, head)))
-    specs.append(tv.distance_chart(dist, baseline, trace.n_heads, (layer, head)))
-    assert picture.png  # built once per input (then kept with the trace), so not counted per switch
+    why_this_weight(trace, layer, head, min(query, n - 1)).table()
+    if not derived:
+        derived["overview"] = ov.overview(trace)
+        derived["distances"] = distance.token_distances(trace)
+        derived["baseline"] = distance.uniform_token_distance(trace)
+    grid = derived["distances"]
+    specs.append(pickers.head_grid_chart(grid, (layer, head)))
+    specs.append(attention_charts.distance_chart(grid, derived["baseline"], trace.n_heads, (layer, head)))
+    assert derived["overview"].png  # built once per input (then cached), so not counted per switch
     return sum(sent_bytes(s) for s in specs)
 
 
@@ -149,24 +157,20 @@ def main() -> None:
             ln_eps=1e-12,
         )
     ).place(device)
-    passes = [0]
-    for module in model.modules():
-        if isinstance(module, Stack):
-            module.register_forward_pre_hook(lambda *_: passes.__setitem__(0, passes[0] + 1))
     ids = torch.randint(1000, 30522, (args.tokens,)).tolist()
     trace = model.trace(ids)
 
     # ---- 1. the overview picture against the weights as JSON ----
-    t_png, picture = median_time(lambda: tv.overview(trace), args.repeats)
+    t_png, picture = median_time(lambda: ov.overview(trace), args.repeats)
     half = first_layers(trace, 6)
-    t_png6, picture6 = median_time(lambda: tv.overview(half), args.repeats)
+    t_png6, picture6 = median_time(lambda: ov.overview(half), args.repeats)
     noisy = noisy_trace(12, 12, args.tokens)
-    worst_png = tv.overview(noisy).png
+    worst_png = ov.overview(noisy).png
     real_png = None
     try:
         minilm = tc.load_model("minilm", device=device)
-        text = tv.fit_to_model(minilm, " ".join([tv.DEFAULT_SENTENCE] * 40)).text  # cut to 512 tokens
-        real_png = tv.overview(minilm.trace(text)).png
+        text = tc.fit_to_model(minilm, " ".join([tv.DEFAULT_SENTENCE] * 40)).text  # cut to 512 tokens
+        real_png = ov.overview(minilm.trace(text)).png
     except (tc.CheckpointError, ValueError) as error:  # the bundled package is missing
         print(f"(MiniLM row skipped: {error})")
     json12, t_json12 = bertviz_json(trace)
@@ -205,18 +209,18 @@ def main() -> None:
     print("2. Build times")
     layer_heads = [((3 * i) % 12, (5 * i + 1) % 12) for i in range(args.repeats + 2)]
     cycle = iter(layer_heads * 1000)
-    switch_passes = [0]
+    cached: dict = {}
 
-    def switch():
+    def switch(derived: dict = cached) -> int:
         layer, head = next(cycle)
-        before = passes[0]
-        payload = page_views(trace, layer, head, query=args.tokens // 2)
-        switch_passes[0] += passes[0] - before
-        return payload
+        return page_views(trace, layer, head, query=args.tokens // 2, derived=derived)
 
-    payload = switch()
+    with PassCounter(model) as counter:
+        payload = switch()
+        t_switch, _ = median_time(switch, args.repeats)
+        t_cold, _ = median_time(lambda: switch({}), args.repeats)
+        switch_passes = counter.count
     t_switch, t_forward = interleaved_medians(switch, lambda: model.trace(ids), args.repeats, device)
-    t_cold, _ = median_time(lambda: (tv._derived.clear(), switch())[1], args.repeats)  # noqa: SLF001
     print_table(
         [
             ("overview PNG, 12 x 12", f"{args.tokens} tokens", t_png, t_json12),
@@ -230,11 +234,11 @@ def main() -> None:
     )
     print("Baselines: rows 1-2, json.dumps of the weights (BertViz-style); rows 3-4, one traced forward pass.")
     print("Row 3: every view of the page for a new layer/head (head view, heatmap, Q/K/V, why-this-weight,")
-    print("distance and grid charts, as ui.chart sends them). Row 4: row 3 with the overview and distance table")
-    print("rebuilt (first view of an input; afterwards they are kept with the trace). The whole page rerun,")
+    print("distance and grid charts, as the page sends them). Row 4: row 3 with the overview and distance grid")
+    print("rebuilt (first view of an input; afterwards the app's cache holds them). The whole page rerun,")
     print("Streamlit included, is measured by benchmarks/text_page.py.")
     print(
-        f"Forward passes run by the layer/head switches: {switch_passes[0]} (must be 0). "
+        f"Forward passes run by the layer/head switches: {switch_passes} (must be 0). "
         f"Chart data sent per switch: {payload / 2**10:.0f} KB (spec JSON + Arrow; 64-token window in detail views)."
     )
 

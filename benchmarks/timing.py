@@ -6,7 +6,7 @@ import statistics
 import subprocess
 import sys
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -44,7 +44,8 @@ def print_table(rows: list[tuple[str, str, float, float]], ours_label: str, base
         ratio = ours / base
         flag = "" if ratio <= goal else "  (over goal)"
         print(
-            f"| {name:<{w_name}} | {what:<{w_what}} | {ours * 1e3:>13.1f} ms | {base * 1e3:>13.1f} ms | {ratio:>5.2f}x |{flag}"
+            f"| {name:<{w_name}} | {what:<{w_what}} | {ours * 1e3:>13.1f} ms | {base * 1e3:>13.1f} ms "
+            f"| {ratio:>5.2f}x |{flag}"
         )
 
 

@@ -21,10 +21,10 @@ import transformers as T
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from timing import interleaved_medians, print_table, run_each_allocator  # noqa: E402
+from timing import interleaved_medians, print_table, run_each_allocator
 
-import tformer_core as tc  # noqa: E402
-from tformer_core.checkpoints.sources import minilm_folder  # noqa: E402
+import tformer_core as tc
+from tformer_core.checkpoints.sources import minilm_folder
 
 DEIT = ROOT.parent / "shared" / "models" / "deit-tiny-patch16-224"
 GOAL = 1.2

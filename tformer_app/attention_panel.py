@@ -1,26 +1,37 @@
 """The attention views, drawn with Streamlit: shared by the Text attention and Encoder-decoder pages.
 
-    c = attention_views.controls(url, trace, stack="encoder", prefix="enc_")   # layer, head, views, query...
-    attention_views.draw(trace, url, c)                                          # the views chosen in c
+    c = attention_panel.controls(url, trace, stack="encoder", prefix="enc_")   # layer, head, views, query...
+    attention_panel.draw(shown, url, c)                                          # the views chosen in c
 
-The numbers come from tformer_views.text; this module only lays them out. `prefix` keeps the
-widgets (and URL parameters) of two attention sections on one page apart; with prefix "" the
-names are the plain ones ("layer", "head", ...).
+`Shown` is the trace on screen with the key it was cached under (`caches.cached(*key)`), so what the
+views derive from it once (the overview picture, the distance grid) is cached with it. The numbers
+come from tformer_views; this module only lays them out. `prefix` keeps the widgets (and URL
+parameters) of two attention sections on one page apart; with prefix "" the names are the plain
+ones ("layer", "head", ...).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 import pandas as pd
 import streamlit as st
 
-from tformer_app import ui
 from tformer_core.trace import Trace
 from tformer_views import text as tv
+from tformer_views.charts.attention import distance_chart, head_view_chart
+from tformer_views.charts.pickers import head_grid_chart
 from tformer_views.charts.spec import heatmap
+from tformer_views.text import peak_weights
+from tformer_views.tokens import MAX_DETAIL_TOKENS, display_tokens, token_window, visible_positions
+from tformer_views.why import why_this_weight
+
+from . import caches, downloads
+from .events import clicked_cell
+from .markdown import escape
+from .url import UrlState
 
 VIEWS = {
     "head": "Head view",
@@ -31,32 +42,14 @@ VIEWS = {
     "distance": "Attention distance",
 }
 MATRICES = {"weights": "weights (softmax)", "scaled": "softmax input QKᵀ/√d_k", "scores": "scores QKᵀ"}
-OTHER = "__other__"
 
 
-def choose_model(url: ui.UrlState, suggestions: Sequence[str], default: str, placeholder: str, help: str) -> str:
-    """A bundled or suggested model, a local folder, or any hub id typed in; returns the source."""
-    url.key("model", default)
-    current = str(url.value("model")).strip() or default
-    options = list(dict.fromkeys([*suggestions, *tv.local_model_folders()])) + [OTHER]
-    choice_key, other_key = f"{url.page}.model_choice", f"{url.page}.model_other"
-    if choice_key not in st.session_state:
-        st.session_state[choice_key] = current if current in options else OTHER
-        st.session_state[other_key] = "" if current in options else current
-    left, right = st.columns([1, 1])
-    choice = left.selectbox(
-        "Model",
-        options,
-        key=choice_key,
-        help=help,
-        format_func=lambda o: "Another hub id or local folder…" if o == OTHER else o,
-    )
-    source = choice
-    if choice == OTHER:
-        typed = right.text_input("Hub id or folder", key=other_key, placeholder=placeholder)
-        source = typed.strip() or default
-    url.set("model", source)
-    return source
+@dataclass(frozen=True)
+class Shown:
+    """A trace on screen: `key` is what `caches.cached` was called with to get the result holding it."""
+
+    key: tuple
+    trace: Trace
 
 
 @dataclass(frozen=True)
@@ -75,7 +68,7 @@ class Controls:
 
 
 def controls(
-    url: ui.UrlState,
+    url: UrlState,
     trace: Trace,
     stack: str | None = None,
     prefix: str = "",
@@ -91,7 +84,6 @@ def controls(
     stack = stack or trace.main_stack
     L, H = trace.layers_in(stack), trace.n_heads
     q_tokens, _ = trace.tokens_for(stack)
-    labels = tv.display_tokens(q_tokens)
     c1, c2, c3 = st.columns([1, 1, 2])
     layer = c1.selectbox(
         f"{label}layer".capitalize(), list(range(L)), key=url.key(f"{prefix}layer", 0, choices=range(L))
@@ -111,51 +103,56 @@ def controls(
     if any(v not in views for v in st.session_state[views_key]):
         url.set(f"{prefix}views", [v for v in st.session_state[views_key] if v in views])
     chosen = st.multiselect("Views", list(views), key=views_key, format_func=VIEWS.get)
-
-    shown = tv.visible_positions(q_tokens, hide)
-    fallback = int(shown[-1]) if default_query is None or default_query not in shown else int(default_query)
-    query = st.selectbox(
-        "Query token (the row being explained)",
-        [int(i) for i in shown],
-        key=url.key(f"{prefix}query", fallback, choices=[int(i) for i in shown]),
-        format_func=lambda i: f"{i}: {labels[i]}",
-    )
+    shown = visible_positions(q_tokens, hide)
+    query = _query(url, prefix, shown, display_tokens(q_tokens), default_query)
     window = slice(None)
-    if len(shown) > tv.MAX_DETAIL_TOKENS:
-        last_start = len(shown) - tv.MAX_DETAIL_TOKENS
+    if len(shown) > MAX_DETAIL_TOKENS:
+        last_start = len(shown) - MAX_DETAIL_TOKENS
         start = st.number_input(
-            f"Long input: the head view, heatmap and Q/K/V show {tv.MAX_DETAIL_TOKENS} tokens from this one",
+            f"Long input: the head view, heatmap and Q/K/V show {MAX_DETAIL_TOKENS} tokens from this one",
             min_value=0,
             max_value=last_start,
             step=8,
             key=url.key(f"{prefix}start", 0, choices=range(last_start + 1)),
         )
-        window = tv.token_window(len(shown), int(start))
+        window = token_window(len(shown), int(start))
     return Controls(stack, prefix, int(layer), int(head), bool(hide), tuple(chosen), int(query), shown, window)
 
 
-def _key(url: ui.UrlState, c: Controls, name: str) -> str:
+def _query(url: UrlState, prefix: str, shown: np.ndarray, labels: list[str], default: int | None) -> int:
+    fallback = int(shown[-1]) if default is None or default not in shown else int(default)
+    options = [int(i) for i in shown]
+    return st.selectbox(
+        "Query token (the row being explained)",
+        options,
+        key=url.key(f"{prefix}query", fallback, choices=options),
+        format_func=lambda i: f"{i}: {labels[i]}",
+    )
+
+
+def _key(url: UrlState, c: Controls, name: str) -> str:
     """A widget / chart key unique to this section of the page."""
     return f"{url.page}.{c.prefix}{name}"
 
 
-def draw(trace: Trace, url: ui.UrlState, c: Controls, label: str = "") -> None:
+def draw(shown: Shown, url: UrlState, c: Controls, label: str = "") -> None:
     """Every view chosen in `c`, in a fixed order. `label` ("encoder ", ...) goes into the titles."""
+    trace = shown.trace
     if "head" in c.views:
         draw_head_view(trace, url, c, label)
     if "heatmap" in c.views:
         draw_heatmap(trace, url, c, label)
     if "overview" in c.views:
-        draw_overview(trace, url, c, label)
+        draw_overview(shown, url, c, label)
     if "qkv" in c.views:
-        draw_qkv(trace, c, url, label)
+        draw_qkv(trace, url, c, label)
     if "why" in c.views:
         draw_why(trace, url, c, label)
     if "distance" in c.views:
-        draw_distance(trace, url, c, label)
+        draw_distance(shown, url, c, label)
 
 
-def draw_head_view(trace: Trace, url: ui.UrlState, c: Controls, label: str = "") -> None:
+def draw_head_view(trace: Trace, url: UrlState, c: Controls, label: str = "") -> None:
     H = trace.n_heads
     st.subheader(f"Head view · {label}layer {c.layer}")
     heads = st.multiselect("Heads shown (one colour each)", list(range(H)), key=_key(url, c, "heads"))
@@ -163,8 +160,8 @@ def draw_head_view(trace: Trace, url: ui.UrlState, c: Controls, label: str = "")
     view = tv.head_view(
         trace, c.layer, heads, c.stack, hide_special=c.hide, window=c.window, focus=c.query if focus else None
     )
-    ui.chart(
-        tv.head_view_chart(view, H, title=f"{label}layer {c.layer}: queries (left) → keys (right)"),
+    downloads.chart(
+        head_view_chart(view, H, title=f"{label}layer {c.layer}: queries (left) → keys (right)"),
         key=_key(url, c, "chart.head_view"),
         file_name=f"{c.prefix}head_view_L{c.layer}",
     )
@@ -177,7 +174,7 @@ def draw_head_view(trace: Trace, url: ui.UrlState, c: Controls, label: str = "")
     st.caption(note)
 
 
-def draw_heatmap(trace: Trace, url: ui.UrlState, c: Controls, label: str = "") -> None:
+def draw_heatmap(trace: Trace, url: UrlState, c: Controls, label: str = "") -> None:
     layer, head = c.layer, c.head
     st.subheader(f"Heatmap · {label}layer {layer}, head {head}")
     part = st.radio(
@@ -187,34 +184,26 @@ def draw_heatmap(trace: Trace, url: ui.UrlState, c: Controls, label: str = "") -
         format_func=MATRICES.get,
         horizontal=True,
     )
-    full = (
-        tv.head_matrix(trace, layer, head, c.stack, hide_special=c.hide)
-        if part == "weights"
-        else tv.score_matrix(trace, layer, head, part, c.stack, hide_special=c.hide)
-    )
+    if part == "weights":
+        full = tv.head_matrix(trace, layer, head, c.stack, hide_special=c.hide)
+    else:
+        full = tv.score_matrix(trace, layer, head, part, c.stack, hide_special=c.hide)
     m = full.window(c.window, slice(None) if c.stack == "cross" else c.window)
     fixed = part == "weights" and len(m.keys) <= 16  # short inputs: 0..1, so heads compare at a glance
-    title = f"{label}layer {layer}, head {head}: {MATRICES[part]}"
     q_title, k_title = ("target", "source") if c.stack == "cross" else ("query", "key")
-    ui.chart(
-        heatmap(
-            m.for_heatmap(),
-            m.query_labels,
-            m.key_labels,
-            title=title,
-            domain=(0.0, 1.0) if fixed else None,
-            row_title=q_title,
-            col_title=k_title,
-        ),
-        key=_key(url, c, "chart.heatmap"),
-        file_name=f"{c.prefix}attention_L{layer}_H{head}_{part}",
+    chart = heatmap(
+        m.for_heatmap(),
+        m.query_labels,
+        m.key_labels,
+        title=f"{label}layer {layer}, head {head}: {MATRICES[part]}",
+        domain=(0.0, 1.0) if fixed else None,
+        row_title=q_title,
+        col_title=k_title,
     )
-    ui.matrix_download(
-        full.for_heatmap(),
-        full.query_labels,
-        full.key_labels,
-        f"{c.prefix}attention_L{layer}_H{head}_{part}.csv",
-        key=_key(url, c, "csv_matrix"),
+    name = f"{c.prefix}attention_L{layer}_H{head}_{part}"
+    downloads.chart(chart, key=_key(url, c, "chart.heatmap"), file_name=name)
+    downloads.matrix_download(
+        full.for_heatmap(), full.query_labels, full.key_labels, f"{name}.csv", key=_key(url, c, "csv_matrix")
     )
     if full.allowed is not None and not full.allowed.all():
         st.caption("Grey cells are masked: their softmax input is −∞, so their weight is exactly 0.")
@@ -225,9 +214,9 @@ def draw_heatmap(trace: Trace, url: ui.UrlState, c: Controls, label: str = "") -
         )
 
 
-def draw_overview(trace: Trace, url: ui.UrlState, c: Controls, label: str = "") -> None:
+def draw_overview(shown: Shown, url: UrlState, c: Controls, label: str = "") -> None:
     st.subheader(f"All {label}layers × heads")
-    picture = tv.derived(trace, ("overview", c.stack, c.hide), lambda: tv.overview(trace, c.stack, hide_special=c.hide))
+    picture = caches.derived("overview", shown.key, c.stack, c.hide)
     n_q, n_k = picture.n_tokens
     b = picture.block
     detail = "one pixel per token pair" if b == 1 else f"each pixel averages {b}×{b} token pairs"
@@ -236,35 +225,23 @@ def draw_overview(trace: Trace, url: ui.UrlState, c: Controls, label: str = "") 
         "coloured from 0 (dark) to its own largest weight (yellow)."
     )
     st.image(picture.png, output_format="PNG", caption=caption)
-    st.download_button(
-        "PNG",
-        lambda: picture.png,
-        file_name=f"{c.prefix}all_heads.png",
-        mime="image/png",
-        key=_key(url, c, "overview_png"),
-        on_click="ignore",
-        type="tertiary",
-        icon=":material/download:",
-    )  # deferred: the browser fetches nothing until a click
+    downloads.file_download("PNG", picture.png, f"{c.prefix}all_heads.png", "image/png", _key(url, c, "overview_png"))
     if c.stack == "cross":  # token distances mean nothing between two sentences: colour by the largest weight
-        values = np.stack(
-            [trace.attention(layer, None, "cross").max(-1).mean(-1) for layer in range(picture.thumbs.shape[0])]
-        )
+        values = peak_weights(shown.trace, "cross")
         title, value_title = "Click a head to select it (colour: mean of each row's largest weight)", "peak weight"
     else:
-        dist = tv.derived(trace, ("distance", c.stack, c.hide), lambda: tv.distance_frame(trace, c.stack, c.hide))
-        values = dist.pivot(index="layer", columns="head", values="distance").to_numpy()
+        values = caches.derived("token_distances", shown.key, c.stack, c.hide)
         title, value_title = "Click a head to select it (colour: mean distance, tokens)", "distance"
     pick_key = _key(url, c, "cell_pick")
 
     def pick() -> None:
-        cell = tv.clicked_cell(st.session_state.get(pick_key))
+        cell = clicked_cell(st.session_state.get(pick_key))
         if cell is not None and cell[0] < values.shape[0] and cell[1] < values.shape[1]:
             url.set(f"{c.prefix}layer", cell[0])
             url.set(f"{c.prefix}head", cell[1])
 
-    ui.chart(
-        tv.head_grid_chart(values, (c.layer, c.head), title=title, value_title=value_title),
+    downloads.chart(
+        head_grid_chart(values, (c.layer, c.head), title=title, value_title=value_title),
         key=pick_key,
         file_name=f"{c.prefix}heads_grid",
         on_select=pick,
@@ -272,7 +249,7 @@ def draw_overview(trace: Trace, url: ui.UrlState, c: Controls, label: str = "") 
     )
 
 
-def draw_qkv(trace: Trace, c: Controls, url: ui.UrlState, label: str = "") -> None:
+def draw_qkv(trace: Trace, url: UrlState, c: Controls, label: str = "") -> None:
     layer, head = c.layer, c.head
     st.subheader(f"Q, K and V · {label}layer {layer}, head {head}")
     if c.stack == "cross":
@@ -304,53 +281,53 @@ def draw_qkv(trace: Trace, c: Controls, url: ui.UrlState, label: str = "") -> No
                 cell_width=max(3, min(12, 200 // max(matrix.shape[1], 1))),
             )
             chart["title"] = {"text": chart["title"], "subtitle": f"{full[name][0].shape[0]} × {matrix.shape[1]}"}
-            ui.chart(chart, key=_key(url, c, f"chart.{name}"), file_name=f"{c.prefix}{name}_L{layer}_H{head}")
-            ui.matrix_download(
-                *full[name],
-                f"{c.prefix}{name}_L{layer}_H{head}.csv",
-                label=f"{name} as CSV",
-                key=_key(url, c, f"csv_{name}"),
+            file_name = f"{c.prefix}{name}_L{layer}_H{head}"
+            downloads.chart(chart, key=_key(url, c, f"chart.{name}"), file_name=file_name)
+            downloads.matrix_download(
+                *full[name], f"{file_name}.csv", label=f"{name} as CSV", key=_key(url, c, f"csv_{name}")
             )
 
 
-def draw_why(trace: Trace, url: ui.UrlState, c: Controls, label: str = "") -> None:
+def _why_formulas(why, query: int, key: int) -> None:
+    if why.allowed is not None and not why.allowed[key]:
+        st.latex(rf"s_{{{query},{key}}} = -\infty \ (\text{{masked}})\quad\Rightarrow\quad w_{{{query},{key}}} = 0")
+        return
+    bias = rf" + b_{{{query},{key}}}" if why.bias is not None else ""
+    bias_num = f" + ({why.bias[key]:.4f})" if why.bias is not None else ""
+    if why.scale != 1.0:
+        scaling = rf"\frac{{q_{{{query}}}\cdot k_{{{key}}}}}{{\sqrt{{d_k}}}}"
+        scaled = rf"{why.dots[key]:.4f} \times {why.scale:.4f}"
+    else:  # T5 does not scale
+        scaling, scaled = rf"q_{{{query}}}\cdot k_{{{key}}}", f"{why.dots[key]:.4f}"
+    st.latex(rf"s_{{{query},{key}}} = {scaling}{bias} = {scaled}{bias_num} = {why.logits[key]:.4f}")
+    st.latex(
+        rf"w_{{{query},{key}}} = \frac{{e^{{s_{{{query},{key}}}}}}}{{\sum_j e^{{s_{{{query},j}}}}}}"
+        rf" = \frac{{{why.exps[key]:.4g}}}{{{why.exps.sum():.4g}}} = {why.weights[key]:.4f}"
+    )
+
+
+def draw_why(trace: Trace, url: UrlState, c: Controls, label: str = "") -> None:
     layer, head, query = c.layer, c.head, c.query
     st.subheader(f"Why this weight · {label}layer {layer}, head {head}, query {query}")
-    why = tv.why_this_weight(trace, layer, head, query, c.stack)
+    why = why_this_weight(trace, layer, head, query, c.stack)
     n_k = len(why.key_labels)
-    default_key = int(np.argmax(why.weights))
     key = st.selectbox(
         "Key token (the column)",
         list(range(n_k)),
-        key=url.key(f"{c.prefix}key", default_key, choices=range(n_k)),
+        key=url.key(f"{c.prefix}key", int(np.argmax(why.weights)), choices=range(n_k)),
         format_func=lambda j: f"{j}: {why.key_labels[j]}",
     )
-    if why.allowed is not None and not why.allowed[key]:
-        st.latex(rf"s_{{{query},{key}}} = -\infty \ (\text{{masked}})\quad\Rightarrow\quad w_{{{query},{key}}} = 0")
-    else:
-        bias = rf" + b_{{{query},{key}}}" if why.bias is not None else ""
-        bias_num = f" + ({why.bias[key]:.4f})" if why.bias is not None else ""
-        scaling = (
-            r"\frac{q_{%d}\cdot k_{%d}}{\sqrt{d_k}}" % (query, key)
-            if why.scale != 1.0
-            else r"q_{%d}\cdot k_{%d}" % (query, key)
-        )  # T5 does not scale
-        scaled = rf"{why.dots[key]:.4f} \times {why.scale:.4f}" if why.scale != 1.0 else f"{why.dots[key]:.4f}"
-        st.latex(rf"s_{{{query},{key}}} = {scaling}{bias} = {scaled}{bias_num} = {why.logits[key]:.4f}")
-        st.latex(
-            rf"w_{{{query},{key}}} = \frac{{e^{{s_{{{query},{key}}}}}}}{{\sum_j e^{{s_{{{query},j}}}}}}"
-            rf" = \frac{{{why.exps[key]:.4g}}}{{{why.exps.sum():.4g}}} = {why.weights[key]:.4f}"
-        )
+    _why_formulas(why, query, key)
     st.caption(
-        f"Query {tv.escape_markdown(why.query_label)} against every key: the softmax runs over all "
+        f"Query {escape(why.query_label)} against every key: the softmax runs over all "
         f"{n_k} keys (special tokens included, whatever the views hide). Exponentials are shifted by the "
         "largest input, which cancels in the ratio."
     )
     table = why.table()
     table.insert(0, "chosen", np.where(np.arange(n_k) == key, "▶", ""))  # the key whose weight is spelled out
-    ui.table(table)
+    downloads.table(table)
     numeric = table.drop(columns=[col for col in ("chosen", "key", "allowed") if col in table])
-    ui.matrix_download(
+    downloads.matrix_download(
         numeric.to_numpy(dtype=float),
         list(why.key_labels),
         list(numeric.columns),
@@ -360,27 +337,26 @@ def draw_why(trace: Trace, url: ui.UrlState, c: Controls, label: str = "") -> No
     left, right = st.columns(2)
     with left:
         st.caption(f"q·k = Σ_d q_d k_d for key {key}: {why.dots[key]:.4f}")
-        ui.table(why.products(key))
+        downloads.table(why.products(key))
     err_w, err_z = why.max_errors()
     with right:
         st.caption(
             f"Head output z = Σ_j w_j v_j (recomputed) beside the model's own z: "
             f"max difference {err_z:.1e} (weights: {err_w:.1e})."
         )
-        ui.table(
-            pd.DataFrame(
-                {"z = Σ w_j v_j": why.z, "model's z": why.stored_z}, index=[f"d{i}" for i in range(len(why.z))]
-            )
+        z = pd.DataFrame(
+            {"z = Σ w_j v_j": why.z, "model's z": why.stored_z}, index=[f"d{i}" for i in range(len(why.z))]
         )
+        downloads.table(z)
 
 
-def draw_distance(trace: Trace, url: ui.UrlState, c: Controls, label: str = "") -> None:
-    L, H = trace.layers_in(c.stack), trace.n_heads
+def draw_distance(shown: Shown, url: UrlState, c: Controls, label: str = "") -> None:
+    L, H = shown.trace.layers_in(c.stack), shown.trace.n_heads
     st.subheader(f"How far each {label}head looks")
-    dist = tv.derived(trace, ("distance", c.stack, c.hide), lambda: tv.distance_frame(trace, c.stack, c.hide))
-    baseline = tv.derived(trace, ("uniform", c.stack, c.hide), lambda: tv.uniform_distance(trace, c.stack, c.hide))
-    ui.chart(
-        tv.distance_chart(dist, baseline, H, (c.layer, c.head), title=f"mean attention distance per {label}head"),
+    distances = caches.derived("token_distances", shown.key, c.stack, c.hide)
+    baseline = caches.derived("uniform_token_distance", shown.key, c.stack, c.hide)
+    downloads.chart(
+        distance_chart(distances, baseline, H, (c.layer, c.head), title=f"mean attention distance per {label}head"),
         key=_key(url, c, "chart.distance"),
         file_name=f"{c.prefix}attention_distance",
     )
@@ -389,8 +365,8 @@ def draw_distance(trace: Trace, url: ui.UrlState, c: Controls, label: str = "") 
         "uniform attention over the tokens each query may see. Heads far below it look at their neighbours; "
         "heads above it look far away (often at [CLS] / [SEP])."
     )
-    ui.matrix_download(
-        dist.pivot(index="layer", columns="head", values="distance").to_numpy(),
+    downloads.matrix_download(
+        distances,
         [f"layer {i}" for i in range(L)],
         [f"head {h}" for h in range(H)],
         f"{c.prefix}attention_distance.csv",

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import streamlit as st
 
-from tformer_app import attention_panel as av
-from tformer_app import ui
 from tformer_core.inputs.image_file import MAX_BYTES
-from tformer_views import text as tv
-from tformer_views import vision as vv
+from tformer_core.models.base import TracedModel
+
+from .caches import load_model, sample_pictures
+from .markdown import escape
+from .url import UrlState
+from .widgets import choose_model
 
 DEFAULT_VIT = "facebook/deit-tiny-patch16-224"
 FALLBACK_VIT = "vit-tiny"
@@ -30,19 +32,9 @@ SUGGESTIONS = (
 SOURCES = {"sample": "Sample", "upload": "Upload", "camera": "Camera"}
 
 
-@st.cache_resource(show_spinner=False, max_entries=4)
-def _sample_files(image_dirs: tuple[str, ...]) -> dict[str, bytes]:
-    return vv.samples()
-
-
-def sample_files() -> dict[str, bytes]:
-    """The sample pictures, read once per set of configured image folders."""
-    return _sample_files(tuple(str(d) for d in vv.image_dirs()))
-
-
-def choose_vit(url: ui.UrlState) -> tuple[str, object | None]:
+def choose_vit(url: UrlState) -> tuple[str, TracedModel | None]:
     """The model picker; the default, DeiT-Tiny, falls back to the bundled vit-tiny when it cannot be had."""
-    source = av.choose_model(
+    source = choose_model(
         url,
         SUGGESTIONS,
         DEFAULT_VIT,
@@ -51,30 +43,30 @@ def choose_vit(url: ui.UrlState) -> tuple[str, object | None]:
         "this project on generated shapes and works offline.",
     )
     if source != DEFAULT_VIT:
-        model = ui.load_model(source)
+        model = load_model(source)
         if model is not None and model.kind != "vit":
             page = "Encoder-decoder" if model.kind == "encoder-decoder" else "Text attention"
-            st.warning(f"**{tv.escape_markdown(source)}** reads text, not images: open the {page} page.")
+            st.warning(f"**{escape(source)}** reads text, not images: open the {page} page.")
             return source, None
         return source, model
-    model = ui.load_model(DEFAULT_VIT, quiet=True)
+    model = load_model(DEFAULT_VIT, quiet=True)
     if model is None:
         st.info(
             f"{DEFAULT_VIT} could not be loaded (no internet and not in the local cache), so this page shows "
             f"the bundled **{FALLBACK_VIT}**: a small ViT trained by this project on 32 × 32 pictures of eight "
             "shapes. Choose another model above when you are online."
         )
-        return FALLBACK_VIT, ui.load_model(FALLBACK_VIT)
+        return FALLBACK_VIT, load_model(FALLBACK_VIT)
     return DEFAULT_VIT, model
 
 
-def _default_sample(model, names: list[str]) -> str:
+def _default_sample(model: TracedModel, names: list[str]) -> str:
     """A shape for the shape model, a photo for the others."""
-    prefix = "shapes:" if getattr(model, "source", "") == FALLBACK_VIT else "photo:"
+    prefix = "shapes:" if model.source == FALLBACK_VIT else "photo:"
     return next((n for n in names if n.startswith(prefix)), names[0])
 
 
-def choose_image(url: ui.UrlState, model) -> tuple[str, bytes] | None:
+def choose_image(url: UrlState, model: TracedModel) -> tuple[str, bytes] | None:
     """One picture: a sample (named in the link), an upload or a camera shot; None until there is one."""
     kind = st.radio(
         "Picture",
@@ -84,7 +76,7 @@ def choose_image(url: ui.UrlState, model) -> tuple[str, bytes] | None:
         key=url.key("from", "sample", choices=list(SOURCES)),
     )
     if kind == "sample":
-        files = sample_files()
+        files = sample_pictures()
         names = list(files)
         name = st.selectbox("Sample", names, key=url.key("sample", _default_sample(model, names), choices=names))
         return name, files[name]
@@ -105,9 +97,9 @@ def choose_image(url: ui.UrlState, model) -> tuple[str, bytes] | None:
     return "camera.jpg", shot.getvalue()
 
 
-def choose_images(url: ui.UrlState, model) -> list[tuple[str, bytes]]:
+def choose_images(url: UrlState, model: TracedModel) -> list[tuple[str, bytes]]:
     """Several pictures: samples chosen by name (in the link), and any uploads."""
-    files = sample_files()
+    files = sample_pictures()
     names = list(files)
     default = [n for n in names if n.startswith("photo:")] + [n for n in names if n.startswith("shapes:")]
     chosen_key = url.key("samples", default)

@@ -6,14 +6,17 @@
     trace.attention(layer=0, head=1)        # [n, n], rows sum to 1
     trace.q(0, 1), trace["encoder.0.attn.scores"]
 
-No streamlit here: the app imports the core, never the other way round.
+The engine a notebook imports: torch and numpy, no Streamlit, no charts, no page logic (a test
+checks). The views (tformer_views) and the app (tformer_app) import the core, never the other way.
 """
 
 from .capture import HookPoint, capture
 from .checkpoints import CheckpointError, load_model
 from .generation import Generation, GenerationSettings
+from .inputs.image_file import ImageError, LoadedImage, read_image
 from .inputs.preprocessing import ImagePreprocessing
-from .metrics import mean_attention_distance, mean_token_distance, patch_centre_distances
+from .inputs.text import FittedInput, fit_to_model
+from .metrics import mean_attention_distance, mean_token_distance, patch_centre_distances, uniform_attention
 from .models.base import TracedModel, default_device, resolve_dtype
 from .models.decoder import Decoder, DecoderConfig
 from .models.encoder import Encoder, EncoderConfig
@@ -21,8 +24,10 @@ from .models.layers import BlockConfig, MultiHeadAttention, causal_mask
 from .models.positional import sinusoidal_encoding
 from .models.seq2seq import EncoderDecoder, Seq2SeqConfig
 from .models.vit import ViT, ViTConfig, patchify
+from .numerics import softmax
 from .runtime import retain_freed_memory
 from .steps import AttentionSteps, attention_steps
+from .tokenizers import HFTokenizer, Tokenizer
 from .trace import Trace
 
 __all__ = [
@@ -34,12 +39,17 @@ __all__ = [
     "Encoder",
     "EncoderConfig",
     "EncoderDecoder",
+    "FittedInput",
     "Generation",
     "GenerationSettings",
+    "HFTokenizer",
     "HookPoint",
+    "ImageError",
     "ImagePreprocessing",
+    "LoadedImage",
     "MultiHeadAttention",
     "Seq2SeqConfig",
+    "Tokenizer",
     "Trace",
     "TracedModel",
     "ViT",
@@ -48,12 +58,16 @@ __all__ = [
     "capture",
     "causal_mask",
     "default_device",
+    "fit_to_model",
     "load_model",
     "mean_attention_distance",
     "mean_token_distance",
     "patch_centre_distances",
     "patchify",
+    "read_image",
     "resolve_dtype",
     "retain_freed_memory",
     "sinusoidal_encoding",
+    "softmax",
+    "uniform_attention",
 ]

@@ -14,8 +14,8 @@ mutated.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable, Iterator
 from contextvars import ContextVar
-from typing import Callable, Iterator
 
 import torch
 from torch import nn

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
+import torch
 
 from .trace import Trace
 
@@ -61,14 +61,19 @@ class Generation:
         return self.tokens[self.n_prompt :]
 
 
-def choose_next(logits: np.ndarray, settings: GenerationSettings, step: int, is_last_allowed: bool) -> int:
-    """Greedy choice from one row of logits [vocab] at generation step `step` (0 = first new token),
-    honouring the checkpoint's generation rules."""
+def choose_next(logits: torch.Tensor, settings: GenerationSettings, step: int, is_last_allowed: bool) -> torch.Tensor:
+    """Greedy choice for each row of logits [B, vocab] at generation step `step` (0 = first new token),
+    honouring the checkpoint's generation rules; returns the chosen ids [B] (long).
+
+    The one decoding rule of the project: traced generation (one sequence, a trace per step) and the
+    bundled models' batched evaluation both call it.
+    """
+    batch = logits.shape[0]
     if step == 0 and settings.forced_bos_id is not None:
-        return settings.forced_bos_id
+        return torch.full((batch,), settings.forced_bos_id, dtype=torch.long, device=logits.device)
     if settings.forced_eos and is_last_allowed and settings.eos_id is not None:
-        return settings.eos_id
+        return torch.full((batch,), settings.eos_id, dtype=torch.long, device=logits.device)
     if settings.suppress_ids:
-        logits = logits.copy()
-        logits[list(settings.suppress_ids)] = -np.inf
-    return int(np.argmax(logits))
+        logits = logits.clone()
+        logits[:, list(settings.suppress_ids)] = -torch.inf
+    return logits.argmax(dim=-1)

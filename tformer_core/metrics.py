@@ -60,3 +60,12 @@ def mean_token_distance(weights: np.ndarray) -> np.ndarray:
     i = np.arange(w.shape[-2])[:, None]
     j = np.arange(w.shape[-1])[None, :]
     return (w * np.abs(i - j)).sum(axis=-1).mean(axis=-1)
+
+
+def uniform_attention(allowed: np.ndarray) -> np.ndarray:
+    """The baseline the distance plots draw: each query spreads its attention evenly over the keys it may
+    see. allowed: bool [..., n_q, n_k] (True = may attend) -> float64 weights of the same shape; a query
+    that may see nothing gets a row of zeros."""
+    allowed = np.asarray(allowed, dtype=bool)
+    counts = allowed.sum(-1, keepdims=True)
+    return np.divide(allowed, counts, out=np.zeros(allowed.shape), where=counts > 0)

@@ -27,7 +27,7 @@ def retain_freed_memory() -> bool:
         return False
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        libc.gnu_get_libc_version  # only glibc has it
+        _ = libc.gnu_get_libc_version  # only glibc has it (AttributeError elsewhere)
     except (OSError, AttributeError):
         return False
     ok = libc.mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_MAX) == 1

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .numerics import softmax
+
 
 @dataclass(frozen=True)
 class AttentionSteps:
@@ -76,13 +78,32 @@ def _mask(mask: object, n: int) -> np.ndarray | None:
     return m
 
 
-def softmax_rows(scaled: np.ndarray) -> np.ndarray:
-    """Row-wise softmax; rows that are entirely -inf (nothing to attend to) become all 0."""
-    row_max = np.max(scaled, axis=-1, keepdims=True)
-    empty = ~np.isfinite(row_max)
-    e = np.exp(scaled - np.where(empty, 0.0, row_max))  # shifting by the row max avoids overflow
-    total = e.sum(axis=-1, keepdims=True)
-    return np.divide(e, total, out=np.zeros_like(e), where=total > 0)
+def _checked_inputs(
+    X: object, W_q: object, W_k: object, W_v: object, n_heads: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+    """The inputs as float64 matrices whose shapes fit together, and the number of heads; ValueError otherwise."""
+    X = _matrix("X", X)
+    W_q, W_k, W_v = _matrix("W_q", W_q), _matrix("W_k", W_k), _matrix("W_v", W_v)
+    d_model = X.shape[1]
+    for name, W in (("W_q", W_q), ("W_k", W_k), ("W_v", W_v)):
+        if W.shape[0] != d_model:
+            raise ValueError(f"{name} has {W.shape[0]} rows but X has {d_model} columns (d_model)")
+    if W_q.shape[1] != W_k.shape[1]:
+        raise ValueError(f"W_q and W_k must have the same number of columns (d_k): {W_q.shape[1]} vs {W_k.shape[1]}")
+    if int(n_heads) != n_heads or n_heads < 1:
+        raise ValueError(f"n_heads must be a whole number >= 1, got {n_heads!r}")
+    h = int(n_heads)
+    for name, W in (("W_q", W_q), ("W_v", W_v)):
+        if W.shape[1] % h:
+            raise ValueError(f"{name} has {W.shape[1]} columns, which do not split into {h} equal heads")
+    return X, W_q, W_k, W_v, h
+
+
+def _output_matrix(W_o: object, rows: int) -> np.ndarray:
+    W_o = _matrix("W_o", W_o)
+    if W_o.shape[0] != rows:
+        raise ValueError(f"W_o has {W_o.shape[0]} rows but the concatenated heads have {rows} columns")
+    return W_o
 
 
 def attention_steps(
@@ -103,20 +124,8 @@ def attention_steps(
     M is 0 where allowed and -inf elsewhere. W_o: [h*d_v, d_out], applied to the concatenated heads.
     Raises ValueError naming the matrix or shape that does not fit.
     """
-    X = _matrix("X", X)
-    W_q, W_k, W_v = _matrix("W_q", W_q), _matrix("W_k", W_k), _matrix("W_v", W_v)
-    n, d_model = X.shape
-    for name, W in (("W_q", W_q), ("W_k", W_k), ("W_v", W_v)):
-        if W.shape[0] != d_model:
-            raise ValueError(f"{name} has {W.shape[0]} rows but X has {d_model} columns (d_model)")
-    if W_q.shape[1] != W_k.shape[1]:
-        raise ValueError(f"W_q and W_k must have the same number of columns (d_k): {W_q.shape[1]} vs {W_k.shape[1]}")
-    if int(n_heads) != n_heads or n_heads < 1:
-        raise ValueError(f"n_heads must be a whole number >= 1, got {n_heads!r}")
-    h = int(n_heads)
-    for name, W in (("W_q", W_q), ("W_v", W_v)):
-        if W.shape[1] % h:
-            raise ValueError(f"{name} has {W.shape[1]} columns, which do not split into {h} equal heads")
+    X, W_q, W_k, W_v, h = _checked_inputs(X, W_q, W_k, W_v, n_heads)
+    n = X.shape[0]
     d_k, d_v = W_q.shape[1] // h, W_v.shape[1] // h
     allowed = _mask(mask, n)
 
@@ -129,16 +138,10 @@ def attention_steps(
     scaled = scores * scale
     if allowed is not None:
         scaled = np.where(allowed, scaled, -np.inf)
-    weights = softmax_rows(scaled)
+    weights = softmax(scaled)
     z = weights @ v_heads  # [h, n, d_v]
     concat = z.transpose(1, 0, 2).reshape(n, h * d_v)  # [n, h*d_v]
-    if W_o is not None:
-        W_o = _matrix("W_o", W_o)
-        if W_o.shape[0] != h * d_v:
-            raise ValueError(f"W_o has {W_o.shape[0]} rows but the concatenated heads have {h * d_v} columns")
-        output = concat @ W_o
-    else:
-        output = concat
+    output = concat if W_o is None else concat @ _output_matrix(W_o, h * d_v)
 
     squeeze = (lambda a: a[0]) if h == 1 else (lambda a: a)
     return AttentionSteps(

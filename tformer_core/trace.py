@@ -28,11 +28,13 @@ batches and a server that caches traces. Pass a `keep` filter that names them to
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 import numpy as np
 import torch
+
+from .numerics import softmax
 
 # Attention stacks a trace may hold, and the activation prefix of each.
 ATTENTION_STACKS = {
@@ -135,7 +137,8 @@ class Trace:
 
     @property
     def main_stack(self) -> str:
-        return "decoder" if self.kind == "decoder" else "encoder"
+        """The stack shown first: the encoder when the trace holds one, else the decoder."""
+        return "encoder" if "encoder" in self.stack_layers else "decoder"
 
     @property
     def n_layers(self) -> int:
@@ -144,10 +147,12 @@ class Trace:
 
     @property
     def attention_stacks(self) -> tuple[str, ...]:
-        """The attention stacks present: ("encoder",), ("decoder",) or ("encoder", "decoder", "cross")."""
-        if self.kind == "encoder-decoder":
-            return ("encoder", "decoder", "cross")
-        return (self.main_stack,)
+        """The attention stacks this trace holds: ("encoder",), ("decoder",), ("encoder", "decoder", "cross"),
+        or ("decoder", "cross") for an encoder-decoder generation step (the encoder ran once, before)."""
+        stacks = tuple(s for s in ("encoder", "decoder") if s in self.stack_layers)
+        if self.kind == "encoder-decoder" and "decoder" in self.stack_layers:
+            stacks += ("cross",)
+        return stacks
 
     def layers_in(self, stack: str) -> int:
         return self.stack_layers["decoder" if stack == "cross" else stack]
@@ -157,7 +162,7 @@ class Trace:
         """The model's output: head logits when it has a head, else the final hidden states."""
         if "head.logits" in self.activations:
             return self.activations["head.logits"]
-        last = "decoder" if self.kind in ("decoder", "encoder-decoder") else "encoder"
+        last = "decoder" if "decoder" in self.stack_layers else "encoder"
         return self.activations[f"{last}.out"]
 
     def predictions(self, k: int = 5, position: int | None = None) -> list[tuple[str, float]]:
@@ -176,8 +181,7 @@ class Trace:
             if position is None:
                 raise ValueError("no [MASK] token in the input: put [MASK] where a word should be guessed")
             logits = logits[position]
-        z = logits.astype(np.float64) - np.max(logits)
-        p = np.exp(z) / np.exp(z).sum()
+        p = softmax(logits)
         top = np.argsort(-p, kind="stable")[: max(int(k), 0)]
         labels = self.meta.get("labels")
         return [(str(labels[i]) if labels is not None else str(i), float(p[i])) for i in top]

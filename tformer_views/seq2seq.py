@@ -1,12 +1,12 @@
 """What the encoder-decoder page shows, computed from the core's traces: no Streamlit here.
 
-    t = translate(model, "the big dog chases a small cat")       # greedy, one traced decoder pass per token
-    t = teacher_force(model, "the big dog ...", "varo gros ta ga ...")   # the user's target instead
-    t.output_text, t.produced                                    # the translation; the token made at each step
-    step = at_step(t, 3)                                         # what the model computed when making token 3
-    step.self_attention(layer=1, head=2)                         # [4, 4] masked self-attention, -inf above the diagonal
-    step.cross_rows()                                            # [layers, heads, source]: the new token's cross-attention
-    alignment(t, layer=1, head=None)                             # [produced, source], averaged over heads
+    t = translate(model, "the big dog chases a small cat")   # greedy, one traced decoder pass per token
+    t = teacher_force(model, "the big dog ...", "varo gros ...")   # the user's target instead
+    t.output_text, t.produced                # the translation; the token made at each step
+    step = at_step(t, 3)                     # what the model computed when making token 3
+    step.self_attention(layer=1, head=2)     # [4, 4] masked self-attention, -inf above the diagonal
+    step.cross_rows()                        # [layers, heads, source]: the new token's cross-attention
+    alignment(t, layer=1, head=None)         # [produced, source], averaged over heads
 
 Decoder positions and produced tokens: the decoder reads s_0 (the start token), s_1, ... and
 position t, whose input is s_t, produces s_{t+1}. So row t of a cross-attention matrix is the
@@ -20,14 +20,18 @@ forcing (no step traces) reads its rows, and the tests check the two agree for g
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
+from tformer_core.bundled import data as td
 from tformer_core.generation import Generation
+from tformer_core.models.base import TracedModel
+from tformer_core.models.seq2seq import EncoderDecoder
+from tformer_core.tokenizers import Tokenizer
 from tformer_core.trace import Trace
 
-from .text import HeadMatrix, display_tokens
+from .text import HeadMatrix
+from .tokens import display_tokens
 
 DEFAULT_SOURCES = {
     "translator": "the big dog chases a small cat near the river",
@@ -71,37 +75,29 @@ class Translation:
         return len(self.decoder_tokens) - 1
 
 
-def _require_seq2seq(model: Any) -> None:
-    if getattr(model, "kind", "") != "encoder-decoder":
+def require_seq2seq(model: TracedModel) -> EncoderDecoder:
+    """`model` as an encoder-decoder with a tokenizer; ValueError with a message for the page otherwise."""
+    if not isinstance(model, EncoderDecoder):
         raise ValueError("this page shows encoder-decoder models (translation); this one is not")
+    if model.tokenizer is None:
+        raise ValueError("this model has no tokenizer, so it cannot read a sentence")
+    return model
 
 
-def _target_tokenizer(model: Any) -> Any:
-    return getattr(model, "target_tokenizer", None) or model.tokenizer
+def _target_tokenizer(model: EncoderDecoder) -> Tokenizer:
+    tokenizer = model.target_tokenizer or model.tokenizer
+    assert tokenizer is not None  # require_seq2seq checked
+    return tokenizer
 
 
-def output_text(model: Any, ids: tuple[int, ...]) -> str:
+def output_text(model: EncoderDecoder, ids: tuple[int, ...]) -> str:
     """Produced ids (after the start token) as text, without special tokens (<unk> stays visible)."""
-    tok = _target_tokenizer(model)
-    if tok is None:
-        return " ".join(str(i) for i in ids)
-    try:
-        return tok.decode(list(ids), skip_special_tokens=True)
-    except TypeError:  # the bundled word tokenizer: its decode always drops the special tokens but <unk>
-        return tok.decode(list(ids))
+    return _target_tokenizer(model).decode(list(ids))
 
 
-def unknown_words(model: Any, text: str) -> tuple[str, ...]:
-    """Words of `text` the model cannot read (bundled word-level models; subword tokenizers have none)."""
-    tok = getattr(model, "tokenizer", None)
-    if tok is not None and hasattr(tok, "unknown_words"):
-        return tuple(dict.fromkeys(tok.unknown_words(text)))
-    return ()
-
-
-def translate(model: Any, source: str, max_new_tokens: int | None = None) -> Translation:
+def translate(model: TracedModel, source: str, max_new_tokens: int | None = None) -> Translation:
     """Greedy translation of `source` with a trace of every step. ValueError for empty or over-long input."""
-    _require_seq2seq(model)
+    model = require_seq2seq(model)
     if max_new_tokens is not None and not 1 <= int(max_new_tokens) <= MAX_NEW_TOKENS:
         raise ValueError(f"the number of new tokens must be 1 to {MAX_NEW_TOKENS}, got {max_new_tokens}")
     gen: Generation = model.generate(source, max_new_tokens)
@@ -114,23 +110,17 @@ def translate(model: Any, source: str, max_new_tokens: int | None = None) -> Tra
         gen.steps,
         gen.finished,
         output_text(model, gen.generated_ids),
-        unknown_words(model, source),
+        tuple(model.tokenizer.unknown_words(source)),
     )
 
 
-def target_ids(model: Any, target: str) -> list[int]:
+def target_ids(model: EncoderDecoder, target: str) -> list[int]:
     """The decoder's input for teacher forcing: the start token, the target's tokens, the end token."""
     if not isinstance(target, str) or not target.strip():
         raise ValueError("the target is empty: type the translation to check, or leave it empty for the model's own")
     settings = model.generation
     start = settings.start_id if settings.start_id is not None else settings.pad_id
-    tok = _target_tokenizer(model)
-    if tok is None:
-        raise ValueError("this model has no tokenizer, so it cannot read a target text")
-    if hasattr(tok, "unknown_words"):  # the bundled word tokenizer starts the ids with <bos> itself
-        ids = list(tok.encode(target))
-    else:
-        ids = [start, *tok(text_target=target)["input_ids"]]  # the target side of the tokenizer (Marian has two)
+    ids = [start, *_target_tokenizer(model).encode_target(target)]
     if settings.eos_id is not None and ids[-1] != settings.eos_id:
         ids.append(settings.eos_id)
     if len(ids) < 2:
@@ -138,9 +128,9 @@ def target_ids(model: Any, target: str) -> list[int]:
     return ids
 
 
-def teacher_force(model: Any, source: str, target: str) -> Translation:
+def teacher_force(model: TracedModel, source: str, target: str) -> Translation:
     """The model's attention when the decoder is given `target` instead of its own output."""
-    _require_seq2seq(model)
+    model = require_seq2seq(model)
     ids = target_ids(model, target)
     limit = model.config.max_positions
     if len(ids) > limit:
@@ -149,6 +139,7 @@ def teacher_force(model: Any, source: str, target: str) -> Translation:
             f"most {limit}. Shorten it."
         )
     trace = model.trace(source, ids)
+    unknown = model.tokenizer.unknown_words(source) + _target_tokenizer(model).unknown_words(target)
     return Translation(
         "teacher",
         trace.tokens,
@@ -158,15 +149,8 @@ def teacher_force(model: Any, source: str, target: str) -> Translation:
         None,
         ids[-1] == model.generation.eos_id,
         output_text(model, tuple(ids[1:])),
-        unknown_words(model, source) + unknown_words_target(model, target),
+        tuple(dict.fromkeys(unknown)),
     )
-
-
-def unknown_words_target(model: Any, text: str) -> tuple[str, ...]:
-    tok = getattr(model, "target_tokenizer", None)
-    if tok is not None and hasattr(tok, "unknown_words"):
-        return tuple(dict.fromkeys(tok.unknown_words(text)))
-    return ()
 
 
 # ---- one decoding step --------------------------------------------------------------------------
@@ -227,12 +211,18 @@ def alignment(translation: Translation, layer: int, head: int | None) -> HeadMat
     return HeadMatrix(w, np.arange(w.shape[0]), np.arange(w.shape[1]), rows, cols, None, np.zeros(w.shape[0]))
 
 
-def vocabulary(model: Any) -> list[tuple[str, list[tuple[str, str]]]] | None:
-    """For the bundled translator: its lexicon by word class, [(class, [(source word, target word)])]; else None."""
-    if getattr(model, "source", "") != "translator":
-        return None
-    from tformer_core.bundled import data as td
+def teacher_agreement(translation: Translation) -> int:
+    """At how many steps the model's own most likely token is the one the decoder was given next."""
+    return sum(
+        int(np.argmax(step.trace["head.logits"][step.row])) == translation.decoder_ids[step.t + 1]
+        for step in (at_step(translation, t) for t in range(translation.n_steps))
+    )
 
+
+def vocabulary(model: TracedModel) -> list[tuple[str, list[tuple[str, str]]]] | None:
+    """For the bundled translator: its lexicon by word class, [(class, [(source word, target word)])]; else None."""
+    if model.source != "translator":
+        return None
     classes = [
         ("determiners", td.DETERMINERS),
         ("nouns", td.NOUNS),

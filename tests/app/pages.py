@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -44,3 +45,13 @@ def table(at: AppTest, name: str) -> pd.DataFrame:
     found = [d.value for d in at.dataframe if d.value.index.name == name]
     assert len(found) == 1, f"expected one table {name!r}, found {[d.value.index.name for d in at.dataframe]}"
     return found[0]
+
+
+def shown(markdown: str) -> str:
+    """Markdown as a reader sees its text: the backslash escapes of tformer_app.markdown.escape removed."""
+    return re.sub(r"\\(.)", r"\1", markdown)
+
+
+def messages(at: AppTest, kind: str) -> list[str]:
+    """The text of every element of one kind ("error", "warning", "info", "caption", "markdown"), as shown."""
+    return [shown(e.value) for e in at.get(kind)]

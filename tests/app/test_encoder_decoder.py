@@ -9,9 +9,10 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 import tformer_core as tc
-from tests.app.pages import charts, no_exception, run, widget
+from tests.app.pages import charts, messages, no_exception, run, widget
+from tests.app.passes import PassCounter
 from tests.core.hf_helpers import save_tiny_t5
-from tformer_app import ui
+from tformer_app import caches
 from tformer_core.bundled import data as td
 from tformer_views import seq2seq as sv
 
@@ -66,29 +67,29 @@ def test_default_page_shows_the_step_the_alignment_and_the_encoder(translator):
 def test_step_slider_and_head_switch_run_no_model(translator):
     at = page()
     no_exception(at)
-    passes = ui.forward_passes("translator")
-    expected = sv.translate(translator, DEFAULT, 40)
-    at.slider(key="s2s.step").set_value(5).run()
-    no_exception(at)
-    self_attention = cells(at, "masked self-attention, layer 1, head 0")
-    assert self_attention.shape == (5, 5) and np.isnan(self_attention[np.triu_indices(5, 1)]).all()  # masked
-    np.testing.assert_allclose(
-        np.nan_to_num(self_attention), sv.at_step(expected, 4).self_attention(1, 0).weights, atol=1e-5
-    )
-    assert any(f"Step 5 of {expected.n_steps}" in m.value for m in at.markdown)
-    widget(at, "s2s.head").set_value(3)
-    widget(at, "s2s.layer").set_value(0)
-    at.run()
-    no_exception(at)
-    assert "masked self-attention, layer 0, head 3" in charts(at)
-    widget(at, "s2s.enc_head").set_value(2).run()
-    no_exception(at)
-    assert ui.forward_passes("translator") == passes  # the cached translation was only read
-    assert (at.query_params["step"], at.query_params["head"], at.query_params["enc_head"]) == ("5", "3", "2")
-    at.text_input(key="s2s.text").input("a bird sleeps").run()  # a second sentence: one new translation
-    no_exception(at)
-    assert at.code[0].value == "piku na ga dormas"
-    assert ui.forward_passes("translator") > passes
+    with PassCounter(caches.cached_model("translator")) as counter:
+        expected = sv.translate(translator, DEFAULT, 40)
+        at.slider(key="s2s.step").set_value(5).run()
+        no_exception(at)
+        self_attention = cells(at, "masked self-attention, layer 1, head 0")
+        assert self_attention.shape == (5, 5) and np.isnan(self_attention[np.triu_indices(5, 1)]).all()  # masked
+        np.testing.assert_allclose(
+            np.nan_to_num(self_attention), sv.at_step(expected, 4).self_attention(1, 0).weights, atol=1e-5
+        )
+        assert any(f"Step 5 of {expected.n_steps}" in m for m in messages(at, "markdown"))
+        widget(at, "s2s.head").set_value(3)
+        widget(at, "s2s.layer").set_value(0)
+        at.run()
+        no_exception(at)
+        assert "masked self-attention, layer 0, head 3" in charts(at)
+        widget(at, "s2s.enc_head").set_value(2).run()
+        no_exception(at)
+        assert counter.count == 0  # the cached translation was only read
+        assert (at.query_params["step"], at.query_params["head"], at.query_params["enc_head"]) == ("5", "3", "2")
+        at.text_input(key="s2s.text").input("a bird sleeps").run()  # a second sentence: one new translation
+        no_exception(at)
+        assert at.code[0].value == "piku na ga dormas"
+        assert counter.count > 0
 
 
 def _rerun(at: AppTest, timer_due: bool) -> None:
@@ -121,11 +122,11 @@ def test_teacher_forcing_shows_the_users_target(translator):
     target = "varo gros ta ga mise mik na wo kasas"
     at = page(target=target, text="the big dog chases a small cat")
     no_exception(at)
-    assert any("Your target" in s.value for s in at.subheader)
+    assert any("Your target" in s for s in messages(at, "subheader"))
     assert at.code[0].value == target
     forced = sv.teacher_force(translator, "the big dog chases a small cat", target)
     agree = sum(sv.at_step(forced, t).predictions(1)[0][0] == p for t, p in enumerate(forced.produced))
-    assert any(f"agrees with it at {agree} of {forced.n_steps} steps" in c.value for c in at.caption)
+    assert any(f"agrees with it at {agree} of {forced.n_steps} steps" in c for c in messages(at, "caption"))
     np.testing.assert_allclose(
         cells(at, "cross-attention, layer 1, mean of the heads"), sv.alignment(forced, 1, None).weights, atol=1e-5
     )
@@ -136,21 +137,21 @@ def test_unknown_words_are_shown_as_unk():
     no_exception(at)
     assert any("purple" in w.value and r"\<unk\>" in w.value for w in at.warning)  # escaped: shown as text
     assert "<unk>" in at.code[0].value
-    assert any(r"\<unk\>" in c.value for c in at.caption if c.value.startswith("Source tokens"))
+    assert any(r"\<unk\>" in c.value for c in at.caption if c.value.startswith("Source tokens"))  # escaped
 
 
 @pytest.mark.parametrize("text, message", [("", "empty"), (" ".join(["the dog"] * 20), "at most 32")])
 def test_empty_and_over_long_sources_get_a_message(text, message):
     at = page(text=text)
     no_exception(at)
-    assert any(message in e.value for e in at.error)
+    assert any(message in e for e in messages(at, "error"))
     assert not at.code
 
 
 def test_a_model_of_another_kind_points_to_its_page():
     at = page(model="minilm")
     no_exception(at)
-    assert any("not an encoder-decoder" in w.value and "Text attention" in w.value for w in at.warning)
+    assert any("not an encoder-decoder" in w and "Text attention" in w for w in messages(at, "warning"))
 
 
 def test_a_local_t5_folder_translates_and_forces(tmp_path):
@@ -183,5 +184,5 @@ def test_the_url_restores_the_view():
     no_exception(at)
     assert at.slider(key="s2s.step").value == 3
     assert (widget(at, "s2s.layer").value, widget(at, "s2s.head").value) == (0, 2)
-    assert any("Step 3 of 5" in m.value for m in at.markdown)
-    assert any("Why this weight · encoder layer 0" in s.value for s in at.subheader)
+    assert any("Step 3 of 5" in m for m in messages(at, "markdown"))
+    assert any("Why this weight · encoder layer 0" in s for s in messages(at, "subheader"))

@@ -8,7 +8,7 @@ from streamlit.testing.v1 import AppTest
 
 import tformer_core as tc
 from tests.app import pages
-from tests.app.pages import table
+from tests.app.pages import messages, table
 
 
 def run(**params: str) -> AppTest:
@@ -60,16 +60,16 @@ def test_url_restores_the_lecture_setting_base_100():
 def test_bad_settings_are_rejected_inline():
     at = run(d="7")
     assert not at.exception
-    assert any("d_model must be even" in e.value for e in at.error)
+    assert any("d_model must be even" in e for e in messages(at, "error"))
     assert "PE" not in [d.value.index.name for d in at.dataframe]
     assert "token embedding" in [d.value.index.name for d in at.dataframe]  # the rest of the page still works
     at = run(base="1")
     assert not at.exception
-    assert any("greater than 1" in e.value for e in at.error)
+    assert any("greater than 1" in e for e in messages(at, "error"))
     at = run(n="0")  # outside the widget's limits: clamped, and the user is told
     assert not at.exception
     assert at.number_input(key="pe.n").value == 1
-    assert any("outside 1..512" in w.value for w in at.warning)
+    assert any("outside 1..512" in w for w in messages(at, "warning"))
 
 
 def test_real_sentence_parts_add_up_and_come_from_minilm():

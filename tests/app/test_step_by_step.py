@@ -10,7 +10,7 @@ from streamlit.testing.v1 import AppTest
 
 import tformer_core as tc
 from tests.app import pages
-from tests.app.pages import table
+from tests.app.pages import messages, table
 from tformer_views.lessons import attention as ls
 
 SQRT3 = math.sqrt(3.0)
@@ -46,7 +46,7 @@ def test_default_example_shows_the_hand_worked_numbers_and_writes_the_url():
     walk = table(at, "keys for q(I)")
     assert walk.loc["tea", "q·k written out"] == "1·2 + 0·3 + 2·1"
     np.testing.assert_allclose(walk["weight"], weights[0])
-    assert any("1/√3" in c.value for c in at.caption)
+    assert any("1/√3" in c for c in messages(at, "caption"))
     params = dict(at.query_params)
     assert (
         params["preset"] == "example" and params["heads"] == "1" and params["causal"] == "0" and params["query"] == "0"
@@ -133,7 +133,7 @@ def test_real_model_preset_shows_a_labelled_slice_of_minilm():
     X = trace["encoder.1.resid_pre"][:, :4].astype(np.float64)
     np.testing.assert_allclose(table(at, "Q").to_numpy(), X @ W_q + b_q, atol=1e-9)
     assert list(table(at, "Q").index) == ["[CLS]", "the", "cat", "sat", ".", "[SEP]"]
-    assert any("A slice" in c.value and "first 4 of 384" in c.value for c in at.caption)
+    assert any("A slice" in c and "first 4 of 384" in c for c in messages(at, "caption"))
     assert any("XW^Q + b^Q" in l.value for l in at.latex)
 
 
@@ -142,13 +142,13 @@ def test_bad_cells_give_inline_errors_and_the_rest_still_renders():
     assert not at.exception and not at.error
     at.text_area(key="step.paste.X").set_value("1 0 abc 0\n0 2 0 2\n1 1 1 1").run()
     assert not at.exception
-    assert [e.value for e in at.error] == ["X, row 1, column 3: 'abc' is not a number"]
+    assert list(messages(at, "error")) == ["X, row 1, column 3: 'abc' is not a number"]
     assert "Q" not in names(at)
     # X fixed, W^V broken: Q, K and the weights still show, V and Z do not.
     at.text_area(key="step.paste.X").set_value("1 0 1 0\n0 2 0 2\n1 1 1 1")
     at.text_area(key="step.paste.W_v").set_value("0 2 0\n0 3\n1 0 3\n1 1 0").run()
     assert not at.exception
-    assert [e.value for e in at.error] == ["W^V: row 2 has 2 numbers but row 1 has 3"]
+    assert list(messages(at, "error")) == ["W^V: row 2 has 2 numbers but row 1 has 3"]
     np.testing.assert_array_equal(table(at, "Q").to_numpy(), HAND_Q)
     assert "weights" in names(at) and "V" not in names(at) and "Z" not in names(at)
 
@@ -168,4 +168,4 @@ def test_bad_shapes_and_empty_inputs_are_named(area, text, message):
         key=f"step.paste.{area}"
     ).set_value(text).run()
     assert not at.exception
-    assert any(message in e.value for e in at.error), [e.value for e in at.error]
+    assert any(message in e for e in messages(at, "error")), list(messages(at, "error"))

@@ -16,8 +16,9 @@ import transformers as T
 from streamlit.testing.v1 import AppTest
 
 import tformer_core as tc
-from tests.app.pages import charts, no_exception, run, widget
-from tformer_app import ui
+from tests.app.pages import charts, messages, no_exception, run, widget
+from tests.app.passes import PassCounter
+from tformer_app import caches
 from tformer_core.checkpoints.sources import minilm_folder
 from tformer_views import text as tv
 
@@ -74,7 +75,7 @@ def page(**params) -> AppTest:
 
 
 def texts(at, kind) -> list[str]:
-    return [e.value for e in at.get(kind)]
+    return messages(at, kind)
 
 
 def chart_titles(at) -> list[str]:
@@ -141,34 +142,34 @@ def test_default_page_shows_every_view_of_minilm(default_page, minilm):
 def test_switching_layer_head_and_views_runs_no_model(minilm):
     at = page()
     no_exception(at)
-    passes = ui.forward_passes("minilm")
-    widget(at, "text.layer").set_value(3)
-    widget(at, "text.head").set_value(5)
-    at.run()
-    no_exception(at)
-    assert "layer 3, head 5: weights (softmax)" in chart_titles(at)
-    np.testing.assert_allclose(
-        heatmap_cells(at, "layer 3, head 5: weights (softmax)")["value"],
-        minilm.trace(SENTENCE).attention(3, 5).ravel(),
-        atol=1e-5,
-    )
-    widget(at, "text.hide").check()
-    widget(at, "text.matrix").set_value("scaled")
-    widget(at, "text.query").set_value(2)
-    at.run()
-    no_exception(at)
-    assert "layer 3, head 5: softmax input QKᵀ/√d_k" in chart_titles(at)
-    widget(at, "text.views").set_value(["why", "distance"])
-    at.run()
-    no_exception(at)
-    assert ui.forward_passes("minilm") == passes  # only the cached trace was read
-    assert (at.query_params["layer"], at.query_params["head"], at.query_params["hide"]) == ("3", "5", "1")
-    assert at.query_params["views"] == "why,distance"
-    assert not images(at) and chart_titles(at) == ["mean attention distance per head"]
-    # A new sentence is one new forward pass.
-    widget(at, "text.text").input("Birds fly south in winter.").run()
-    no_exception(at)
-    assert ui.forward_passes("minilm") == passes + 1
+    with PassCounter(caches.cached_model("minilm")) as counter:
+        widget(at, "text.layer").set_value(3)
+        widget(at, "text.head").set_value(5)
+        at.run()
+        no_exception(at)
+        assert "layer 3, head 5: weights (softmax)" in chart_titles(at)
+        np.testing.assert_allclose(
+            heatmap_cells(at, "layer 3, head 5: weights (softmax)")["value"],
+            minilm.trace(SENTENCE).attention(3, 5).ravel(),
+            atol=1e-5,
+        )
+        widget(at, "text.hide").check()
+        widget(at, "text.matrix").set_value("scaled")
+        widget(at, "text.query").set_value(2)
+        at.run()
+        no_exception(at)
+        assert "layer 3, head 5: softmax input QKᵀ/√d_k" in chart_titles(at)
+        widget(at, "text.views").set_value(["why", "distance"])
+        at.run()
+        no_exception(at)
+        assert counter.count == 0  # only the cached trace was read
+        assert (at.query_params["layer"], at.query_params["head"], at.query_params["hide"]) == ("3", "5", "1")
+        assert at.query_params["views"] == "why,distance"
+        assert not images(at) and chart_titles(at) == ["mean attention distance per head"]
+        # A new sentence is one new forward pass.
+        widget(at, "text.text").input("Birds fly south in winter.").run()
+        no_exception(at)
+        assert counter.count == 1
 
 
 def test_hiding_special_tokens_drops_them_from_the_views():
@@ -233,7 +234,7 @@ def test_an_empty_sentence_says_so(text):
 def test_ten_thousand_words_are_truncated_with_a_note():
     at = page(text=" ".join(["word"] * 10_000), views="heatmap,overview")
     no_exception(at)
-    notes = [e.value for e in at.info]
+    notes = list(messages(at, "info"))
     expected = ("10,002 tokens", "at most 512", "last 9,490 tokens were dropped")
     assert any(all(e in note for e in expected) for note in notes), notes
     assert widget(at, "text.start").value == 0  # the detail views show a window of the 512 tokens
@@ -256,7 +257,7 @@ def test_an_unknown_model_id_fails_with_a_message():
 def test_an_encoder_decoder_model_points_to_its_page():
     at = page(model="translator")
     no_exception(at)
-    assert any("encoder-decoder" in w.value for w in at.warning)
+    assert any("encoder-decoder" in w for w in messages(at, "warning"))
     assert not charts(at)
 
 
@@ -294,6 +295,6 @@ def test_user_tokens_are_escaped_in_markdown():
     no_exception(at)
     widget(at, "text.query").set_value(1).run()  # the token "<"
     no_exception(at)
-    shown = texts(at, "markdown") + texts(at, "caption")
+    shown = [e.value for e in at.markdown] + [e.value for e in at.caption]  # the Markdown source, as sent
     assert any(r"Query \<" in s for s in shown)
     assert not any(re.search(r"(?<!\\)<", s) for s in shown)

@@ -16,9 +16,11 @@ import transformers as T
 from PIL import Image
 from streamlit.testing.v1 import AppTest
 
-from tests.app.pages import charts, no_exception, run, widget
+from tests.app.pages import charts, messages, no_exception, run, widget
+from tests.app.passes import PassCounter
 from tests.core.hf_helpers import DEIT, IMAGES
-from tformer_app import ui
+from tformer_app import caches
+from tformer_views import distance, samples
 from tformer_views import vision as vv
 
 VISION, MAD = "vision", "attention_distance"
@@ -53,12 +55,12 @@ def png(image: Image.Image, fmt="PNG", **kwargs) -> bytes:
 def test_offline_the_page_falls_back_to_vit_tiny_and_names_the_shape():
     at = page(VISION)
     no_exception(at)
-    assert any("could not be loaded" in i.value and "vit-tiny" in i.value for i in at.info)
+    assert any("could not be loaded" in i and "vit-tiny" in i for i in messages(at, "info"))
     assert top5(at)["class"].iloc[0] == "circle"  # the default sample for the shape model: "shapes: circle"
     assert at.query_params["model"] == "facebook/deit-tiny-patch16-224"  # a shared link still asks for DeiT
     headers = [h.value for h in at.header]
     assert headers == ["Patches", "Attention over the picture", "The model's own pictures (ViT paper, Fig. 7)"]
-    assert any("N = HW / P² = 32 · 32 / 4² = 64" in m.value for m in at.markdown)
+    assert any("N = HW / P² = 32 · 32 / 4² = 64" in m for m in messages(at, "markdown"))
 
 
 @pytest.mark.parametrize("shape", ["square", "triangle", "ring"])
@@ -71,33 +73,33 @@ def test_vit_tiny_names_each_sample_shape(shape):
 def test_switching_layer_head_query_and_rollout_runs_no_model():
     at = page(VISION, model="vit-tiny")
     no_exception(at)
-    passes = ui.forward_passes("vit-tiny")
-    images_before = len(at.get("image"))
-    widget(at, "vit.layer").set_value(1)
-    widget(at, "vit.head").set_value(2)
-    at.run()
-    widget(at, "vit.query").set_value(27)
-    at.run()
-    no_exception(at)
-    assert "query: patch 27 (row 3, column 3)" in charts(at)
-    widget(at, "vit.fusion").set_value("max")
-    widget(at, "vit.discard").set_value(0.5)
-    at.run()
-    no_exception(at)
-    assert ui.forward_passes("vit-tiny") == passes
-    assert len(at.get("image")) == images_before  # the overlays are pictures, redrawn from the cached trace
-    params = at.query_params
-    assert (params["layer"], params["head"], params["query"], params["fusion"]) == ("1", "2", "27", "max")
-    # The picker carries the overlay as a PNG and one record per patch, never attention tensors.
-    frames = chart_data(at, "query: patch 27 (row 3, column 3)")
-    assert sorted(len(f) for f in frames) == [1, 1, 64]
-    assert next(f for f in frames if "url" in f)["url"][0].startswith("data:image/jpeg;base64,")
+    with PassCounter(caches.cached_model("vit-tiny")) as counter:
+        images_before = len(at.get("image"))
+        widget(at, "vit.layer").set_value(1)
+        widget(at, "vit.head").set_value(2)
+        at.run()
+        widget(at, "vit.query").set_value(27)
+        at.run()
+        no_exception(at)
+        assert "query: patch 27 (row 3, column 3)" in charts(at)
+        widget(at, "vit.fusion").set_value("max")
+        widget(at, "vit.discard").set_value(0.5)
+        at.run()
+        no_exception(at)
+        assert counter.count == 0
+        assert len(at.get("image")) == images_before  # the overlays are pictures, redrawn from the cached trace
+        params = at.query_params
+        assert (params["layer"], params["head"], params["query"], params["fusion"]) == ("1", "2", "27", "max")
+        # The picker carries the overlay as a PNG and one record per patch, never attention tensors.
+        frames = chart_data(at, "query: patch 27 (row 3, column 3)")
+        assert sorted(len(f) for f in frames) == [1, 1, 64]
+        assert next(f for f in frames if "url" in f)["url"][0].startswith("data:image/jpeg;base64,")
 
 
 def test_good_uploads_are_read_and_their_changes_said(tmp_path):
     at = page(VISION, model="vit-tiny")
     at.radio(key="vit.from").set_value("upload").run()
-    assert any("Upload a picture" in i.value for i in at.info)
+    assert any("Upload a picture" in i for i in messages(at, "info"))
     exif = Image.Exif()
     exif[0x0112] = 8
     rgba = Image.new("RGBA", (64, 40), (255, 0, 0, 0))
@@ -120,19 +122,19 @@ def test_good_uploads_are_read_and_their_changes_said(tmp_path):
     for name, (data, note) in cases.items():
         at.file_uploader(key="vit.upload").set_value((name, data, "application/octet-stream")).run()
         no_exception(at)
-        assert any(note in i.value for i in at.info), (name, [i.value for i in at.info])
+        assert any(note in i for i in messages(at, "info")), (name, list(messages(at, "info")))
         assert len(top5(at)) == 5
 
 
 def test_a_camera_shot_is_read_like_an_upload():
     at = page(VISION, model="vit-tiny", **{"from": "camera"})
     no_exception(at)
-    assert any("camera" in i.value for i in at.info)
+    assert any("camera" in i for i in messages(at, "info"))
     shot = Image.new("RGB", (64, 48), (30, 30, 30))
     shot.paste((250, 250, 250), (20, 12, 44, 36))  # a white square in the middle
     at.camera_input(key="vit.camera").set_value(("shot.jpg", png(shot, "JPEG"), "image/jpeg")).run()
     no_exception(at)
-    assert len(top5(at)) == 5 and any("N = HW / P²" in m.value for m in at.markdown)
+    assert len(top5(at)) == 5 and any("N = HW / P²" in m for m in messages(at, "markdown"))
 
 
 def _png_claiming(width, height):
@@ -159,7 +161,7 @@ def test_bad_uploads_get_a_message_and_the_page_keeps_working(name, data, messag
     at.radio(key="vit.from").set_value("upload").run()
     at.file_uploader(key="vit.upload").set_value((name, data, "application/octet-stream")).run()
     no_exception(at)
-    assert any(message in e.value and name in e.value for e in at.error), [e.value for e in at.error]
+    assert any(message in e and name in e for e in messages(at, "error")), list(messages(at, "error"))
     at.radio(key="vit.from").set_value("sample").run()  # nothing the user did is lost: back to a sample
     no_exception(at)
     assert not at.error and len(top5(at)) == 5
@@ -178,23 +180,23 @@ def test_real_deit_top1_on_the_shared_photos_matches_transformers(shared_models)
         table = top5(at)
         assert table["class"].iloc[0] == hf.config.id2label[int(logits.argmax())], path.name
         np.testing.assert_allclose(table["probability"].iloc[0], float(logits.softmax(-1).max()), atol=1e-4)
-    assert any("N = HW / P² = 224 · 224 / 16² = 196" in m.value for m in at.markdown)
+    assert any("N = HW / P² = 224 · 224 / 16² = 196" in m for m in messages(at, "markdown"))
 
 
 def test_mad_page_over_samples_and_the_recipe_switch():
     at = page(MAD, model="vit-tiny", samples="shapes: circle,shapes: ring,shapes: plus")
     no_exception(at)
-    files = vv.samples()
-    model = ui.cached_model("vit-tiny")
+    files = samples.samples()
+    model = caches.cached_model("vit-tiny")
     pictures = [vv.read_image(files[n]).image for n in ("shapes: circle", "shapes: ring", "shapes: plus")]
-    expected = vv.mean_attention_distances(model, pictures).mean(0)  # [layers, heads]
+    expected = distance.distances_over_images(model, pictures).mean(0)  # [layers, heads]
     dots = max(chart_data(at, "vit-tiny: mean attention distance"), key=len)
     np.testing.assert_allclose(dots.sort_values(["layer", "head"])["distance"], expected.ravel(), rtol=1e-6)
-    assert any("3 picture(s)" in c.value for c in at.caption)
+    assert any("3 picture(s)" in c for c in messages(at, "caption"))
     at.toggle(key="mad.renorm").set_value(True).run()
     no_exception(at)
     renormalised = max(chart_data(at, "vit-tiny: mean attention distance"), key=len)
-    expected = vv.mean_attention_distances(model, pictures, renormalize=True).mean(0)
+    expected = distance.distances_over_images(model, pictures, renormalize=True).mean(0)
     np.testing.assert_allclose(renormalised.sort_values(["layer", "head"])["distance"], expected.ravel(), rtol=1e-6)
     # A bad file among the uploads is left out with its message; the others are still averaged.
     at.file_uploader(key="mad.uploads").set_value(
@@ -202,7 +204,7 @@ def test_mad_page_over_samples_and_the_recipe_switch():
     ).run()
     no_exception(at)
     assert any(r"x\.svg" in w.value and "SVG" in w.value for w in at.warning)  # file names are escaped
-    assert any("4 picture(s)" in c.value for c in at.caption)
+    assert any("4 picture(s)" in c for c in messages(at, "caption"))
 
 
 def test_mad_page_for_text_models_in_tokens():

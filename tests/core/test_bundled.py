@@ -65,6 +65,14 @@ def test_assets_hold_every_bundled_model_within_15_mb():
         assert f"seed {meta['training']['seed']}" in card
 
 
+@pytest.mark.parametrize("name", ["translator", "vit-tiny"])
+def test_shipped_model_cards_are_rendered_from_their_recorded_figures(name):
+    """The card is the template filled with what config.json recorded: neither can drift from the other."""
+    from tformer_core.bundled import cards
+
+    assert cards.render(bundled.asset_dir(name)) == bundled.model_card(name)
+
+
 def test_model_cards_state_the_measured_figures():
     meta = json.loads((bundled.asset_dir("translator") / "config.json").read_text())
     assert f"{meta['evaluation']['held_out_exact_match']:.2%}" in bundled.model_card("translator")
@@ -83,7 +91,7 @@ def test_translator_is_the_original_transformer_layout(translator):
 
 
 def test_translator_exact_match_on_fresh_held_out_sentences(translator, held_out_pairs):
-    accuracy = bundled.translation_accuracy(translator, held_out_pairs)
+    accuracy = bundled.evaluation.translation_accuracy(translator, held_out_pairs)
     assert accuracy >= 0.98, f"held-out exact match {accuracy:.4f}"
 
 
@@ -92,7 +100,7 @@ def test_cross_attention_follows_the_reordering(translator, held_out_pairs):
     aligned = [(t, a) for p in pairs for t, a in enumerate(p.alignment) if a is not None]
     moved = sum(t != a for t, a in aligned) / len(aligned)
     assert moved > 0.7  # the languages really reorder: most words change index
-    per_head = bundled.alignment_accuracy(translator, pairs)  # (decoder layers, heads)
+    per_head = bundled.evaluation.alignment_accuracy(translator, pairs)  # (decoder layers, heads)
     assert per_head.shape == (translator.config.n_decoder_layers, translator.config.n_heads)
     # Some head puts its maximum on the gold source word for most target words: the alignment is
     # real and not the diagonal (a diagonal head would score at most 1 - moved).
@@ -106,7 +114,7 @@ def test_generate_agrees_with_batched_greedy_translation_and_the_reference(trans
         assert result.finished
         assert result.tokens[0] == "<bos>" and result.tokens[-1] == "<eos>"
         words = list(result.generated_tokens[:-1])
-        assert words == bundled.translate(translator, pair.source_text)
+        assert words == bundled.evaluation.translate(translator, pair.source_text)
         assert words == list(pair.target)
 
 
@@ -128,7 +136,16 @@ def test_unknown_words_stay_visible(translator):
     assert tok.convert_ids_to_tokens(tok.encode("the purple dog sleeps")) == ["the", "<unk>", "dog", "sleeps"]
     assert tok.unknown_words("the purple dog sleeps") == ["purple"]
     # The model was trained to put <unk> where the unknown word's translation belongs.
-    assert bundled.translate(translator, "the dog chases a purple cat") == "varo ta ga mise <unk> na wo kasas".split()
+    assert bundled.evaluation.translate(translator, "the dog chases a purple cat") == [
+        "varo",
+        "ta",
+        "ga",
+        "mise",
+        "<unk>",
+        "na",
+        "wo",
+        "kasas",
+    ]
 
 
 def test_translator_rejects_what_it_cannot_read(translator):
@@ -137,7 +154,7 @@ def test_translator_rejects_what_it_cannot_read(translator):
     with pytest.raises(ValueError, match="at most"):
         translator.trace(" ".join(["dog"] * 40), "<bos>")
     with pytest.raises(ValueError, match="no words"):
-        bundled.translate(translator, "?!")
+        bundled.evaluation.translate(translator, "?!")
 
 
 # ---- vit-tiny ------------------------------------------------------------------------------------
@@ -150,12 +167,12 @@ def test_vit_tiny_is_a_pre_norm_vit_with_class_token(vit_tiny):
 
 
 def test_vit_tiny_accuracy_on_fresh_images(vit_tiny, scenes):
-    accuracy = float((bundled.classify(vit_tiny, scenes.images) == scenes.labels).float().mean())
+    accuracy = float((bundled.evaluation.classify(vit_tiny, scenes.images) == scenes.labels).float().mean())
     assert accuracy >= 0.95, f"held-out accuracy {accuracy:.4f}"
 
 
 def test_class_token_attends_to_the_shape(vit_tiny, scenes):
-    figures = train.foreground_figures(vit_tiny, scenes)["any_pixel"]
+    figures = bundled.evaluation.foreground_figures(vit_tiny, scenes)["any_pixel"]
     # "Clearly above the foreground's share": at least one and a half times the share, on average,
     # and on most single images.
     assert figures["ratio_of_means"] >= 1.5, figures
@@ -167,7 +184,9 @@ def test_photo_preprocessing_matches_the_training_normalisation(vit_tiny, scenes
     image = scenes.images[0]
     pil = Image.fromarray((image.permute(1, 2, 0).numpy() * 255).round().astype(np.uint8))
     x = vit_tiny.preprocessing(pil)
-    expected = bundled.normalise(vit_tiny, image[None])[0]
+    recorded = json.loads((bundled.asset_dir("vit-tiny") / "config.json").read_text())["preprocessing"]
+    mean, std = (torch.tensor(recorded[k]).view(3, 1, 1) for k in ("mean", "std"))
+    expected = (image - mean) / std  # as the training script normalised its batches
     assert x.shape == (3, 32, 32)
     torch.testing.assert_close(x, expected, atol=0.5 / 255 / min(vit_tiny.preprocessing.std) + 1e-6, rtol=0)
     trace = vit_tiny.trace(x)
@@ -180,7 +199,7 @@ def test_unknown_bundled_name_and_missing_assets_fail_clearly(monkeypatch, tmp_p
     with pytest.raises(ValueError, match="bundled models are"):
         bundled.load_bundled("translater")
     monkeypatch.setattr(bundled.loading, "ASSETS_DIR", tmp_path)
-    with pytest.raises(tc.CheckpointError, match="python -m tformer_core.bundled.train"):
+    with pytest.raises(tc.CheckpointError, match=r"python -m tformer_core\.bundled\.train"):
         tc.load_model("vit-tiny", device="cpu")
 
 

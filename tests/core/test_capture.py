@@ -68,7 +68,7 @@ def _softmax(x):
 def test_attention_invariants_on_every_block(name):
     trace, model = TRACES[name]
     checked = 0
-    for stack, layer, attn, prefix in _blocks(trace, model):
+    for stack, _layer, attn, prefix in _blocks(trace, model):
         q, k, v = trace[f"{prefix}.q"], trace[f"{prefix}.k"], trace[f"{prefix}.v"]
         scores, scaled, w, z = (trace.activations[f"{prefix}.{p}"] for p in ("scores", "scaled", "weights", "z"))
         n_q, n_k = trace.tokens_for(stack)[0].__len__(), trace.tokens_for(stack)[1].__len__()
@@ -257,10 +257,9 @@ def test_capture_changes_no_output_bit_for_bit_and_leaves_no_state(build, run):
 
 def test_capture_is_reset_when_the_forward_pass_fails():
     model = tiny_encoder()
-    with pytest.raises(IndexError):
-        with torch.inference_mode(), tc.capture():
-            assert capture_active()
-            model(torch.tensor([[1, 2, 99]]))  # id 99 is outside the embedding table
+    with pytest.raises(IndexError), torch.inference_mode(), tc.capture():
+        assert capture_active()
+        model(torch.tensor([[1, 2, 99]]))  # id 99 is outside the embedding table
     assert not capture_active()
 
 
@@ -303,3 +302,15 @@ def test_batched_trace_gives_each_image_its_own_trace():
     assert not np.allclose(batch[0].attention(1), batch[1].attention(1))
     with pytest.raises(ValueError, match="batch of images"):
         model.trace_batch(images[0])
+
+
+def test_a_generation_step_trace_says_it_holds_the_decoder_only():
+    """The encoder ran once before the steps: a step trace holds the decoder and its cross-attention, and says so."""
+    model = tiny_seq2seq()
+    model.generation = tc.GenerationSettings(start_id=1, eos_id=2, max_new_tokens=3)
+    step = model.generate([3, 7, 1], max_new_tokens=3).steps[0]
+    assert step.stack_layers == {"decoder": 3} and step.attention_stacks == ("decoder", "cross")
+    assert step.main_stack == "decoder" and not any(n.startswith("encoder.") for n in step.names)
+    assert step.attention(2, 1, "cross").shape == (1, 3)  # the new position's row over the 3 source tokens
+    with pytest.raises(ValueError, match="no 'encoder' attention"):
+        step.attention(0, 0, stack="encoder")

@@ -1,5 +1,7 @@
 """Bad inputs get clear ValueErrors; device and dtype placement."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -69,7 +71,7 @@ def test_bad_configs(field, value):
 def test_configs_are_frozen_and_hashable():
     c = tc.ViTConfig(image_size=32, patch_size=8)
     assert hash(c) == hash(tc.ViTConfig(image_size=32, patch_size=8))
-    with pytest.raises(Exception):
+    with pytest.raises(dataclasses.FrozenInstanceError):
         c.patch_size = 4  # type: ignore[misc]
     with pytest.raises(ValueError, match="whole number of 5-px patches"):
         tc.ViTConfig(image_size=32, patch_size=5)

@@ -9,7 +9,8 @@ import pytest
 from jsonschema import ValidationError
 from PIL import Image
 
-from tformer_views.charts.spec import cell_text, heatmap, matrix_frame, to_png, to_svg, unique_labels, validate
+from tformer_views.charts.export import to_png, to_svg, validate
+from tformer_views.charts.spec import cell_text, heatmap, matrix_frame, unique_labels
 
 
 def test_masked_cells_travel_as_null_and_read_minus_inf():

@@ -8,7 +8,10 @@ import pytest
 import torch
 
 import tformer_core as tc
+from tformer_views.charts import spec
 from tformer_views.lessons import attention as ls
+from tformer_views.lessons import positional as lp
+from tformer_views.lessons import tables as lt
 
 SQRT3 = math.sqrt(3.0)
 
@@ -134,32 +137,32 @@ def test_masks_put_minus_inf_in_scaled_and_zero_in_weights():
 # ---- validation messages name the cell or the shapes ----------------------------------------------------
 def test_table_errors_name_the_cell():
     frame = pd.DataFrame({"token": ["I", "love"], "x1": [1.0, 2.0], "x2": [0.0, "abc"]})
-    with pytest.raises(ls.TableError, match=r"^X, row 2, column x2: 'abc' is not a number$"):
-        ls.matrix_from_frame(frame, "X", skip=["token"])
+    with pytest.raises(lt.TableError, match=r"^X, row 2, column x2: 'abc' is not a number$"):
+        lt.matrix_from_frame(frame, "X", skip=["token"])
     labelled = pd.DataFrame({"q1": [1.0, None]}, index=["x1", "x2"])
-    with pytest.raises(ls.TableError, match=r"W\^Q, row 2 \(x2\), column q1: empty cell"):
-        ls.matrix_from_frame(labelled, "W^Q")
-    with pytest.raises(ls.TableError, match="X is empty"):
-        ls.matrix_from_frame(pd.DataFrame({"token": [], "x1": []}), "X", skip=["token"])
-    with pytest.raises(ls.TableError, match="W\\^K has no columns"):
-        ls.matrix_from_frame(pd.DataFrame(index=["x1"]), "W^K")
-    np.testing.assert_array_equal(ls.matrix_from_frame(pd.DataFrame({"a": ["1.5", "−2"]}), "b"), [[1.5], [-2.0]])
+    with pytest.raises(lt.TableError, match=r"W\^Q, row 2 \(x2\), column q1: empty cell"):
+        lt.matrix_from_frame(labelled, "W^Q")
+    with pytest.raises(lt.TableError, match="X is empty"):
+        lt.matrix_from_frame(pd.DataFrame({"token": [], "x1": []}), "X", skip=["token"])
+    with pytest.raises(lt.TableError, match="W\\^K has no columns"):
+        lt.matrix_from_frame(pd.DataFrame(index=["x1"]), "W^K")
+    np.testing.assert_array_equal(lt.matrix_from_frame(pd.DataFrame({"a": ["1.5", "−2"]}), "b"), [[1.5], [-2.0]])
 
 
 def test_pasted_text_errors_name_the_cell():
-    np.testing.assert_array_equal(ls.parse_matrix_text("[[1, 2],\n [3, 4]]", "X"), [[1, 2], [3, 4]])
-    with pytest.raises(ls.TableError, match=r"^X, row 2, column 3: 'abc' is not a number$"):
-        ls.parse_matrix_text("1 2 3\n4 5 abc", "X")
-    with pytest.raises(ls.TableError, match="row 2 has 1 numbers but row 1 has 2"):
-        ls.parse_matrix_text("1 2\n3", "X")
-    with pytest.raises(ls.TableError, match=r"row 1, column 2: empty cell \(NaN\)"):
-        ls.parse_matrix_text("1 nan", "W^V")
-    with pytest.raises(ls.TableError, match="not a finite number"):
-        ls.parse_matrix_text("inf 1", "W^V")
-    with pytest.raises(ls.TableError, match="W\\^Q is empty"):  # d_k = 0: no columns at all
-        ls.parse_matrix_text("\n \n", "W^Q")
+    np.testing.assert_array_equal(lt.parse_matrix_text("[[1, 2],\n [3, 4]]", "X"), [[1, 2], [3, 4]])
+    with pytest.raises(lt.TableError, match=r"^X, row 2, column 3: 'abc' is not a number$"):
+        lt.parse_matrix_text("1 2 3\n4 5 abc", "X")
+    with pytest.raises(lt.TableError, match="row 2 has 1 numbers but row 1 has 2"):
+        lt.parse_matrix_text("1 2\n3", "X")
+    with pytest.raises(lt.TableError, match=r"row 1, column 2: empty cell \(NaN\)"):
+        lt.parse_matrix_text("1 nan", "W^V")
+    with pytest.raises(lt.TableError, match="not a finite number"):
+        lt.parse_matrix_text("inf 1", "W^V")
+    with pytest.raises(lt.TableError, match="W\\^Q is empty"):  # d_k = 0: no columns at all
+        lt.parse_matrix_text("\n \n", "W^Q")
     matrix = np.array([[1.5, -2.0], [1e-7, 3.0]])
-    np.testing.assert_array_equal(ls.parse_matrix_text(ls.format_matrix_text(matrix), "X"), matrix)
+    np.testing.assert_array_equal(lt.parse_matrix_text(lt.format_matrix_text(matrix), "X"), matrix)
 
 
 def test_shape_errors_name_both_shapes():
@@ -229,16 +232,16 @@ def test_real_slice_takes_the_first_dims_of_each_head(minilm):
     np.testing.assert_allclose(ex.W_o, attn.W_o.weight.detach().double().numpy()[:4, cols].T)
     np.testing.assert_array_equal(ex.X, trace["encoder.1.resid_pre"][:, :4])
     assert "A slice" in ex.note and "first 4 of 384" in ex.note
-    with pytest.raises(ValueError, match="1..32"):
+    with pytest.raises(ValueError, match=r"1\.\.32"):
         ls.real_model_example(model, trace, 1, 0, 4, 33)
 
 
 # ---- positional encoding ------------------------------------------------------------------------------------
 def test_formula_cells_substitute_the_numbers():
-    assert ls.formula_cell(2, 2, 100.0, 6) == "sin(2/100^(2/6)) = 0.4177"
-    assert ls.formula_cell(2, 3, 100.0, 6) == "cos(2/100^(2/6)) = 0.9086"
-    assert ls.formula_cell(1, 0, 10000.0, 128) == "sin(1/10000^(0/128)) = 0.8415"
-    table = ls.formula_table(6, 6, 100.0, 6)
+    assert lp.formula_cell(2, 2, 100.0, 6) == "sin(2/100^(2/6)) = 0.4177"
+    assert lp.formula_cell(2, 3, 100.0, 6) == "cos(2/100^(2/6)) = 0.9086"
+    assert lp.formula_cell(1, 0, 10000.0, 128) == "sin(1/10000^(0/128)) = 0.8415"
+    table = lp.formula_table(6, 6, 100.0, 6)
     pe = tc.sinusoidal_encoding(6, 6, 100.0)
     values = table.map(lambda s: float(s.rsplit("= ", 1)[1])).to_numpy()
     np.testing.assert_allclose(values, pe, atol=5e-5)
@@ -248,44 +251,44 @@ def test_formula_cells_substitute_the_numbers():
 def test_sinusoidal_dot_product_depends_only_on_the_offset():
     d, base = 64, 10000.0
     pe = tc.sinusoidal_encoding(300, d, base)
-    dot = ls.similarity(pe, "dot")
-    predicted = ls.offset_formula(d, base, np.arange(300))
+    dot = lp.similarity(pe, "dot")
+    predicted = lp.offset_formula(d, base, np.arange(300))
     for k in (0, 1, 7, 50, 200):
         diagonal = np.diagonal(dot, offset=k)  # PE(p).PE(p+k) for every p
         np.testing.assert_allclose(diagonal, predicted[k], atol=1e-9)
     assert predicted[0] == pytest.approx(d / 2)
-    frame = ls.offset_products(pe, [0, 40, 99], 100)
+    frame = lp.offset_products(pe, [0, 40, 99], 100)
     curves = frame.pivot(index="offset k", columns="start", values="dot")
     np.testing.assert_allclose(curves.to_numpy(), np.repeat(predicted[:101, None], 3, axis=1), atol=1e-9)
-    np.testing.assert_allclose(ls.similarity(pe, "cosine"), dot / (d / 2), atol=1e-12)
+    np.testing.assert_allclose(lp.similarity(pe, "cosine"), dot / (d / 2), atol=1e-12)
     # A learned-like table has no such structure: the check above can fail.
     noise = np.random.default_rng(0).normal(size=(300, d))
     assert np.ptp(np.diagonal(noise @ noise.T, offset=1)) > 1.0
 
 
 def test_pe_settings_are_checked():
-    assert ls.pe_problems(50, 128, 10000.0) == []
-    assert "even" in ls.pe_problems(50, 7, 100.0)[0]
-    assert "greater than 1" in ls.pe_problems(50, 8, 1.0)[0]
-    assert "between 1 and 512" in ls.pe_problems(0, 8, 100.0)[0]
-    assert "between 2 and 1024" in ls.pe_problems(5, 2048, 100.0)[0]
+    assert lp.pe_problems(50, 128, 10000.0) == []
+    assert "even" in lp.pe_problems(50, 7, 100.0)[0]
+    assert "greater than 1" in lp.pe_problems(50, 8, 1.0)[0]
+    assert "between 1 and 512" in lp.pe_problems(0, 8, 100.0)[0]
+    assert "between 2 and 1024" in lp.pe_problems(5, 2048, 100.0)[0]
 
 
 def test_thin_keeps_every_position_and_few_cells():
     m = np.arange(512 * 1024, dtype=float).reshape(512, 1024)
-    sub, rows, cols = ls.thin(m)
-    assert sub.size <= ls.MAX_CHART_CELLS and len(rows) == 512
+    sub, rows, cols = spec.thin(m)
+    assert sub.size <= spec.MAX_GRID_CELLS and len(rows) == 512
     np.testing.assert_array_equal(sub, m[:, cols])
-    assert cols[1] - cols[0] == math.ceil(512 * 1024 / ls.MAX_CHART_CELLS)
-    square, r, c = ls.thin(np.ones((512, 512)), keep_rows=False)
-    assert square.size <= ls.MAX_CHART_CELLS and np.array_equal(r, c)
+    assert cols[1] - cols[0] == math.ceil(512 * 1024 / spec.MAX_GRID_CELLS)
+    square, r, c = spec.thin(np.ones((512, 512)), keep_rows=False)
+    assert square.size <= spec.MAX_GRID_CELLS and np.array_equal(r, c)
     small = np.ones((3, 4))
-    assert ls.thin(small)[0] is small
+    assert spec.thin(small)[0] is small
 
 
 def test_embedding_parts_add_up_to_the_layer_input(minilm):
     model, trace = minilm
-    parts = ls.embedding_sum(trace, base=100.0)
+    parts = lp.embedding_sum(trace, base=100.0)
     emb = model.encoder.embed
     n = len(trace.tokens)
     np.testing.assert_allclose(parts.pos, emb.pos.weight.detach().double().numpy()[:n], atol=1e-7)
@@ -298,6 +301,6 @@ def test_embedding_parts_add_up_to_the_layer_input(minilm):
     np.testing.assert_array_equal(parts.sinusoidal, tc.sinusoidal_encoding(n, 384, 100.0))
     norms = parts.norms()
     np.testing.assert_allclose(norms["‖sinusoidal PE‖"], np.sqrt(192.0))  # ||PE(p)||^2 = d/2
-    np.testing.assert_allclose(ls.learned_positions(model, 5), parts.pos[:5])
+    np.testing.assert_allclose(lp.learned_positions(model, 5), parts.pos[:5])
     with pytest.raises(ValueError, match="512 positions"):
-        ls.learned_positions(model, 513)
+        lp.learned_positions(model, 513)

@@ -4,17 +4,23 @@ import io
 import math
 
 import numpy as np
-import pandas as pd
 import pytest
 from PIL import Image
 from transformers import AutoTokenizer
 
 import tformer_core as tc
 from tests.core.tiny_models import _seeded, tiny_decoder, tiny_encoder, tiny_seq2seq, tiny_vit
-from tformer_core.checkpoints.common import vocabulary_labels
-from tformer_core.checkpoints.sources import minilm_folder
+from tformer_app import events
+from tformer_app.markdown import escape
+from tformer_core.checkpoints.sources import local_model_folders, minilm_folder
+from tformer_views import colour, distance
+from tformer_views import overview as overview_views
 from tformer_views import text as tv
-from tformer_views.charts.spec import validate
+from tformer_views import tokens as tok
+from tformer_views import why as why_views
+from tformer_views.charts import attention as attention_charts
+from tformer_views.charts import pickers
+from tformer_views.charts.export import validate
 
 IDS = [2, 17, 33, 8, 21, 5, 39, 3, 11, 30]
 SENTENCE = "The cat sat on the mat because it was warm."
@@ -27,10 +33,7 @@ def tokenizer():
 
 
 def _with_tokenizer(model, tokenizer):
-    model.tokenizer = tokenizer
-    model.output_labels = vocabulary_labels(tokenizer, model.config.vocab_size)
-    if isinstance(model, tc.Encoder):
-        model.mask_token_id = tokenizer.mask_token_id
+    model.attach_tokenizer(tc.HFTokenizer(tokenizer))
     return model
 
 
@@ -100,7 +103,7 @@ def synthetic_trace(n_layers, n_heads, n, seed=0, kind="encoder"):
 
 # ---- fitting the input to the model ---------------------------------------------------------------
 def test_short_input_is_left_alone(text_encoder, tokenizer):
-    fitted = tv.fit_to_model(text_encoder, SENTENCE)
+    fitted = tc.fit_to_model(text_encoder, SENTENCE)
     assert fitted.text == SENTENCE and fitted.pair is None and fitted.n_dropped == 0
     assert fitted.n_tokens == len(tokenizer.encode(SENTENCE)) == 13
     assert fitted.max_tokens == 32
@@ -108,7 +111,7 @@ def test_short_input_is_left_alone(text_encoder, tokenizer):
 
 def test_long_input_is_cut_to_the_model_maximum_with_the_dropped_count(text_encoder, tokenizer):
     total = len(tokenizer.encode(LONG_WORDS))
-    fitted = tv.fit_to_model(text_encoder, LONG_WORDS)
+    fitted = tc.fit_to_model(text_encoder, LONG_WORDS)
     assert LONG_WORDS.startswith(fitted.text)
     assert fitted.n_tokens == len(tokenizer.encode(fitted.text))
     assert 30 <= fitted.n_tokens <= 32  # cut at a token boundary, not a whole sentence early
@@ -119,24 +122,24 @@ def test_long_input_is_cut_to_the_model_maximum_with_the_dropped_count(text_enco
 
 def test_ten_thousand_words_are_cut_too(text_encoder, tokenizer):
     text = " ".join(["word"] * 10_000)
-    fitted = tv.fit_to_model(text_encoder, text)
+    fitted = tc.fit_to_model(text_encoder, text)
     assert fitted.n_tokens == 32 and fitted.n_dropped == 10_002 - 32  # "word" is one piece; [CLS] and [SEP]
     assert fitted.text == " ".join(["word"] * 30)
 
 
 def test_text_without_spaces_is_cut_between_tokens(text_encoder, tokenizer):
-    fitted = tv.fit_to_model(text_encoder, "x." * 100)  # 200 tokens and not one space
+    fitted = tc.fit_to_model(text_encoder, "x." * 100)  # 200 tokens and not one space
     assert fitted.text == "x." * 15 and fitted.n_tokens == 32 and fitted.n_dropped == 202 - 32
 
 
 def test_pairs_are_cut_longest_first_and_both_segments_survive(text_encoder, tokenizer):
     short = "It was tired."
-    fitted = tv.fit_to_model(text_encoder, LONG_WORDS, pair=short)
+    fitted = tc.fit_to_model(text_encoder, LONG_WORDS, pair=short)
     assert fitted.pair == short  # the short segment is kept whole
     assert fitted.n_tokens <= 32 and fitted.n_tokens == len(tokenizer(fitted.text, fitted.pair)["input_ids"])
     trace = text_encoder.trace(fitted.text, pair=fitted.pair)
     assert trace.tokens.count("[SEP]") == 2 and len(trace.tokens) == fitted.n_tokens
-    both = tv.fit_to_model(text_encoder, LONG_WORDS, pair=LONG_WORDS)
+    both = tc.fit_to_model(text_encoder, LONG_WORDS, pair=LONG_WORDS)
     n_a, n_b = (len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in (both.text, both.pair))
     assert abs(n_a - n_b) <= 1 and n_a + n_b + 3 == both.n_tokens <= 32
 
@@ -144,11 +147,11 @@ def test_pairs_are_cut_longest_first_and_both_segments_survive(text_encoder, tok
 @pytest.mark.parametrize("text", ["", "   \n "])
 def test_an_empty_sentence_is_refused(text_encoder, text):
     with pytest.raises(ValueError, match="empty"):
-        tv.fit_to_model(text_encoder, text)
+        tc.fit_to_model(text_encoder, text)
 
 
 def test_a_decoder_ignores_the_second_segment_and_is_cut_at_its_maximum(text_decoder, tokenizer):
-    fitted = tv.fit_to_model(text_decoder, LONG_WORDS, pair="ignored")
+    fitted = tc.fit_to_model(text_decoder, LONG_WORDS, pair="ignored")
     assert fitted.pair is None and fitted.n_tokens <= 24 and fitted.n_tokens == len(tokenizer.encode(fitted.text))
 
 
@@ -163,7 +166,7 @@ def test_local_model_folders_lists_only_model_folders(tmp_path):
     (tmp_path / "a").mkdir()
     (tmp_path / "a" / "config.json").write_text("{}")
     (tmp_path / "b").mkdir()
-    assert tv.local_model_folders([tmp_path]) == [str(tmp_path / "a")]
+    assert local_model_folders([tmp_path]) == [str(tmp_path / "a")]
 
 
 # ---- tokens --------------------------------------------------------------------------------------
@@ -186,33 +189,33 @@ def test_special_tokens_are_hidden_and_rows_renormalised(text_encoder):
 
 def test_mask_is_a_word_slot_not_a_boundary():
     tokens = ["<s>", "Ġa", "[MASK]", "</s>", "<|endoftext|>", "[CLS]", "x", "[SEP]"]
-    np.testing.assert_array_equal(tv.visible_positions(tokens, True), [1, 2, 6])
-    np.testing.assert_array_equal(tv.visible_positions(tokens, False), range(8))
+    np.testing.assert_array_equal(tok.visible_positions(tokens, True), [1, 2, 6])
+    np.testing.assert_array_equal(tok.visible_positions(tokens, False), range(8))
 
 
 def test_tokens_are_shown_with_visible_spaces_and_escaped_for_markdown():
-    assert tv.display_tokens(["Ġit", "▁le", "##ing", "Ċ", ""]) == ["␣it", "␣le", "##ing", "↵", "∅"]
-    escaped = tv.escape_markdown("<b>x</b> *y* [z](u)")
+    assert tok.display_tokens(["Ġit", "▁le", "##ing", "Ċ", ""]) == ["␣it", "␣le", "##ing", "↵", "∅"]
+    escaped = escape("<b>x</b> *y* [z](u)")
     assert escaped == r"\<b\>x\</b\> \*y\* \[z\]\(u\)"
     assert "<b>" not in escaped
 
 
 def test_token_window_stays_inside_the_input():
-    assert tv.token_window(100, 0, 64) == slice(0, 64)
-    assert tv.token_window(100, 90, 64) == slice(36, 100)
-    assert tv.token_window(10, 5, 64) == slice(0, 10)
+    assert tok.token_window(100, 0, 64) == slice(0, 64)
+    assert tok.token_window(100, 90, 64) == slice(36, 100)
+    assert tok.token_window(10, 5, 64) == slice(0, 10)
 
 
 # ---- the overview picture -------------------------------------------------------------------------
 def test_overview_thumbnails_are_the_attention_and_pixels_follow_it(enc_trace):
-    ov = tv.overview(enc_trace)
+    ov = overview_views.overview(enc_trace)
     L, H, n = 2, 4, len(IDS)
     assert ov.thumbs.shape == (L, H, n, n) and ov.block == 1 and ov.zoom == 64 // n == 6
     np.testing.assert_allclose(ov.thumbs, enc_trace.all_attention(), atol=1e-7)
     image = np.asarray(Image.open(io.BytesIO(ov.png)).convert("RGB"))
     margin_x, margin_y = ov.origin  # room for the L0.. and H0.. labels
     assert image.shape == (margin_y + L * (60 + ov.gap), margin_x + H * (60 + ov.gap), 3)
-    lut = tv.viridis_lut()
+    lut = colour.lut("viridis")
     for layer in range(L):
         for head in range(H):
             left, top, right, bottom = ov.box(layer, head)
@@ -227,7 +230,7 @@ def test_overview_thumbnails_are_the_attention_and_pixels_follow_it(enc_trace):
 
 def test_long_inputs_are_block_averaged_to_at_most_64_pixels():
     trace = synthetic_trace(2, 3, 130)
-    ov = tv.overview(trace)
+    ov = overview_views.overview(trace)
     assert ov.block == 3 and ov.thumbs.shape == (2, 3, 44, 44) and max(ov.cell_px) <= 64
     w = trace.attention(1, 2).astype(np.float64)
     np.testing.assert_allclose(ov.thumbs[1, 2, 0, 0], w[0:3, 0:3].mean(), atol=1e-12)
@@ -237,7 +240,7 @@ def test_long_inputs_are_block_averaged_to_at_most_64_pixels():
 
 def test_overview_of_a_bert_base_sized_input_fits_the_payload_budget():
     trace = synthetic_trace(12, 12, 512)
-    ov = tv.overview(trace)
+    ov = overview_views.overview(trace)
     assert ov.thumbs.shape == (12, 12, 64, 64) and ov.block == 8
     raw = 12 * 12 * 512 * 512 * 4
     assert len(ov.png) <= 3 * 2**20, f"{len(ov.png)} bytes"
@@ -252,28 +255,28 @@ def test_causal_masks_are_grey_in_the_overview_and_minus_infinity_in_the_heatmap
     np.testing.assert_array_equal(m.allowed, np.tril(np.ones((n, n), dtype=bool)))
     shown = m.for_heatmap()
     assert np.all(np.isneginf(shown[np.triu_indices(n, 1)])) and np.all(np.isfinite(shown[np.tril_indices(n)]))
-    ov = tv.overview(dec_trace)
+    ov = overview_views.overview(dec_trace)
     assert np.all(np.isnan(ov.thumbs[:, :, 0, 1:])) and not np.isnan(ov.thumbs[:, :, 1:, 0]).any()
     image = np.asarray(Image.open(io.BytesIO(ov.png)).convert("RGB"))
     left, top, right, bottom = ov.box(1, 2)
-    assert tuple(image[top, right - 1]) == tv.MASKED_RGB  # top-right: query 0 cannot see the last key
-    assert tuple(image[bottom - 1, left]) != tv.MASKED_RGB
+    assert tuple(image[top, right - 1]) == colour.MASKED_RGB  # top-right: query 0 cannot see the last key
+    assert tuple(image[bottom - 1, left]) != colour.MASKED_RGB
 
 
 def test_overview_and_head_matrix_serve_cross_attention(tmp_path):
     trace = tiny_seq2seq().trace([3, 4, 5, 6, 7, 8], [1, 9, 10, 11])
     m = tv.head_matrix(trace, 2, 1, stack="cross")
     assert m.weights.shape == (4, 6) and m.query_labels == ("1", "9", "10", "11")
-    ov = tv.overview(trace, stack="cross")
+    ov = overview_views.overview(trace, stack="cross")
     assert ov.thumbs.shape[:2] == (3, 4)
     np.testing.assert_allclose(ov.thumbs[2, 1], trace.attention(2, 1, "cross"), atol=1e-7)
 
 
 def test_clicked_cells_are_read_from_a_selection_event():
-    assert tv.clicked_cell({"selection": {"cell": [{"layer": 4, "head": 7}]}}) == (4, 7)
-    assert tv.clicked_cell({"selection": {"cell": []}}) is None
-    assert tv.clicked_cell(None) is None
-    spec = tv.head_grid_chart(np.arange(6.0).reshape(2, 3), (1, 2))
+    assert events.clicked_cell({"selection": {"cell": [{"layer": 4, "head": 7}]}}) == (4, 7)
+    assert events.clicked_cell({"selection": {"cell": []}}) is None
+    assert events.clicked_cell(None) is None
+    spec = pickers.head_grid_chart(np.arange(6.0).reshape(2, 3), (1, 2))
     validate(spec)
     assert [p["name"] for p in spec["params"]] == ["cell"]
     assert spec["params"][0]["select"]["fields"] == ["layer", "head"]
@@ -310,7 +313,7 @@ def test_why_this_weight_reproduces_the_weights_and_the_head_output(which, enc_t
         )
         trace, stack = model.trace([3, 4, 5, 6, 7, 8], [1, 9, 10]), "encoder"
     for layer, head, query in ((0, 0, 0), (1, 3, 2), (1, 1, 3)):
-        why = tv.why_this_weight(trace, layer, head, query, stack)
+        why = why_views.why_this_weight(trace, layer, head, query, stack)
         np.testing.assert_allclose(why.weights, trace.attention(layer, head, stack)[query], atol=1e-6)
         np.testing.assert_allclose(why.z, trace.block("z", layer, head, stack)[query], atol=1e-6)
         np.testing.assert_allclose(why.dots, trace.block("scores", layer, head, stack)[query], rtol=1e-5, atol=1e-6)
@@ -329,14 +332,14 @@ def test_why_this_weight_reproduces_the_weights_and_the_head_output(which, enc_t
     else:
         assert why.scale == pytest.approx(1 / math.sqrt(d_head)) and why.bias is None
     if which == "decoder":
-        why = tv.why_this_weight(trace, 1, 2, 3)
+        why = why_views.why_this_weight(trace, 1, 2, 3)
         assert list(why.allowed) == [True] * 4 + [False] * (len(IDS) - 4)
         assert np.all(why.weights[4:] == 0) and np.all(np.isneginf(why.logits[4:]))
 
 
 def test_why_this_weight_refuses_a_query_outside_the_input(enc_trace):
     with pytest.raises(ValueError, match="out of range"):
-        tv.why_this_weight(enc_trace, 0, 0, len(IDS))
+        why_views.why_this_weight(enc_trace, 0, 0, len(IDS))
 
 
 # ---- head view -------------------------------------------------------------------------------------
@@ -351,7 +354,7 @@ def test_head_view_draws_the_attention_weights(enc_trace):
     assert strong.threshold == pytest.approx(np.sort(w[1].ravel())[-7])
     focused = tv.head_view(enc_trace, 1, heads=[0, 1, 2, 3], focus=4)
     assert set(focused.lines["query"]) == {4}
-    spec = tv.head_view_chart(focused, 4)
+    spec = attention_charts.head_view_chart(focused, 4)
     validate(spec)
     assert [p["name"] for p in spec["params"]] == ["focus"] and spec["params"][0]["select"]["fields"] == ["query"]
 
@@ -364,21 +367,24 @@ def test_head_view_of_a_window_and_hidden_tokens(text_encoder):
 
 
 # ---- attention distance ----------------------------------------------------------------------------
-def test_distance_table_is_mean_token_distance_per_layer_and_head(enc_trace):
-    frame = tv.distance_frame(enc_trace)
-    expected = tc.mean_token_distance(enc_trace.all_attention())  # [layers, heads]
-    assert list(frame.columns) == ["layer", "head", "distance"] and len(frame) == 8
-    np.testing.assert_allclose(frame.pivot(index="layer", columns="head", values="distance").to_numpy(), expected)
+def test_distance_grid_is_mean_token_distance_per_layer_and_head(enc_trace):
+    grid = distance.token_distances(enc_trace)
+    w = enc_trace.all_attention().astype(np.float64)  # [layers, heads, n, n]
+    n = w.shape[-1]
+    offsets = np.abs(np.arange(n)[:, None] - np.arange(n)[None, :])
+    expected = np.array([[np.mean([w[l, h, i] @ offsets[i] for i in range(n)]) for h in range(4)] for l in range(2)])
+    assert grid.shape == (2, 4)
+    np.testing.assert_allclose(grid, expected, rtol=1e-6)
 
 
 def test_uniform_baselines_match_the_formulas(enc_trace, dec_trace):
     n = len(IDS)
-    assert tv.uniform_distance(enc_trace) == pytest.approx((n * n - 1) / (3 * n))
-    assert tv.uniform_distance(dec_trace) == pytest.approx((n - 1) / 4)
+    assert distance.uniform_token_distance(enc_trace) == pytest.approx((n * n - 1) / (3 * n))
+    assert distance.uniform_token_distance(dec_trace) == pytest.approx((n - 1) / 4)
 
 
 def test_distance_chart_has_one_dot_per_head_and_the_baseline(enc_trace):
-    spec = tv.distance_chart(tv.distance_frame(enc_trace), 3.3, 4, (1, 2))
+    spec = attention_charts.distance_chart(distance.token_distances(enc_trace), 3.3, 4, (1, 2))
     validate(spec)
     datasets = list(spec["datasets"].values())
     assert sorted(len(d) for d in datasets) == [1, 8]
@@ -399,7 +405,7 @@ def test_masked_word_top5_come_from_the_head(text_encoder, tokenizer):
     top = tv.top_predictions(trace, 5, 3)
     p = _softmax(trace["head.logits"][3].astype(np.float64))
     best = np.argsort(-p)[:5]
-    assert [label for label, _ in top] == [tv.display_token(tokenizer.convert_ids_to_tokens(int(i))) for i in best]
+    assert [label for label, _ in top] == [tok.display_token(tokenizer.convert_ids_to_tokens(int(i))) for i in best]
     np.testing.assert_allclose([q for _, q in top], p[best], rtol=1e-6)
 
 
@@ -413,24 +419,3 @@ def test_next_token_top5_and_no_head(text_decoder, enc_trace):
     assert tv.prediction_kind(enc_trace) is None  # an encoder without a masked-word head
     with pytest.raises(ValueError, match="no prediction head"):
         tv.top_predictions(enc_trace)
-
-
-# ---- derived values --------------------------------------------------------------------------------
-def test_derived_values_are_computed_once_per_trace(enc_trace):
-    calls = []
-    first = tv.derived(enc_trace, ("test", 1), lambda: calls.append(1) or pd.DataFrame({"a": [1]}))
-    again = tv.derived(enc_trace, ("test", 1), lambda: calls.append(1) or pd.DataFrame({"a": [2]}))
-    assert first is again and calls == [1]
-    other = tiny_encoder().trace(IDS)
-    assert tv.derived(other, ("test", 1), lambda: "other") == "other"
-
-
-def test_text_views_import_no_streamlit():
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    code = "import sys, tformer_views.text; print('streamlit' in sys.modules)"
-    root = Path(__file__).resolve().parents[2]
-    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True)
-    assert out.stdout.split() == ["False"]

@@ -13,10 +13,16 @@ from PIL import Image
 import tformer_core as tc
 from tests.core.hf_helpers import DEIT, IMAGES
 from tests.core.tiny_models import tiny_vit
-from tformer_core.inputs.image_file import ImageError, to_png
+from tformer_app import events
+from tformer_core.inputs.image_file import ImageError
 from tformer_core.inputs.preprocessing import ImagePreprocessing
+from tformer_views import colour, samples
+from tformer_views import distance as mad
+from tformer_views import pictures as pics
 from tformer_views import vision as vv
-from tformer_views.charts.spec import validate
+from tformer_views.charts import pickers
+from tformer_views.charts.export import validate
+from tformer_views.pictures import to_png
 
 needs_deit = pytest.mark.skipif(
     not DEIT.is_dir(), reason=f"the shared DeiT-Tiny is not at {DEIT} (only CI has ../shared)"
@@ -99,27 +105,29 @@ def test_rollout_matches_an_independent_implementation(result, fusion, discard):
 def test_overlay_and_pictures_have_the_expected_sizes(result):
     grid = np.zeros((3, 4))
     grid[1, 2] = 1.0  # one hot patch
-    picture = vv.overlay(result.image, grid, alpha=1.0, smooth=False)
-    k = vv.display_scale(result.image.size)
+    picture = pics.overlay(result.image, grid, alpha=1.0, smooth=False)
+    k = pics.display_scale(result.image.size)
     assert picture.size == (16 * k, 12 * k)
     a = np.asarray(picture)
     hot, cold = a[(1 * 4 + 2) * k, (2 * 4 + 2) * k], a[2, 2]  # inside patch (1, 2), and patch (0, 0)
-    assert tuple(hot) == tuple(vv.colourise(np.array([[1.0]]), lo=0.0, hi=1.0)[0, 0])  # the map's top colour
-    assert tuple(cold) == tuple(vv.colourise(np.array([[0.0]]), lo=0.0, hi=1.0)[0, 0])
-    assert vv.grid_picture(result.image, 4).size == (16 * k + 18, 12 * k + 18)
-    strip = vv.tiles([picture] * 5, [str(i) for i in range(5)], columns=3, tile_px=50)
+    assert tuple(hot) == tuple(
+        colour.colourise(np.array([[1.0]]), "inferno", lo=0.0, hi=1.0)[0, 0]
+    )  # the map's top colour
+    assert tuple(cold) == tuple(colour.colourise(np.array([[0.0]]), "inferno", lo=0.0, hi=1.0)[0, 0])
+    assert pics.grid_picture(result.image, 4).size == (16 * k + 18, 12 * k + 18)
+    strip = pics.tiles([picture] * 5, [str(i) for i in range(5)], columns=3, tile_px=50)
     assert strip.size[0] == 3 * 50 + 2 * 6
 
 
 def test_patch_picker_is_valid_vega_lite_with_the_picture_inside(result):
-    spec = vv.patch_picker(result.image, (3, 4), selected=5, title="query")
+    spec = pickers.patch_picker(result.image, (3, 4), selected=5, title="query")
     validate(spec)
     frames = list(spec["datasets"].values())
     assert any(len(f) == 12 for f in frames)  # one clickable cell per patch
     url = next(f["url"][0] for f in frames if "url" in f)
     assert url.startswith("data:image/jpeg;base64,")
-    assert vv.clicked_patch({"selection": {"patch": [{"patch": 7}]}}) == 7
-    assert vv.clicked_patch({"selection": {"patch": []}}) is None and vv.clicked_patch(None) is None
+    assert events.clicked_patch({"selection": {"patch": [{"patch": 7}]}}) == 7
+    assert events.clicked_patch({"selection": {"patch": []}}) is None and events.clicked_patch(None) is None
 
 
 def test_embedding_filter_components_are_the_principal_directions(vit):
@@ -143,31 +151,32 @@ def test_uniform_baseline_is_the_analytic_mean_distance():
     # 14 x 14 grid of 16-px patches, renormalised over the patches: the mean distance between patch centres.
     r, c = np.divmod(np.arange(196), 14)
     pairwise = np.hypot(r[:, None] - r, c[:, None] - c) * 16
-    assert vv.uniform_mad((14, 14), 16, 1, renormalize=True) == pytest.approx(pairwise.mean())
+    assert mad.uniform_image_distance((14, 14), 16, 1, renormalize=True) == pytest.approx(pairwise.mean())
     # Not renormalised (the common recipe): the class token's 1/197 of every row counts as distance 0.
-    assert vv.uniform_mad((14, 14), 16, 1, renormalize=False) == pytest.approx(pairwise.mean() * 196 / 197)
+    assert mad.uniform_image_distance((14, 14), 16, 1, renormalize=False) == pytest.approx(pairwise.mean() * 196 / 197)
 
 
 def test_mean_attention_distances_batch_by_batch_equal_one_trace_each(vit, result):
     rng = np.random.default_rng(1)
     pictures = [Image.fromarray(rng.integers(0, 256, (12, 16, 3), dtype=np.uint8)) for _ in range(5)]
     seen = []
-    batched = vv.mean_attention_distances(vit, pictures, batch_size=2, progress=lambda d, t: seen.append((d, t)))
+    batched = mad.distances_over_images(vit, pictures, batch_size=2, progress=lambda d, t: seen.append((d, t)))
     assert batched.shape == (5, 2, 4) and seen == [(2, 5), (4, 5), (5, 5)]
-    for picture, mad in zip(pictures, batched):
-        np.testing.assert_allclose(mad, vv.image_mad(vit.trace(vit.preprocessing(picture))), atol=1e-5)
+    for picture, expected in zip(pictures, batched):
+        np.testing.assert_allclose(expected, mad.image_distances(vit.trace(vit.preprocessing(picture))), atol=1e-5)
     with pytest.raises(ValueError, match="no images"):
-        vv.mean_attention_distances(vit, [])
+        mad.distances_over_images(vit, [])
 
 
 def test_samples_are_all_readable_and_folders_can_add_more(tmp_path, monkeypatch):
-    names = list(vv.samples())
+    names = list(samples.samples())
     assert sum(n.startswith("shapes:") for n in names) == 8
+    assert names[:2] == ["photo: cat", "photo: coffee"]  # shipped in assets/samples: the same on every machine
     red = (255, 0, 0)
     Image.new("RGB", (8, 8), red).save(tmp_path / "red.png")
     (tmp_path / "notes.txt").write_text("not a picture")
     monkeypatch.setenv("TFORMER_IMAGE_DIRS", str(tmp_path))
-    extra = vv.samples()
+    extra = samples.samples()
     assert f"{tmp_path.name}/red.png" in extra and not any(n.endswith("notes.txt") for n in extra)
     pictures, read, refused = vv.read_images([*extra.items(), ("bad.svg", b"<svg></svg>")])
     assert len(pictures) == len(extra) and refused == [
@@ -184,7 +193,7 @@ def test_deit_mean_attention_distance_equals_one_from_transformers_attentions(de
     hf = T.AutoModelForImageClassification.from_pretrained(str(DEIT), attn_implementation="eager").eval()
     files = sorted(IMAGES.glob("*.png"))
     pictures = [Image.open(f).convert("RGB") for f in files]
-    ours = vv.mean_attention_distances(deit, pictures, batch_size=2)  # [3, 12, 3]
+    ours = mad.distances_over_images(deit, pictures, batch_size=2)  # [3, 12, 3]
     with torch.no_grad():
         out = hf(**processor(images=pictures, return_tensors="pt"), output_attentions=True)
     rows, cols, P = 14, 14, 16

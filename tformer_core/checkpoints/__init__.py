@@ -2,7 +2,8 @@
 
 Sources: a bundled name ("minilm", and the project's own trained models), a local folder in the
 Hugging Face layout under the configured model folders, or a hub id. The checkpoint's config
-decides the family; each family has its own converter module here.
+decides the family; each family has its own converter module here, offering MODEL_TYPES (the
+config's model_type values it reads) and build(config, tensors, generation_config) -> core model.
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ import torch
 
 from ..inputs.preprocessing import ImagePreprocessing
 from ..models.base import TracedModel, default_device, resolve_dtype
+from ..models.vit import ViT
 from . import bart, bert, gpt2, marian, t5, vit
-from .common import load_tokenizer, vocabulary_labels
+from .common import load_tokenizer
 from .sources import Progress, hub_folder, local_folder, looks_like_path, minilm_folder
 from .weights import CheckpointError, read_state_dict
 
@@ -84,27 +86,21 @@ def load_folder(folder: Path, progress: Progress | None = None) -> TracedModel:
     _report(progress, 0.7, f"reading weights ({model_type})")
     tensors = read_state_dict(folder)
     _report(progress, 0.8, "building the instrumented model")
-    model = family.build(hf, tensors)
-    del tensors
+    # transformers 5 keeps some generation rules (bad words, forced BOS) only in generation_config.json.
     generation_file = folder / "generation_config.json"
-    if hasattr(family, "apply_generation_config") and generation_file.is_file():
-        # transformers 5 keeps some rules (bad words, forced BOS) only here; they override config.json.
-        family.apply_generation_config(model, hf, json.loads(generation_file.read_text()))
+    generation = json.loads(generation_file.read_text()) if generation_file.is_file() else None
+    model = family.build(hf, tensors, generation)
+    del tensors
     _report(progress, 0.9, "loading the tokenizer / image processor")
-    if model.kind == "vit":
+    if isinstance(model, ViT):
         processor = folder / "preprocessor_config.json"
         cfg = json.loads(processor.read_text()) if processor.is_file() else {}
         model.preprocessing = ImagePreprocessing.from_hf(cfg, model.config.image_hw[0])
     else:
         tokenizer = load_tokenizer(folder)
         if tokenizer is not None:
-            if hasattr(family, "attach_tokenizer"):
-                family.attach_tokenizer(model, tokenizer)
-            else:
-                model.tokenizer = tokenizer
-            vocab = getattr(model.config, "vocab_size", None) or model.config.tgt_vocab_size
-            model.output_labels = vocabulary_labels(tokenizer, vocab)
+            model.attach_tokenizer(tokenizer)
     return model
 
 
-__all__ = ["CheckpointError", "load_model", "load_folder", "supported_model_types"]
+__all__ = ["CheckpointError", "load_folder", "load_model", "supported_model_types"]

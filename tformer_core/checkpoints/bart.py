@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import torch
 
+from ..generation import GenerationSettings
 from ..models.seq2seq import EncoderDecoder, Seq2SeqConfig
-from .common import activation, apply_generation_config
+from .common import activation, generation_settings
 from .weights import CheckpointError, Weights, assign
 
 MODEL_TYPES = ("bart",)
@@ -85,7 +86,12 @@ def output_head(w: Weights, embedding: torch.Tensor, vocab_size: int) -> tuple[b
     return tied, m
 
 
-def build(hf: dict, tensors: dict) -> EncoderDecoder:
+def generation_rules(hf: dict, generation: dict | None = None) -> GenerationSettings:
+    """Greedy-decoding rules from config.json and generation_config.json (`common.generation_settings`)."""
+    return generation_settings(hf, generation)
+
+
+def build(hf: dict, tensors: dict, generation: dict | None = None) -> EncoderDecoder:
     check_post_norm(hf, "BART")
     check_same_shape_stacks(hf, "BART")
     w = Weights(tensors, prefixes=("model.",))
@@ -120,5 +126,5 @@ def build(hf: dict, tensors: dict) -> EncoderDecoder:
         m[f"{stack}.embed.ln.bias"] = w[f"{stack}.layernorm_embedding.bias"]
     m.update(layer_mapping(w, config.n_encoder_layers, config.n_decoder_layers))
     assign(model, m)
-    apply_generation_config(model, hf, None)
+    model.generation = generation_rules(hf, generation)
     return model

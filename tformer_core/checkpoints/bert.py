@@ -45,72 +45,63 @@ def _config(hf: dict, model_type: str, has_mlm_head: bool) -> EncoderConfig:
     )
 
 
-def build(hf: dict, tensors: dict) -> Encoder:
+# Per family: where each layer's tensors are, and each core parameter's name there.
+_BERT_LAYER = {
+    "attn.W_q": "attention.self.query",
+    "attn.W_k": "attention.self.key",
+    "attn.W_v": "attention.self.value",
+    "attn.W_o": "attention.output.dense",
+    "ln_attn": "attention.output.LayerNorm",
+    "mlp.W_in": "intermediate.dense",
+    "mlp.W_out": "output.dense",
+    "ln_mlp": "output.LayerNorm",
+}
+_DISTILBERT_LAYER = {
+    "attn.W_q": "attention.q_lin",
+    "attn.W_k": "attention.k_lin",
+    "attn.W_v": "attention.v_lin",
+    "attn.W_o": "attention.out_lin",
+    "ln_attn": "sa_layer_norm",
+    "mlp.W_in": "ffn.lin1",
+    "mlp.W_out": "ffn.lin2",
+    "ln_mlp": "output_layer_norm",
+}
+LAYERS = {
+    "bert": ("encoder.layer.{i}.", _BERT_LAYER),
+    "roberta": ("encoder.layer.{i}.", _BERT_LAYER),
+    "distilbert": ("transformer.layer.{i}.", _DISTILBERT_LAYER),
+}
+# Masked-word heads: (dense transform, its LayerNorm, the output bias).
+MLM_HEADS = {
+    "bert": ("cls.predictions.transform.dense", "cls.predictions.transform.LayerNorm", "cls.predictions.bias"),
+    "roberta": ("lm_head.dense", "lm_head.layer_norm", "lm_head.bias"),
+    "distilbert": ("vocab_transform", "vocab_layer_norm", "vocab_projector.bias"),
+}
+
+
+def build(hf: dict, tensors: dict, generation: dict | None = None) -> Encoder:
+    """The checkpoint's tensors in a core Encoder (generation_config.json plays no part in an encoder)."""
     model_type = hf["model_type"]
     w = Weights(tensors, prefixes=(f"{model_type}.",))
-    head_key = {
-        "bert": "cls.predictions.transform.dense.weight",
-        "roberta": "lm_head.dense.weight",
-        "distilbert": "vocab_transform.weight",
-    }[model_type]
-    model = Encoder(_config(hf, model_type, w.has(head_key)))
-    m: dict = {}
-    if model_type == "distilbert":
-        m["encoder.embed.tok.weight"] = w["embeddings.word_embeddings.weight"]
-        m["encoder.embed.pos.weight"] = w["embeddings.position_embeddings.weight"]
-        m["encoder.embed.ln.weight"], m["encoder.embed.ln.bias"] = (
-            w["embeddings.LayerNorm.weight"],
-            w["embeddings.LayerNorm.bias"],
-        )
-        names = {
-            "attn.W_q": "attention.q_lin",
-            "attn.W_k": "attention.k_lin",
-            "attn.W_v": "attention.v_lin",
-            "attn.W_o": "attention.out_lin",
-            "ln_attn": "sa_layer_norm",
-            "mlp.W_in": "ffn.lin1",
-            "mlp.W_out": "ffn.lin2",
-            "ln_mlp": "output_layer_norm",
-        }
-        layer = "transformer.layer.{i}."
-    else:
-        m["encoder.embed.tok.weight"] = w["embeddings.word_embeddings.weight"]
-        m["encoder.embed.pos.weight"] = w["embeddings.position_embeddings.weight"]
-        if model.config.n_token_types:
-            m["encoder.embed.segment.weight"] = w["embeddings.token_type_embeddings.weight"]
-        m["encoder.embed.ln.weight"], m["encoder.embed.ln.bias"] = (
-            w["embeddings.LayerNorm.weight"],
-            w["embeddings.LayerNorm.bias"],
-        )
-        names = {
-            "attn.W_q": "attention.self.query",
-            "attn.W_k": "attention.self.key",
-            "attn.W_v": "attention.self.value",
-            "attn.W_o": "attention.output.dense",
-            "ln_attn": "attention.output.LayerNorm",
-            "mlp.W_in": "intermediate.dense",
-            "mlp.W_out": "output.dense",
-            "ln_mlp": "output.LayerNorm",
-        }
-        layer = "encoder.layer.{i}."
+    model = Encoder(_config(hf, model_type, w.has(MLM_HEADS[model_type][0] + ".weight")))
+    m: dict = {
+        "encoder.embed.tok.weight": w["embeddings.word_embeddings.weight"],
+        "encoder.embed.pos.weight": w["embeddings.position_embeddings.weight"],
+        "encoder.embed.ln.weight": w["embeddings.LayerNorm.weight"],
+        "encoder.embed.ln.bias": w["embeddings.LayerNorm.bias"],
+    }
+    if model.config.n_token_types:  # BERT's segments (DistilBERT has none)
+        m["encoder.embed.segment.weight"] = w["embeddings.token_type_embeddings.weight"]
+    layer, names = LAYERS[model_type]
     for i in range(model.config.n_layers):
         for ours, theirs in names.items():
             for p in ("weight", "bias"):
                 m[f"encoder.blocks.{i}.{ours}.{p}"] = w[layer.format(i=i) + f"{theirs}.{p}"]
     if model.config.mlm_head:
-        head = {
-            "bert": ("cls.predictions.transform.dense", "cls.predictions.transform.LayerNorm", "cls.predictions.bias"),
-            "roberta": ("lm_head.dense", "lm_head.layer_norm", "lm_head.bias"),
-            "distilbert": ("vocab_transform", "vocab_layer_norm", "vocab_projector.bias"),
-        }[model_type]
+        dense, norm, bias = MLM_HEADS[model_type]
         for p in ("weight", "bias"):
-            m[f"head.transform.{p}"] = w[f"{head[0]}.{p}"]
-            m[f"head.ln.{p}"] = w[f"{head[1]}.{p}"]
-        m["head.unembed.bias"] = w[head[2]]
+            m[f"head.transform.{p}"] = w[f"{dense}.{p}"]
+            m[f"head.ln.{p}"] = w[f"{norm}.{p}"]
+        m["head.unembed.bias"] = w[bias]
     assign(model, m)
     return model
-
-
-def attach_tokenizer(model: Encoder, tokenizer) -> None:
-    model.tokenizer = tokenizer
-    model.mask_token_id = tokenizer.mask_token_id

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..generation import GenerationSettings
+from ..tokenizers import HFTokenizer
 from .weights import CheckpointError
 
 DEFAULT_MAX_NEW_TOKENS = 64  # interactive use: a page shows every step
@@ -26,7 +27,7 @@ def activation(name: str) -> str:
         raise CheckpointError(f"activation {name!r} is not supported yet") from None
 
 
-def load_tokenizer(folder: Path):
+def load_tokenizer(folder: Path) -> HFTokenizer | None:
     """The checkpoint's own tokenizer (never with remote code), or None when the folder has none."""
     names = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json", "spiece.model", "source.spm")
     if not any((folder / n).is_file() for n in names):
@@ -34,17 +35,9 @@ def load_tokenizer(folder: Path):
     from transformers import AutoTokenizer
 
     try:
-        return AutoTokenizer.from_pretrained(str(folder), trust_remote_code=False)
+        return HFTokenizer(AutoTokenizer.from_pretrained(str(folder), trust_remote_code=False))
     except Exception as error:  # a broken or unusual tokenizer: the model still loads, ids still work
         raise CheckpointError(f"the tokenizer in {folder.name} could not be loaded: {error}") from None
-
-
-def vocabulary_labels(tokenizer, vocab_size: int) -> list[str]:
-    """A display string for every output id (for predictions); ids past the tokenizer's vocabulary get '<id>'."""
-    n = min(len(tokenizer), vocab_size)
-    labels = [t if t is not None else f"<{i}>" for i, t in enumerate(tokenizer.convert_ids_to_tokens(list(range(n))))]
-    labels = [t.replace("Ġ", " ").replace("▁", " ") for t in labels]  # byte-level BPE / sentencepiece spaces
-    return labels + [f"<{i}>" for i in range(n, vocab_size)]
 
 
 def _single_id(value) -> int | None:
@@ -94,8 +87,3 @@ def generation_settings(
         forced_eos=forced_eos is not None and eos is not None and int(forced_eos) == eos,
         max_new_tokens=budget,
     )
-
-
-def apply_generation_config(model, hf: dict, generation: dict | None, default_start: int | None = None) -> None:
-    """Set `model.generation` from config.json and the checkpoint's generation_config.json (a dict)."""
-    model.generation = generation_settings(hf, generation, default_start)

@@ -14,7 +14,7 @@ from .weights import CheckpointError, Weights, assign
 MODEL_TYPES = ("gpt2",)
 
 
-def build(hf: dict, tensors: dict) -> Decoder:
+def build(hf: dict, tensors: dict, generation: dict | None = None) -> Decoder:
     if hf.get("scale_attn_by_inverse_layer_idx") or not hf.get("scale_attn_weights", True):
         raise CheckpointError("this GPT-2 variant scales attention differently: not supported yet")
     D = hf["n_embd"]

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import torch
 
+from ..generation import GenerationSettings
 from ..models.positional import sinusoidal_encoding
 from ..models.seq2seq import EncoderDecoder, Seq2SeqConfig
 from .bart import check_post_norm, check_same_shape_stacks, layer_mapping, output_head
-from .common import activation, apply_generation_config
+from .common import activation, generation_settings
 from .weights import CheckpointError, Weights, assign
 
 MODEL_TYPES = ("marian",)
@@ -32,7 +33,12 @@ def _check_saved_positions(w: Weights, config: Seq2SeqConfig) -> None:
                 )
 
 
-def build(hf: dict, tensors: dict) -> EncoderDecoder:
+def generation_rules(hf: dict, generation: dict | None = None) -> GenerationSettings:
+    """Greedy-decoding rules from config.json and generation_config.json (`common.generation_settings`)."""
+    return generation_settings(hf, generation)
+
+
+def build(hf: dict, tensors: dict, generation: dict | None = None) -> EncoderDecoder:
     check_post_norm(hf, "Marian")
     check_same_shape_stacks(hf, "Marian")
     if hf.get("normalize_embedding"):
@@ -75,5 +81,5 @@ def build(hf: dict, tensors: dict) -> EncoderDecoder:
         m["decoder.embed.tok.weight"] = target
     m.update(layer_mapping(w, config.n_encoder_layers, config.n_decoder_layers))
     assign(model, m)
-    apply_generation_config(model, hf, None)
+    model.generation = generation_rules(hf, generation)
     return model

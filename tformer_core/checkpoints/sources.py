@@ -6,8 +6,8 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable
 
 from .weights import CheckpointError
 
@@ -48,8 +48,23 @@ def minilm_folder() -> Path:
     return folder
 
 
+def local_model_folders(dirs: Sequence[Path] | None = None) -> list[str]:
+    """Model folders (with a config.json) directly inside the configured model folders, as paths (at most 100)."""
+    found = []
+    for root in dirs if dirs is not None else model_dirs():
+        root = Path(root)
+        if (root / "config.json").is_file():
+            found.append(str(root))
+        if root.is_dir():
+            try:
+                found += sorted(str(p) for p in root.iterdir() if (p / "config.json").is_file())
+            except OSError:
+                continue
+    return found[:100]
+
+
 def looks_like_path(source: str) -> bool:
-    return source.startswith(("/", "./", "../", "~")) or os.sep in source.strip("/") and Path(source).exists()
+    return source.startswith(("/", "./", "../", "~")) or (os.sep in source.strip("/") and Path(source).exists())
 
 
 def local_folder(source: str, allowed: list[Path] | None = None) -> Path:
@@ -86,36 +101,28 @@ def _report(progress: Progress | None, fraction: float, message: str) -> None:
         progress(min(max(fraction, 0.0), 1.0), message)
 
 
-def hub_folder(repo_id: str, progress: Progress | None = None) -> Path:
-    """The local snapshot of a hub model: from the cache if it is there, else downloaded (when online).
+OFFLINE_HINT = "Connect to the internet, or choose a bundled model (minilm, translator, vit-tiny) or a local folder."
 
-    Fails within seconds, with a message that says what to do, when the hub cannot be reached.
-    """
-    from huggingface_hub import HfApi, hf_hub_download, snapshot_download
-    from huggingface_hub.errors import GatedRepoError, LocalEntryNotFoundError, RepositoryNotFoundError
 
-    repo_id = validate_hub_id(repo_id)
+def _cached_snapshot(repo_id: str) -> Path | None:
+    """The hub cache's copy of the model when it has its config and weights, else None (never the network)."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    patterns = ["*.json", "*.txt", "*.model", "*.spm", "*.safetensors", "*.bin"]
     try:
-        cached = Path(
-            snapshot_download(
-                repo_id,
-                local_files_only=True,
-                allow_patterns=["*.json", "*.txt", "*.model", "*.spm", "*.safetensors", "*.bin"],
-            )
-        )
-        if (cached / "config.json").is_file() and (any(cached.glob("*.safetensors")) or any(cached.glob("*.bin"))):
-            _report(progress, 0.5, f"{repo_id}: found in the local cache")
-            return cached
+        cached = Path(snapshot_download(repo_id, local_files_only=True, allow_patterns=patterns))
     except (LocalEntryNotFoundError, FileNotFoundError, OSError):
-        pass
-    offline_hint = (
-        "Connect to the internet, or choose a bundled model (minilm, translator, vit-tiny) or a local folder."
-    )
-    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
-        raise CheckpointError(
-            f"{repo_id} is not in the local cache and the hub is switched off (HF_HUB_OFFLINE). {offline_hint}"
-        )
-    _report(progress, 0.02, f"{repo_id}: asking the Hugging Face hub")
+        return None
+    has_weights = any(cached.glob("*.safetensors")) or any(cached.glob("*.bin"))
+    return cached if (cached / "config.json").is_file() and has_weights else None
+
+
+def _hub_files(repo_id: str) -> tuple[str, dict[str, int]]:
+    """(the repository's revision, {file the core needs: size in bytes}); CheckpointError when unreachable."""
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
+
     try:
         info = HfApi().model_info(repo_id, files_metadata=True, timeout=HUB_TIMEOUT_S)
     except GatedRepoError:
@@ -125,7 +132,7 @@ def hub_folder(repo_id: str, progress: Progress | None = None) -> Path:
     except Exception as error:  # connection refused, DNS failure, timeout, proxy errors: all mean "unreachable"
         raise CheckpointError(
             f"the Hugging Face hub cannot be reached ({type(error).__name__}) and {repo_id} is not in the local cache. "
-            + offline_hint
+            + OFFLINE_HINT
         ) from None
     files = {s.rfilename: (s.size or 0) for s in (info.siblings or [])}
     wanted = [f for f in files if _WANTED.match(f)]
@@ -133,18 +140,36 @@ def hub_folder(repo_id: str, progress: Progress | None = None) -> Path:
         wanted += [f for f in files if _BIN_WEIGHTS.match(f)]
     if "config.json" not in wanted:
         raise CheckpointError(f"{repo_id} has no config.json: it is not a transformers model")
-    total = sum(files[f] for f in wanted) or 1
-    done = 0
-    folder = None
-    for name in sorted(wanted, key=lambda f: files[f]):
+    return info.sha, {f: files[f] for f in wanted}
+
+
+def hub_folder(repo_id: str, progress: Progress | None = None) -> Path:
+    """The local snapshot of a hub model: from the cache if it is there, else downloaded (when online).
+
+    Fails within seconds, with a message that says what to do, when the hub cannot be reached.
+    """
+    from huggingface_hub import hf_hub_download
+
+    repo_id = validate_hub_id(repo_id)
+    cached = _cached_snapshot(repo_id)
+    if cached is not None:
+        _report(progress, 0.5, f"{repo_id}: found in the local cache")
+        return cached
+    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
+        raise CheckpointError(
+            f"{repo_id} is not in the local cache and the hub is switched off (HF_HUB_OFFLINE). {OFFLINE_HINT}"
+        )
+    _report(progress, 0.02, f"{repo_id}: asking the Hugging Face hub")
+    revision, files = _hub_files(repo_id)
+    total, done, folder = sum(files.values()) or 1, 0, None
+    for name in sorted(files, key=files.get):
         _report(progress, 0.05 + 0.6 * done / total, f"{repo_id}: downloading {name}")
         try:
-            path = hf_hub_download(repo_id, name, revision=info.sha)
+            folder = Path(hf_hub_download(repo_id, name, revision=revision)).parent
         except Exception as error:
             raise CheckpointError(
-                f"downloading {name} of {repo_id} failed ({type(error).__name__}). {offline_hint}"
+                f"downloading {name} of {repo_id} failed ({type(error).__name__}). {OFFLINE_HINT}"
             ) from None
-        folder = Path(path).parent
         done += files[name]
     assert folder is not None
     return folder

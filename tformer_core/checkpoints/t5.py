@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import torch
 
+from ..generation import GenerationSettings
 from ..models.seq2seq import EncoderDecoder, Seq2SeqConfig
 from .common import activation, generation_settings
 from .weights import CheckpointError, Weights, assign
@@ -43,15 +44,39 @@ def _scales_output(hf: dict) -> bool:
     return hf.get("tie_word_embeddings", True) is not False
 
 
-def apply_generation_config(model: EncoderDecoder, hf: dict, generation: dict | None) -> None:
-    """Set `model.generation` from config.json and the checkpoint's generation_config.json (a dict).
+def generation_rules(hf: dict, generation: dict | None = None) -> GenerationSettings:
+    """Greedy-decoding rules from config.json and generation_config.json (`common.generation_settings`).
 
     T5 starts decoding from its padding token when the config names no decoder start token.
     """
-    model.generation = generation_settings(hf, generation, default_start=hf.get("pad_token_id", 0))
+    return generation_settings(hf, generation, default_start=hf.get("pad_token_id", 0))
 
 
-def build(hf: dict, tensors: dict) -> EncoderDecoder:
+def _stack_mapping(w: Weights, stack: str, n_layers: int, ffn: dict[str, str]) -> dict:
+    """Core parameter name -> tensor for one T5 stack ("encoder" or "decoder")."""
+    m = {}
+    # stored once, in block 0's self-attention; the core's stack owns it
+    relative = f"{stack}.block.0.layer.0.SelfAttention.relative_attention_bias.weight"
+    m[f"{stack}.rel_pos.embedding.weight"] = w[relative]
+    m[f"{stack}.ln_final.weight"] = w[f"{stack}.final_layer_norm.weight"]
+    for i in range(n_layers):
+        theirs, ours = f"{stack}.block.{i}.layer.", f"{stack}.blocks.{i}."
+        sublayers = [("attn", "ln_attn", "0.SelfAttention")]
+        if stack == "decoder":
+            sublayers.append(("cross_attn", "ln_cross", "1.EncDecAttention"))
+        for attn, ln, name in sublayers:
+            for o, t in (("W_q", "q"), ("W_k", "k"), ("W_v", "v"), ("W_o", "o")):
+                m[f"{ours}{attn}.{o}.weight"] = w[f"{theirs}{name}.{t}.weight"]
+            m[f"{ours}{ln}.weight"] = w[f"{theirs}{name.split('.')[0]}.layer_norm.weight"]
+        ff = len(sublayers)  # the FFN sub-layer's index: 1 in the encoder, 2 in the decoder
+        for o, t in ffn.items():
+            m[f"{ours}{o}.weight"] = w[f"{theirs}{ff}.DenseReluDense.{t}.weight"]
+        m[f"{ours}ln_mlp.weight"] = w[f"{theirs}{ff}.layer_norm.weight"]
+    return m
+
+
+def build(hf: dict, tensors: dict, generation: dict | None = None) -> EncoderDecoder:
+    """The checkpoint's tensors in a core EncoderDecoder, with its greedy-decoding rules."""
     act, gated = _feed_forward(hf)
     w = Weights(tensors)
     embedding = w["shared.weight"] if w.has("shared.weight") else w["encoder.embed_tokens.weight"]
@@ -89,7 +114,7 @@ def build(hf: dict, tensors: dict) -> EncoderDecoder:
         rel_pos_buckets=hf.get("relative_attention_num_buckets", 32),
         rel_pos_max_distance=hf.get("relative_attention_max_distance", 128),
     )
-    if D != config.d_model:
+    if config.d_model != D:
         raise CheckpointError(f"shared.weight has width {D}, the config says d_model={config.d_model}")
     model = EncoderDecoder(config)
     m = {"encoder.embed.tok.weight": embedding}
@@ -100,23 +125,7 @@ def build(hf: dict, tensors: dict) -> EncoderDecoder:
     if gated:
         ffn = {"mlp.W_gate": "wi_0", "mlp.W_in": "wi_1", "mlp.W_out": "wo"}
     for stack, n_layers in (("encoder", n_encoder), ("decoder", n_decoder)):
-        # stored once, in block 0's self-attention; the core's stack owns it
-        relative = f"{stack}.block.0.layer.0.SelfAttention.relative_attention_bias.weight"
-        m[f"{stack}.rel_pos.embedding.weight"] = w[relative]
-        m[f"{stack}.ln_final.weight"] = w[f"{stack}.final_layer_norm.weight"]
-        for i in range(n_layers):
-            theirs, ours = f"{stack}.block.{i}.layer.", f"{stack}.blocks.{i}."
-            sublayers = [("attn", "ln_attn", "0.SelfAttention")]
-            if stack == "decoder":
-                sublayers.append(("cross_attn", "ln_cross", "1.EncDecAttention"))
-            for attn, ln, name in sublayers:
-                for o, t in (("W_q", "q"), ("W_k", "k"), ("W_v", "v"), ("W_o", "o")):
-                    m[f"{ours}{attn}.{o}.weight"] = w[f"{theirs}{name}.{t}.weight"]
-                m[f"{ours}{ln}.weight"] = w[f"{theirs}{name.split('.')[0]}.layer_norm.weight"]
-            ff = len(sublayers)  # the FFN sub-layer's index: 1 in the encoder, 2 in the decoder
-            for o, t in ffn.items():
-                m[f"{ours}{o}.weight"] = w[f"{theirs}{ff}.DenseReluDense.{t}.weight"]
-            m[f"{ours}ln_mlp.weight"] = w[f"{theirs}{ff}.layer_norm.weight"]
+        m.update(_stack_mapping(w, stack, n_layers, ffn))
     assign(model, m)
-    apply_generation_config(model, hf, None)
+    model.generation = generation_rules(hf, generation)
     return model

@@ -13,7 +13,21 @@ from .weights import CheckpointError, Weights, assign
 MODEL_TYPES = ("vit", "deit")
 
 
-def build(hf: dict, tensors: dict) -> ViT:
+# Each core parameter of a block, and its name in a Hugging Face ViT / DeiT layer.
+LAYER = {
+    "attn.W_q": "attention.attention.query",
+    "attn.W_k": "attention.attention.key",
+    "attn.W_v": "attention.attention.value",
+    "attn.W_o": "attention.output.dense",
+    "ln_attn": "layernorm_before",
+    "ln_mlp": "layernorm_after",
+    "mlp.W_in": "intermediate.dense",
+    "mlp.W_out": "output.dense",
+}
+
+
+def build(hf: dict, tensors: dict, generation: dict | None = None) -> ViT:
+    """The checkpoint's tensors in a core ViT (generation_config.json plays no part in a ViT)."""
     model_type = hf["model_type"]
     w = Weights(tensors, prefixes=(f"{model_type}.",))
     distilled = w.has("embeddings.distillation_token")
@@ -52,18 +66,8 @@ def build(hf: dict, tensors: dict) -> ViT:
     }
     if distilled:
         m["encoder.embed.dist_token"] = w["embeddings.distillation_token"]
-    names = {
-        "attn.W_q": "attention.attention.query",
-        "attn.W_k": "attention.attention.key",
-        "attn.W_v": "attention.attention.value",
-        "attn.W_o": "attention.output.dense",
-        "ln_attn": "layernorm_before",
-        "ln_mlp": "layernorm_after",
-        "mlp.W_in": "intermediate.dense",
-        "mlp.W_out": "output.dense",
-    }
     for i in range(config.n_layers):
-        for ours, theirs in names.items():
+        for ours, theirs in LAYER.items():
             for p in ("weight", "bias"):
                 m[f"encoder.blocks.{i}.{ours}.{p}"] = w[f"encoder.layer.{i}.{theirs}.{p}"]
     if head:

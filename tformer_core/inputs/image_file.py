@@ -172,17 +172,3 @@ def _exif_orientation(image: Image.Image) -> int | None:
         return image.getexif().get(0x0112)
     except Exception:  # broken EXIF blocks are ignored, as exif_transpose does
         return None
-
-
-def to_png(image: Image.Image) -> bytes:
-    """A picture as PNG bytes (what the pages send to the browser)."""
-    buffer = io.BytesIO()
-    image.save(buffer, format="PNG", compress_level=3)
-    return buffer.getvalue()
-
-
-def to_jpeg(image: Image.Image, quality: int = 88) -> bytes:
-    """A picture as JPEG bytes: overlays on photos are a tenth of their PNG size and encode faster."""
-    buffer = io.BytesIO()
-    image.convert("RGB").save(buffer, format="JPEG", quality=quality)
-    return buffer.getvalue()

@@ -30,7 +30,7 @@ class ImagePreprocessing:
     std: tuple[float, ...] = IMAGENET_STD
 
     @classmethod
-    def from_hf(cls, cfg: dict, default_size: int) -> "ImagePreprocessing":
+    def from_hf(cls, cfg: dict, default_size: int) -> ImagePreprocessing:
         """From a Hugging Face preprocessor_config.json."""
         resize = None
         if cfg.get("do_resize", True):
@@ -75,8 +75,14 @@ class ImagePreprocessing:
             image = image.crop((left, top, left + cw, top + ch))
         return image
 
+    def normalise(self, pixels: torch.Tensor) -> torch.Tensor:
+        """(pixels - mean) / std per channel: pixels (..., C, H, W), already rescaled (e.g. to [0, 1])."""
+        shape = (len(self.mean), 1, 1)
+        mean = torch.tensor(self.mean, dtype=pixels.dtype, device=pixels.device).view(shape)
+        std = torch.tensor(self.std, dtype=pixels.dtype, device=pixels.device).view(shape)
+        return (pixels - mean) / std
+
     def __call__(self, image: Image.Image) -> torch.Tensor:
-        """PIL image -> float32 tensor (C, H, W), normalised."""
+        """PIL image -> float32 tensor (C, H, W): resized, cropped, rescaled, normalised."""
         pixels = np.asarray(self.resized(image), dtype=np.float32) * np.float32(self.rescale)  # (H, W, C)
-        pixels = (pixels - np.asarray(self.mean, np.float32)) / np.asarray(self.std, np.float32)
-        return torch.from_numpy(np.ascontiguousarray(pixels.transpose(2, 0, 1)))
+        return self.normalise(torch.from_numpy(np.ascontiguousarray(pixels.transpose(2, 0, 1))))

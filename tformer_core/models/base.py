@@ -1,16 +1,24 @@
-"""What every model family shares: device and dtype placement, input checks, and tracing."""
+"""What every model family shares: device and dtype placement, input checks, and tracing.
+
+`TracedModel` declares everything a loaded model offers the rest of the project (its kind, config,
+tokenizer, output labels, where it came from, its stacks); code that receives a model reads these
+attributes and never probes for others.
+"""
 
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Protocol, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 from torch import nn
 
 from ..capture import NameFilter, capture, name_hook_points
+from ..tokenizers import Tokenizer
 from ..trace import Trace, stored_by_default, to_numpy
+from .layers import BlockConfig, Stack
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -44,27 +52,48 @@ def per_token(values: Sequence[int] | None, ids: torch.Tensor, what: str) -> tor
     return t
 
 
-class Tokenizer(Protocol):
-    """The two calls the core makes of a tokenizer (a Hugging Face tokenizer has both)."""
-
-    def encode(self, text: str) -> list[int]: ...
-
-    def convert_ids_to_tokens(self, ids: list[int]) -> list[str]: ...
-
-
 class TracedModel(nn.Module):
-    """Base of the model families. Subclasses build their modules, then call `_finish_init()`."""
+    """Base of the model families. Subclasses build their modules, then call `_finish_init()`.
 
-    kind: str = ""
+    kind: "encoder" | "decoder" | "encoder-decoder" | "vit". main_stack: the stack a trace shows
+    first ("encoder", or "decoder" for decoder-only models). tokenizer: reads text (None for a ViT,
+    or a model built without one: it then takes token ids). output_labels: a display label per
+    output of the model's head (vocabulary tokens as the tokenizer writes them, or class names).
+    source: where the weights came from ("minilm", a hub id, a folder), for display.
+    """
 
-    def __init__(self, config: Any) -> None:
+    kind: ClassVar[str] = ""
+    main_stack: ClassVar[str] = "encoder"
+
+    def __init__(self, config: BlockConfig) -> None:
         super().__init__()
         self.config = config
         self.tokenizer: Tokenizer | None = None
-        # Display names of the head's outputs (ImageNet classes, or one string per vocabulary id),
-        # set by loaders; trace.predictions() uses them.
         self.output_labels: Sequence[str] | None = None
-        self.source: str = ""  # where the weights came from, for display
+        self.source: str = ""
+
+    def attach_tokenizer(self, tokenizer: Tokenizer) -> None:
+        """Read text with `tokenizer`; the head's outputs are then labelled with its tokens."""
+        self.tokenizer = tokenizer
+        if self.output_vocab_size:
+            self.output_labels = tokenizer.labels(self.output_vocab_size)
+
+    @property
+    def output_vocab_size(self) -> int:
+        """Vocabulary size of the head's outputs (0 when the outputs are not tokens)."""
+        return 0
+
+    @property
+    def max_tokens(self) -> int | None:
+        """The longest input the model reads, in tokens (None for a model that does not read text)."""
+        return None
+
+    def stack(self, name: str) -> Stack:
+        """The "encoder" or "decoder" stack module (embedding, blocks, final norm)."""
+        module = getattr(self, name, None) if name in ("encoder", "decoder") else None
+        if not isinstance(module, Stack):
+            raise ValueError(f"this {self.kind} model has no {name!r} stack")
+        return module
 
     def _finish_init(self) -> None:
         self.hook_names: tuple[str, ...] = tuple(name_hook_points(self))
@@ -78,7 +107,7 @@ class TracedModel(nn.Module):
     def dtype(self) -> torch.dtype:
         return next(self.parameters()).dtype
 
-    def place(self, device: str | torch.device | None = None, dtype: str | torch.dtype | None = None) -> "TracedModel":
+    def place(self, device: str | torch.device | None = None, dtype: str | torch.dtype | None = None) -> TracedModel:
         """Move to `device` (default: CUDA when available) in `dtype` (default float32); returns self."""
         return self.to(
             device=torch.device(device) if device is not None else default_device(), dtype=resolve_dtype(dtype)

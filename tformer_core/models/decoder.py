@@ -6,8 +6,8 @@ to -inf before the softmax, so their weights are exactly 0.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 import torch
@@ -40,6 +40,7 @@ class Decoder(TracedModel):
     """ids (B, T) -> next-token logits (B, T, vocab). Activations under `decoder.*` and `head.logits`."""
 
     kind = "decoder"
+    main_stack = "decoder"
 
     def __init__(self, config: DecoderConfig) -> None:
         super().__init__(config)
@@ -62,6 +63,14 @@ class Decoder(TracedModel):
         self.head.hook_logits = HookPoint()
         self.generation = GenerationSettings()
         self._finish_init()
+
+    @property
+    def output_vocab_size(self) -> int:
+        return self.config.vocab_size
+
+    @property
+    def max_tokens(self) -> int:
+        return self.config.max_positions
 
     def forward(self, ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         """ids (B, T) long; attention_mask (B, T) with 0 on padding keys, combined with the causal mask."""
@@ -102,7 +111,8 @@ class Decoder(TracedModel):
         steps, finished = [], False
         for t in range(budget):
             step = self.trace(sequence)
-            next_id = choose_next(step["head.logits"][-1], settings, t, is_last_allowed=t == budget - 1)
+            last = torch.from_numpy(np.array(step["head.logits"][-1:]))  # [1, vocab]
+            next_id = int(choose_next(last, settings, t, is_last_allowed=t == budget - 1)[0])
             steps.append(step)
             sequence.append(next_id)
             if next_id == settings.eos_id:

@@ -5,14 +5,15 @@ Every token attends to every other (bidirectional); a padding mask hides padded 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 import torch
 from torch import nn
 
 from ..capture import HookPoint, NameFilter
+from ..tokenizers import Tokenizer
 from ..trace import Trace
 from .base import TracedModel, per_token
 from .layers import ACTIVATIONS, BlockConfig, Stack, TextEmbedding, key_padding_mask
@@ -59,8 +60,20 @@ class Encoder(TracedModel):
         self.encoder = Stack(c, c.n_layers, embed)
         if c.mlm_head:
             self.head = MaskedLMHead(c, embed.tok.weight)
-        self.mask_token_id: int | None = None  # set by loaders whose tokenizer has [MASK]
+        self.mask_token_id: int | None = None  # from a tokenizer that has [MASK] (see attach_tokenizer)
         self._finish_init()
+
+    def attach_tokenizer(self, tokenizer: Tokenizer) -> None:
+        super().attach_tokenizer(tokenizer)
+        self.mask_token_id = tokenizer.mask_token_id
+
+    @property
+    def output_vocab_size(self) -> int:
+        return self.config.vocab_size if self.config.mlm_head else 0
+
+    @property
+    def max_tokens(self) -> int:
+        return self.config.max_positions
 
     def forward(
         self,
@@ -110,9 +123,8 @@ class Encoder(TracedModel):
             raise ValueError("a second segment needs text input and a model with a tokenizer")
         if not text.strip() or not pair.strip():
             raise ValueError("both segments need at least one word")
-        encoded = self.tokenizer(text, pair)
-        types = encoded.get("token_type_ids") if self.config.n_token_types > 1 else None
-        return list(encoded["input_ids"]), types
+        ids, types = self.tokenizer.encode_pair(text, pair)
+        return ids, types if self.config.n_token_types > 1 else None
 
 
 class MaskedLMHead(nn.Module):

@@ -11,8 +11,8 @@ broadcastable to (B, h, Tq, Tk), True where a query MAY attend to a key.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 import torch.nn.functional as F

@@ -7,8 +7,8 @@ keys and values come from the encoder output ("memory").
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 import torch
@@ -16,8 +16,9 @@ from torch import nn
 
 from ..capture import HookPoint, NameFilter
 from ..generation import Generation, GenerationSettings, choose_next
+from ..tokenizers import Tokenizer
 from ..trace import Trace, stored_by_default
-from .base import Tokenizer, TracedModel, per_token
+from .base import TracedModel, per_token
 from .layers import BlockConfig, Stack, TextEmbedding, causal_mask, key_padding_mask
 
 
@@ -87,6 +88,14 @@ class EncoderDecoder(TracedModel):
         self.generation = GenerationSettings(start_id=1, eos_id=2, pad_id=0)
         self._finish_init()
 
+    @property
+    def output_vocab_size(self) -> int:
+        return self.config.tgt_vocab_size
+
+    @property
+    def max_tokens(self) -> int:
+        return self.config.max_positions
+
     def encode(self, src: torch.Tensor, src_mask: torch.Tensor | None = None) -> torch.Tensor:
         """src (B, S) -> memory (B, S, D). src_mask (B, S): 1 real token, 0 padding."""
         mask = key_padding_mask(src_mask) if src_mask is not None else None
@@ -130,7 +139,8 @@ class EncoderDecoder(TracedModel):
     ) -> Generation:
         """Greedy translation of `source`: the encoder runs once, then one traced decoder pass per token.
 
-        Step traces hold the decoder (`decoder.*`) and `head.logits`; `Generation.trace` is a full
+        Step traces hold the decoder stack (`decoder.*`, its cross-attention included) and `head.logits`,
+        and say so: their `stack_layers` name the decoder only. `Generation.trace` is a full
         teacher-forced pass over the result, encoder included.
         """
         c, settings = self.config, self.generation
@@ -139,21 +149,22 @@ class EncoderDecoder(TracedModel):
         budget = min(budget, c.max_positions - 1)
         with torch.inference_mode():
             memory = self.encode(src)
-        sequence = [settings.start_id if settings.start_id is not None else settings.pad_id]
+        sequence = [self._start_id()]
         target_tokenizer = self.target_tokenizer or self.tokenizer
         steps, finished = [], False
         decoder_only = lambda name: name.startswith(("decoder.", "head.")) and stored_by_default(name)  # noqa: E731
         for t in range(budget):
             tgt, tgt_tokens = self._ids(sequence, c.tgt_vocab_size, None, target_tokenizer, "target")
             step = self._trace(
-                lambda: self.decode(tgt, memory),
+                lambda tgt=tgt: self.decode(tgt, memory),
                 decoder_only,
                 meta={"predict_position": -1},
                 tokens=src_tokens,
                 target_tokens=tgt_tokens,
-                stack_layers={"encoder": c.n_encoder_layers, "decoder": c.n_decoder_layers},
+                stack_layers={"decoder": c.n_decoder_layers},
             )
-            next_id = choose_next(step["head.logits"][-1], settings, t, is_last_allowed=t == budget - 1)
+            last = torch.from_numpy(np.array(step["head.logits"][-1:]))  # [1, vocab]
+            next_id = int(choose_next(last, settings, t, is_last_allowed=t == budget - 1)[0])
             steps.append(step)
             sequence.append(next_id)
             if next_id == settings.eos_id:
@@ -161,3 +172,39 @@ class EncoderDecoder(TracedModel):
                 break
         final = self.trace(src[0].tolist(), sequence)
         return Generation(tuple(sequence), final.target_tokens or (), 1, tuple(steps), final, finished)
+
+    def _start_id(self) -> int:
+        settings = self.generation
+        start = settings.start_id if settings.start_id is not None else settings.pad_id
+        if start is None:
+            raise ValueError("this model's generation settings name no decoder start token")
+        return int(start)
+
+    @torch.inference_mode()
+    def greedy_batch(
+        self, src: torch.Tensor, src_mask: torch.Tensor, max_new_tokens: int | None = None
+    ) -> list[list[int]]:
+        """Batched greedy decoding without traces (evaluation over many sentences), by the same rules as
+        `generate`: src (B, S) ids, src_mask (B, S) 1 real / 0 padding -> the generated ids of each row,
+        up to (not including) the end token.
+
+        The memory is computed once; the decoder re-reads the whole prefix at each step (no cache:
+        sentences are short, and this keeps the decoder the plain traced module).
+        """
+        settings = self.generation
+        budget = min(max_new_tokens or settings.max_new_tokens, self.config.max_positions - 1)
+        src, src_mask = src.to(self.device), src_mask.to(self.device)
+        memory = self.encode(src, src_mask)  # (B, S, D)
+        out = torch.full((src.shape[0], 1), self._start_id(), dtype=torch.long, device=self.device)
+        done = torch.zeros(src.shape[0], dtype=torch.bool, device=self.device)
+        for t in range(budget):
+            logits = self.decode(out, memory, src_mask)[:, -1]  # (B, V)
+            nxt = choose_next(logits, settings, t, is_last_allowed=t == budget - 1)
+            if settings.eos_id is not None:
+                nxt = torch.where(done, torch.full_like(nxt, settings.eos_id), nxt)
+                done |= nxt == settings.eos_id
+            out = torch.cat([out, nxt[:, None]], dim=1)
+            if bool(done.all()):
+                break
+        rows = out[:, 1:].tolist()
+        return [row[: row.index(settings.eos_id)] if settings.eos_id in row else row for row in rows]

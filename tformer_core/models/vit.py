@@ -8,14 +8,15 @@ and a pre-norm encoder runs over the sequence. The MLP head reads the class toke
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 import torch
 from torch import nn
 
 from ..capture import HookPoint, NameFilter
+from ..inputs.preprocessing import ImagePreprocessing
 from ..trace import Trace
 from .base import TracedModel
 from .layers import BlockConfig, Stack
@@ -127,7 +128,7 @@ class ViT(TracedModel):
             if c.has_dist_head:
                 self.head.dist_classifier = nn.Linear(c.d_model, c.n_classes)
             self.head.hook_logits = HookPoint()
-        self.preprocessing: object | None = None  # set by loaders: how to turn a photo into the input tensor
+        self.preprocessing: ImagePreprocessing | None = None  # set by loaders: photo -> input tensor
         self._finish_init()
 
     @property

@@ -1,11 +1,10 @@
-"""Charts shared by the app's pages, built from numpy: Vega-Lite specifications, no Streamlit here.
+"""Vega-Lite chart specifications built from numpy: plain dicts, no Streamlit and no Altair here.
 
-A chart is either an Altair chart or a plain Vega-Lite dict whose data are DataFrames under
-spec["datasets"]. The charts redrawn whenever a user switches layer or head (heatmaps, and the
-text views in text_views.py) are written as plain dicts: building them through Altair took most of
-a page rerun. `vega_lite_spec` turns either kind into what a page sends; `to_svg` / `to_png`
-render either kind on the server for the export buttons; `validate` checks a spec against the
-Vega-Lite schema (the tests do, since the page does not spend the time).
+A chart is a Vega-Lite dict whose data are DataFrames under spec["datasets"] (a page sends them as
+Arrow; `export.json_spec` turns them into records for files). Writing the dicts directly, rather than
+through Altair, keeps a page rerun fast (Altair's schema work took most of one) and keeps Altair's
+process-wide settings out of a server that many sessions share. The tests validate every builder's
+output against the Vega-Lite schema (`export.validate`).
 
 Matrices go in long form (row, col, value, row_token, col_token), as in the Annotated Transformer.
 Masked cells (-inf scores) cannot travel as JSON numbers; they are sent as nulls, drawn grey and
@@ -15,19 +14,21 @@ labelled "-inf", so a masked score is visibly different from a very negative one
 from __future__ import annotations
 
 import hashlib
-import threading
-from typing import Any, Sequence, Union
+import math
+from collections.abc import Sequence
+from typing import Any
 
-import altair as alt
 import numpy as np
 import pandas as pd
 
-Chart = Union[alt.TopLevelMixin, dict]
-VEGA_LITE_SCHEMA = alt.SCHEMA_URL
+VEGA_LITE_SCHEMA = "https://vega.github.io/schema/vega-lite/v6.4.1.json"  # the version Streamlit 1.67 draws
 AUTOSIZE = {"type": "pad", "contains": "padding"}  # the chart at its own size, axes and legend around it
+MASKED_COLOUR = "#bbbbbb"  # colour.MASKED_RGB
 
 # Above this many cells, numbers are not printed inside the cells (they would be unreadable).
 MAX_ANNOTATED_CELLS = 400
+# A dense grid sends one row of data per cell: `thin` keeps a chart's payload under this many cells.
+MAX_GRID_CELLS = 32_768
 
 
 def unique_labels(labels: Sequence[str]) -> list[str]:
@@ -99,7 +100,7 @@ def matrix_frame(matrix: np.ndarray, rows: Sequence[str], cols: Sequence[str], l
     return frame
 
 
-# ---- plain Vega-Lite -----------------------------------------------------------------------------
+# ---- building blocks ------------------------------------------------------------------------------
 def named_data(frame: pd.DataFrame, datasets: dict[str, Any]) -> dict[str, str]:
     """Put `frame` into `datasets` under a name made from its content; returns the {"name": ...} reference."""
     digest = hashlib.blake2b(pd.util.hash_pandas_object(frame, index=False).to_numpy().tobytes(), digest_size=12)
@@ -124,6 +125,31 @@ def layered(layers: list[dict], datasets: dict[str, Any], title: str = "", **pro
         "autosize": AUTOSIZE,
         **props,
     }
+
+
+# ---- charts -------------------------------------------------------------------------------------
+def _colour_domain(values: pd.Series, diverging: bool) -> tuple[float, float] | None:
+    """The data's range (symmetric around 0 when diverging; widened when every value is equal)."""
+    finite = values.dropna()
+    if not len(finite):
+        return None
+    lo, hi = float(finite.min()), float(finite.max())
+    if diverging:
+        bound = max(abs(lo), abs(hi)) or 1.0
+        return -bound, bound
+    return (lo - 1.0, hi + 1.0) if lo == hi else (lo, hi)
+
+
+def _cell_numbers(data: dict, x: dict, y: dict, tooltip: list, domain, scheme: str, diverging: bool, px: int) -> dict:
+    """The layer that prints each cell's value: dark text on light cells, light text on dark ones."""
+    mid = (domain[0] + domain[1]) / 2 if domain else 0.0
+    light_is_high = scheme in ("blues", "greens", "oranges", "greys", "purples", "reds") and not diverging
+    dark_text = f"datum.value === null || datum.value {'<' if light_is_high else '>'} {mid}"
+    if diverging:
+        dark_text = f"datum.value === null || abs(datum.value) < {0.5 * (domain[1] if domain else 1.0)}"
+    text_colour = {"condition": {"test": dark_text, "value": "black"}, "value": "white"}
+    encoding = {"x": x, "y": y, "text": channel("label", "nominal"), "color": text_colour, "tooltip": tooltip}
+    return {"data": data, "mark": {"type": "text", "fontSize": max(7, min(12, px // 3))}, "encoding": encoding}
 
 
 def heatmap(
@@ -151,77 +177,33 @@ def heatmap(
     n_rows, n_cols = len(rows), len(cols)
     annotate = (n_rows * n_cols <= MAX_ANNOTATED_CELLS) if annotate is None else annotate
     df = matrix_frame(matrix, rows, cols, labels=annotate)
-    finite = df["value"].dropna()
-    if domain is None and len(finite):
-        lo, hi = float(finite.min()), float(finite.max())
-        if diverging:
-            bound = max(abs(lo), abs(hi)) or 1.0
-            domain = (-bound, bound)
-        elif lo == hi:
-            domain = (lo - 1.0, hi + 1.0)
-        else:
-            domain = (lo, hi)
+    domain = domain if domain is not None else _colour_domain(df["value"], diverging)
     scale: dict[str, Any] = {"scheme": "redblue" if diverging else scheme, "reverse": diverging}
     if domain:
         scale["domain"] = [float(domain[0]), float(domain[1])]
     height = cell_size or max(12, min(40, 560 // max(n_rows, n_cols, 1)))
     width = cell_width or height
     # Every token label is drawn when the cells are tall / wide enough for it; else Vega-Lite thins them.
-    x = channel(
-        "col_token",
-        "ordinal",
-        sort=unique_labels(cols),
-        title=col_title,
-        axis={"labelAngle": -45, "labelOverlap": width < 12, "labelLimit": 120},
-    )
-    y = channel(
-        "row_token",
-        "ordinal",
-        sort=unique_labels(rows),
-        title=row_title,
-        axis={"labelOverlap": height < 12, "labelLimit": 120},
-    )
+    x_axis = {"labelAngle": -45, "labelOverlap": width < 12, "labelLimit": 120}
+    x = channel("col_token", "ordinal", sort=unique_labels(cols), title=col_title, axis=x_axis)
+    y_axis = {"labelOverlap": height < 12, "labelLimit": 120}
+    y = channel("row_token", "ordinal", sort=unique_labels(rows), title=row_title, axis=y_axis)
     datasets: dict[str, Any] = {}
     data = named_data(df, datasets)
-    value_tip = (
-        channel("text", "nominal", title="value")
-        if "text" in df
-        else channel("value", "quantitative", title="value", format=".4~g")
-    )
-    tooltip = [
-        channel("row_token", "nominal", title=row_title),
-        channel("col_token", "nominal", title=col_title),
-        value_tip,
-    ]
+    if "text" in df:
+        value_tip = channel("text", "nominal", title="value")
+    else:
+        value_tip = channel("value", "quantitative", title="value", format=".4~g")
+    tooltip = [channel("row_token", "nominal", title=row_title), channel("col_token", "nominal", title=col_title)]
+    tooltip.append(value_tip)
     colour = {
-        "condition": {"test": "datum.value === null", "value": "#bbbbbb"},
+        "condition": {"test": "datum.value === null", "value": MASKED_COLOUR},
         **channel("value", "quantitative", scale=scale, title=None),
     }
-    layers = [
-        {"data": data, "mark": {"type": "rect"}, "encoding": {"x": x, "y": y, "color": colour, "tooltip": tooltip}}
-    ]
+    encoding = {"x": x, "y": y, "color": colour, "tooltip": tooltip}
+    layers = [{"data": data, "mark": {"type": "rect"}, "encoding": encoding}]
     if annotate:
-        # Dark text on light cells and light text on dark ones: threshold at the middle of the range.
-        mid = (domain[0] + domain[1]) / 2 if domain else 0.0
-        light_is_high = scheme in ("blues", "greens", "oranges", "greys", "purples", "reds") and not diverging
-        dark_text = f"datum.value === null || datum.value {'<' if light_is_high else '>'} {mid}"
-        if diverging:
-            dark_text = f"datum.value === null || abs(datum.value) < {0.5 * (domain[1] if domain else 1.0)}"
-        text_colour = {"condition": {"test": dark_text, "value": "black"}, "value": "white"}
-        font = max(7, min(12, min(width, height) // 3))
-        layers.append(
-            {
-                "data": data,
-                "mark": {"type": "text", "fontSize": font},
-                "encoding": {
-                    "x": x,
-                    "y": y,
-                    "text": channel("label", "nominal"),
-                    "color": text_colour,
-                    "tooltip": tooltip,
-                },
-            }
-        )
+        layers.append(_cell_numbers(data, x, y, tooltip, domain, scheme, diverging, min(width, height)))
     return layered(layers, datasets, title, width=width * n_cols, height=height * n_rows)
 
 
@@ -233,93 +215,114 @@ def line_chart(
     title: str = "",
     x_title: str | None = None,
     y_title: str | None = None,
-) -> alt.Chart:
-    """Curves of `y` over `x`, one colour per `series` (long-form frame)."""
-    return (
-        alt.Chart(frame)
-        .mark_line(point=len(frame) <= 200)
-        .encode(
-            x=alt.X(f"{x}:Q", title=x_title or x),
-            y=alt.Y(f"{y}:Q", title=y_title or y),
-            color=alt.Color(f"{series}:N", title=series),
-            tooltip=[x, y, series],
-        )
-        .properties(title=title, height=260)
-    )
+    width: int = 560,
+    height: int = 260,
+    reference: pd.DataFrame | None = None,
+) -> dict:
+    """Curves of `y` over `x`, one colour per `series` (long-form frame); points on short curves.
 
-
-# ---- to the browser and to files ----------------------------------------------------------------
-def natural_size(chart: Chart) -> Chart:
-    """The chart at its own width and height, axes and legend added around them.
-
-    Streamlit otherwise fits the whole chart, labels included, into width x height, which
-    squeezes small charts with long labels (a 16-row heatmap came out 10 px tall).
+    reference: a frame with the same x and y columns, drawn as a dashed black curve on top (what a
+    formula predicts).
     """
-    if isinstance(chart, dict):
-        return {**chart, "autosize": AUTOSIZE}
-    return chart.properties(autosize=alt.AutoSizeParams(type="pad", contains="padding"))
-
-
-# Altair selects its theme and data transformer through process-wide settings: one lock for them.
-_ALTAIR_SETTINGS = threading.Lock()
-
-
-def _named_frames(data: Any, datasets: dict[str, Any]) -> dict[str, str]:
-    """Altair data transformer: keep each DataFrame as is, under a name made from its content."""
-    return named_data(pd.DataFrame(data), datasets)
-
-
-alt.data_transformers.register("tformer_named_frames", _named_frames)
-
-
-def vega_lite_spec(chart: Chart) -> dict:
-    """The chart as a Vega-Lite dict, its data as DataFrames under spec["datasets"] (a page sends them as Arrow).
-
-    Altair charts are converted without schema validation (it took about half of a rerun); the
-    tests validate every chart builder's output with `validate`. No theme: the page applies its own.
-    """
-    if isinstance(chart, dict):
-        return {**chart, "datasets": dict(chart.get("datasets") or {})}
     datasets: dict[str, Any] = {}
-    with (
-        _ALTAIR_SETTINGS,
-        alt.theme.enable("none"),
-        alt.data_transformers.enable("tformer_named_frames", datasets=datasets),
-    ):
-        spec = chart.to_dict(validate=False)
-    spec["datasets"] = {**(spec.get("datasets") or {}), **datasets}
-    return spec
+    x_channel = channel(x, "quantitative", title=x_title or x)
+    y_channel = channel(y, "quantitative", title=y_title or y)
+    layers = [
+        {
+            "data": named_data(frame, datasets),
+            "mark": {"type": "line", "point": len(frame) <= 200},
+            "encoding": {
+                "x": x_channel,
+                "y": y_channel,
+                "color": channel(series, "nominal", title=series),
+                "tooltip": [channel(x, "quantitative"), channel(y, "quantitative"), channel(series, "nominal")],
+            },
+        }
+    ]
+    if reference is not None:
+        layers.append(
+            {
+                "data": named_data(reference, datasets),
+                "mark": {"type": "line", "color": "black", "strokeDash": [6, 4]},
+                "encoding": {"x": x_channel, "y": y_channel},
+            }
+        )
+    return layered(layers, datasets, title, width=width, height=height)
 
 
-def json_spec(chart: Chart) -> dict:
-    """The chart as pure JSON data: datasets as lists of records, missing values as null."""
-    spec = vega_lite_spec(chart)
-    spec["datasets"] = {
-        name: frame.astype(object).where(frame.notna(), None).to_dict("records")
-        if isinstance(frame, pd.DataFrame)
-        else frame
-        for name, frame in spec["datasets"].items()
+def _round_ticks(values: np.ndarray) -> list[int]:
+    """About ten axis labels at round numbers (multiples of 1, 2, 5, 8, 10, 16, ...) that are on the axis."""
+    stride = int(values[1] - values[0]) if len(values) > 1 else 1  # thinned axes hold multiples of it
+    span = (int(values[-1]) - int(values[0])) if len(values) else 0
+    nice = stride * next(
+        (n for n in (1, 2, 5, 8, 10, 16, 20, 25, 32, 50, 64, 100, 128, 256, 512) if span / (n * stride) <= 10), 1024
+    )
+    return [int(v) for v in values if v % nice == 0]
+
+
+def grid_heatmap(
+    matrix: np.ndarray,
+    rows: np.ndarray,
+    cols: np.ndarray,
+    title: str,
+    *,
+    row_title: str,
+    col_title: str,
+    diverging: bool = True,
+    width: int = 520,
+    height: int = 320,
+) -> dict:
+    """A heatmap for large numeric grids (positions x dimensions): fixed size, a few axis labels.
+
+    `heatmap` labels every row and column; with hundreds of positions that is unreadable, so this one
+    labels about ten ticks per axis and never prints numbers in cells. rows / cols: the index of each
+    row and column of `matrix` (a thinned grid keeps its original numbers).
+    """
+    m = np.asarray(matrix, dtype=np.float64)
+    r, c = np.meshgrid(rows, cols, indexing="ij")
+    frame = pd.DataFrame({"row": r.ravel(), "col": c.ravel(), "value": m.ravel()})
+    # A few outlier cells (learned embeddings have some) would wash out the rest: the colours span the
+    # 99th percentile of |value| and clamp beyond; the tooltip still shows the true value.
+    bound = float(np.percentile(np.abs(m), 99)) if m.size else 1.0
+    bound = bound or float(np.max(np.abs(m), initial=0.0)) or 1.0
+    if diverging:
+        scale = {"scheme": "redblue", "domain": [-bound, bound], "reverse": True, "clamp": True}
+    else:
+        scale = {"scheme": "viridis"}
+    datasets: dict[str, Any] = {}
+    layer = {
+        "data": named_data(frame, datasets),
+        "mark": {"type": "rect"},
+        "encoding": {
+            "x": channel("col", "ordinal", title=col_title, axis={"values": _round_ticks(cols), "labelAngle": 0}),
+            "y": channel("row", "ordinal", title=row_title, axis={"values": _round_ticks(rows)}),
+            "color": channel("value", "quantitative", scale=scale, title=None),
+            "tooltip": [
+                channel("row", "ordinal", title=row_title),
+                channel("col", "ordinal", title=col_title),
+                channel("value", "quantitative", format=".4f"),
+            ],
+        },
     }
-    return spec
+    return layered([layer], datasets, title, width=width, height=height)
 
 
-def validate(chart: Chart) -> None:
-    """Raise (jsonschema's ValidationError) when the chart is not a valid Vega-Lite specification."""
-    alt.Root.validate(json_spec(chart))
+def thin(
+    matrix: np.ndarray, max_cells: int = MAX_GRID_CELLS, keep_rows: bool = True
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(sub-matrix, row indices, column indices) with at most max_cells cells, taking every s-th column.
 
-
-# Streamlit's chart toolbar offers PNG only, so the app renders exports itself, on the server, with
-# vl-convert (the Vega project's own renderer, used by Altair's chart.save): the file is exactly the
-# chart on screen, and nothing is computed until a user asks for it.
-def to_svg(chart: Chart) -> str:
-    """The chart as an SVG document (text)."""
-    import vl_convert
-
-    return vl_convert.vegalite_to_svg(json_spec(chart))
-
-
-def to_png(chart: Chart, scale: float = 2.0) -> bytes:
-    """The chart as PNG bytes, `scale` times its size on screen (2: sharp on a projector or in slides)."""
-    import vl_convert
-
-    return vl_convert.vegalite_to_png(json_spec(chart), scale=scale)
+    Columns are dropped first and rows are all kept when keep_rows (striding the positions of a
+    sinusoid would alias its fast dimensions; each column is its own frequency, so skipping
+    some loses nothing else). Otherwise rows and columns get the same stride (square matrices).
+    """
+    n_rows, n_cols = matrix.shape
+    if n_rows * n_cols <= max_cells:
+        return matrix, np.arange(n_rows), np.arange(n_cols)
+    if keep_rows:
+        col_step = math.ceil(n_rows * n_cols / max_cells)
+        rows, cols = np.arange(n_rows), np.arange(0, n_cols, col_step)
+    else:
+        step = math.ceil(math.sqrt(n_rows * n_cols / max_cells))
+        rows, cols = np.arange(0, n_rows, step), np.arange(0, n_cols, step)
+    return matrix[np.ix_(rows, cols)], rows, cols

@@ -1,0 +1,92 @@
+"""Drawing charts and tables, and the files a user can take away: SVG / PNG of every chart, CSV of every matrix.
+
+Exports are rendered on the server and only when their button is clicked (`on_click="ignore"`: the
+click does not rerun the page), so drawing a page costs nothing for the files it offers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from tformer_views.charts.export import to_png, to_svg
+
+
+def chart(spec: dict, key: str, file_name: str | None = None, **selection: Any) -> Any:
+    """Draw a Vega-Lite chart (tformer_views.charts) with SVG and PNG downloads under it; returns
+    st.vega_lite_chart's result. `selection`: on_select / selection_mode, for clickable charts."""
+    sent = {**spec, "datasets": dict(spec.get("datasets") or {})}  # Streamlit takes the datasets out of what it gets
+    event = st.vega_lite_chart(sent, width="content", key=key, **selection)
+    export_buttons(spec, key, file_name or key.rsplit(".", 1)[-1])
+    return event
+
+
+def export_buttons(spec: dict, key: str, file_name: str) -> None:
+    """SVG and PNG download buttons for a chart (Streamlit's own chart toolbar saves PNG only)."""
+    with st.container(horizontal=True, gap="small"):
+        for kind, mime, render in (("svg", "image/svg+xml", to_svg), ("png", "image/png", to_png)):
+            st.download_button(
+                kind.upper(),
+                lambda render=render: render(spec),
+                file_name=f"{file_name}.{kind}",
+                mime=mime,
+                key=f"{key}.{kind}",
+                on_click="ignore",
+                type="tertiary",
+                icon=":material/download:",
+                help=f"Save this chart as {kind.upper()}",
+            )
+
+
+def file_download(label: str, data: bytes, file_name: str, mime: str, key: str) -> None:
+    """A download button for bytes the page already has (a picture it showed)."""
+    st.download_button(
+        label,
+        lambda: data,
+        file_name=file_name,
+        mime=mime,
+        key=key,
+        on_click="ignore",
+        type="tertiary",
+        icon=":material/download:",
+    )
+
+
+def table(frame: pd.DataFrame, digits: int = 4, key: str | None = None) -> None:
+    """A table whose numbers the browser formats to `digits` decimals.
+
+    Not a pandas Styler: a Styler formats every cell on the server, which for a 512-row table
+    takes longer than the rest of a rerun.
+    """
+    config = {
+        str(c): st.column_config.NumberColumn(format=f"%.{digits}f")
+        for c in frame.columns
+        if pd.api.types.is_float_dtype(frame[c])
+    }
+    st.dataframe(frame, column_config=config, key=key)
+
+
+def matrix_download(
+    matrix: np.ndarray,
+    rows: Sequence[str],
+    cols: Sequence[str],
+    file_name: str,
+    label: str = "Download CSV",
+    key: str | None = None,
+) -> None:
+    """A button that downloads the matrix shown (with its row and column labels) as CSV.
+
+    The CSV is written only when the button is clicked (a 512 x 512 matrix takes longer to format
+    than the rest of a rerun), and the click does not rerun the page.
+    """
+
+    def csv() -> bytes:
+        return pd.DataFrame(np.asarray(matrix), index=list(rows), columns=list(cols)).to_csv().encode("utf-8")
+
+    st.download_button(
+        label, csv, file_name=file_name, mime="text/csv", key=key, on_click="ignore", icon=":material/download:"
+    )

@@ -1,0 +1,55 @@
+"""The frame around every page: title, introduction, URL state, errors shown in place, the sidebar's status."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import streamlit as st
+import torch
+
+import tformer_core as tc
+
+from .caches import loaded_models
+from .markdown import escape
+from .url import UrlState
+
+DEFAULT_TEXT_MODEL = "minilm"
+TEXT_MODEL_SUGGESTIONS = ("minilm", "bert-base-uncased", "roberta-base", "distilbert-base-uncased", "gpt2")
+
+
+def run_page(title: str, intro: str, name: str, draw: Callable[[UrlState], None]) -> None:
+    """A page: its title and introduction, then draw(url) with the page's URL state.
+
+    The URL is written even when drawing stops early (a bad input), so the link still shows what
+    the user chose.
+    """
+    st.title(title)
+    st.caption(intro)
+    url = UrlState(name)
+    try:
+        draw(url)
+    finally:
+        url.publish()
+
+
+def run_safely(compute: Callable[[], Any], what: str) -> Any | None:
+    """compute(), or None with an inline error message when the input is bad (never a traceback)."""
+    try:
+        return compute()
+    except (ValueError, tc.CheckpointError) as error:
+        st.error(f"{escape(what)}: {escape(error)}")
+        return None
+
+
+def device_summary() -> str:
+    """One line of Markdown: where the models run."""
+    device = tc.default_device()
+    label = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
+    return f"Device: **{device.type.upper()}** ({escape(label)}) · torch {torch.__version__.split('+')[0]}"
+
+
+def models_summary() -> str:
+    """One line of Markdown: the models this server holds (drawn after the page ran, so it includes its model)."""
+    loaded = loaded_models()
+    return "Models loaded: " + (", ".join(escape(m) for m in loaded) if loaded else "none yet")

@@ -1,0 +1,84 @@
+"""Matrices on a lesson page: a formula, the numbers as a table beside them as a heatmap, and editable tables.
+
+matrix_panel("Q", r"Q = XW^Q", Q, tokens, ["q1", "q2"], key_prefix="step")
+inputs = Inputs(); inputs.parse("X", lambda: matrix_from_frame(edited, "X"))   # errors kept, not raised
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from tformer_views.charts.spec import heatmap, unique_labels
+from tformer_views.lessons.tables import TableError
+
+from . import downloads
+
+
+def matrix_panel(
+    name: str,
+    latex: str | None,
+    matrix: np.ndarray,
+    rows: Sequence[str],
+    cols: Sequence[str],
+    *,
+    key_prefix: str,
+    file_prefix: str | None = None,
+    caption: str = "",
+    col_title: str = "",
+    row_title: str = "token",
+    domain: tuple[float, float] | None = None,
+    diverging: bool = True,
+) -> None:
+    """A formula, then the numbers as a table (with a CSV download) beside them as a heatmap.
+
+    `name` labels the table's corner (tests find tables by it) and names the files and keys: the CSV is
+    "<file_prefix>_<name>.csv" (file_prefix defaults to key_prefix).
+    """
+    if latex:
+        st.latex(latex)
+    if caption:
+        st.caption(caption)
+    rows, cols = unique_labels(rows), [str(c) for c in cols]
+    left, right = st.columns([1, 1])
+    frame = pd.DataFrame(matrix, index=pd.Index(rows, name=name), columns=cols)
+    left.dataframe(frame.style.format("{:.4g}"))
+    slug = "".join(ch if ch.isalnum() else "_" for ch in name)
+    with left:
+        downloads.matrix_download(
+            matrix, rows, cols, f"{file_prefix or key_prefix}_{slug}.csv", key=f"{key_prefix}.csv.{slug}"
+        )
+    with right:
+        chart = heatmap(
+            matrix,
+            rows,
+            cols,
+            name,
+            row_title=row_title,
+            col_title=col_title,
+            domain=domain,
+            diverging=diverging and domain is None,
+        )
+        downloads.chart(chart, key=f"{key_prefix}.chart.{slug}")
+
+
+class Inputs:
+    """Parsed tables: each matrix by name, or None with its message in `errors` (keyed by the same name).
+
+    One bad table does not stop the page: the parts that do not need it are still drawn.
+    """
+
+    def __init__(self) -> None:
+        self.tokens: list[str] = []
+        self.values: dict[str, np.ndarray | None] = {}
+        self.errors: dict[str, str] = {}
+
+    def parse(self, name: str, read: Callable[[], np.ndarray]) -> None:
+        try:
+            self.values[name] = read()
+        except TableError as error:
+            self.values[name] = None
+            self.errors[name] = str(error)

@@ -1,0 +1,110 @@
+"""Model cards of the bundled models, written from what a training run recorded in config.json.
+
+The card text is a template beside this file (`cards/<name>.md`, Python format fields); this module
+only works out the values. A card can be rewritten from a model folder at any time without training
+again (`write_card(folder)`), and the tests check that the shipped cards match their folders.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from safetensors import safe_open
+
+from . import data as td
+from .loading import CARD_FILE, CONFIG_FILE, WEIGHTS_FILE
+
+TEMPLATES = Path(__file__).resolve().parent / "cards"
+
+
+def _n_params(weights: Path) -> int:
+    """Parameters stored in a safetensors file (a tied matrix is stored, and counted, once)."""
+    with safe_open(str(weights), framework="pt") as f:
+        return sum(math.prod(f.get_slice(name).get_shape()) for name in f.keys())  # noqa: SIM118 (safe_open is not a dict)
+
+
+def _size(folder: Path) -> str:
+    size = (folder / WEIGHTS_FILE).stat().st_size
+    n = _n_params(folder / WEIGHTS_FILE)
+    return f"{n:,} parameters; `{WEIGHTS_FILE}` is {size:,} bytes ({size / 2**20:.2f} MiB, float32)"
+
+
+def _environment(meta: dict) -> str:
+    t = meta["training"]
+    e = t["environment"]
+    return (
+        f"{t['train_seconds']:.0f} s wall time ({t['train_seconds'] / 60:.1f} min) on {e['threads']} CPU threads "
+        f"({e['machine']}, torch {e['torch']}, Python {e['python']}), measured by the training script"
+    )
+
+
+def _common(meta: dict, folder: Path) -> dict:
+    t = meta["training"]
+    return {
+        "c": meta["config"],
+        "t": t,
+        "r": t["recipe"],
+        "m": meta["evaluation"],
+        "sha": meta["weights_sha256"],
+        "size": _size(folder),
+        "environment": _environment(meta),
+        "betas": str(tuple(t["recipe"]["betas"])),
+    }
+
+
+def _translator_fields(meta: dict) -> dict:
+    m, n_heads = meta["evaluation"], meta["config"]["n_heads"]
+    heads = "\n".join(
+        f"| {layer} | " + " | ".join(f"{v:.1%}" for v in row) + " |"
+        for layer, row in enumerate(m["alignment_accuracy_per_head"])
+    )
+    return {
+        "examples": "\n".join(f"| {e['source']} | {e['reference']} | {e['model']} |" for e in m["examples"]),
+        "heads": heads,
+        "head_columns": " | ".join(f"head {h}" for h in range(n_heads)),
+        "head_rule": "---|" * n_heads,
+        "best": m["best_alignment_head"],
+        "held_out_percent": td.HELD_OUT_PERCENT,
+    }
+
+
+def _vit_fields(meta: dict) -> dict:
+    c, m, pre = meta["config"], meta["evaluation"], meta["preprocessing"]
+    last = m["last_layer_attention"]
+    grid = c["image_size"] // c["patch_size"]
+    return {
+        "classes": ", ".join(td.SHAPE_CLASSES),
+        "train_stream_offset": td.TRAIN_STREAM_OFFSET,
+        "grid": grid,
+        "n_patches": grid**2,
+        "mean": str(tuple(pre["mean"])),
+        "std": str(tuple(pre["std"])),
+        "per_class": ", ".join(f"{k} {v:.1%}" for k, v in m["per_class_accuracy"].items()),
+        "a": last["any_pixel"],
+        "h": last["half_covered"],
+        "self_mass": 1 - last["class_token_mass_on_patches"],
+        "per_layer": ", ".join(f"layer {i}: x{v:.2f}" for i, v in enumerate(m["foreground_ratio_per_layer"])),
+    }
+
+
+FIELDS = {"translator": _translator_fields, "vit-tiny": _vit_fields}
+
+
+def render(folder: str | Path) -> str:
+    """The model card of the trained model in `folder`, from its config.json (which must hold its evaluation)."""
+    folder = Path(folder)
+    meta = json.loads((folder / CONFIG_FILE).read_text(encoding="utf-8"))
+    name = meta["name"]
+    if "evaluation" not in meta:
+        raise ValueError(f"{folder / CONFIG_FILE} holds no evaluation: train without --no-eval to write a card")
+    template = (TEMPLATES / f"{name}.md").read_text(encoding="utf-8")
+    return template.format_map({**_common(meta, folder), **FIELDS[name](meta)})
+
+
+def write_card(folder: str | Path) -> Path:
+    """Write MODEL_CARD.md into `folder` (see `render`); returns its path."""
+    path = Path(folder) / CARD_FILE
+    path.write_text(render(folder), encoding="utf-8")
+    return path

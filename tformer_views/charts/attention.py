@@ -1,0 +1,148 @@
+"""Charts of attention: the head view (queries to keys, one colour per head) and how far each head looks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..text import HeadView
+from .spec import channel, layered, named_data
+
+# One colour per head, the same in every view (Tableau 20: distinct enough for 16 heads).
+HEAD_COLOURS = (
+    "#1f77b4",
+    "#ff7f0e",
+    "#2ca02c",
+    "#d62728",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#7f7f7f",
+    "#bcbd22",
+    "#17becf",
+    "#aec7e8",
+    "#ffbb78",
+    "#98df8a",
+    "#ff9896",
+    "#c5b0d5",
+    "#c49c94",
+    "#f7b6d2",
+    "#c7c7c7",
+    "#dbdb8d",
+    "#9edae5",
+)
+
+
+def head_colour_scale(n_heads: int) -> dict:
+    """Vega-Lite colour scale giving head h its HEAD_COLOURS entry."""
+    return {"domain": list(range(n_heads)), "range": [HEAD_COLOURS[h % len(HEAD_COLOURS)] for h in range(n_heads)]}
+
+
+def head_view_chart(view: HeadView, n_heads: int, title: str = "", row_px: int = 18) -> dict:
+    """Head view (Vega-Lite): hover a query token (left) to see only its lines; opacity = weight."""
+    n = max(len(view.queries), len(view.keys), 1)
+    left_x, right_x, width = 150, 450, 600
+    y_scale = {"domain": [-0.5, n - 0.5], "reverse": True, "nice": False, "zero": False}  # first token on top
+    datasets: dict[str, Any] = {}
+    focused = {"param": "focus", "empty": True}
+    lines = {
+        "data": named_data(view.lines, datasets),
+        "mark": {"type": "rule", "strokeWidth": 2},
+        "encoding": {
+            "x": {"value": left_x},
+            "x2": {"value": right_x},
+            "y": channel("y_query", "quantitative", scale=y_scale, axis=None),
+            "y2": {"field": "y_key"},
+            "color": channel("head", "nominal", scale=head_colour_scale(n_heads), title="head"),
+            "opacity": {
+                "condition": {
+                    **focused,
+                    **channel("weight", "quantitative", legend=None, scale={"domain": [0, 1], "range": [0, 1]}),
+                },
+                "value": 0.0,
+            },
+            "tooltip": [
+                channel("query_token", "nominal", title="query"),
+                channel("key_token", "nominal", title="key"),
+                channel("head", "nominal", title="head"),
+                channel("weight", "quantitative", format=".3f", title="weight"),
+            ],
+        },
+    }
+    query_labels = {
+        "name": "query_tokens",
+        "data": named_data(view.queries, datasets),
+        "mark": {"type": "text", "align": "right", "baseline": "middle", "dx": -6, "fontSize": 12},
+        "encoding": {
+            "x": {"value": left_x},
+            "y": channel("y", "quantitative", scale=y_scale, axis=None),
+            "text": channel("token", "nominal"),
+            "opacity": {"condition": {**focused, "value": 1.0}, "value": 0.35},
+            "tooltip": [channel("token", "nominal", title="query"), channel("query", "quantitative", title="position")],
+        },
+    }
+    key_labels = {
+        "data": named_data(view.keys, datasets),
+        "mark": {"type": "text", "align": "left", "baseline": "middle", "dx": 6, "fontSize": 12},
+        "encoding": {
+            "x": {"value": right_x},
+            "y": channel("y", "quantitative", scale=y_scale, axis=None),
+            "text": channel("token", "nominal"),
+            "tooltip": [channel("token", "nominal", title="key"), channel("key", "quantitative", title="position")],
+        },
+    }
+    focus = {
+        "name": "focus",
+        "views": ["query_tokens"],
+        "select": {"type": "point", "fields": ["query"], "on": "pointerover", "clear": "pointerout"},
+    }
+    return layered([lines, query_labels, key_labels], datasets, title, width=width, height=row_px * n, params=[focus])
+
+
+def distance_frame(values: np.ndarray) -> pd.DataFrame:
+    """[layers, heads] -> long DataFrame (layer, head, distance)."""
+    layers, heads = np.meshgrid(np.arange(values.shape[0]), np.arange(values.shape[1]), indexing="ij")
+    return pd.DataFrame({"layer": layers.ravel(), "head": heads.ravel(), "distance": np.asarray(values).ravel()})
+
+
+def distance_chart(
+    values: np.ndarray,
+    baseline: float,
+    n_heads: int,
+    selected: tuple[int, int] | None = None,
+    title: str = "",
+    unit: str = "tokens",
+) -> dict:
+    """Scatter (Vega-Lite) of values [layers, heads]: x layer, y mean distance (in `unit`), one dot per head;
+    a dashed rule at the uniform baseline. As the ViT paper draws it (Fig. 7, right) for pixels."""
+    frame = distance_frame(values)
+    frame["chosen"] = False
+    if selected is not None:
+        frame["chosen"] = (frame["layer"] == selected[0]) & (frame["head"] == selected[1])
+    y = channel("distance", "quantitative", title=f"mean attention distance ({unit})")
+    datasets: dict[str, Any] = {}
+    dots = {
+        "data": named_data(frame, datasets),
+        "mark": {"type": "circle", "opacity": 0.85},
+        "encoding": {
+            "x": channel("layer", "quantitative", title="layer", axis={"tickMinStep": 1, "format": "d"}),
+            "y": y,
+            "color": channel("head", "nominal", scale=head_colour_scale(n_heads), title="head"),
+            "size": {"condition": {"test": "datum.chosen", "value": 180}, "value": 60},
+            "tooltip": [
+                channel("layer", "quantitative", title="layer"),
+                channel("head", "nominal", title="head"),
+                channel("distance", "quantitative", format=".2f", title=f"distance ({unit})"),
+            ],
+        },
+    }
+    base = named_data(pd.DataFrame({"distance": [baseline], "label": [f"uniform attention: {baseline:.2f}"]}), datasets)
+    rule = {"data": base, "mark": {"type": "rule", "strokeDash": [6, 4], "color": "#555"}, "encoding": {"y": y}}
+    text = {
+        "data": base,
+        "mark": {"type": "text", "align": "left", "dx": 4, "dy": -6, "color": "#555"},
+        "encoding": {"y": y, "x": {"value": 0}, "text": channel("label", "nominal")},
+    }
+    return layered([dots, rule, text], datasets, title, width=480, height=280)

@@ -1,0 +1,110 @@
+"""Charts you click to choose: a layers x heads grid, and a picture's patches.
+
+Streamlit returns a click as a selection event; `tformer_app.events` reads the chosen cell or patch
+from it (the parameter and field names are the ones these specs declare).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from PIL import Image
+
+from ..pictures import data_uri
+from .spec import channel, layered, named_data
+
+
+def head_grid_chart(
+    values: np.ndarray,
+    selected: tuple[int, int] | None = None,
+    title: str = "",
+    value_title: str = "value",
+    cell_px: int = 22,
+) -> dict:
+    """A clickable layers x heads grid (Vega-Lite; selection parameter "cell" with fields layer, head)."""
+    values = np.asarray(values, dtype=np.float64)
+    layers, heads = np.meshgrid(np.arange(values.shape[0]), np.arange(values.shape[1]), indexing="ij")
+    frame = pd.DataFrame({"layer": layers.ravel(), "head": heads.ravel(), "value": values.ravel()})
+    chosen = (
+        frame.iloc[0:0] if selected is None else frame[(frame["layer"] == selected[0]) & (frame["head"] == selected[1])]
+    )
+    x, y = channel("head", "ordinal", title="head"), channel("layer", "ordinal", title="layer")
+    datasets: dict[str, Any] = {}
+    cells = {
+        "name": "cells",
+        "data": named_data(frame, datasets),
+        "mark": {"type": "rect", "stroke": "white", "strokeWidth": 1},
+        "encoding": {
+            "x": x,
+            "y": y,
+            "color": channel("value", "quantitative", scale={"scheme": "blues"}, title=value_title),
+            "tooltip": [
+                channel("layer", "ordinal", title="layer"),
+                channel("head", "ordinal", title="head"),
+                channel("value", "quantitative", format=".2f", title=value_title),
+            ],
+        },
+    }
+    outline = {
+        "data": named_data(chosen.reset_index(drop=True), datasets),
+        "mark": {"type": "rect", "fill": None, "stroke": "#d62728", "strokeWidth": 2.5},
+        "encoding": {"x": x, "y": y},
+    }
+    cell = {"name": "cell", "views": ["cells"], "select": {"type": "point", "fields": ["layer", "head"], "on": "click"}}
+    return layered(
+        [cells, outline],
+        datasets,
+        title,
+        width=cell_px * values.shape[1],
+        height=cell_px * values.shape[0],
+        params=[cell],
+    )
+
+
+def _picture_layer(picture: Image.Image, datasets: dict[str, Any]) -> dict:
+    """The picture itself as a chart layer (a JPEG data URI), drawn at its own size from the top left."""
+    mark = {"type": "image", "width": picture.width, "height": picture.height}
+    mark |= {"align": "left", "baseline": "top", "aspect": False}
+    return {
+        "data": named_data(pd.DataFrame({"url": [data_uri(picture)]}), datasets),
+        "mark": mark,
+        "encoding": {"url": channel("url", "nominal"), "x": {"value": 0}, "y": {"value": 0}},
+    }
+
+
+def patch_picker(picture: Image.Image, grid_hw: tuple[int, int], selected: int | None, title: str = "") -> dict:
+    """A Vega-Lite chart: `picture` (e.g. an overlay) with its patch grid; clicking a patch selects it.
+
+    Selection parameter "patch" with the field "patch" (row-major index). The picture travels as a
+    JPEG inside the spec, the grid as rows x cols small records.
+    """
+    rows, cols = grid_hw
+    r, c = np.divmod(np.arange(rows * cols), cols)
+    cells = pd.DataFrame({"patch": np.arange(rows * cols), "row": r, "col": c})
+    datasets: dict[str, Any] = {}
+    x = channel("col", "ordinal", axis=None, scale={"paddingInner": 0, "paddingOuter": 0})
+    y = channel("row", "ordinal", axis=None, scale={"paddingInner": 0, "paddingOuter": 0})
+    tooltip = [channel(f, "quantitative", title=t) for f, t in (("patch", "patch"), ("row", "row"), ("col", "column"))]
+    hover = {"condition": {"param": "hover", "empty": False, "value": 0.3}, "value": 0.001}
+    grid = {
+        "name": "cells",
+        "data": named_data(cells, datasets),
+        "mark": {"type": "rect", "fill": "white", "stroke": "white", "strokeOpacity": 0.35, "strokeWidth": 0.5}
+        | {"cursor": "pointer"},
+        "encoding": {"x": x, "y": y, "fillOpacity": hover, "tooltip": tooltip},
+    }
+    layers = [_picture_layer(picture, datasets), grid]
+    if selected is not None:
+        chosen = cells[cells["patch"] == selected].reset_index(drop=True)
+        outline = {"type": "rect", "fill": None, "stroke": "#00e5ff", "strokeWidth": 2.5}
+        layers.append({"data": named_data(chosen, datasets), "mark": outline, "encoding": {"x": x, "y": y}})
+    on_hover = {"type": "point", "fields": ["patch"], "on": "pointerover", "clear": "pointerout"}
+    params = [
+        {"name": "patch", "views": ["cells"], "select": {"type": "point", "fields": ["patch"], "on": "click"}},
+        {"name": "hover", "views": ["cells"], "select": on_hover},
+    ]
+    spec = layered(layers, datasets, title, width=picture.width, height=picture.height, params=params)
+    spec["config"] = {"view": {"stroke": None}}
+    return spec

@@ -1,0 +1,96 @@
+"""How far heads look: mean attention distance in tokens (text) and in pixels (ViT, the paper's Fig. 7).
+
+    token_distances(trace)                         # [layers, heads], tokens
+    image_distances(trace)                         # [layers, heads], pixels
+    distances_over_images(model, pictures)         # [pictures, layers, heads], traced in batches
+
+Each comes with the distance of uniform attention (the dashed baseline of the charts), from the one
+`tformer_core.metrics.uniform_attention`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import torch
+from PIL import Image
+
+from tformer_core.metrics import mean_attention_distance, mean_token_distance, uniform_attention
+from tformer_core.models.vit import ViT
+from tformer_core.trace import Trace
+
+from .text import head_matrix
+from .vision import require_vit
+
+
+def token_distances(trace: Trace, stack: str | None = None, hide_special: bool = False) -> np.ndarray:
+    """[layers, heads] mean attention distance in tokens (tc.mean_token_distance of the shown weights).
+
+    With hidden special tokens, distances are over the shown tokens with renormalised rows
+    (positions counted among the shown tokens).
+    """
+    stack = stack or trace.main_stack
+    return np.stack(
+        [
+            mean_token_distance(head_matrix(trace, layer, None, stack, hide_special, widen=False).weights)
+            for layer in range(trace.layers_in(stack))
+        ]
+    )
+
+
+def uniform_token_distance(trace: Trace, stack: str | None = None, hide_special: bool = False) -> float:
+    """The mean distance of uniform attention over the keys each query may see (layer 0's mask)."""
+    m = head_matrix(trace, 0, 0, stack, hide_special)
+    allowed = np.ones(m.weights.shape, dtype=bool) if m.allowed is None else m.allowed
+    return float(mean_token_distance(uniform_attention(allowed)))
+
+
+def image_distances(trace: Trace, renormalize: bool = False) -> np.ndarray:
+    """[layers, heads] mean attention distance in pixels of one traced image."""
+    return mean_attention_distance(
+        trace.all_attention(), trace.grid_hw, trace.patch_size, trace.n_prefix_tokens, renormalize
+    )
+
+
+def uniform_image_distance(
+    grid_hw: tuple[int, int], patch_size: int, n_prefix_tokens: int, renormalize: bool = False
+) -> float:
+    """The mean attention distance of uniform attention over every token (the dashed baseline)."""
+    n = n_prefix_tokens + grid_hw[0] * grid_hw[1]
+    weights = uniform_attention(np.ones((n, n), dtype=bool))
+    return float(mean_attention_distance(weights, grid_hw, patch_size, n_prefix_tokens, renormalize))
+
+
+def distances_over_images(
+    model: ViT,
+    images: Sequence[Image.Image],
+    renormalize: bool = False,
+    batch_size: int = 32,
+    progress: Callable[[int, int], None] | None = None,
+) -> np.ndarray:
+    """[images, layers, heads] mean attention distance in pixels, the images preprocessed as the model's
+    checkpoint does and traced in batches (on the model's device), keeping only the attention weights.
+
+    progress(done, total) is called after every batch.
+    """
+    model = require_vit(model)
+    if not images:
+        raise ValueError("no images: choose or upload at least one")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    c = model.config
+    out = []
+    for start in range(0, len(images), batch_size):
+        batch = torch.stack([model.preprocessing(im) for im in images[start : start + batch_size]])
+        traces = model.trace_batch(batch, keep=lambda name: name.endswith(".weights"))
+        per_layer = [
+            mean_attention_distance(
+                np.stack([t.attention(layer) for t in traces]), c.grid_hw, c.patch_size, c.n_prefix_tokens, renormalize
+            )
+            for layer in range(c.n_layers)
+        ]
+        out.append(np.stack(per_layer, axis=1))  # [batch, layers, heads]
+        if progress is not None:
+            progress(min(start + batch_size, len(images)), len(images))
+    return np.concatenate(out)  # [images, layers, heads]

@@ -1,0 +1,67 @@
+"""Sample pictures the vision pages offer, the same on every machine, and any configured image folders.
+
+    samples()   # {"photo: cat": bytes, "photo: coffee": bytes, "shapes: circle": bytes, ..., "<folder>/<file>": bytes}
+
+Photos: `assets/samples/` (public-domain / CC0, see its README). Shapes: one generated scene per class
+of the bundled vit-tiny, the kind of picture it was trained on. Folders: TFORMER_IMAGE_DIRS.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+from tformer_core.bundled.data import SHAPE_CLASSES, make_scenes
+from tformer_core.bundled.loading import ASSETS_DIR
+from tformer_core.inputs.image_file import MAX_BYTES
+
+from .pictures import to_png
+
+PHOTOS_DIR = ASSETS_DIR / "samples"
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp", ".tif", ".tiff", ".gif")
+MAX_FOLDER_IMAGES = 64
+
+
+def image_dirs() -> list[Path]:
+    """Folders of extra sample pictures: TFORMER_IMAGE_DIRS (os.pathsep-separated), none by default."""
+    configured = os.environ.get("TFORMER_IMAGE_DIRS", "")
+    return [Path(p).expanduser().resolve() for p in configured.split(os.pathsep) if p.strip()]
+
+
+def _photos() -> list[tuple[str, bytes]]:
+    return [(f"photo: {p.stem}", p.read_bytes()) for p in sorted(PHOTOS_DIR.glob("*.jpg"))]
+
+
+def _shape_samples() -> list[tuple[str, bytes]]:
+    """One generated scene per class of the bundled vit-tiny (the kind of picture it was trained on)."""
+    scenes = make_scenes(64, seed=2024)
+    out = []
+    for cls, name in enumerate(SHAPE_CLASSES):
+        index = int((scenes.labels == cls).nonzero()[0, 0])
+        pixels = (scenes.images[index].permute(1, 2, 0).numpy() * 255).round().astype(np.uint8)
+        out.append((f"shapes: {name}", to_png(Image.fromarray(pixels))))
+    return out
+
+
+def _folder_samples() -> list[tuple[str, bytes]]:
+    out = []
+    for folder in image_dirs():
+        if not folder.is_dir():
+            continue
+        for path in sorted(folder.iterdir()):
+            if (
+                path.suffix.lower() in IMAGE_SUFFIXES
+                and path.is_file()
+                and path.stat().st_size <= MAX_BYTES
+                and len(out) < MAX_FOLDER_IMAGES
+            ):
+                out.append((f"{folder.name}/{path.name}", path.read_bytes()))
+    return out
+
+
+def samples() -> dict[str, bytes]:
+    """Sample pictures by name: the bundled photos, the generated shapes, then any configured image folders."""
+    return dict(_photos() + _shape_samples() + _folder_samples())

@@ -1,0 +1,123 @@
+"""Why a weight has its value: row `query` of one head recomputed from the trace's Q, K and V, every number kept.
+
+why = why_this_weight(trace, layer=2, head=5, query=7)
+why.table()            # one row per key: q·k_j, scaled, + bias, softmax input, exp, weight, |v_j|, |w_j v_j|
+why.max_errors()       # how far the recomputation is from what the model stored (float32)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from tformer_core.numerics import softmax
+from tformer_core.trace import Trace
+
+from .text import allowed_mask
+from .tokens import display_token, display_tokens
+
+
+@dataclass(frozen=True)
+class WhyWeight:
+    """Every number behind row `query` of one head's attention, from the trace's own Q, K and V.
+
+    q: [d_head]; k, v: [n_k, d_head]; dots = k q: [n_k] (q . k_j); scale: 1/sqrt(d_k) (1 for T5);
+    bias: [n_k] added to the scaled scores (T5's relative position bias) or None; allowed: [n_k],
+    False where the mask forbids, or None; logits: the softmax input, -inf where masked; weights:
+    softmax(logits) in float64; z = sum_j weights_j v_j: [d_head]. stored_weights and stored_z
+    are what the model computed (float32), to compare with.
+    """
+
+    query: int
+    query_label: str
+    key_labels: tuple[str, ...]
+    q: np.ndarray
+    k: np.ndarray
+    v: np.ndarray
+    dots: np.ndarray
+    scale: float
+    bias: np.ndarray | None
+    allowed: np.ndarray | None
+    logits: np.ndarray
+    weights: np.ndarray
+    z: np.ndarray
+    stored_weights: np.ndarray
+    stored_z: np.ndarray
+
+    @property
+    def exps(self) -> np.ndarray:
+        """exp(logit_j - max logit): the softmax numerators (the shift cancels in the ratio)."""
+        finite = np.isfinite(self.logits)
+        top = self.logits[finite].max() if finite.any() else 0.0
+        return np.where(finite, np.exp(np.where(finite, self.logits, top) - top), 0.0)
+
+    def table(self) -> pd.DataFrame:
+        """One row per key: token, q.k_j, times the scale, + bias, softmax input, exp, weight, |v_j|, |w_j v_j|."""
+        frame = {"key": list(self.key_labels), "q·k": self.dots, "× 1/√d_k": self.dots * self.scale}
+        if self.bias is not None:
+            frame["+ bias"] = self.bias
+        frame["softmax input"] = self.logits
+        frame["exp(input − max)"] = self.exps
+        frame["weight"] = self.weights
+        frame["‖v_j‖"] = np.linalg.norm(self.v, axis=1)
+        frame["‖w_j·v_j‖"] = self.weights * frame["‖v_j‖"]
+        out = pd.DataFrame(frame)
+        if self.allowed is not None:
+            out.insert(1, "allowed", self.allowed)
+        return out
+
+    def products(self, key: int) -> pd.DataFrame:
+        """q, k_j and their elementwise product per dimension: the terms of q . k_j."""
+        return pd.DataFrame(
+            {"q": self.q, "k_j": self.k[key], "q × k_j": self.q * self.k[key]},
+            index=[f"d{i}" for i in range(len(self.q))],
+        )
+
+    def max_errors(self) -> tuple[float, float]:
+        """(max |weights - stored weights|, max |z - stored z|): how well the recomputation matches."""
+        weights = float(np.max(np.abs(self.weights - self.stored_weights)))
+        return weights, float(np.max(np.abs(self.z - self.stored_z)))
+
+
+def why_this_weight(trace: Trace, layer: int, head: int, query: int, stack: str | None = None) -> WhyWeight:
+    """Recompute row `query` of (layer, head) from the trace's Q, K, V in float64: see WhyWeight."""
+    stack = stack or trace.main_stack
+    q_tokens, k_tokens = trace.tokens_for(stack)
+    if not 0 <= query < len(q_tokens):
+        n = len(q_tokens)
+        raise ValueError(f"query position {query} is out of range: the input has {n} tokens (0..{n - 1})")
+    q = np.asarray(trace.q(layer, head, stack)[query], dtype=np.float64)
+    k = np.asarray(trace.k(layer, head, stack), dtype=np.float64)
+    v = np.asarray(trace.v(layer, head, stack), dtype=np.float64)
+    dots = k @ q
+    scale = float(trace.meta.get("attention_scale", 1.0))
+    logits = dots * scale
+    bias = None
+    position_bias = trace.activations.get(f"{'decoder' if stack == 'cross' else stack}.position_bias")
+    if position_bias is not None and stack != "cross":  # T5 biases self-attention only
+        bias = np.asarray(position_bias[head % trace.n_heads, query], dtype=np.float64)
+        logits = logits + bias
+    allowed = allowed_mask(trace, layer, stack)
+    allowed = None if allowed is None else allowed[query]
+    if allowed is not None:
+        logits = np.where(allowed, logits, -np.inf)
+    weights = softmax(logits)
+    return WhyWeight(
+        query,
+        display_token(q_tokens[query]),
+        tuple(display_tokens(k_tokens)),
+        q,
+        k,
+        v,
+        dots,
+        scale,
+        bias,
+        allowed,
+        logits,
+        weights,
+        weights @ v,
+        np.asarray(trace.attention(layer, head, stack)[query], dtype=np.float64),
+        np.asarray(trace.block("z", layer, head, stack)[query], dtype=np.float64),
+    )
