@@ -7,8 +7,10 @@ the prefix and, for encoder-decoder models, the new token's cross-attention over
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from .trace import Trace
@@ -77,3 +79,22 @@ def choose_next(logits: torch.Tensor, settings: GenerationSettings, step: int, i
         logits = logits.clone()
         logits[:, list(settings.suppress_ids)] = -torch.inf
     return logits.argmax(dim=-1)
+
+
+def traced_steps(
+    trace_step: Callable[[list[int]], Trace], sequence: list[int], settings: GenerationSettings, budget: int
+) -> tuple[list[int], tuple[Trace, ...], bool]:
+    """Greedy decoding with a trace per step: trace_step(ids so far) traces one pass whose last row of
+    head.logits scores the next token. Returns (the sequence with the new tokens, the step traces,
+    whether the end token was produced). At most `budget` new tokens.
+    """
+    sequence, steps = list(sequence), []
+    for t in range(budget):
+        step = trace_step(sequence)
+        last = torch.from_numpy(np.array(step["head.logits"][-1:]))  # [1, vocab]
+        next_id = int(choose_next(last, settings, t, is_last_allowed=t == budget - 1)[0])
+        steps.append(step)
+        sequence.append(next_id)
+        if next_id == settings.eos_id:
+            return sequence, tuple(steps), True
+    return sequence, tuple(steps), False

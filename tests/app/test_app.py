@@ -19,3 +19,15 @@ def test_home_page_renders_without_exception():
     steps = tc.attention_steps([[1, 0], [0, 1], [1, 1]], np.eye(2), np.eye(2), [[1, 2], [3, 4]])
     np.testing.assert_allclose(weights, steps.weights)
     np.testing.assert_allclose(weights.sum(1), 1.0)
+
+
+def test_the_sidebar_lists_the_model_the_page_just_loaded():
+    """Drawn after the page ran: the first visit to a page that loads MiniLM already lists it."""
+    from tformer_app import caches
+
+    caches._model_slot.clear()  # a fresh server: no model held yet
+    at = AppTest.from_file(APP, default_timeout=120).run()
+    assert any(c.value == "Models loaded: none yet" for c in at.sidebar.caption)
+    at.switch_page("app_pages/text_attention.py").run()
+    assert not at.exception
+    assert any(c.value.startswith("Models loaded:") and "minilm" in c.value for c in at.sidebar.caption)

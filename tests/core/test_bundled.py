@@ -245,3 +245,11 @@ def test_training_command_line_rejects_bad_arguments(capsys):
     assert "--steps must be >= 1" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         train.main(["gpt-5"])
+
+
+def test_training_writes_outside_the_shipped_assets_by_default(tmp_path, monkeypatch):
+    shipped = bundled.file_sha256(bundled.asset_dir("vit-tiny") / "model.safetensors")
+    monkeypatch.chdir(tmp_path)
+    assert train.main(["vit-tiny", "--steps", "1", "--no-eval"]) == 0
+    assert (tmp_path / "trained" / "vit-tiny" / "model.safetensors").is_file()
+    assert bundled.file_sha256(bundled.asset_dir("vit-tiny") / "model.safetensors") == shipped

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from ..capture import HookPoint, NameFilter
-from ..generation import Generation, GenerationSettings, choose_next
+from ..generation import Generation, GenerationSettings, traced_steps
 from ..trace import Trace
 from .base import TracedModel, per_token
 from .layers import BlockConfig, Stack, TextEmbedding, causal_mask, key_padding_mask
@@ -108,16 +108,7 @@ class Decoder(TracedModel):
         ids, _ = self._ids(prompt, self.config.vocab_size, self.config.max_positions, what="prompt")
         sequence = ids[0].tolist()
         budget = min(budget, self.config.max_positions - len(sequence))
-        steps, finished = [], False
-        for t in range(budget):
-            step = self.trace(sequence)
-            last = torch.from_numpy(np.array(step["head.logits"][-1:]))  # [1, vocab]
-            next_id = int(choose_next(last, settings, t, is_last_allowed=t == budget - 1)[0])
-            steps.append(step)
-            sequence.append(next_id)
-            if next_id == settings.eos_id:
-                finished = True
-                break
+        sequence, steps, finished = traced_steps(self.trace, sequence, settings, budget)
         final = self.trace(sequence)
         n_prompt = ids.shape[1]
-        return Generation(tuple(sequence), final.tokens, n_prompt, tuple(steps), final, finished)
+        return Generation(tuple(sequence), final.tokens, n_prompt, steps, final, finished)

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from ..capture import HookPoint, NameFilter
-from ..generation import Generation, GenerationSettings, choose_next
+from ..generation import Generation, GenerationSettings, choose_next, traced_steps
 from ..tokenizers import Tokenizer
 from ..trace import Trace, stored_by_default
 from .base import TracedModel, per_token
@@ -149,29 +149,23 @@ class EncoderDecoder(TracedModel):
         budget = min(budget, c.max_positions - 1)
         with torch.inference_mode():
             memory = self.encode(src)
-        sequence = [self._start_id()]
         target_tokenizer = self.target_tokenizer or self.tokenizer
-        steps, finished = [], False
         decoder_only = lambda name: name.startswith(("decoder.", "head.")) and stored_by_default(name)  # noqa: E731
-        for t in range(budget):
+
+        def trace_step(sequence: list[int]) -> Trace:
             tgt, tgt_tokens = self._ids(sequence, c.tgt_vocab_size, None, target_tokenizer, "target")
-            step = self._trace(
-                lambda tgt=tgt: self.decode(tgt, memory),
+            return self._trace(
+                lambda: self.decode(tgt, memory),
                 decoder_only,
                 meta={"predict_position": -1},
                 tokens=src_tokens,
                 target_tokens=tgt_tokens,
                 stack_layers={"decoder": c.n_decoder_layers},
             )
-            last = torch.from_numpy(np.array(step["head.logits"][-1:]))  # [1, vocab]
-            next_id = int(choose_next(last, settings, t, is_last_allowed=t == budget - 1)[0])
-            steps.append(step)
-            sequence.append(next_id)
-            if next_id == settings.eos_id:
-                finished = True
-                break
+
+        sequence, steps, finished = traced_steps(trace_step, [self._start_id()], settings, budget)
         final = self.trace(src[0].tolist(), sequence)
-        return Generation(tuple(sequence), final.target_tokens or (), 1, tuple(steps), final, finished)
+        return Generation(tuple(sequence), final.target_tokens or (), 1, steps, final, finished)
 
     def _start_id(self) -> int:
         settings = self.generation
