@@ -333,7 +333,7 @@ def draw_row(url: UrlState, steps: AttentionSteps, available: set[str], tokens: 
     q = ls.head_matrices(steps, head)["q"][query]
     name = tokens[query]
     st.markdown(
-        f"q({name}) = [{', '.join(ls.fmt(x) for x in q)}]. For each key j: the dot product q·k_j, "
+        f"q({escape(name)}) = [{', '.join(ls.fmt(x) for x in q)}]. For each key j: the dot product q·k_j, "
         f"divided by √d_k = √{walk.d_k}, then exp, then divided by the sum of the exps."
     )
     numeric = [c for c in walk.keys.columns if c not in ("key", "q·k written out")]
@@ -352,7 +352,7 @@ def draw_row(url: UrlState, steps: AttentionSteps, available: set[str], tokens: 
     if "Z" not in available:
         st.info("V is needed for z: fix W^V above.")
         return
-    st.markdown(f"z({name}) is the weighted sum of the rows of V:")
+    st.markdown(f"z({escape(name)}) is the weighted sum of the rows of V:")
     terms = " + ".join(f"{ls.fmt(w)}\\,v_{{{j}}}" for j, w in enumerate(walk.keys["weight"]))
     st.latex(rf"z_{{{query}}} = {terms} = [{', '.join(ls.fmt(x) for x in walk.z)}]")
     contributions = walk.contributions.copy()

@@ -169,3 +169,15 @@ def test_bad_shapes_and_empty_inputs_are_named(area, text, message):
     ).set_value(text).run()
     assert not at.exception
     assert any(message in e for e in messages(at, "error")), list(messages(at, "error"))
+
+
+def test_token_names_are_shown_as_typed_never_as_markdown():
+    at = pages.run("step_by_step", mode="text")
+    at.text_input(key="step.paste.tokens").input("**bold** [link](javascript:alert(1)) <b>x</b>").run()
+    assert not at.exception
+    at.selectbox(key="step.query").set_value(1).run()
+    sent = [m.value for m in at.markdown]  # the Markdown source the page sends
+    assert any(r"q(\[link\]\(javascript\:alert\(1\)\))" in m for m in sent), sent
+    assert not any("[link](" in m for m in sent)
+    at.selectbox(key="step.query").set_value(0).run()
+    assert any(r"z(\*\*bold\*\*)" in m.value for m in at.markdown)
