@@ -25,7 +25,7 @@ from .models.positional import sinusoidal_encoding
 from .models.seq2seq import EncoderDecoder, Seq2SeqConfig
 from .models.vit import ViT, ViTConfig, patchify
 from .numerics import softmax
-from .runtime import retain_freed_memory
+from .runtime import release_freed_memory, retain_freed_memory
 from .steps import AttentionSteps, attention_steps
 from .tokenizers import HFTokenizer, Tokenizer
 from .trace import Trace
@@ -65,6 +65,7 @@ __all__ = [
     "patch_centre_distances",
     "patchify",
     "read_image",
+    "release_freed_memory",
     "resolve_dtype",
     "retain_freed_memory",
     "sinusoidal_encoding",

@@ -13,6 +13,28 @@ _MMAP_THRESHOLD_MAX = 32 * 2**20  # glibc's ceiling on 64-bit systems
 _TRIM_THRESHOLD = 2**30
 
 
+def _glibc() -> ctypes.CDLL | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        _ = libc.gnu_get_libc_version  # only glibc has it (AttributeError elsewhere)
+    except (OSError, AttributeError):
+        return None
+    return libc
+
+
+def release_freed_memory() -> bool:
+    """Return the heap memory freed so far to the operating system (glibc's malloc_trim).
+
+    `retain_freed_memory` keeps freed memory for the next trace; when a server drops many cached
+    traces at once (eviction, clearing), this hands that memory back so the process's resident size
+    follows what it holds. Costs milliseconds. Returns False where libc is not glibc.
+    """
+    libc = _glibc()
+    return libc is not None and libc.malloc_trim(0) in (0, 1)
+
+
 def retain_freed_memory() -> bool:
     """Ask glibc to keep freed memory for reuse instead of returning it to the OS at once.
 
@@ -23,12 +45,8 @@ def retain_freed_memory() -> bool:
     Keeping up to 1 GiB of freed heap removes that cost. Process-wide, so the app calls it once at
     start-up; notebooks may call it too. Returns False (and does nothing) where libc is not glibc.
     """
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        _ = libc.gnu_get_libc_version  # only glibc has it (AttributeError elsewhere)
-    except (OSError, AttributeError):
+    libc = _glibc()
+    if libc is None:
         return False
     ok = libc.mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_MAX) == 1
     return ok and libc.mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD) == 1

@@ -24,12 +24,18 @@ Scores and scaled scores are not stored by default: they are recomputed from the
 scale, bias and mask when asked for (the softmax of the result reproduces the stored weights).
 That keeps a trace at about a third of the attention memory, which matters for long inputs,
 batches and a server that caches traces. Pass a `keep` filter that names them to store them.
+
+`trace.compact()` goes further for a cache: the weights are dropped too wherever Q and K are
+stored, and recomputed from them when read (attention grows with the square of the input, Q, K
+and V only linearly: at 512 tokens MiniLM's weights take 5x the memory of its Q, K and V), and
+predictions over a vocabulary keep each position's top tokens instead of every logit. The head
+outputs z stay stored: they are linear in the input, and a view compares them with weights @ V.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
@@ -42,7 +48,8 @@ ATTENTION_STACKS = {
     "decoder": "decoder.{layer}.attn",
     "cross": "decoder.{layer}.cross_attn",
 }
-DERIVED_PARTS = ("scores", "scaled")
+DERIVED_PARTS = ("scores", "scaled", "weights", "z")  # what a trace can recompute from Q, K (and V)
+TOP_K = 50  # predictions a compact trace keeps per position
 
 
 def stored_by_default(name: str) -> bool:
@@ -50,9 +57,37 @@ def stored_by_default(name: str) -> bool:
     return not name.endswith((".scores", ".scaled"))
 
 
+QUADRATIC_PARTS = ("scores", "scaled", "weights")  # [heads, n_q, n_k]: what grows with the input's square
+
+
+def lean(name: str) -> bool:
+    """A capture filter for traces that will be cached: none of the [heads, n, n] parts of attention
+    (scores, softmax input, weights), which the trace recomputes from Q and K when they are read."""
+    return not name.endswith(tuple(f".{p}" for p in QUADRATIC_PARTS))
+
+
+def array_bytes(arrays: Mapping[str, np.ndarray]) -> int:
+    """Bytes the arrays hold; views of one buffer count once, and at the size of that buffer."""
+    seen: dict[int, int] = {}
+    for a in arrays.values():
+        root = a
+        while isinstance(root.base, np.ndarray):
+            root = root.base
+        seen[id(root)] = max(seen.get(id(root), 0), root.nbytes)
+    return sum(seen.values())
+
+
 def _read_only(a: np.ndarray) -> np.ndarray:
     a.flags.writeable = False
     return a
+
+
+def _own(a: np.ndarray) -> np.ndarray:
+    """`a` itself, or a copy when it is a view into a bigger buffer (a row of a batch)."""
+    root = a
+    while isinstance(root.base, np.ndarray):
+        root = root.base
+    return a if root.nbytes <= a.nbytes else _read_only(a.copy())
 
 
 def to_numpy(t: torch.Tensor) -> np.ndarray:
@@ -91,19 +126,24 @@ class Trace:
 
     # ---- generic access -------------------------------------------------------------------
     def __getitem__(self, name: str) -> np.ndarray:
+        return self._get(name)
+
+    def _get(self, name: str, head: int | None = None) -> np.ndarray:
+        """A stored or derivable activation; with `head`, only that head (derived only for that head)."""
         if name in self.activations:
-            return self.activations[name]
-        derived = self._derive(name)
-        if derived is None:
+            array = self.activations[name]
+            return array if head is None else array[head]
+        if not self._derivable(name):
             raise KeyError(f"{name!r} was not captured; see trace.names")
-        return derived
+        return self._derive(name, head)
 
     def __contains__(self, name: object) -> bool:
         return name in self.activations or (isinstance(name, str) and self._derivable(name))
 
     @property
     def names(self) -> list[str]:
-        """Every activation the trace offers: the stored ones, with derivable scores right after their V."""
+        """Every activation the trace offers: the stored ones, with the derivable parts of an attention
+        block (scores, softmax input, weights, head outputs) after its V."""
         names = []
         for name in self.activations:
             names.append(name)
@@ -112,28 +152,45 @@ class Trace:
                 names += [f"{prefix}.{p}" for p in DERIVED_PARTS if f"{prefix}.{p}" not in self.activations]
         return names
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes the stored activations hold (what caching this trace costs)."""
+        return array_bytes(self.activations)
+
     def _derivable(self, name: str) -> bool:
         prefix, _, part = name.rpartition(".")
-        return part in DERIVED_PARTS and f"{prefix}.q" in self.activations and f"{prefix}.k" in self.activations
+        if part not in DERIVED_PARTS or name in self.activations:
+            return False
+        has = self.activations.__contains__
+        if part == "z":
+            return has(f"{prefix}.v") and (has(f"{prefix}.weights") or (has(f"{prefix}.q") and has(f"{prefix}.k")))
+        return has(f"{prefix}.q") and has(f"{prefix}.k")
 
-    def _derive(self, name: str) -> np.ndarray | None:
-        """Scores Q K^T, or the softmax input (scores * scale + T5's bias, masked cells -inf), from stored parts."""
-        if not self._derivable(name):
-            return None
+    def _derive(self, name: str, head: int | None = None) -> np.ndarray:
+        """A part of an attention block recomputed from the stored Q, K, V as the model computes it:
+        scores Q K^T; the softmax input (scores * scale + T5's bias, masked cells -inf); the weights
+        (its row-wise softmax; a query that may attend to nothing gets 0); z = weights V.
+        With `head`, only that head is computed (a view change reads one head of a long input)."""
         prefix, _, part = name.rpartition(".")
-        q, k = self.activations[f"{prefix}.q"], self.activations[f"{prefix}.k"]
-        scores = q @ k.transpose(0, 2, 1)  # [h, n_q, n_k]
+        if part == "z":
+            weights = self._get(f"{prefix}.weights", head)
+            return _read_only(weights @ self._get(f"{prefix}.v", head))
+        q, k = self._get(f"{prefix}.q", head), self._get(f"{prefix}.k", head)
+        scores = q @ np.swapaxes(k, -1, -2)  # [h, n_q, n_k], or [n_q, n_k] for one head
         if part == "scores":
             return _read_only(scores)
         scaled = scores * np.asarray(self.meta.get("attention_scale", 1.0), dtype=scores.dtype)
         stack = prefix.split(".")[0]
         bias = self.activations.get(f"{stack}.position_bias")
         if bias is not None and not prefix.endswith("cross_attn"):  # T5 biases self-attention only
-            scaled = scaled + bias
+            scaled = scaled + (bias if head is None else bias[head])
         mask = self.activations.get(f"{prefix}.mask")
         if mask is not None:
+            mask = mask if head is None else mask[0]  # [1, n_q, n_k] is shared by the heads
             scaled = np.where(mask, scaled, -np.inf).astype(scores.dtype)
-        return _read_only(scaled)
+        if part == "scaled":
+            return _read_only(scaled)
+        return _read_only(softmax(scaled).astype(scores.dtype))
 
     @property
     def main_stack(self) -> str:
@@ -165,6 +222,32 @@ class Trace:
         last = "decoder" if "decoder" in self.stack_layers else "encoder"
         return self.activations[f"{last}.out"]
 
+    @property
+    def has_head(self) -> bool:
+        """True when the model's own head ran (classifier, language-model or masked-word head)."""
+        return "head.logits" in self.activations or "head.top_ids" in self.activations
+
+    def ranked(self, k: int = 5, position: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(ids, probabilities) of the head's top-k outputs, most probable first; see `predictions`.
+
+        A compact trace keeps TOP_K per position: asking for more gives those.
+        """
+        if not self.has_head:
+            raise ValueError("this model has no prediction head (no classifier, language-model or masked-word head)")
+        per_position = self.activations.get("head.logits", self.activations.get("head.top_ids"))
+        if per_position.ndim == 2:
+            if position is None:
+                position = self.meta.get("predict_position")
+            if position is None:
+                raise ValueError("no [MASK] token in the input: put [MASK] where a word should be guessed")
+        k = max(int(k), 0)
+        if "head.logits" not in self.activations:  # a compact trace: each position's top tokens
+            return self.activations["head.top_ids"][position, :k], self.activations["head.top_probs"][position, :k]
+        logits = self.activations["head.logits"]
+        p = softmax(logits if logits.ndim == 1 else logits[position])
+        top = np.argsort(-p, kind="stable")[:k]
+        return top, p[top]
+
     def predictions(self, k: int = 5, position: int | None = None) -> list[tuple[str, float]]:
         """Top-k (label, probability) from the model's own head.
 
@@ -172,19 +255,38 @@ class Trace:
         `position` (default: the last). BERT with a masked-LM head: candidates for the [MASK] at
         `position` (default: the first [MASK] of the input).
         """
-        if "head.logits" not in self.activations:
-            raise ValueError("this model has no prediction head (no classifier, language-model or masked-word head)")
-        logits = self.activations["head.logits"]
-        if logits.ndim == 2:
-            if position is None:
-                position = self.meta.get("predict_position")
-            if position is None:
-                raise ValueError("no [MASK] token in the input: put [MASK] where a word should be guessed")
-            logits = logits[position]
-        p = softmax(logits)
-        top = np.argsort(-p, kind="stable")[: max(int(k), 0)]
+        ids, probs = self.ranked(k, position)
         labels = self.meta.get("labels")
-        return [(str(labels[i]) if labels is not None else str(i), float(p[i])) for i in top]
+        return [(str(labels[i]) if labels is not None else str(i), float(p)) for i, p in zip(ids, probs)]
+
+    def compact(self, keep: Callable[[str], bool] | None = None, top_k: int = TOP_K) -> Trace:
+        """A smaller trace with the same answers, for caches.
+
+        - Attention weights, scores and softmax inputs ([heads, n, n] each) are dropped wherever Q and K
+          are stored: reading them recomputes them (`trace.attention(...)` and friends work as before).
+        - `keep` (a name filter) drops what the caller never reads (e.g. the FFN's hidden layer).
+        - Logits over a vocabulary ([positions, vocab]) become each position's `top_k` token ids and
+          probabilities ("head.top_ids", "head.top_probs"), which `predictions` and `ranked` read.
+        - Views into a bigger buffer (a batch) are copied, so the trace does not keep the batch alive.
+        """
+        kept: dict[str, np.ndarray] = {}
+        for name, array in self.activations.items():
+            prefix, _, part = name.rpartition(".")
+            recomputable = (
+                part in QUADRATIC_PARTS and f"{prefix}.q" in self.activations and f"{prefix}.k" in self.activations
+            )
+            if recomputable or (keep is not None and not keep(name)) or name == "head.logits":
+                continue
+            kept[name] = _own(array)
+        logits = self.activations.get("head.logits")
+        if logits is not None and logits.ndim == 2 and logits.shape[1] > top_k:
+            probs = softmax(logits)  # [positions, vocab], float64
+            top = np.argsort(-probs, axis=-1, kind="stable")[:, :top_k]
+            kept["head.top_ids"] = _read_only(top.astype(np.int32))
+            kept["head.top_probs"] = _read_only(np.take_along_axis(probs, top, -1).astype(np.float32))
+        elif logits is not None:
+            kept["head.logits"] = _own(logits)
+        return replace(self, activations=kept)
 
     # ---- attention blocks ------------------------------------------------------------------
     def _block(self, stack: str | None, layer: int) -> str:
@@ -196,19 +298,20 @@ class Trace:
             raise ValueError(f"layer {layer} is out of range: the {stack} stack has {n} layers (0..{n - 1})")
         return ATTENTION_STACKS[stack].format(layer=layer % n)
 
-    def _head(self, array: np.ndarray, head: int | None) -> np.ndarray:
-        if head is None:
-            return array
+    def _check_head(self, head: int) -> int:
         if not -self.n_heads <= head < self.n_heads:
             raise ValueError(f"head {head} is out of range: the model has {self.n_heads} heads (0..{self.n_heads - 1})")
-        return array[head]
+        return head % self.n_heads
 
     def block(self, part: str, layer: int, head: int | None = None, stack: str | None = None) -> np.ndarray:
         """One captured part (q, k, v, scores, scaled, weights, z) of an attention block.
 
         With `head` None the head axis is kept. `stack` defaults to the main stack.
         """
-        return self._head(self[f"{self._block(stack, layer)}.{part}"], head)
+        name = f"{self._block(stack, layer)}.{part}"
+        if head is None:
+            return self[name]
+        return self._get(name, self._check_head(head))
 
     def attention(self, layer: int, head: int | None = None, stack: str | None = None) -> np.ndarray:
         """Attention weights [n_q, n_k] (rows sum to 1), or [heads, n_q, n_k] when head is None."""
