@@ -1,82 +1,103 @@
-"""The app's one cache layer: every st.cache_* of the project is here, and nothing else keeps results.
+"""The app's one cache layer: everything the server keeps between requests is here, bounded in bytes.
 
-- Models are cached once per server process (`cached_model`: one object shared by every session;
-  the core's capture is per call, so sharing is safe), loaded with a progress bar (`load_model`).
-- What a model computes for an input (a trace, a translation, a picture's trace) is cached per
-  (kind, model, input) (`cached`): changing only the view (layer, head, token, step, colours) reads
-  the cached result and runs no model.
-- What a view derives once from such a result (the overview picture, the distance grid, a
-  picture's patch grid) is cached per (view, the result's key, view settings) (`derived`); what is
-  derived from a model alone (its filters) per (view, model) (`from_model`).
+- Models (`cached_model`, `load_model`): one object per source for the whole server, shared by every
+  session (the core's capture is per call, so sharing is safe); at most TFORMER_MODELS_MB of weights,
+  least recently used dropped first. A failed load is remembered for RETRY_AFTER_S.
+- Results (`cached`): what a model computes for an input (a trace, a translation, a picture's
+  trace), per (kind, model, input), stored compactly (`Trace.compact`: attention weights recomputed
+  from Q and K when read; only what the views read). Changing only the view (layer, head, token,
+  step, colours) reads the cached result and runs no model.
+- Derived views (`derived`, `from_model`): what a view computes once from a result (the overview
+  picture, the distance grid, a picture's patch grid) or from a model alone (its filters).
 - Long work over many inputs (`computed`) shows a progress bar in the page that asked.
 
-Every cached result is shared by all sessions and read-only: pages must not modify them.
+Results, derived views and long work share one budget, TFORMER_CACHE_MB, with least-recently-used
+eviction (tformer_app.budget); forward passes run at most TFORMER_PASSES at a time. Every cached value
+is shared by all sessions and read-only: pages must not modify them.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
 import threading
 import time
-import weakref
 from collections import OrderedDict
 from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import streamlit as st
+import torch
 
 import tformer_core as tc
+from tformer_core.bundled import BUNDLED_MODELS
+from tformer_core.checkpoints import BUNDLED_TEXT
+from tformer_core.trace import lean
 from tformer_views import distance, overview, pictures, samples
 from tformer_views import seq2seq as sv
 from tformer_views import vision as vv
 
+from .budget import ByteBudgetCache, CacheStats
 from .markdown import escape
+from .settings import server_settings
 
 Progress = Callable[[float, str], None]
 RETRY_AFTER_S = 300.0  # a failed load is not tried again for this long (an unreachable hub costs seconds a try)
+GIVE_BACK_AFTER = 64 * 2**20  # freed cache bytes after which the allocator is asked to return memory to the OS
+
+SETTINGS = server_settings()
+
+
+# ---- memory given back ---------------------------------------------------------------------------
+_freed_lock = threading.Lock()
+_freed_since_trim = 0
+
+
+def _freed(nbytes: int) -> None:
+    """Evicted entries free memory that glibc would otherwise keep for reuse: give it back in batches."""
+    global _freed_since_trim
+    with _freed_lock:
+        _freed_since_trim += nbytes
+        if _freed_since_trim < GIVE_BACK_AFTER:
+            return
+        _freed_since_trim = 0
+    tc.release_freed_memory()
 
 
 # ---- models ------------------------------------------------------------------------------------
-class _ModelSlot:
-    """Where one model lives once loaded; the lock makes concurrent sessions load it only once."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.model: tc.TracedModel | None = None
-        self.error: Exception | None = None
-        self.failed_at = 0.0
+def model_bytes(model: torch.nn.Module) -> int:
+    """Bytes of a model's parameters and buffers (tied weights counted once)."""
+    seen: dict[int, int] = {}
+    for t in [*model.parameters(), *model.buffers()]:
+        seen[t.data_ptr()] = t.numel() * t.element_size()
+    return sum(seen.values())
 
 
-# Slots Streamlit's cache still holds, for the sidebar: a slot the cache evicts disappears from here too.
-_slots: weakref.WeakValueDictionary[str, _ModelSlot] = weakref.WeakValueDictionary()
-
-
-# The slot, not the model, is what Streamlit caches: loading reports progress to the page that asked,
-# and Streamlit replays any element drawn inside a cached function on later hits, where that page's
-# progress bar no longer exists. So the cached function draws nothing and loading happens outside it.
-@st.cache_resource(show_spinner=False, max_entries=6)
-def _model_slot(source: str) -> _ModelSlot:
-    slot = _ModelSlot()
-    _slots[source] = slot
-    return slot
+_models = ByteBudgetCache("models", SETTINGS.models_bytes, weigh=model_bytes, on_evict=_freed)
+_failures: OrderedDict[str, tuple[Exception, float]] = OrderedDict()
+_failures_lock = threading.Lock()
 
 
 def cached_model(source: str, progress: Progress | None = None) -> tc.TracedModel:
     """The model for `source`, loaded once per server process; raises what the loader raises.
 
-    A failed load is tried again after RETRY_AFTER_S (until then the same error comes back at once).
+    Concurrent sessions asking for one model load it once. A failed load is tried again after
+    RETRY_AFTER_S (until then the same error comes back at once, without touching the hub).
     """
-    slot = _model_slot(source)
-    with slot.lock:
-        if slot.model is None:
-            if slot.error is not None and time.monotonic() - slot.failed_at < RETRY_AFTER_S:
-                raise slot.error
-            try:
-                model = tc.load_model(source, progress=progress)
-            except (tc.CheckpointError, ValueError, OSError) as error:
-                slot.error, slot.failed_at = error, time.monotonic()
-                raise
-            slot.model, slot.error = model, None
-        return slot.model
+    with _failures_lock:
+        failure = _failures.get(source)
+    if failure is not None and time.monotonic() - failure[1] < RETRY_AFTER_S:
+        raise failure[0]
+    try:
+        return _models.get_or_compute(source, lambda: tc.load_model(source, progress=progress))
+    except (tc.CheckpointError, ValueError, OSError) as error:
+        with _failures_lock:
+            _failures[source] = (error, time.monotonic())
+            while len(_failures) > 64:
+                _failures.popitem(last=False)
+        raise
 
 
 def load_model(source: str, quiet: bool = False) -> tc.TracedModel | None:
@@ -101,31 +122,94 @@ def load_model(source: str, quiet: bool = False) -> tc.TracedModel | None:
         bar.empty()
 
 
+def is_server_model(source: str) -> bool:
+    """True for the models this server offers itself (bundled ones and folders under its model folders),
+    False for a hub id someone typed."""
+    return source in BUNDLED_TEXT or source in BUNDLED_MODELS or source.startswith(("/", "./", "../", "~"))
+
+
 def loaded_models() -> list[str]:
-    """Sources of the models this server process holds now (for the sidebar)."""
-    return sorted(source for source, slot in list(_slots.items()) if slot.model is not None)
+    """Every source whose model this server process holds now."""
+    return sorted({model.source for model in _models.values()})
 
 
-# ---- what a model computes for an input -------------------------------------------------------------
+# ---- what a model computes for an input ----------------------------------------------------------
+_UNREAD = (".mlp.hidden", ".mlp.out", ".attn.out", ".resid_after_attn", ".resid_after_cross", ".resid_post")
+
+
+def views_read(name: str) -> bool:
+    """What the attention, vision and lesson views read from a trace: no [heads, n, n] parts (recomputed
+    from Q and K when read), no FFN internals, no residual stream after the attention."""
+    return lean(name) and not name.endswith(_UNREAD) and ".cross_attn.out" not in name
+
+
 def _trace_text(model: tc.TracedModel, text: str, pair: str | None) -> tc.Trace:
-    return model.trace(text, pair=pair) if pair else model.trace(text)
+    trace = model.trace(text, pair=pair, keep=views_read) if pair else model.trace(text, keep=views_read)
+    return trace.compact()
+
+
+def _translate(model: tc.TracedModel, source: str, max_new_tokens: int) -> sv.Translation:
+    return _compact_translation(sv.translate(model, source, max_new_tokens))
+
+
+def _teacher(model: tc.TracedModel, source: str, target: str) -> sv.Translation:
+    return _compact_translation(sv.teacher_force(model, source, target))
+
+
+def _compact_translation(t: sv.Translation) -> sv.Translation:
+    steps = None if t.steps is None else tuple(s.compact(views_read) for s in t.steps)
+    return replace(t, trace=t.trace.compact(views_read), steps=steps)
+
+
+def _analyse_image(model: tc.TracedModel, data: bytes, name: str) -> vv.VisionResult:
+    result = vv.analyse(model, data, name)
+    return replace(result, trace=result.trace.compact(views_read))
+
+
+def _token_distance(model: tc.TracedModel, text: str) -> tuple[Any, float]:
+    """(mean attention distance [layers, heads] in tokens, uniform baseline) of one sentence; the
+    trace is dropped as soon as its figures are computed (a batch of 64 sentences keeps 64 small grids)."""
+    trace = model.trace(text, keep=lambda name: name.endswith((".attn.q", ".attn.k", ".attn.mask")))
+    return distance.token_distances(trace), distance.uniform_token_distance(trace)
 
 
 # kind -> function(model, *args).
 COMPUTATIONS: dict[str, Callable[..., Any]] = {
     "text": _trace_text,  # (text, second segment or None) -> Trace
-    "translate": sv.translate,  # (source, max new tokens) -> Translation (greedy, every step traced)
-    "teacher": sv.teacher_force,  # (source, target) -> Translation (teacher forcing)
-    "image": vv.analyse,  # (image file bytes, file name) -> VisionResult
+    "translate": _translate,  # (source, max new tokens) -> Translation (greedy, every step traced)
+    "teacher": _teacher,  # (source, target) -> Translation (teacher forcing)
+    "image": _analyse_image,  # (image file bytes, file name) -> VisionResult
+    "token_distance": _token_distance,  # (text) -> ([layers, heads] tokens, uniform baseline)
 }
 
+_results = ByteBudgetCache("results", SETTINGS.cache_bytes, on_evict=_freed)
+_passes = threading.BoundedSemaphore(SETTINGS.passes)
 
-@st.cache_resource(show_spinner=False, max_entries=64)
+
+def _key(args: tuple) -> tuple:
+    """A cache key for `args`: file contents (bytes) by their digest, so keys stay small and cheap to hash."""
+    return tuple(
+        ("blake2b", len(a), hashlib.blake2b(a, digest_size=16).hexdigest()) if isinstance(a, bytes) else a for a in args
+    )
+
+
+def in_turn(compute: Callable[[], Any]) -> Any:
+    """compute() when a forward-pass slot is free: at most TFORMER_PASSES passes run at once, so a burst of
+    requests queues instead of sharing the cores (and the memory of their activations) all at once."""
+    with _passes:
+        return compute()
+
+
 def cached(kind: str, source: str, *args: Any) -> Any:
     """COMPUTATIONS[kind](the model for `source`, *args), computed once per (kind, source, args)."""
     if kind not in COMPUTATIONS:
         raise ValueError(f"unknown cached computation {kind!r}")
-    return COMPUTATIONS[kind](cached_model(source), *args)
+
+    def compute() -> Any:
+        model = cached_model(source)
+        return in_turn(lambda: COMPUTATIONS[kind](model, *args))
+
+    return _results.get_or_compute(("result", kind, source, *_key(args)), compute)
 
 
 # ---- what a view derives from a computed result --------------------------------------------------------
@@ -152,12 +236,11 @@ VIEWS: dict[str, Callable[..., Any]] = {
 }
 
 
-@st.cache_resource(show_spinner=False, max_entries=256)
 def derived(view: str, key: tuple, *args: Any) -> Any:
     """VIEWS[view](cached(*key), *args) once per (view, key, args): key is what `cached` was called with."""
     if view not in VIEWS:
         raise ValueError(f"unknown derived view {view!r}")
-    return VIEWS[view](cached(*key), *args)
+    return _results.get_or_compute(("derived", view, _key(key), *_key(args)), lambda: VIEWS[view](cached(*key), *args))
 
 
 def _figure_7(model: tc.TracedModel) -> tuple[bytes, list[float], bytes]:
@@ -171,48 +254,72 @@ MODEL_VIEWS: dict[str, Callable[..., Any]] = {
 }
 
 
-@st.cache_resource(show_spinner=False, max_entries=16)
 def from_model(view: str, source: str, *args: Any) -> Any:
     """MODEL_VIEWS[view](the model for `source`, *args), once per (view, source, args)."""
     if view not in MODEL_VIEWS:
         raise ValueError(f"unknown model view {view!r}")
-    return MODEL_VIEWS[view](cached_model(source), *args)
-
-
-@st.cache_resource(show_spinner=False, max_entries=4)
-def _sample_pictures(image_dirs: tuple[str, ...]) -> dict[str, bytes]:
-    return samples.samples()
+    return _results.get_or_compute(
+        ("model-view", view, source, *_key(args)), lambda: MODEL_VIEWS[view](cached_model(source), *args)
+    )
 
 
 def sample_pictures() -> dict[str, bytes]:
     """The sample pictures (tformer_views.samples), read once per set of configured image folders."""
-    return _sample_pictures(tuple(str(d) for d in samples.image_dirs()))
+    dirs = tuple(str(d) for d in samples.image_dirs())
+    return _results.get_or_compute(("samples", dirs), samples.samples)
 
 
 # ---- longer computations with a progress bar ------------------------------------------------------
-_computed: OrderedDict[tuple, Any] = OrderedDict()
-_computed_lock = threading.Lock()
-MAX_COMPUTED = 16
-
-
 def computed(key: tuple, compute: Callable[[Progress], Any], label: str) -> Any:
-    """compute(progress) once per `key` for the whole server (the last MAX_COMPUTED results are kept),
-    with a progress bar in the page that asked. For work too long to wait for without one (many images).
+    """compute(progress) once per `key` for the whole server, with a progress bar in the page that asked
+    (a session asking for the same key meanwhile waits for that result). For work too long to wait for
+    without one (many pictures).
 
-    Not st.cache_resource: Streamlit replays elements drawn inside a cached function on later hits,
-    and the progress bar belongs to the page that asked first.
+    The bar is drawn outside any Streamlit cache: Streamlit replays elements drawn inside a cached
+    function on later hits, and the bar belongs to the page that asked first.
     """
-    with _computed_lock:
-        if key in _computed:
-            _computed.move_to_end(key)
-            return _computed[key]
-    bar = st.progress(0.0, text=label)
+    slot = st.empty()
+
+    def run() -> Any:
+        bar = slot.progress(0.0, text=escape(label))
+        return in_turn(lambda: compute(lambda f, message: bar.progress(min(max(f, 0.0), 1.0), text=escape(message))))
+
     try:
-        value = compute(lambda fraction, message: bar.progress(min(max(fraction, 0.0), 1.0), text=message))
+        return _results.get_or_compute(("computed", *_key(key)), run)
     finally:
-        bar.empty()
-    with _computed_lock:
-        _computed[key] = value
-        while len(_computed) > MAX_COMPUTED:
-            _computed.popitem(last=False)
-    return value
+        slot.empty()
+
+
+# ---- for the server page and the tests --------------------------------------------------------------
+@dataclass(frozen=True)
+class MemoryReport:
+    results: CacheStats
+    models: CacheStats
+    rss_bytes: int | None
+
+
+def rss_bytes() -> int | None:
+    """This process's resident memory (Linux), or None where it cannot be read."""
+    try:
+        pages = int(Path("/proc/self/statm").read_text().split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return pages * os.sysconf("SC_PAGE_SIZE")
+
+
+def memory_report() -> MemoryReport:
+    return MemoryReport(_results.stats(), _models.stats(), rss_bytes())
+
+
+def clear_results() -> int:
+    """Drop every cached result (models stay loaded) and give the memory back; returns the bytes dropped."""
+    freed = _results.clear()
+    tc.release_freed_memory()
+    return freed
+
+
+def clear_models() -> None:
+    """Drop every model (tests: a fresh server) and every remembered failure."""
+    _models.clear()
+    with _failures_lock:
+        _failures.clear()

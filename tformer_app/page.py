@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import streamlit as st
@@ -10,7 +11,7 @@ import torch
 
 import tformer_core as tc
 
-from .caches import loaded_models
+from .caches import is_server_model, loaded_models
 from .markdown import escape
 from .url import UrlState
 
@@ -50,6 +51,17 @@ def device_summary() -> str:
 
 
 def models_summary() -> str:
-    """One line of Markdown: the models this server holds (drawn after the page ran, so it includes its model)."""
+    """One line of Markdown: the models this server holds (drawn after the page ran, so it includes its model).
+
+    Only the server's own models are named (bundled ones, and local folders by their folder name, never
+    their path); hub models are counted, not named: their ids are what other users typed.
+    """
     loaded = loaded_models()
-    return "Models loaded: " + (", ".join(escape(m) for m in loaded) if loaded else "none yet")
+    named = sorted({Path(m).name if m.startswith(("/", "./", "../", "~")) else m for m in loaded if is_server_model(m)})
+    others = len(loaded) - len([m for m in loaded if is_server_model(m)])
+    if not loaded:
+        return "Models loaded: none yet"
+    line = "Models loaded: " + ", ".join(escape(m) for m in named)
+    if others:
+        line += (", and " if named else "") + f"{others} from the hub"
+    return line

@@ -1,8 +1,7 @@
-"""The app's one cache layer: a result and what is derived from it are computed once and shared; a model
-the cache has dropped is no longer listed as loaded."""
+"""The app's one cache layer: a result and what is derived from it are computed once and shared, within a
+budget in bytes; a model the cache has dropped is no longer listed as loaded."""
 
-import gc
-
+import numpy as np
 import pytest
 
 from tformer_app import caches
@@ -23,11 +22,9 @@ def counted(monkeypatch):
 
     monkeypatch.setitem(caches.COMPUTATIONS, "test-upper", compute)
     monkeypatch.setitem(caches.VIEWS, "test-suffix", view)
-    caches.cached.clear()
-    caches.derived.clear()
+    caches.clear_results()
     yield calls
-    caches.cached.clear()
-    caches.derived.clear()
+    caches.clear_results()
 
 
 def test_a_result_and_its_derived_views_are_computed_once(counted):
@@ -43,9 +40,41 @@ def test_a_result_and_its_derived_views_are_computed_once(counted):
         caches.derived("no-such-view", key)
 
 
+def test_file_contents_in_a_key_are_kept_as_a_digest(counted, monkeypatch):
+    monkeypatch.setitem(caches.COMPUTATIONS, "test-bytes", lambda model, data: len(data))
+    data = bytes(range(256)) * 4096  # 1 MB
+    assert caches.cached("test-bytes", "vit-tiny", data) == len(data)
+    keys = [k for k in caches._results._entries if k[1] == "test-bytes"]
+    assert len(keys) == 1 and data not in keys[0] and len(repr(keys[0])) < 200
+    assert caches.cached("test-bytes", "vit-tiny", bytes(data)) == len(data)  # equal contents: the same entry
+    assert caches.memory_report().results.misses >= 1
+
+
+def test_a_cached_text_trace_is_compact_and_answers_like_a_full_one():
+    """What the Text attention page caches for MiniLM: no attention weights stored, the same weights read."""
+    caches.clear_results()
+    text = "The animal didn't cross the street because it was too tired."
+    trace = caches.cached("text", "minilm", text, None)
+    full = caches.cached_model("minilm").trace(text)
+    assert not [n for n in trace.activations if n.endswith((".weights", ".scores", ".scaled", ".mlp.hidden"))]
+    assert trace.nbytes < full.nbytes / 2
+    for layer in range(full.n_layers):
+        np.testing.assert_allclose(trace.attention(layer), full.attention(layer), rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(trace.q(3, 1), full.q(3, 1))
+    assert caches.memory_report().results.used_bytes >= trace.nbytes
+
+
 def test_the_sidebar_lists_only_the_models_the_cache_holds():
     caches.cached_model("vit-tiny")
     assert "vit-tiny" in caches.loaded_models()
-    caches._model_slot.clear()  # what Streamlit does when it evicts an entry
-    gc.collect()
+    caches.clear_models()
     assert "vit-tiny" not in caches.loaded_models()
+
+
+def test_the_sidebar_names_server_models_and_counts_hub_models(monkeypatch):
+    from tformer_app import page
+
+    monkeypatch.setattr(page, "loaded_models", lambda: ["minilm", "someone/typed-this", "/srv/models/deit-tiny"])
+    line = page.models_summary()
+    assert line == "Models loaded: deit\\-tiny, minilm, and 1 from the hub"
+    assert "someone" not in line and "/srv" not in line

@@ -1,0 +1,73 @@
+"""The byte-bounded cache a server shares between sessions: what it keeps, what it drops, who computes."""
+
+import threading
+
+import numpy as np
+import pytest
+
+from tformer_app.budget import ByteBudgetCache, size_of
+
+MB = 2**20
+
+
+def array(mb: float) -> np.ndarray:
+    return np.zeros(int(mb * MB), dtype=np.uint8)
+
+
+def test_least_recently_used_entries_go_first_when_the_bytes_exceed_the_budget():
+    freed = []
+    cache = ByteBudgetCache("t", 10 * MB, on_evict=freed.append)
+    for key in "abc":
+        cache.get_or_compute(key, lambda: array(3))
+    cache.get_or_compute("a", lambda: pytest.fail("a is cached"))  # a is now the most recent
+    cache.get_or_compute("d", lambda: array(3))  # 12 MB > 10 MB: b, the least recently used, goes
+    assert cache.peek("b") is None and cache.peek("a") is not None and cache.peek("c") is not None
+    stats = cache.stats()
+    assert stats.entries == 3 and stats.evicted == 1 and stats.used_bytes <= 10 * MB
+    assert freed == [size_of(array(3))]
+
+
+def test_one_big_entry_evicts_many_small_ones_and_a_too_big_one_is_not_kept():
+    cache = ByteBudgetCache("t", 10 * MB)
+    for i in range(10):
+        cache.get_or_compute(i, lambda: array(0.9))
+    cache.get_or_compute("big", lambda: array(8))
+    assert cache.stats().used_bytes <= 10 * MB and cache.peek("big") is not None
+    huge = cache.get_or_compute("huge", lambda: array(11))  # returned to the caller, not kept
+    assert huge.nbytes == 11 * MB and cache.peek("huge") is None and cache.peek("big") is not None
+
+
+def test_concurrent_requests_for_one_key_compute_it_once():
+    cache = ByteBudgetCache("t", 10 * MB)
+    started, release, calls = threading.Event(), threading.Event(), []
+
+    def slow():
+        calls.append(1)
+        started.set()
+        release.wait(10)
+        return "value"
+
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(cache.get_or_compute("k", slow))) for _ in range(8)]
+    threads[0].start()
+    started.wait(10)
+    for t in threads[1:]:
+        t.start()
+    release.set()
+    for t in threads:
+        t.join(10)
+    assert calls == [1] and results == ["value"] * 8
+
+
+def test_a_failed_computation_reaches_every_waiter_and_is_not_cached():
+    cache = ByteBudgetCache("t", MB)
+    with pytest.raises(ValueError, match="bad input"):
+        cache.get_or_compute("k", lambda: (_ for _ in ()).throw(ValueError("bad input")))
+    assert cache.get_or_compute("k", lambda: 7) == 7
+
+
+def test_size_of_counts_shared_buffers_once_and_follows_containers():
+    a = array(2)
+    views = [a[:MB], a[MB:]]
+    assert size_of(views) - size_of([None, None]) == pytest.approx(2 * MB, rel=0.001)  # the buffer, once
+    assert size_of({"x": b"1" * MB, "y": (array(1),)}) == pytest.approx(2 * MB, rel=0.01)

@@ -1,0 +1,191 @@
+"""A cache bounded in bytes, shared by every session of a server: least recently used entries go first.
+
+A class of 100 types 100 sentences; what their traces cost depends on their length (a 512-token
+trace is about 60 times a 12-token one), so a cache that counts entries cannot bound memory. Each
+entry here is weighed when it is stored (`size_of`), and the least recently used ones are dropped
+until the total fits the budget. A value larger than the whole budget is returned but not kept.
+
+Concurrent requests for one key compute it once: the others wait for that result (a lecturer's
+link opened by 60 students at once runs one forward pass, not 60).
+
+No Streamlit here, so the policy can be tested on its own; `caches.py` holds the server's instances.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from typing import Any
+
+import numpy as np
+
+MB = 2**20
+
+
+def size_of(value: Any, _seen: set[int] | None = None) -> int:
+    """Bytes `value` holds, following what caches store: numpy arrays (a buffer shared by several views
+    counts once), bytes, strings, PIL images, torch tensors, objects with `nbytes` (a Trace),
+    dataclasses, and containers of these. Small Python objects count by sys.getsizeof."""
+    seen = set() if _seen is None else _seen
+    if id(value) in seen:
+        return 0
+    seen.add(id(value))
+    if isinstance(value, np.ndarray):
+        root = value
+        while isinstance(root.base, np.ndarray):
+            root = root.base
+        if root is not value:
+            if id(root) in seen:
+                return 0
+            seen.add(id(root))
+        return root.nbytes
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return len(value)
+    if isinstance(value, str):
+        return sys.getsizeof(value)
+    if isinstance(value, dict):
+        return sys.getsizeof(value) + sum(size_of(k, seen) + size_of(v, seen) for k, v in value.items())
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return sys.getsizeof(value) + sum(size_of(v, seen) for v in value)
+    if hasattr(value, "getbands") and hasattr(value, "size"):  # a PIL image: its decoded pixels
+        width, height = value.size
+        return width * height * len(value.getbands()) + 256
+    if hasattr(value, "element_size") and hasattr(value, "numel"):  # a torch tensor
+        return int(value.element_size() * value.numel())
+    total = 0
+    if hasattr(type(value), "nbytes") and not isinstance(value, np.generic):  # e.g. Trace.nbytes
+        total += int(value.nbytes)
+        fields = [f.name for f in dataclasses.fields(value)] if dataclasses.is_dataclass(value) else []
+        # What nbytes leaves out (tokens, meta) is small; count it anyway, without the arrays again.
+        return total + sum(size_of(getattr(value, f), seen) for f in fields if f != "activations")
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return sys.getsizeof(value) + sum(size_of(getattr(value, f.name), seen) for f in dataclasses.fields(value))
+    return sys.getsizeof(value)
+
+
+class _Pending:
+    """A computation in progress: the sessions that ask for the same key wait on it."""
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.value: Any = None
+        self.error: BaseException | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class CacheStats:
+    name: str
+    entries: int
+    used_bytes: int
+    budget_bytes: int
+    hits: int
+    misses: int
+    evicted: int
+
+
+class ByteBudgetCache:
+    """key -> value, at most `budget_bytes` in all (by `size_of`), least recently used dropped first.
+
+    on_evict(bytes): called (outside the lock) after entries were dropped, e.g. to give memory back.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        budget_bytes: int,
+        weigh: Callable[[Any], int] = size_of,
+        on_evict: Callable[[int], None] | None = None,
+    ) -> None:
+        self.name = name
+        self.budget_bytes = int(budget_bytes)
+        self._weigh = weigh
+        self._on_evict = on_evict
+        self._entries: OrderedDict[Hashable, tuple[Any, int]] = OrderedDict()
+        self._pending: dict[Hashable, _Pending] = {}
+        self._lock = threading.Lock()
+        self._used = 0
+        self._hits = self._misses = self._evicted = 0
+
+    def get_or_compute(self, key: Hashable, compute: Callable[[], Any]) -> Any:
+        """The value for `key`: from the cache, from a computation already under way, or compute()."""
+        with self._lock:
+            if key in self._entries:
+                self._entries.move_to_end(key)
+                self._hits += 1
+                return self._entries[key][0]
+            pending = self._pending.get(key)
+            owner = pending is None
+            if owner:
+                pending = self._pending[key] = _Pending()
+                self._misses += 1
+            else:
+                self._hits += 1
+        if not owner:
+            pending.done.wait()
+            if pending.error is not None:
+                raise pending.error
+            return pending.value
+        try:
+            value = compute()
+        except BaseException as error:
+            pending.error = error
+            with self._lock:
+                del self._pending[key]
+            pending.done.set()
+            raise
+        pending.value = value
+        self._store(key, value)
+        with self._lock:
+            del self._pending[key]
+        pending.done.set()
+        return value
+
+    def _store(self, key: Hashable, value: Any) -> None:
+        size = self._weigh(value)
+        freed = 0
+        with self._lock:
+            if size > self.budget_bytes:
+                return  # larger than the whole budget: used once, not kept
+            if key in self._entries:
+                self._used -= self._entries.pop(key)[1]
+            self._entries[key] = (value, size)
+            self._used += size
+            while self._used > self.budget_bytes and len(self._entries) > 1:
+                _, (_, dropped) = self._entries.popitem(last=False)
+                self._used -= dropped
+                self._evicted += 1
+                freed += dropped
+        if freed and self._on_evict is not None:
+            self._on_evict(freed)
+
+    def peek(self, key: Hashable) -> Any | None:
+        """The cached value for `key` without computing or reordering anything (None when absent)."""
+        with self._lock:
+            entry = self._entries.get(key)
+            return None if entry is None else entry[0]
+
+    def values(self) -> list[Any]:
+        with self._lock:
+            return [value for value, _ in self._entries.values()]
+
+    def discard(self, key: Hashable) -> None:
+        with self._lock:
+            entry = self._entries.pop(key, None)
+            if entry is not None:
+                self._used -= entry[1]
+
+    def clear(self) -> int:
+        """Drop every entry; returns the bytes they held."""
+        with self._lock:
+            freed, self._used = self._used, 0
+            self._entries.clear()
+        return freed
+
+    def stats(self) -> CacheStats:
+        with self._lock:
+            return CacheStats(
+                self.name, len(self._entries), self._used, self.budget_bytes, self._hits, self._misses, self._evicted
+            )
