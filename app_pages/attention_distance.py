@@ -25,8 +25,8 @@ from tformer_views import text as tv
 from tformer_views import vision as vv
 from tformer_views.charts.attention import distance_chart
 
-BATCH = 32
 MAX_SENTENCES = 64  # sentences one request reads
+MAX_PICTURES = 64  # pictures one request reads (each is decoded, used and dropped before the next)
 SENTENCES = (
     "The animal didn't cross the street because it was too tired.",
     "Attention is all you need.",
@@ -70,25 +70,32 @@ def vision(url: UrlState) -> None:
     if not files:
         st.info("Choose sample pictures or upload some.")
         return
-    pictures, names, refused = vv.read_images(files)
-    for message in refused:
-        st.warning(f"Left out: {escape(message)}")
-    if not pictures:
-        return
+    if len(files) > MAX_PICTURES:
+        st.info(f"{len(files)} pictures given; the first {MAX_PICTURES} are read. Remove some to use the others.")
+        files = files[:MAX_PICTURES]
     digest = hashlib.blake2b(b"".join(hashlib.blake2b(d, digest_size=16).digest() for _, d in files), digest_size=16)
     key = ("mad", source, digest.hexdigest(), bool(renormalize))
 
     def compute(progress):
-        return distance.distances_over_images(
-            model,
-            pictures,
-            renormalize=bool(renormalize),
-            batch_size=BATCH,
-            progress=lambda done, total: progress(done / total, f"{done} of {total} pictures"),
-        )
+        names, refused = [], []
+        per_image = None
+        pictures = vv.read_pictures(files, names, refused)  # decoded one by one as the batches need them
+        if len(refused) < len(files):
+            per_image = distance.distances_over_images(
+                model,
+                pictures,
+                renormalize=bool(renormalize),
+                progress=lambda done: progress(done / len(files), f"{done} of {len(files)} pictures"),
+            )
+        return per_image, names, refused
 
-    per_image = run_safely(lambda: caches.computed(key, compute, f"Tracing {len(pictures)} pictures"), "Pictures")
-    if per_image is not None:
+    result = run_safely(lambda: caches.computed(key, compute, f"Tracing {len(files)} pictures"), "Pictures")
+    if result is None:
+        return
+    per_image, names, refused = result
+    for message in refused:
+        st.warning(f"Left out: {escape(message)}")
+    if per_image is not None and names:
         show_pixel_distances(source, model, per_image, names, bool(renormalize))
 
 
@@ -101,7 +108,8 @@ def show_pixel_distances(
     baseline = distance.uniform_image_distance(c.grid_hw, c.patch_size, c.n_prefix_tokens, renormalize)
     st.caption(
         f"{len(names)} picture(s), {c.n_layers} layers × {c.n_heads} heads, {c.grid_hw[0]} × {c.grid_hw[1]} "
-        f"patches of {c.patch_size} px; traced in batches of {BATCH} on {escape(str(model.device))}."
+        f"patches of {c.patch_size} px; traced in batches of {distance.auto_batch_size(model)} on "
+        f"{escape(str(model.device))}."
     )
     downloads.chart(
         distance_chart(mean, baseline, c.n_heads, title=f"{source}: mean attention distance", unit="pixels"),
@@ -155,11 +163,11 @@ def text(url: UrlState) -> None:
     grids, baselines = [], []
     for sentence in sentences[:MAX_SENTENCES]:
         fitted = run_safely(lambda s=sentence: tc.fit_to_model(model, s), "Sentence")
-        key = ("text", source, fitted.text, None) if fitted else None
-        if key is None or run_safely(lambda k=key: caches.cached(*k), "Sentence") is None:
-            continue
-        grids.append(caches.derived("token_distances", key, None, False))  # [layers, heads]
-        baselines.append(caches.derived("uniform_token_distance", key, None, False))
+        # Each sentence is reduced to its [layers, heads] figures as it is traced; no trace is kept.
+        figures = fitted and run_safely(lambda f=fitted: caches.cached("token_distance", source, f.text), "Sentence")
+        if figures:
+            grids.append(figures[0])
+            baselines.append(figures[1])
     if not grids:
         return
     mean = np.mean(grids, axis=0)  # over the sentences

@@ -52,7 +52,7 @@ def page(url: UrlState) -> None:
     result = run_safely(lambda: caches.cached(*key), "Picture")
     if result is None:
         return
-    for note in result.loaded.notes:
+    for note in result.notes:
         st.info(f"{escape(name)}: {escape(note)}.")
     show_prediction(result.trace)
     show_patches(key, result, model)
@@ -61,7 +61,7 @@ def page(url: UrlState) -> None:
 
 
 def show_prediction(trace) -> None:
-    if "head.logits" not in trace.activations:
+    if not trace.has_head:
         return
     st.subheader("What the model sees: top 5")
     top = pd.DataFrame(trace.predictions(5), columns=["class", "probability"])
@@ -85,7 +85,7 @@ def show_patches(key: tuple, result: vv.VisionResult, model: TracedModel) -> Non
     C = patches[1] // (P * P)
     D = embedded[1]
     st.header("Patches")
-    ow, oh = result.loaded.original_size
+    ow, oh = result.original_size
     st.markdown(
         f"The picture ({ow:,} × {oh:,} pixels) is resized{' and cropped' if model.preprocessing.crop else ''} as this "
         f"checkpoint's preprocessing does, to **H × W = {H} × {W}**, then cut into patches of **P × P = {P} × {P}** "
@@ -115,7 +115,7 @@ def show_patches(key: tuple, result: vv.VisionResult, model: TracedModel) -> Non
             (
                 "MLP head on the class token" + (" (and the distillation token, averaged)" if n_prefix == 2 else ""),
                 "classes",
-                str(acts["head.logits"].shape[0]) if "head.logits" in acts else "-",
+                str(model.config.n_classes) if trace.has_head else "-",
             ),
         ],
         columns=["step", "shape", "here"],

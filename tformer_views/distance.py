@@ -10,7 +10,8 @@ Each comes with the distance of uniform attention (the dashed baseline of the ch
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import itertools
+from collections.abc import Callable, Iterable
 
 import numpy as np
 import torch
@@ -62,35 +63,51 @@ def uniform_image_distance(
     return float(mean_attention_distance(weights, grid_hw, patch_size, n_prefix_tokens, renormalize))
 
 
+BATCH_WEIGHTS_BYTES = 96 * 2**20  # the attention weights one batch may hold while it is reduced
+
+
+def auto_batch_size(model: ViT, budget_bytes: int = BATCH_WEIGHTS_BYTES, largest: int = 32) -> int:
+    """Pictures per batch so that the batch's attention weights (layers x heads x tokens² float32 each)
+    stay within `budget_bytes`: 18 for DeiT-Tiny, 4 for ViT-B/16, at least 1."""
+    c = model.config
+    n = c.n_prefix_tokens + c.grid_hw[0] * c.grid_hw[1]
+    per_picture = c.n_layers * c.n_heads * n * n * 4
+    return max(1, min(largest, budget_bytes // per_picture))
+
+
 def distances_over_images(
     model: ViT,
-    images: Sequence[Image.Image],
+    images: Iterable[Image.Image],
     renormalize: bool = False,
-    batch_size: int = 32,
-    progress: Callable[[int, int], None] | None = None,
+    batch_size: int | None = None,
+    progress: Callable[[int], None] | None = None,
 ) -> np.ndarray:
     """[images, layers, heads] mean attention distance in pixels, the images preprocessed as the model's
     checkpoint does and traced in batches (on the model's device), keeping only the attention weights.
 
-    progress(done, total) is called after every batch.
+    `images` is read as it goes (a generator that decodes files one by one keeps one picture in memory
+    at a time); each batch is reduced to its [batch, layers, heads] figures before the next is traced.
+    batch_size: None picks one from the model's size (`auto_batch_size`). progress(done) after every batch.
     """
     model = require_vit(model)
-    if not images:
-        raise ValueError("no images: choose or upload at least one")
+    batch_size = auto_batch_size(model) if batch_size is None else batch_size
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     c = model.config
-    out = []
-    for start in range(0, len(images), batch_size):
-        batch = torch.stack([model.preprocessing(im) for im in images[start : start + batch_size]])
-        traces = model.trace_batch(batch, keep=lambda name: name.endswith(".weights"))
+    out, done, pictures = [], 0, iter(images)
+    while batch := [model.preprocessing(image) for image in itertools.islice(pictures, batch_size)]:
+        traces = model.trace_batch(torch.stack(batch), keep=lambda name: name.endswith(".weights"))
         per_layer = [
             mean_attention_distance(
                 np.stack([t.attention(layer) for t in traces]), c.grid_hw, c.patch_size, c.n_prefix_tokens, renormalize
             )
             for layer in range(c.n_layers)
         ]
+        del traces
         out.append(np.stack(per_layer, axis=1))  # [batch, layers, heads]
+        done += len(batch)
         if progress is not None:
-            progress(min(start + batch_size, len(images)), len(images))
+            progress(done)
+    if not out:
+        raise ValueError("no images: choose or upload at least one")
     return np.concatenate(out)  # [images, layers, heads]

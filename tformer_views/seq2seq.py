@@ -214,7 +214,7 @@ def alignment(translation: Translation, layer: int, head: int | None) -> HeadMat
 def teacher_agreement(translation: Translation) -> int:
     """At how many steps the model's own most likely token is the one the decoder was given next."""
     return sum(
-        int(np.argmax(step.trace["head.logits"][step.row])) == translation.decoder_ids[step.t + 1]
+        int(step.trace.ranked(1, step.row)[0][0]) == translation.decoder_ids[step.t + 1]
         for step in (at_step(translation, t) for t in range(translation.n_steps))
     )
 

@@ -272,6 +272,6 @@ def top_predictions(trace: Trace, k: int = 5, position: int | None = None) -> li
 
 def prediction_kind(trace: Trace) -> str | None:
     """ "next-token" (decoder-only), "masked-word" (an encoder with a masked-LM head), or None (no head)."""
-    if "head.logits" not in trace.activations:
+    if not trace.has_head:
         return None
     return "next-token" if trace.kind == "decoder" else "masked-word" if trace.kind == "encoder" else None

@@ -9,13 +9,13 @@ embedding_filter_pcs(model), position_similarity_maps(model)   # ViT paper, Fig.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
 from PIL import Image
 
-from tformer_core.inputs.image_file import ImageError, LoadedImage, read_image
+from tformer_core.inputs.image_file import ImageError, read_image
 from tformer_core.models.base import TracedModel
 from tformer_core.models.vit import ViT
 from tformer_core.trace import Trace
@@ -40,12 +40,15 @@ class VisionResult:
     """A picture and what the model computed for it.
 
     image: RGB as the model sees it (resized, cropped), before normalisation; trace: its trace;
-    loaded: the picture as uploaded (size, format, notes on what was changed).
+    original_size: (width, height) as uploaded; notes: what reading it changed (rotation, modes, size).
+    The uploaded picture itself is not kept (a cached result holds the model's 224-px view of a
+    56-megapixel photo, not the photo).
     """
 
     image: Image.Image
     trace: Trace
-    loaded: LoadedImage
+    original_size: tuple[int, int]
+    notes: tuple[str, ...] = ()
 
     @property
     def grid_hw(self) -> tuple[int, int]:
@@ -62,7 +65,7 @@ def analyse(model: TracedModel, data: bytes, name: str = "") -> VisionResult:
     loaded = read_image(data, name)
     seen = model.preprocessing.resized(loaded.image)
     trace = model.trace(model.preprocessing(loaded.image))
-    return VisionResult(seen, trace, loaded)
+    return VisionResult(seen, trace, loaded.original_size, loaded.notes)
 
 
 def query_token(trace: Trace, patch: int | None) -> int:
@@ -169,16 +172,18 @@ def position_similarity_maps(model: TracedModel, cell_px: int = 2, gap: int = 2)
     return canvas
 
 
-def read_images(files: Sequence[tuple[str, bytes]]) -> tuple[list[Image.Image], list[str], list[str]]:
-    """Decode many files: (pictures, their names, messages for the files refused)."""
-    pictures, names, refused = [], [], []
+def read_pictures(files: Iterable[tuple[str, bytes]], names: list[str], refused: list[str]) -> Iterator[Image.Image]:
+    """Decode files one at a time, as they are consumed: a big photo is decoded only once the one before it
+    has been used, so twenty 56-megapixel pictures never sit in memory together. The names of the
+    pictures yielded are appended to `names`, the messages of the files refused to `refused`."""
     for name, data in files:
         try:
-            pictures.append(read_image(data, name).image)
-            names.append(name)
+            image = read_image(data, name).image
         except ImageError as error:
             refused.append(str(error))
-    return pictures, names, refused
+            continue
+        names.append(name)
+        yield image
 
 
 def head_overlays(

@@ -4,6 +4,8 @@ DeiT-Tiny against one computed from transformers' own attentions (skipped when .
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 import torch
@@ -50,8 +52,11 @@ def deit():
 
 def test_analyse_traces_the_picture_as_the_model_sees_it(vit, result):
     assert result.image.size == (16, 12) and result.grid_hw == (3, 4) and result.patch_size == 4
-    expected = vit.trace(vit.preprocessing(result.loaded.image))
+    rng = np.random.default_rng(0)
+    picture = Image.fromarray(rng.integers(0, 256, (30, 40, 3), dtype=np.uint8))  # the fixture's picture
+    expected = vit.trace(vit.preprocessing(picture))
     np.testing.assert_array_equal(result.trace.output, expected.output)
+    assert result.original_size == (40, 30) and result.notes == ()
     with pytest.raises(ImageError, match="SVG"):
         vv.analyse(vit, b"<svg></svg>")
     with pytest.raises(ValueError, match="Vision Transformers"):
@@ -160,8 +165,8 @@ def test_mean_attention_distances_batch_by_batch_equal_one_trace_each(vit, resul
     rng = np.random.default_rng(1)
     pictures = [Image.fromarray(rng.integers(0, 256, (12, 16, 3), dtype=np.uint8)) for _ in range(5)]
     seen = []
-    batched = mad.distances_over_images(vit, pictures, batch_size=2, progress=lambda d, t: seen.append((d, t)))
-    assert batched.shape == (5, 2, 4) and seen == [(2, 5), (4, 5), (5, 5)]
+    batched = mad.distances_over_images(vit, iter(pictures), batch_size=2, progress=seen.append)
+    assert batched.shape == (5, 2, 4) and seen == [2, 4, 5]
     for picture, expected in zip(pictures, batched):
         np.testing.assert_allclose(expected, mad.image_distances(vit.trace(vit.preprocessing(picture))), atol=1e-5)
     with pytest.raises(ValueError, match="no images"):
@@ -178,10 +183,13 @@ def test_samples_are_all_readable_and_folders_can_add_more(tmp_path, monkeypatch
     monkeypatch.setenv("TFORMER_IMAGE_DIRS", str(tmp_path))
     extra = samples.samples()
     assert f"{tmp_path.name}/red.png" in extra and not any(n.endswith("notes.txt") for n in extra)
-    pictures, read, refused = vv.read_images([*extra.items(), ("bad.svg", b"<svg></svg>")])
-    assert len(pictures) == len(extra) and refused == [
-        "bad.svg: this is an SVG drawing: it is made of shapes, not pixels. Export it as PNG first"
-    ]
+    read, refused = [], []
+    pictures = list(vv.read_pictures([*extra.items(), ("bad.svg", b"<svg></svg>")], read, refused))
+    assert (
+        len(pictures) == len(extra)
+        and len(read) == len(extra)
+        and refused == ["bad.svg: this is an SVG drawing: it is made of shapes, not pixels. Export it as PNG first"]
+    )
     assert tuple(np.asarray(pictures[read.index(f"{tmp_path.name}/red.png")])[0, 0]) == red
 
 
@@ -208,3 +216,27 @@ def test_deit_mean_attention_distance_equals_one_from_transformers_attentions(de
     for f, logits in zip(files, out.logits):
         page = vv.analyse(deit, f.read_bytes(), f.name)
         assert page.trace.predictions(1)[0][0] == hf.config.id2label[int(logits.argmax())]
+
+
+def test_pictures_are_decoded_one_at_a_time_as_the_batches_need_them(vit):
+    """Twenty big photos must never sit decoded in memory together: the reader runs only as far as the
+    current batch, and the batch size follows the model's size."""
+    rng = np.random.default_rng(2)
+    decoded = []
+
+    def files():
+        for i in range(7):
+            decoded.append(i)
+            yield f"p{i}.png", to_png(Image.fromarray(rng.integers(0, 256, (12, 16, 3), dtype=np.uint8)))
+
+    names, refused, batches = [], [], []
+    pictures = vv.read_pictures(files(), names, refused)
+    mad.distances_over_images(vit, pictures, batch_size=3, progress=lambda done: batches.append((done, len(decoded))))
+    assert batches == [(3, 3), (6, 6), (7, 7)]  # a batch is traced before the next pictures are read
+    assert names == [f"p{i}.png" for i in range(7)] and refused == []
+    assert mad.auto_batch_size(vit) == 32  # tiny: the largest batch
+    deit_sized = SimpleNamespace(
+        config=tc.ViTConfig(image_size=224, patch_size=16, d_model=192, n_layers=12, n_heads=3)
+    )
+    vit_b = SimpleNamespace(config=tc.ViTConfig(image_size=224, patch_size=16, d_model=768, n_layers=12, n_heads=12))
+    assert mad.auto_batch_size(deit_sized) == 18 and mad.auto_batch_size(vit_b) == 4  # 96 MB of weights a batch
