@@ -116,8 +116,7 @@ def show_formula(n: int, d: int, base: float) -> None:
 def show_waves(url: UrlState, pe: np.ndarray, base: float) -> None:
     d = pe.shape[1]
     st.subheader("Each dimension is a wave")
-    dims_key = url.key("dims", [0, 1, 20, 60], cast=int_list)  # fast, and slower pairs
-    st.session_state[dims_key] = [j for j in st.session_state[dims_key] if isinstance(j, int) and 0 <= j < d]
+    dims_key = url.key("dims", [j for j in (0, 1, 20, 60) if j < d], cast=int_list, choices=range(d))  # fast, slow
     chosen = st.multiselect("Dimensions", list(range(d)), key=dims_key)
     if not chosen:
         return

@@ -396,8 +396,7 @@ def masks(url: UrlState, tokens: list[str]) -> np.ndarray | None:
     n = len(tokens)
     left, right = st.columns(2)
     causal = left.checkbox("Causal mask (a token sees only itself and earlier tokens)", key=url.key("causal", False))
-    pad_key = url.key("pad", [], cast=int_list)
-    st.session_state[pad_key] = [p for p in st.session_state[pad_key] if isinstance(p, int) and 0 <= p < n]
+    pad_key = url.key("pad", [], cast=int_list, choices=range(n))
     padding = right.multiselect(
         "Padding tokens (hidden as keys)", list(range(n)), format_func=lambda i: f"{i}: {tokens[i]}", key=pad_key
     )

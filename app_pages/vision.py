@@ -150,7 +150,7 @@ def attention_controls(url: UrlState, result: vv.VisionResult) -> AttentionChoic
     smooth = c3.toggle(
         "Smooth", key=url.key("smooth", True), help="Blend between patch centres, or one block per patch"
     )
-    alpha = c4.slider("Heat", 0.2, 0.9, key=url.key("alpha", 0.6, cast=float), step=0.05)
+    alpha = c4.slider("Heat", 0.2, 0.9, key=url.key("alpha", 0.6, cast=float, lo=0.2, hi=0.9), step=0.05)
     query = st.session_state[url.key("query", CLASS_TOKEN, choices=[CLASS_TOKEN, *range(n)])]
     return AttentionChoice(
         int(layer),
@@ -232,7 +232,7 @@ def show_rollout(url: UrlState, result: vv.VisionResult, choice: AttentionChoice
         0.0,
         0.99,
         step=0.01,
-        key=url.key("discard", 0.9, cast=float),
+        key=url.key("discard", 0.9, cast=float, lo=0.0, hi=0.99),
         help="The lowest share of each layer's fused weights set to 0 before rolling out",
     )
     rolled = run_safely(lambda: vv.rollout_map(result.trace, fusion, float(discard)), "Rollout")

@@ -95,13 +95,10 @@ def controls(
         help="Drops their rows and columns and renormalises each row over the remaining tokens; "
         "the share of attention they received is reported.",
     )
-    heads_key = url.key(f"{prefix}heads", list(range(H)))
-    shown_heads = [h for h in st.session_state[heads_key] if isinstance(h, int) and 0 <= h < H]
-    if shown_heads != st.session_state[heads_key]:
-        url.set(f"{prefix}heads", shown_heads)
-    views_key = url.key(f"{prefix}views", list(default_views if default_views is not None else views))
-    if any(v not in views for v in st.session_state[views_key]):
-        url.set(f"{prefix}views", [v for v in st.session_state[views_key] if v in views])
+    url.key(f"{prefix}heads", list(range(H)), choices=list(range(H)))
+    views_key = url.key(
+        f"{prefix}views", list(default_views if default_views is not None else views), choices=list(views)
+    )
     chosen = st.multiselect("Views", list(views), key=views_key, format_func=VIEWS.get)
     shown = visible_positions(q_tokens, hide)
     query = _query(url, prefix, shown, display_tokens(q_tokens), default_query)

@@ -13,7 +13,7 @@ import tformer_core as tc
 
 from .caches import is_server_model, loaded_models
 from .markdown import escape
-from .url import UrlState
+from .url import UrlState, notices
 
 DEFAULT_TEXT_MODEL = "minilm"
 TEXT_MODEL_SUGGESTIONS = ("minilm", "bert-base-uncased", "roberta-base", "distilbert-base-uncased", "gpt2")
@@ -28,10 +28,14 @@ def run_page(title: str, intro: str, name: str, draw: Callable[[UrlState], None]
     st.title(title)
     st.caption(intro)
     url = UrlState(name)
+    notice = st.empty()  # filled after drawing: what the link changed, what it cannot carry
     try:
         draw(url)
     finally:
         url.publish()
+        line = notices(url)
+        if line:
+            notice.info(line)
 
 
 def run_safely(compute: Callable[[], Any], what: str) -> Any | None:

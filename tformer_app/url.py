@@ -1,14 +1,26 @@
 """Page state in the URL: every widget a page registers is mirrored in the query string, so a link
-reproduces the view (a lecturer puts it on a slide; a student opens exactly that)."""
+reproduces the view (a lecturer puts it on a slide; a student opens exactly that).
+
+A link is input like any other: every value read from it is checked against what its widget accepts
+(a number within the widget's range, an option that exists, a finite number), and a value that is
+changed or dropped is said on the page in one line, as are parameters the page does not know. A value
+too long to travel in a link (a pasted essay) stays out of it, with a note: servers and proxies refuse
+addresses past a few kilobytes.
+"""
 
 from __future__ import annotations
 
+import math
+import urllib.parse
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import streamlit as st
 
 from .markdown import escape
+
+MAX_LINK_VALUE = 2000  # characters of one value, URL-encoded, that a link carries
+MAX_LINK = 6000  # characters of the whole query string (nginx's default header buffer is 8 KB)
 
 
 class UrlState:
@@ -19,31 +31,97 @@ class UrlState:
         ...
         url.publish()                               # after the widgets: write them into the URL
 
-    On a session's first visit, a value found in the URL (and valid for `cast` / `choices`) seeds
-    the widget; afterwards the widget's own state rules and the URL follows it.
+    On a session's first visit, a value found in the URL (and valid for `cast` / `choices` / `lo`..`hi`)
+    seeds the widget; afterwards the widget's own state rules and the URL follows it.
     """
 
     def __init__(self, page: str) -> None:
         self.page = page
         self.names: list[str] = []
+        self._notes_key = f"{page}.__link_notes"
+        first_visit = self._notes_key not in st.session_state
+        # What the link brought, read once per session: later reruns write the URL themselves.
+        self.incoming: dict[str, str] | None = dict(st.query_params) if first_visit else None
+        if first_visit:
+            st.session_state[self._notes_key] = []
+        self.left_out: list[str] = []  # this run's values too long for the link
+
+    @property
+    def notes(self) -> list[str]:
+        """One line per value of the link that was changed or dropped (Markdown, escaped)."""
+        return st.session_state[self._notes_key]
+
+    def _note(self, text: str) -> None:
+        if text not in self.notes:
+            self.notes.append(text)
 
     def key(
-        self, name: str, default: Any, cast: Callable[[str], Any] | None = None, choices: Sequence[Any] | None = None
+        self,
+        name: str,
+        default: Any,
+        cast: Callable[[str], Any] | None = None,
+        choices: Sequence[Any] | None = None,
+        lo: float | None = None,
+        hi: float | None = None,
     ) -> str:
+        """The widget key for `name`, its value seeded from the link on the first visit.
+
+        cast: how to read the URL's string (default: from the type of `default`). choices: the values the
+        widget offers (a list value keeps only its items among them). lo, hi: a number's range (clamped).
+        """
         widget_key = f"{self.page}.{name}"
         if name not in self.names:
             self.names.append(name)
         if widget_key not in st.session_state:
             value = default
-            raw = st.query_params.get(name)
+            raw = self.incoming.get(name) if self.incoming is not None else None
             if raw is not None:
-                value = _parse(raw, default, cast)
-                if choices is not None and value not in choices:
-                    value = default
+                value = self._from_link(name, raw, default, cast, choices, lo, hi)
             st.session_state[widget_key] = value
-        elif choices is not None and st.session_state[widget_key] not in choices:
-            st.session_state[widget_key] = default  # e.g. a head index beyond a newly loaded model's heads
+        elif choices is not None and not _allowed(current := st.session_state[widget_key], choices):
+            # e.g. a head index beyond a newly loaded model's heads; a list keeps what is still offered
+            st.session_state[widget_key] = (
+                [v for v in current if v in choices] if isinstance(current, list) else default
+            )
+        elif lo is not None and hi is not None and not lo <= st.session_state[widget_key] <= hi:
+            st.session_state[widget_key] = type(default)(min(max(st.session_state[widget_key], lo), hi))  # new limits
         return widget_key
+
+    def _from_link(
+        self,
+        name: str,
+        raw: str,
+        default: Any,
+        cast: Callable[[str], Any] | None,
+        choices: Sequence[Any] | None,
+        lo: float | None,
+        hi: float | None,
+    ) -> Any:
+        shown = escape(_short(raw))
+        try:
+            value = _parse(raw, default, cast)
+        except (TypeError, ValueError, OverflowError):
+            self._note(f"{escape(name)}={shown} is not a valid value; using {escape(_format(default))}")
+            return default
+        if isinstance(value, float) and not math.isfinite(value):
+            self._note(f"{escape(name)}={shown} is not a finite number; using {escape(_format(default))}")
+            return default
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            clamped = min(max(value, lo), hi) if lo is not None and hi is not None else value
+            if clamped != value:
+                clamped = type(default)(clamped) if isinstance(default, (int, float)) else clamped
+                self._note(f"{escape(name)}={shown} is outside {lo:g}..{hi:g}; using {escape(_format(clamped))}")
+                value = clamped
+        if choices is not None and isinstance(value, list):
+            kept = [v for v in value if v in choices]
+            if len(kept) != len(value):
+                dropped = [v for v in value if v not in choices]
+                self._note(f"{escape(name)}: left out {escape(_short(_format(dropped)))} (not offered here)")
+            return kept
+        if choices is not None and not _allowed(value, choices):
+            self._note(f"{escape(name)}={shown} is not one of the choices here; using {escape(_format(default))}")
+            return default
+        return value
 
     def value(self, name: str) -> Any:
         return st.session_state[f"{self.page}.{name}"]
@@ -52,25 +130,43 @@ class UrlState:
         st.session_state[f"{self.page}.{name}"] = value
 
     def publish(self) -> None:
-        """Write every registered value into the URL (replacing the query string)."""
-        params = {name: _format(st.session_state[f"{self.page}.{name}"]) for name in self.names}
+        """Write every registered value into the URL (replacing the query string).
+
+        A value longer than MAX_LINK_VALUE characters (URL-encoded), or one that would take the link past
+        MAX_LINK, is left out of the link, and `left_out` names it for the page to say so.
+        """
+        if self.incoming is not None:
+            unknown = [n for n in self.incoming if n not in self.names]
+            if unknown:
+                self._note(f"ignored {escape(', '.join(_short(n, 40) for n in unknown))} (not a setting of this page)")
+        params, length = {}, 0
+        for name in self.names:
+            text = _format(st.session_state[f"{self.page}.{name}"])
+            size = len(urllib.parse.quote_plus(text)) + len(name) + 2
+            if size > MAX_LINK_VALUE or length + size > MAX_LINK:
+                self.left_out.append(name)
+                continue
+            params[name], length = text, length + size
         if dict(st.query_params) != params:
             st.query_params.from_dict(params)
 
 
-def int_key(url: UrlState, name: str, default: int, lo: int, hi: int) -> str:
-    """A URL-backed key for a number input limited to lo..hi.
+def notices(url: UrlState) -> str | None:
+    """One line for the page about its link (values changed or dropped, values too long to share), or None."""
+    parts = []
+    if url.notes:
+        parts.append("From the link: " + "; ".join(url.notes) + ".")
+    if url.left_out:
+        parts.append(
+            f"Not in the link (too long to share in an address): {escape(', '.join(url.left_out))}; "
+            "the link keeps the other settings."
+        )
+    return " ".join(parts) or None
 
-    A value from a link outside lo..hi is clamped, with a warning (a number input given an
-    out-of-range value would raise).
-    """
-    key = url.key(name, default)
-    value = st.session_state[key]
-    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-        fixed = min(max(int(value), lo), hi) if isinstance(value, (int, float)) else default
-        st.warning(f"{escape(name)} = {escape(value)} is outside {lo}..{hi}; using {fixed}.")
-        st.session_state[key] = fixed
-    return key
+
+def int_key(url: UrlState, name: str, default: int, lo: int, hi: int) -> str:
+    """A URL-backed key for a number input limited to lo..hi (a value from a link is clamped, and said so)."""
+    return url.key(name, default, cast=_whole, lo=lo, hi=hi)
 
 
 def int_list(raw: str) -> list[int]:
@@ -78,23 +174,43 @@ def int_list(raw: str) -> list[int]:
     return [int(s) for s in raw.split(",") if s.strip()]
 
 
-def _parse(raw: str, default: Any, cast: Callable[[str], Any] | None) -> Any:
+def _whole(raw: str) -> int:
+    value = float(raw)
+    if not math.isfinite(value):
+        raise ValueError(raw)
+    return int(round(value))
+
+
+def _allowed(value: Any, choices: Sequence[Any]) -> bool:
+    if isinstance(value, list):
+        return all(v in choices for v in value)
     try:
-        if cast is not None:
-            return cast(raw)
-        if isinstance(default, bool):
-            return raw.lower() in ("1", "true", "yes", "on")
-        if isinstance(default, int):
-            return int(raw)
-        if isinstance(default, float):
-            return float(raw)
-        if isinstance(default, (list, tuple)):
-            items = [s for s in raw.split(",") if s != ""]
-            kind = type(default[0]) if default else str
-            return [kind(s) for s in items]
-        return raw
-    except (TypeError, ValueError):
-        return default
+        return value in choices
+    except TypeError:
+        return False
+
+
+def _short(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _parse(raw: str, default: Any, cast: Callable[[str], Any] | None) -> Any:
+    if cast is not None:
+        return cast(raw)
+    if isinstance(default, bool):
+        lowered = raw.lower()
+        if lowered not in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+            raise ValueError(raw)
+        return lowered in ("1", "true", "yes", "on")
+    if isinstance(default, int):
+        return _whole(raw)
+    if isinstance(default, float):
+        return float(raw)
+    if isinstance(default, (list, tuple)):
+        items = [s for s in raw.split(",") if s != ""]
+        kind = type(default[0]) if default else str
+        return [kind(s) for s in items]
+    return raw
 
 
 def _format(value: Any) -> str:

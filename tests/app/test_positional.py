@@ -69,7 +69,7 @@ def test_bad_settings_are_rejected_inline():
     at = run(n="0")  # outside the widget's limits: clamped, and the user is told
     assert not at.exception
     assert at.number_input(key="pe.n").value == 1
-    assert any("outside 1..512" in w for w in messages(at, "warning"))
+    assert any("From the link: n=0 is outside 1..512; using 1" in w for w in messages(at, "info"))
 
 
 def test_real_sentence_parts_add_up_and_come_from_minilm():

@@ -1,0 +1,73 @@
+"""Links are input too: every value a URL brings is checked, and what is changed or dropped is said in one line.
+
+Each case was found by opening a tampered link in the live app: sliders given values outside their range
+(or nan / inf) raised Streamlit's ValueAbove/BelowMin errors, and other values were reset silently.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.app.pages import messages, no_exception, run
+from tformer_app.url import MAX_LINK_VALUE
+
+
+def link_line(at) -> str:
+    lines = [m for m in messages(at, "info") if m.startswith("From the link:") or "Not in the link" in m]
+    assert len(lines) == 1, messages(at, "info")
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    "params, expected",
+    [
+        ({"alpha": "5"}, ["alpha=5 is outside 0.2..0.9; using 0.9"]),
+        ({"alpha": "nan", "discard": "inf"}, ["alpha=nan is not a finite number", "discard=inf is not a finite number"]),
+        ({"discard": "-3"}, ["discard=-3 is outside 0..0.99; using 0.0"]),
+        ({"layer": "99", "head": "x"}, ["layer=99 is not one of the choices here", "head=x is not a valid value"]),
+        ({"smooth": "maybe", "fusion": "median"}, ["smooth=maybe is not a valid value", "fusion=median is not one of"]),
+        ({"sample": "../../etc/passwd"}, ["sample=../../etc/passwd is not one of the choices here"]),
+    ],
+)
+def test_tampered_vision_links_are_clamped_or_dropped_and_said_so(params, expected):
+    at = run("vision", timeout=120, model="vit-tiny", **params)
+    no_exception(at)
+    line = link_line(at)
+    for part in expected:
+        assert part in line
+    assert 0.2 <= at.slider(key="vit.alpha").value <= 0.9
+    assert 0.0 <= at.slider(key="vit.discard").value <= 0.99
+
+
+def test_parameters_a_page_does_not_know_are_named_as_ignored():
+    at = run("text_attention", head="3", colour="red", evil="<script>")
+    no_exception(at)
+    line = link_line(at)
+    assert "ignored colour, evil" in line
+    assert at.selectbox(key="text.head").value == 3  # the valid parameter still applies
+    assert "colour" not in at.query_params
+
+
+def test_lists_from_a_link_keep_only_what_is_offered():
+    at = run("text_attention", heads="0,5,99,-1", views="heatmap,nonsense")
+    no_exception(at)
+    line = link_line(at)
+    assert "heads: left out 99,-1" in line and "views: left out nonsense" in line
+    assert at.multiselect(key="text.views").value == ["heatmap"]
+
+
+def test_a_valid_link_gets_no_message():
+    at = run("text_attention", head="3", layer="2")
+    no_exception(at)
+    assert not [m for m in messages(at, "info") if "link" in m]
+
+
+def test_a_text_too_long_for_a_link_stays_out_of_it_with_a_note():
+    """A 100 KB sentence in the address made the server answer HTTP 400: the link keeps everything else."""
+    at = run("text_attention")
+    long_text = "word " * 20_000
+    at.text_area(key="text.text").input(long_text).run()
+    no_exception(at)
+    assert "text" not in at.query_params and "layer" in at.query_params
+    assert "Not in the link (too long to share in an address): text" in link_line(at)
+    assert len(long_text) > MAX_LINK_VALUE
