@@ -139,3 +139,28 @@ def test_non_images_and_damaged_files_get_a_message(data, message):
 def test_too_many_bytes_are_refused():
     with pytest.raises(ImageError, match="the limit is 1 MB"):
         read_image(b"\x89PNG" + bytes(2 * 2**20), max_bytes=2**20)
+
+
+def test_a_png_with_a_huge_colour_profile_is_read_without_it_and_says_so():
+    """Once refused as "damaged or cut short": Pillow refuses metadata chunks over 1 MB, and with them the picture."""
+    import os
+
+    from PIL import PngImagePlugin
+
+    picture = Image.new("RGB", (16, 12), (10, 200, 30))
+    buffer = io.BytesIO()
+    picture.save(buffer, format="PNG", icc_profile=os.urandom(15 * 2**20))
+    loaded = read_image(buffer.getvalue(), "profile.png")
+    assert loaded.notes == ("its 15.0 MB colour profile (ICC) was left out (pictures may carry 1 MB)",)
+    assert np.array_equal(np.asarray(loaded.image), np.asarray(picture))  # the pixels, untouched
+    # Compressed text that inflates to 20 MB (20 KB in the file) is treated the same way.
+    info = PngImagePlugin.PngInfo()
+    info.add_text("Comment", "A" * (20 * 2**20), zip=True)
+    buffer = io.BytesIO()
+    picture.save(buffer, format="PNG", pnginfo=info)
+    assert len(buffer.getvalue()) < 100_000
+    assert read_image(buffer.getvalue()).notes == ("its 20.0 MB text was left out (pictures may carry 1 MB)",)
+    # A normal profile stays, with no note.
+    buffer = io.BytesIO()
+    picture.save(buffer, format="PNG", icc_profile=os.urandom(3000))
+    assert read_image(buffer.getvalue()).notes == ()

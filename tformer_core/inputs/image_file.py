@@ -15,7 +15,9 @@ refused with a message that says what the file looks like.
 from __future__ import annotations
 
 import io
+import struct
 import warnings
+import zlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -74,6 +76,55 @@ def _describe(data: bytes) -> str:
         return "not an image this app can read"
 
 
+_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+# Chunks that hold metadata only: colour profile, text, EXIF. Pillow refuses any whose content passes
+# 1 MB (its guard against decompression bombs), and with it the whole picture.
+_PNG_METADATA = {b"iCCP": "colour profile (ICC)", b"zTXt": "text", b"iTXt": "text", b"tEXt": "text", b"eXIf": "EXIF"}
+_PNG_METADATA_LIMIT = 2**20
+
+
+def _drop_big_png_metadata(data: bytes) -> tuple[bytes, list[str]]:
+    """A PNG without its metadata chunks of more than 1 MB, and a note per chunk dropped; (data, []) for
+    anything else. The pixels are untouched: each chunk keeps its own checksum."""
+    if not data.startswith(_PNG_SIGNATURE):
+        return data, []
+    kept, dropped, at = [_PNG_SIGNATURE], [], len(_PNG_SIGNATURE)
+    while at + 8 <= len(data):
+        (length,), kind = struct.unpack(">I", data[at : at + 4]), data[at + 4 : at + 8]
+        end = at + 12 + length  # length, type, content, CRC
+        if kind in _PNG_METADATA and length > 1024:  # zlib inflates at most ~1000:1: smaller chunks are fine
+            size = _inflated_size(data[at + 8 : at + 8 + length], kind)
+            if size > _PNG_METADATA_LIMIT:
+                dropped.append(
+                    f"its {size / 2**20:.1f} MB {_PNG_METADATA[kind]} was left out (pictures may carry 1 MB)"
+                )
+                at = end
+                continue
+        kept.append(data[at:end])
+        at = end
+    return (b"".join(kept), dropped) if dropped else (data, [])
+
+
+def _inflated_size(content: bytes, kind: bytes) -> int:
+    """How big a metadata chunk's content is once decompressed (counted in steps, never all held at once)."""
+    if kind in (b"tEXt", b"eXIf"):
+        return len(content)
+    keyword_end = content.find(b"\0")
+    start = keyword_end + 2 if kind in (b"iCCP", b"zTXt") else keyword_end + 3
+    if kind == b"iTXt":
+        if len(content) <= keyword_end + 1 or content[keyword_end + 1] == 0:  # not compressed
+            return len(content)
+        start = content.find(b"\0", content.find(b"\0", keyword_end + 3) + 1) + 1
+    inflater, total, pending = zlib.decompressobj(), 0, content[start:]
+    while pending and total <= _PNG_METADATA_LIMIT * 64:
+        try:
+            total += len(inflater.decompress(pending, 2**20))
+        except zlib.error:
+            return len(content)
+        pending = inflater.unconsumed_tail
+    return total
+
+
 def _to_rgb(image: Image.Image) -> tuple[Image.Image, list[str]]:
     """Any PIL mode -> RGB; notes say what a user might not expect."""
     notes: list[str] = []
@@ -116,6 +167,7 @@ def read_image(
         raise ImageError(f"{label}the file is empty")
     if len(data) > max_bytes:
         raise ImageError(f"{label}the file is {len(data) / 2**20:.1f} MB; the limit is {max_bytes / 2**20:.0f} MB")
+    data, notes = _drop_big_png_metadata(data)
     # Pillow warns about huge pictures when it reads the header; the size check below refuses them
     # with their numbers, before a single pixel is decoded.
     with warnings.catch_warnings():
@@ -142,7 +194,6 @@ def read_image(
                 f"{label}the image is {width:,} × {height:,} pixels ({width * height / 1e6:.0f} "
                 f"megapixels); the limit is {max_pixels / 1e6:.0f} megapixels. Downscale it first."
             )
-        notes: list[str] = []
         frames = getattr(image, "n_frames", 1)
         if frames > 1:
             notes.append(f"{'animated ' if fmt == 'GIF' else ''}{fmt} with {frames} frames: the first is used")
