@@ -11,6 +11,7 @@ markers into something readable is the views' job (`tformer_views.tokens.display
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -131,3 +132,20 @@ class HFTokenizer:
     def labels(self, vocab_size: int) -> list[str]:
         n = min(len(self.hf), vocab_size)
         return self.convert_ids_to_tokens(range(n)) + [f"<{i}>" for i in range(n, vocab_size)]
+
+
+def readable(text: str) -> bool:
+    """True when `text` has a character a reader can see: not only spaces, control characters (NUL, ...)
+    and invisible format characters (zero-width space and joiners, direction marks, the BOM)."""
+    return any(not ch.isspace() and unicodedata.category(ch) not in ("Cc", "Cf", "Cs", "Co", "Cn") for ch in text)
+
+
+def require_readable(text: str, what: str = "input") -> None:
+    """ValueError with a message for the user when `text` is empty or has no readable character."""
+    if not text.strip():
+        raise ValueError(f"the {what} is empty: type at least one word")
+    if not readable(text):
+        raise ValueError(
+            f"the {what} has no readable text: it holds only invisible characters (control characters such as "
+            "NUL, zero-width spaces or direction marks). Type or paste some words."
+        )

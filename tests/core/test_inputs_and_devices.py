@@ -107,3 +107,37 @@ def test_cuda_trace_matches_cpu(dtype, tol):
     for layer in range(a.n_layers):
         np.testing.assert_allclose(a.attention(layer), b.attention(layer), atol=tol)
     np.testing.assert_allclose(a.output, b.output, atol=tol * 10)
+
+
+MINILM = None
+
+
+def minilm():
+    global MINILM
+    if MINILM is None:
+        MINILM = tc.load_model("minilm", device="cpu")
+    return MINILM
+
+
+@pytest.mark.parametrize(
+    "text", ["\x00", "\x00\x00\x00", "\u200b\u200c\u200d", "\ufeff \u2060 \u200e\u200f", "\x07\t\n\x1b", "\u202e\u2066"]
+)
+def test_text_of_only_invisible_characters_is_refused_with_a_reason(text):
+    """Once shown as "[CLS] [SEP]" with no word of explanation."""
+    with pytest.raises(ValueError, match="no readable text: it holds only invisible characters"):
+        tc.fit_to_model(minilm(), text)
+    with pytest.raises(ValueError, match="no readable text"):
+        minilm().trace(text)
+    with pytest.raises(ValueError, match="second segment has no readable text"):
+        tc.fit_to_model(minilm(), "A real sentence.", "\u200b")
+
+
+def test_visible_text_around_invisible_characters_still_reads():
+    fitted = tc.fit_to_model(minilm(), "\u200bcat\x00")
+    assert fitted.n_tokens >= 3 and "cat" in minilm().trace(fitted.text).tokens
+    assert tc.tokenizers.readable("é") and tc.tokenizers.readable("猫") and not tc.tokenizers.readable("\u200b\x00 ")
+
+
+def test_text_the_tokenizer_drops_entirely_is_refused():
+    with pytest.raises(ValueError, match="finds no tokens"):
+        tc.fit_to_model(minilm(), "\u0301\u0301")  # combining accents alone: BERT's tokenizer strips them

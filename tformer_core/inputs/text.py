@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from ..models.base import TracedModel
-from ..tokenizers import Tokenizer
+from ..tokenizers import Tokenizer, require_readable
 
 
 class FittedInput(NamedTuple):
@@ -56,18 +56,24 @@ def fit_to_model(model: TracedModel, text: str, pair: str | None = None) -> Fitt
     """`text` (and `pair`, BERT's sentence B) cut at a token boundary so the whole input fits the model.
 
     Decoder-only models take no second segment (it is ignored). Raises ValueError for an empty
-    sentence. n_dropped counts the tokens cut off, so the page can say so.
+    sentence, or one of invisible characters only. n_dropped counts the tokens cut off, so the page
+    can say so.
     """
-    if not isinstance(text, str) or not text.strip():
+    if not isinstance(text, str):
         raise ValueError("the sentence is empty: type at least one word")
+    require_readable(text, "sentence")
     tokenizer = model.tokenizer
     if tokenizer is None:
         raise ValueError("this model has no tokenizer, so it cannot read text")
     pair = pair if (pair and pair.strip() and model.kind == "encoder") else None
+    if pair is not None:
+        require_readable(pair, "second segment")
     text = text.strip()
     pair = pair.strip() if pair else None
     limit = model.max_tokens
     total = tokenizer.count(text, pair)
+    if tokenizer.count_content(text) == 0:
+        raise ValueError("the tokenizer finds no tokens in the sentence (only characters it drops): type some words")
     if limit is None or total <= limit:
         return FittedInput(text, pair, total, 0, limit)
     n_a = tokenizer.count_content(text)

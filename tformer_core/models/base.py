@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from ..capture import NameFilter, capture, name_hook_points
-from ..tokenizers import Tokenizer
+from ..tokenizers import Tokenizer, require_readable
 from ..trace import Trace, stored_by_default, to_numpy
 from .layers import BlockConfig, Stack
 
@@ -127,8 +127,7 @@ class TracedModel(nn.Module):
         if isinstance(inputs, str):
             if tokenizer is None:
                 raise ValueError("this model has no tokenizer: pass token ids instead of text")
-            if not inputs.strip():
-                raise ValueError(f"the {what} is empty: type at least one word")
+            require_readable(inputs, what)
             ids = list(tokenizer.encode(inputs))
         elif isinstance(inputs, torch.Tensor):
             ids = inputs.detach().cpu().reshape(-1).tolist() if inputs.dim() <= 1 or inputs.shape[0] == 1 else None
