@@ -5,12 +5,16 @@ old-style multipage app, and the first session of a fresh server would then run 
 own, without this shell (no sidebar, no page config), or show "Page not found" for a shared link.
 """
 
+import os
+
 import streamlit as st
 
 import tformer_core as tc
 from tformer_app.page import device_summary, models_summary
 
-# Traces allocate and free hundreds of MB per request; keep that memory for reuse (see runtime.py).
+# Traces allocate and free hundreds of MB per request; keep that memory for reuse, in few heaps, and give
+# it back when the caches drop entries (see tformer_core/runtime.py and tformer_app/caches.py).
+tc.limit_malloc_arenas(2)
 tc.retain_freed_memory()
 
 st.set_page_config(page_title="tformer: inside Transformers", page_icon="🔍", layout="wide")
@@ -28,6 +32,9 @@ PAGES = {
         st.Page("app_pages/attention_distance.py", title="Mean attention distance", icon="📏", url_path="distance"),
     ],
 }
+
+if os.environ.get("TFORMER_ADMIN", "").strip() == "1":  # for whoever runs the server, not for students
+    PAGES["Server"] = [st.Page("app_pages/server.py", title="Memory and caches", icon="🖥️", url_path="server")]
 
 navigation = st.navigation(PAGES)
 

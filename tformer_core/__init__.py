@@ -25,7 +25,7 @@ from .models.positional import sinusoidal_encoding
 from .models.seq2seq import EncoderDecoder, Seq2SeqConfig
 from .models.vit import ViT, ViTConfig, patchify
 from .numerics import softmax
-from .runtime import release_freed_memory, retain_freed_memory
+from .runtime import limit_malloc_arenas, release_freed_memory, retain_freed_memory
 from .steps import AttentionSteps, attention_steps
 from .tokenizers import HFTokenizer, Tokenizer
 from .trace import Trace
@@ -59,6 +59,7 @@ __all__ = [
     "causal_mask",
     "default_device",
     "fit_to_model",
+    "limit_malloc_arenas",
     "load_model",
     "mean_attention_distance",
     "mean_token_distance",

@@ -1,10 +1,14 @@
 """The app's one cache layer: a result and what is derived from it are computed once and shared, within a
 budget in bytes; a model the cache has dropped is no longer listed as loaded."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from tformer_app import caches
+
+PAGES_ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -78,3 +82,38 @@ def test_the_sidebar_names_server_models_and_counts_hub_models(monkeypatch):
     line = page.models_summary()
     assert line == "Models loaded: deit\\-tiny, minilm, and 1 from the hub"
     assert "someone" not in line and "/srv" not in line
+
+
+def test_the_server_page_shows_the_caches_and_clears_the_results(monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    from tests.app.pages import PAGES
+
+    caches.cached("text", "minilm", "A sentence to cache.", None)
+    before = caches.memory_report()
+    assert before.results.used_bytes > 0
+    at = AppTest.from_file(str(PAGES / "server.py"), default_timeout=60).run()
+    assert not at.exception
+    table = at.dataframe[0].value.set_index("cache")
+    assert table.loc["results", "entries"] == before.results.entries
+    assert table.loc["models", "MB budget"] == caches.SETTINGS.models_bytes / 2**20
+    at.button[0].click().run()
+    assert not at.exception
+    assert caches.memory_report().results.used_bytes == 0 and caches.memory_report().results.entries == 0
+    assert any("Dropped" in s.value for s in at.success)
+    assert "minilm" in caches.loaded_models()  # models stay loaded
+
+
+def test_the_server_page_is_listed_only_for_an_admin(monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    app = str(PAGES_ROOT / "app.py")
+    monkeypatch.delenv("TFORMER_ADMIN", raising=False)
+    at = AppTest.from_file(app, default_timeout=60).run()
+    assert not at.exception
+    with pytest.raises(ValueError, match="Could not find a navigation page"):  # not a page of this app
+        at.switch_page("app_pages/server.py").run()
+    monkeypatch.setenv("TFORMER_ADMIN", "1")
+    at = AppTest.from_file(app, default_timeout=60).run()
+    at.switch_page("app_pages/server.py").run()
+    assert not at.exception and at.title[0].value == "Server"

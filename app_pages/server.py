@@ -1,0 +1,38 @@
+"""Server: what this server process holds in memory, for whoever runs it for a class (shown only when the
+environment sets TFORMER_ADMIN=1: a student's click must not empty everyone's caches)."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from tformer_app import caches
+from tformer_app.markdown import escape
+
+MB = 2**20
+
+
+def main() -> None:
+    st.title("Server")
+    st.caption(
+        "Memory this server process holds, and its caches. Budgets come from TFORMER_CACHE_MB and "
+        "TFORMER_MODELS_MB; least recently used entries are dropped first when a budget is full."
+    )
+    report = caches.memory_report()
+    rows = [
+        (s.name, s.entries, s.used_bytes / MB, s.budget_bytes / MB, s.hits, s.misses, s.evicted)
+        for s in (report.results, report.models)
+    ]
+    st.dataframe(
+        pd.DataFrame(rows, columns=["cache", "entries", "MB used", "MB budget", "hits", "misses", "evicted"]),
+        hide_index=True,
+    )
+    rss = "unknown" if report.rss_bytes is None else f"{report.rss_bytes / MB:,.0f} MB"
+    st.markdown(f"Resident memory of this process: **{rss}**")
+    st.caption("Models loaded: " + (", ".join(escape(m) for m in caches.loaded_models()) or "none"))
+    if st.button("Clear cached results", help="Every session recomputes what it shows next; models stay loaded"):
+        freed = caches.clear_results()
+        st.success(f"Dropped {freed / MB:,.1f} MB of cached results.")
+
+
+main()
