@@ -1,0 +1,87 @@
+"""deploy/: two replicas of the app behind nginx, driven through the proxy by sessions that speak the browser's
+protocol (benchmarks/stclient.py): each session gets its page, changes a widget, uploads a picture to the
+Vision Transformer page and gets the pictures drawn from it, all through nginx. That only works when the
+websocket, the upload and the media requests of a session reach the same replica (the route cookie).
+
+Needs Debian's nginx (`apt-get install nginx`); skips and says so without it. Offline, on the CPU, with
+the bundled models (MiniLM, vit-tiny).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import re
+
+import pytest
+
+from deploy.serve import ROUTE_COOKIE, Deployment, find_nginx
+
+stclient = pytest.importorskip("benchmarks.stclient", reason="benchmarks/stclient.py needs Streamlit's websockets")
+
+SESSIONS = 4
+TIMEOUT_S = 240.0  # per action: a busy 2-core machine, two replicas importing torch and loading models at once
+OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TFORMER_DEVICE": "cpu"}
+
+
+@pytest.fixture(scope="module")
+def deployment():
+    if find_nginx() is None:
+        pytest.skip("nginx is not installed: apt-get install nginx (Debian's package) to test the deployment")
+    with Deployment(replicas=2, env=OFFLINE) as d:
+        yield d
+
+
+def picture(n: int) -> bytes:
+    """A PNG of its own for session n: its pictures' media URLs (content hashes) are on its replica only."""
+    from PIL import Image, ImageDraw
+
+    image = Image.new("RGB", (64, 64), (30, 30, 30))
+    ImageDraw.Draw(image).ellipse((12, 12, 52, 52), fill=(250, 200 - 40 * n, 40 * n))
+    out = io.BytesIO()
+    image.save(out, format="PNG")
+    return out.getvalue()
+
+
+async def one_user(url: str, head: str, png: bytes) -> tuple[str, list[str]]:
+    """A student: the Text attention page, a head change, then the Vision page with an upload.
+
+    Returns (the route cookie the session was given, the media URLs of the uploaded picture's pictures).
+    """
+    async with await stclient.Session.open(url, "/text?layer=0&head=0", timeout_s=TIMEOUT_S) as s:
+        assert s.last.finished and not s.last.errors, s.last.errors
+        assert "Heatmap · layer 0, head 0" in s.last.headings()
+        run = await s.set_value("Head", head)
+        assert not run.errors and f"Heatmap · layer 0, head {head}" in run.headings()
+
+        run = await s.switch_page("vision", "model=vit-tiny&from=upload")  # a link to the upload view
+        assert not run.errors, run.errors
+        uploader = run.widget(kind="file_uploader")
+        run = await s.upload(uploader.label, "circle.png", png, "image/png")
+        assert run.finished and not run.errors, run.errors
+        assert "What the model sees: top 5" in run.headings() and "Patches" in run.headings()
+        media = [u for u in run.images() if u.startswith("/media/")]
+        assert media and run.media_bytes > 0 and not run.problems, run.problems  # served by the same replica
+        return s.http.cookie(ROUTE_COOKIE) or "", media
+
+
+def test_sessions_work_end_to_end_through_nginx_on_both_replicas(deployment):
+    async def class_of(n: int):
+        return await asyncio.gather(*(one_user(deployment.url, str(1 + i % 5), picture(i)) for i in range(n)))
+
+    results = asyncio.run(class_of(SESSIONS))
+    routes = sorted(route for route, _ in results)
+    assert set(routes) == {"r0", "r1"}, routes  # new sessions are spread over both replicas
+
+    # Each replica took websockets of its own (nginx's log: the upgrade's status and the replica that answered).
+    log = deployment.access_log()
+    upgrades = re.findall(r'"GET /_stcore/stream HTTP/1.1" 101 .* upstream="127\.0\.0\.1:(\d+)"', log)
+    assert sorted(set(map(int, upgrades))) == sorted(deployment.ports), upgrades
+    assert "PUT /_stcore/upload_file/" in log
+
+    # The control: a session's picture asked of the other replica is not there. Stickiness is what made it work.
+    route, media = results[0]
+    other = "r1" if route == "r0" else "r0"
+    stray = stclient._Http()
+    stray.opener.addheaders = [("Cookie", f"{ROUTE_COOKIE}={other}")]
+    assert stray.request(deployment.url + media[0]).status == 404
