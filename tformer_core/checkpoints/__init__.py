@@ -8,18 +8,18 @@ config's model_type values it reads) and build(config, tensors, generation_confi
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
 
-from ..inputs.preprocessing import ImagePreprocessing
 from ..models.base import TracedModel, default_device, resolve_dtype
 from ..models.vit import ViT
 from . import bart, bert, gpt2, marian, t5, vit
-from .common import load_tokenizer
-from .sources import Progress, hub_folder, local_folder, looks_like_path, minilm_folder
-from .weights import CheckpointError, read_state_dict
+from .common import load_tokenizer, scrub
+from .errors import CheckpointError
+from .hfconfig import read_json
+from .sources import Progress, display_name, hub_folder, local_folder, looks_like_path, minilm_folder
+from .weights import read_tensors
 
 FAMILIES = {t: module for module in (bert, vit, gpt2, marian, bart, t5) for t in module.MODEL_TYPES}
 BUNDLED_TEXT = {"minilm": minilm_folder}
@@ -43,16 +43,20 @@ def load_model(
 ) -> TracedModel:
     """Load `source` into the core's model of its family, on `device` (default: CUDA when available).
 
+    `source`: a bundled name ("minilm", "translator", "vit-tiny"), a local model by its display name
+    ("models/deit-tiny-patch16-224", see `sources.display_name`) or its path (both only inside the
+    configured model folders, `model_dirs` or TFORMER_MODEL_DIRS), or a hub id ("google/vit-base-patch16-224").
     progress(fraction in [0, 1], message) is called as loading advances. Raises CheckpointError
-    (a ValueError) with a message meant for the user when anything is wrong. Loading is not cached
-    here: callers keep the model (the app caches it once per server process).
+    (a ValueError) with a message meant for the user when anything is wrong; it names the file and the
+    problem and shows no server path. Loading is not cached here: callers keep the model (the app caches
+    it once per server process).
     """
     if not isinstance(source, str) or not source.strip():
         raise CheckpointError("no model given: choose a bundled model, a hub id or a local folder")
     source = source.strip()
     _report(progress, 0.0, f"{source}: locating")
     if source in BUNDLED_TEXT:
-        folder = BUNDLED_TEXT[source]()
+        folder, name = BUNDLED_TEXT[source](), source
     else:
         from .. import bundled  # the project's own trained models (assets/)
 
@@ -64,8 +68,12 @@ def load_model(
             model.source = source
             _report(progress, 1.0, f"{source}: ready")
             return model
-        folder = local_folder(source, model_dirs) if looks_like_path(source) else hub_folder(source, progress)
-    model = load_folder(folder, progress)
+        if looks_like_path(source, model_dirs):
+            folder = local_folder(source, model_dirs)
+            name = display_name(folder, model_dirs)
+        else:
+            folder, name = hub_folder(source, progress), source
+    model = load_folder(folder, progress, name=name)
     model.source = source
     _report(progress, 0.95, f"{source}: moving to {device or default_device()}")
     model.place(device if device is not None else default_device(), resolve_dtype(dtype))
@@ -73,34 +81,82 @@ def load_model(
     return model
 
 
-def load_folder(folder: Path, progress: Progress | None = None) -> TracedModel:
-    """A checkpoint folder (config.json, weights, tokenizer / preprocessor files) -> a core model on the CPU."""
+def load_folder(folder: Path, progress: Progress | None = None, name: str | None = None) -> TracedModel:
+    """A checkpoint folder (config.json, weights, tokenizer / preprocessor files) -> a core model on the CPU.
+
+    In order: config.json and generation_config.json are read; the weights' names, number formats and
+    shapes are read without their data (a damaged or truncated file fails here); the model is built on
+    PyTorch's meta device, which allocates nothing, and checked against TFORMER_MAX_PARAMS and against
+    every tensor's shape; only then is it built for real and filled. `name` (the model as the user knows
+    it, never a server path) appears in the few messages that are not about one file.
+    """
+    name = name or folder.name
     try:
-        hf = json.loads((folder / "config.json").read_text())
-    except (OSError, json.JSONDecodeError) as error:
-        raise CheckpointError(f"config.json in {folder.name} cannot be read: {error}") from None
-    model_type = hf.get("model_type", "?")
-    family = FAMILIES.get(model_type)
+        return _load_folder(folder, progress)
+    except CheckpointError:
+        raise
+    except MemoryError:
+        raise CheckpointError(f"there is not enough memory on the server to load {name}") from None
+    except ValueError as error:  # a core config's own check (e.g. image size against patch size)
+        problem = scrub(str(error), folder)
+        raise CheckpointError(f"config.json describes a model tformer cannot build: {problem}") from None
+    except Exception as error:  # a case no check foresaw: still one line for the user, the cause kept for the log
+        raise CheckpointError(
+            f"{name} could not be loaded ({type(error).__name__}: {scrub(str(error), folder)})"
+        ) from error
+
+
+def _load_folder(folder: Path, progress: Progress | None) -> TracedModel:
+    hf = read_json(folder / "config.json")
+    model_type = hf.get("model_type")
+    supported = ", ".join(supported_model_types())
+    if model_type is None:
+        raise CheckpointError(f"config.json has no model_type, so the architecture is unknown (supported: {supported})")
+    family = FAMILIES.get(model_type) if isinstance(model_type, str) else None
     if family is None:
-        raise CheckpointError(f"not supported yet: {model_type} (supported: {', '.join(supported_model_types())})")
-    _report(progress, 0.7, f"reading weights ({model_type})")
-    tensors = read_state_dict(folder)
-    _report(progress, 0.8, "building the instrumented model")
+        raise CheckpointError(f"not supported yet: {str(model_type)[:60]} (supported: {supported})")
     # transformers 5 keeps some generation rules (bad words, forced BOS) only in generation_config.json.
     generation_file = folder / "generation_config.json"
-    generation = json.loads(generation_file.read_text()) if generation_file.is_file() else None
-    model = family.build(hf, tensors, generation)
-    del tensors
+    generation = read_json(generation_file) if generation_file.is_file() else None
+    _report(progress, 0.7, f"reading weights ({model_type})")
+    tensors = read_tensors(folder)
+    try:
+        _report(progress, 0.75, "checking the weights against config.json")
+        with torch.device("meta"):  # this thread only: shapes and sizes, no memory
+            family.build(hf, tensors.meta(), generation)
+        _report(progress, 0.8, "building the instrumented model")
+        model = family.build(hf, tensors, generation)
+    finally:
+        tensors.close()
+    _check_generation_ids(model)
     _report(progress, 0.9, "loading the tokenizer / image processor")
     if isinstance(model, ViT):
-        processor = folder / "preprocessor_config.json"
-        cfg = json.loads(processor.read_text()) if processor.is_file() else {}
-        model.preprocessing = ImagePreprocessing.from_hf(cfg, model.config.image_hw[0])
+        model.preprocessing = vit.preprocessing(folder, model.config)
     else:
         tokenizer = load_tokenizer(folder)
         if tokenizer is not None:
             model.attach_tokenizer(tokenizer)
     return model
+
+
+def _check_generation_ids(model: TracedModel) -> None:
+    """Every token id the generation rules name must be a row of the output layer (else decoding fails later)."""
+    settings, size = getattr(model, "generation", None), model.output_vocab_size
+    if settings is None or not size:
+        return
+    named = [
+        ("eos_token_id", settings.eos_id),
+        ("decoder_start_token_id (or bos_token_id)", settings.start_id),
+        ("pad_token_id", settings.pad_id),
+        ("forced_bos_token_id", settings.forced_bos_id),
+        *(("bad_words_ids / suppress_tokens", i) for i in settings.suppress_ids),
+    ]
+    for key, value in named:
+        if value is not None and not 0 <= value < size:
+            raise CheckpointError(
+                f"config.json / generation_config.json: {key} is {value}, but the model has only {size:,} tokens "
+                f"(ids 0 to {size - 1:,})"
+            )
 
 
 __all__ = ["CheckpointError", "load_folder", "load_model", "supported_model_types"]

@@ -15,8 +15,10 @@ import torch
 
 from ..generation import GenerationSettings
 from ..models.seq2seq import EncoderDecoder, Seq2SeqConfig
-from .common import activation, generation_settings
-from .weights import CheckpointError, Weights, assign
+from .common import activation, build_module, generation_settings
+from .errors import CheckpointError
+from .hfconfig import HFConfig
+from .weights import Weights, assign, same_values
 
 MODEL_TYPES = ("bart",)
 
@@ -76,7 +78,7 @@ def output_head(w: Weights, embedding: torch.Tensor, vocab_size: int) -> tuple[b
     tied = True
     if w.has("lm_head.weight"):
         head = w["lm_head.weight"]
-        if tuple(head.shape) != tuple(embedding.shape) or not torch.equal(head, embedding):
+        if not same_values(head, embedding):
             tied = False
             m["head.unembed.weight"] = head
     if w.has("final_logits_bias"):
@@ -91,6 +93,23 @@ def generation_rules(hf: dict, generation: dict | None = None) -> GenerationSett
     return generation_settings(hf, generation)
 
 
+def stack_sizes(hf: dict) -> dict:
+    """The Seq2SeqConfig sizes BART and Marian read from config.json, checked."""
+    c = HFConfig(hf)
+    d_model, n_heads = c.whole("d_model"), c.whole("encoder_attention_heads")
+    c.heads_divide("encoder_attention_heads", n_heads, "d_model", d_model)
+    return dict(
+        max_positions=c.whole("max_position_embeddings"),
+        n_encoder_layers=c.layers("encoder_layers"),
+        n_decoder_layers=c.layers("decoder_layers"),
+        d_model=d_model,
+        n_heads=n_heads,
+        d_ff=c.whole("encoder_ffn_dim"),
+        activation=activation(c.text("activation_function", "gelu"), "activation_function"),
+        embed_scale=c.flag("scale_embedding", False),
+    )
+
+
 def build(hf: dict, tensors: dict, generation: dict | None = None) -> EncoderDecoder:
     check_post_norm(hf, "BART")
     check_same_shape_stacks(hf, "BART")
@@ -101,30 +120,23 @@ def build(hf: dict, tensors: dict, generation: dict | None = None) -> EncoderDec
     config = Seq2SeqConfig(
         src_vocab_size=V,
         tgt_vocab_size=V,
-        max_positions=hf["max_position_embeddings"],
-        n_encoder_layers=hf["encoder_layers"],
-        n_decoder_layers=hf["decoder_layers"],
-        d_model=hf["d_model"],
-        n_heads=hf["encoder_attention_heads"],
-        d_ff=hf["encoder_ffn_dim"],
-        activation=activation(hf.get("activation_function", "gelu")),
+        **stack_sizes(hf),
         norm="post",
         ln_eps=1e-5,
         positional="learned",
         position_first_row=2,
-        embed_scale=bool(hf.get("scale_embedding", False)),
         embed_norm=True,
         share_embeddings=True,
         tie_output=tied,
         output_bias=True,
     )
-    model = EncoderDecoder(config)
+    model = build_module(EncoderDecoder, config)
     m = {"encoder.embed.tok.weight": embedding, **head}
     for stack in ("encoder", "decoder"):
         m[f"{stack}.embed.pos.weight"] = w[f"{stack}.embed_positions.weight"]
         m[f"{stack}.embed.ln.weight"] = w[f"{stack}.layernorm_embedding.weight"]
         m[f"{stack}.embed.ln.bias"] = w[f"{stack}.layernorm_embedding.bias"]
     m.update(layer_mapping(w, config.n_encoder_layers, config.n_decoder_layers))
-    assign(model, m)
+    assign(model, m, w)
     model.generation = generation_rules(hf, generation)
     return model

@@ -7,39 +7,54 @@ differ in names, in RoBERTa's two reserved position rows, and in whether segment
 from __future__ import annotations
 
 from ..models.encoder import Encoder, EncoderConfig
-from .common import activation
-from .weights import CheckpointError, Weights, assign
+from .common import activation, build_module
+from .errors import CheckpointError
+from .hfconfig import HFConfig
+from .weights import Weights, assign
 
 MODEL_TYPES = ("bert", "roberta", "distilbert")
 
 
 def _config(hf: dict, model_type: str, has_mlm_head: bool) -> EncoderConfig:
+    c = HFConfig(hf)
     if model_type == "distilbert":
+        d_model, n_heads = c.whole("dim"), c.whole("n_heads")
+        c.heads_divide("n_heads", n_heads, "dim", d_model)
         return EncoderConfig(
-            vocab_size=hf["vocab_size"],
-            max_positions=hf["max_position_embeddings"],
-            n_layers=hf["n_layers"],
-            d_model=hf["dim"],
-            n_heads=hf["n_heads"],
-            d_ff=hf["hidden_dim"],
-            activation=activation(hf["activation"]),
+            vocab_size=c.whole("vocab_size"),
+            max_positions=c.whole("max_position_embeddings"),
+            n_layers=c.layers("n_layers"),
+            d_model=d_model,
+            n_heads=n_heads,
+            d_ff=c.whole("hidden_dim"),
+            activation=activation(c.text("activation", "gelu"), "activation"),
             ln_eps=1e-12,
             n_token_types=0,
             mlm_head=has_mlm_head,
         )
-    if hf.get("position_embedding_type", "absolute") != "absolute":
-        raise CheckpointError(f"position_embedding_type {hf['position_embedding_type']!r} is not supported yet")
-    first_row = hf["pad_token_id"] + 1 if model_type == "roberta" else 0
+    position_type = c.text("position_embedding_type", "absolute")
+    if position_type != "absolute":
+        raise CheckpointError(f"config.json: position_embedding_type {position_type[:40]!r} is not supported yet")
+    # RoBERTa's position rows start after its padding id (rows 0..pad are never used).
+    first_row = c.token_id("pad_token_id", 0) + 1 if model_type == "roberta" else 0
+    max_positions = c.whole("max_position_embeddings")
+    if max_positions <= first_row:
+        raise CheckpointError(
+            f"config.json: max_position_embeddings ({max_positions}) leaves no position after the "
+            f"{first_row} reserved rows (pad_token_id + 1)"
+        )
+    d_model, n_heads = c.whole("hidden_size"), c.whole("num_attention_heads")
+    c.heads_divide("num_attention_heads", n_heads, "hidden_size", d_model)
     return EncoderConfig(
-        vocab_size=hf["vocab_size"],
-        max_positions=hf["max_position_embeddings"] - first_row,
-        n_layers=hf["num_hidden_layers"],
-        d_model=hf["hidden_size"],
-        n_heads=hf["num_attention_heads"],
-        d_ff=hf["intermediate_size"],
-        activation=activation(hf["hidden_act"]),
-        ln_eps=hf["layer_norm_eps"],
-        n_token_types=hf.get("type_vocab_size", 0),
+        vocab_size=c.whole("vocab_size"),
+        max_positions=max_positions - first_row,
+        n_layers=c.layers("num_hidden_layers"),
+        d_model=d_model,
+        n_heads=n_heads,
+        d_ff=c.whole("intermediate_size"),
+        activation=activation(c.text("hidden_act"), "hidden_act"),
+        ln_eps=c.number("layer_norm_eps"),
+        n_token_types=c.whole("type_vocab_size", 0, low=0),
         position_first_row=first_row,
         mlm_head=has_mlm_head,
     )
@@ -83,7 +98,7 @@ def build(hf: dict, tensors: dict, generation: dict | None = None) -> Encoder:
     """The checkpoint's tensors in a core Encoder (generation_config.json plays no part in an encoder)."""
     model_type = hf["model_type"]
     w = Weights(tensors, prefixes=(f"{model_type}.",))
-    model = Encoder(_config(hf, model_type, w.has(MLM_HEADS[model_type][0] + ".weight")))
+    model = build_module(Encoder, _config(hf, model_type, w.has(MLM_HEADS[model_type][0] + ".weight")))
     m: dict = {
         "encoder.embed.tok.weight": w["embeddings.word_embeddings.weight"],
         "encoder.embed.pos.weight": w["embeddings.position_embeddings.weight"],
@@ -103,5 +118,5 @@ def build(hf: dict, tensors: dict, generation: dict | None = None) -> Encoder:
             m[f"head.transform.{p}"] = w[f"{dense}.{p}"]
             m[f"head.ln.{p}"] = w[f"{norm}.{p}"]
         m["head.unembed.bias"] = w[bias]
-    assign(model, m)
+    assign(model, m, w)
     return model

@@ -1,12 +1,22 @@
-"""What every family converter shares: activations by Hugging Face name, tokenizer loading."""
+"""What every family converter shares: activations by Hugging Face name, building a module within the
+size limit, tokenizer loading, generation rules."""
 
 from __future__ import annotations
 
+import os
+import re
 from pathlib import Path
+from typing import Any, TypeVar
+
+from torch import nn
 
 from ..generation import GenerationSettings
 from ..tokenizers import HFTokenizer
-from .weights import CheckpointError
+from .errors import CheckpointError
+from .hfconfig import HFConfig, read_json
+from .limits import check_params
+
+M = TypeVar("M", bound=nn.Module)
 
 DEFAULT_MAX_NEW_TOKENS = 64  # interactive use: a page shows every step
 
@@ -20,31 +30,80 @@ HF_ACTIVATIONS = {
 }
 
 
-def activation(name: str) -> str:
+def activation(name: Any, key: str = "the activation") -> str:
+    """The core's name for a Hugging Face activation; `key` is the config.json key it came from."""
+    if not isinstance(name, str):
+        raise CheckpointError(f'config.json: {key} must be a name such as "gelu", got {name!r}')
     try:
         return HF_ACTIVATIONS[name]
     except KeyError:
-        raise CheckpointError(f"activation {name!r} is not supported yet") from None
+        raise CheckpointError(f"config.json: {key} {name[:40]!r} is not supported yet") from None
+
+
+def build_module(cls: type[M], config: Any) -> M:
+    """cls(config), refused when it has more parameters than TFORMER_MAX_PARAMS allows.
+
+    The loader first builds every model on PyTorch's meta device (shapes, no memory), so this refuses a too
+    large model before any of it is allocated. Fixed tables (sinusoidal positions) count as parameters.
+    """
+    model = cls(config)
+    check_params(sum(p.numel() for p in model.parameters()) + sum(b.numel() for b in model.buffers()))
+    return model
+
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json", "spiece.model", "source.spm")
+_JSON_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json")
+_TEXT_TOKENIZER_FILES = ("vocab.txt", "merges.txt")
+_ABSOLUTE_PATH = re.compile(r"(?<![\w.-])(?:[A-Za-z]:)?(?:[/\\][^/\\\s'\"]+)+")
+
+
+def scrub(text: str, folder: Path) -> str:
+    """One line of a library's error message, without server paths (a file keeps its own name)."""
+    line = next((part.strip() for part in str(text).splitlines() if part.strip()), "")
+    for shown in {str(folder), str(folder.resolve()), os.path.realpath(folder)}:
+        line = line.replace(shown + os.sep, "").replace(shown, "the model folder")
+    line = _ABSOLUTE_PATH.sub(lambda m: re.split(r"[/\\]", m.group(0))[-1], line)
+    return line if len(line) <= 160 else line[:157] + "..."
 
 
 def load_tokenizer(folder: Path) -> HFTokenizer | None:
-    """The checkpoint's own tokenizer (never with remote code), or None when the folder has none."""
-    names = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json", "spiece.model", "source.spm")
-    if not any((folder / n).is_file() for n in names):
+    """The checkpoint's own tokenizer (never with remote code), or None when the folder has none.
+
+    Its JSON and text files are checked first, so a damaged one is named; anything else the tokenizer
+    library refuses is reported in one line without server paths.
+    """
+    if not any((folder / n).is_file() for n in TOKENIZER_FILES):
         return None
+    for name in _JSON_TOKENIZER_FILES + ("vocab.json",):
+        if (folder / name).is_file():
+            read_json(folder / name)
+    for name in _TEXT_TOKENIZER_FILES:
+        if (folder / name).is_file():
+            try:
+                (folder / name).read_bytes().decode("utf-8")
+            except UnicodeDecodeError:
+                raise CheckpointError(f"{name} is damaged: it is not UTF-8 text") from None
     from transformers import AutoTokenizer
 
     try:
         return HFTokenizer(AutoTokenizer.from_pretrained(str(folder), trust_remote_code=False))
-    except Exception as error:  # a broken or unusual tokenizer: the model still loads, ids still work
-        raise CheckpointError(f"the tokenizer in {folder.name} could not be loaded: {error}") from None
+    except Exception as error:
+        files = ", ".join(n for n in TOKENIZER_FILES + _JSON_TOKENIZER_FILES[2:] if (folder / n).is_file())
+        raise CheckpointError(
+            f"the tokenizer files ({files}) cannot be read ({type(error).__name__}: {scrub(str(error), folder)})"
+        ) from None
 
 
-def _single_id(value) -> int | None:
-    if isinstance(value, (list, tuple)):
-        # Several end tokens: the core stops at one; the first is the checkpoint's main one.
-        return int(value[0]) if value else None
-    return None if value is None else int(value)
+def _token_id(value: Any, key: str, file: str) -> int | None:
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise CheckpointError(f"{file}: {key} must be a token id (a whole number), got {value!r}"[:200])
+    if value < 0:
+        if key == "pad_token_id":  # a few configs write -1 for "no padding token"
+            return None
+        raise CheckpointError(f"{file}: {key} must be a token id (a whole number from 0), got {value}")
+    return value
 
 
 def generation_settings(
@@ -57,33 +116,54 @@ def generation_settings(
     suppress_tokens (never generated), forced_bos_token_id, forced_eos_token_id (when it is the eos token),
     max_length / max_new_tokens (capped at 64 for interactive use). Not mirrored (the core decodes greedily,
     one rule set): beams, sampling, min_length, no_repeat_ngram_size, repetition_penalty,
-    begin_suppress_tokens, multi-token bad words, a second eos id.
+    begin_suppress_tokens, multi-token bad words, a second eos id. A value of the wrong kind is a
+    CheckpointError naming the file it came from.
     """
-    g = {**hf, **{k: v for k, v in (generation or {}).items() if v is not None}}
-    eos = _single_id(g.get("eos_token_id"))
-    start = g.get("decoder_start_token_id")
+    given = {k: v for k, v in (generation or {}).items() if v is not None}
+    g = {**hf, **given}
+
+    def file(key: str) -> str:
+        return "generation_config.json" if key in given else "config.json"
+
+    def one_id(key: str) -> int | None:
+        value = g.get(key)
+        if isinstance(value, (list, tuple)):  # several ids: the core uses one, the checkpoint's main (first) one
+            value = value[0] if value else None
+        return None if value is None else _token_id(value, key, file(key))
+
+    def id_list(key: str) -> list:
+        value = g.get(key) or []
+        if not isinstance(value, (list, tuple)):
+            raise CheckpointError(f"{file(key)}: {key} must be a list, got {value!r}"[:200])
+        return list(value)
+
+    eos = one_id("eos_token_id")
+    start = one_id("decoder_start_token_id")
     if start is None:
-        start = g.get("bos_token_id") if default_start is None else default_start
+        start = one_id("bos_token_id") if default_start is None else default_start
     suppress: list[int] = []
-    for words in g.get("bad_words_ids") or []:
+    for words in id_list("bad_words_ids"):
         if isinstance(words, (list, tuple)) and len(words) == 1:
-            suppress.append(int(words[0]))
-    for token in g.get("suppress_tokens") or []:
-        suppress.append(int(token))
+            suppress.append(_token_id(words[0], "bad_words_ids", file("bad_words_ids")))
+    for token in id_list("suppress_tokens"):
+        suppress.append(_token_id(token, "suppress_tokens", file("suppress_tokens")))
     forced_eos = g.get("forced_eos_token_id")
     if isinstance(forced_eos, (list, tuple)):
         forced_eos = forced_eos[0] if len(forced_eos) == 1 else None
+    if forced_eos is not None:
+        forced_eos = _token_id(forced_eos, "forced_eos_token_id", file("forced_eos_token_id"))
     budget = DEFAULT_MAX_NEW_TOKENS
-    if g.get("max_new_tokens"):
-        budget = min(budget, int(g["max_new_tokens"]))
-    elif g.get("max_length") and g.get("max_length") > 1:
-        budget = min(budget, int(g["max_length"]) - 1)  # max_length counts the decoder start token
+    lengths = {k: HFConfig(g, file(k)).whole(k, None, low=0) for k in ("max_new_tokens", "max_length")}
+    if lengths["max_new_tokens"]:
+        budget = min(budget, lengths["max_new_tokens"])
+    elif lengths["max_length"] and lengths["max_length"] > 1:
+        budget = min(budget, lengths["max_length"] - 1)  # max_length counts the decoder start token
     return GenerationSettings(
         eos_id=eos,
-        start_id=None if start is None else int(start),
-        pad_id=g.get("pad_token_id"),
+        start_id=start,
+        pad_id=one_id("pad_token_id"),
         suppress_ids=tuple(dict.fromkeys(suppress)),
-        forced_bos_id=g.get("forced_bos_token_id"),
-        forced_eos=forced_eos is not None and eos is not None and int(forced_eos) == eos,
+        forced_bos_id=one_id("forced_bos_token_id"),
+        forced_eos=forced_eos is not None and eos is not None and forced_eos == eos,
         max_new_tokens=budget,
     )

@@ -8,29 +8,33 @@ from __future__ import annotations
 
 from ..generation import GenerationSettings
 from ..models.decoder import Decoder, DecoderConfig
-from .common import activation
-from .weights import CheckpointError, Weights, assign
+from .common import activation, build_module
+from .errors import CheckpointError
+from .hfconfig import HFConfig
+from .weights import Weights, assign
 
 MODEL_TYPES = ("gpt2",)
 
 
 def build(hf: dict, tensors: dict, generation: dict | None = None) -> Decoder:
-    if hf.get("scale_attn_by_inverse_layer_idx") or not hf.get("scale_attn_weights", True):
+    c = HFConfig(hf)
+    if c.flag("scale_attn_by_inverse_layer_idx", False) or not c.flag("scale_attn_weights", True):
         raise CheckpointError("this GPT-2 variant scales attention differently: not supported yet")
-    D = hf["n_embd"]
+    D, n_heads = c.whole("n_embd"), c.whole("n_head")
+    c.heads_divide("n_head", n_heads, "n_embd", D)
     config = DecoderConfig(
-        vocab_size=hf["vocab_size"],
-        max_positions=hf["n_positions"],
-        n_layers=hf["n_layer"],
+        vocab_size=c.whole("vocab_size"),
+        max_positions=c.whole("n_positions"),
+        n_layers=c.layers("n_layer"),
         d_model=D,
-        n_heads=hf["n_head"],
-        d_ff=hf.get("n_inner") or 4 * D,
-        activation=activation(hf["activation_function"]),
-        ln_eps=hf["layer_norm_epsilon"],
+        n_heads=n_heads,
+        d_ff=c.whole("n_inner", 4 * D),
+        activation=activation(c.text("activation_function"), "activation_function"),
+        ln_eps=c.number("layer_norm_epsilon"),
         norm="pre",
         tie_embeddings=True,
     )
-    model = Decoder(config)
+    model = build_module(Decoder, config)
     w = Weights(tensors, prefixes=("transformer.",))
     m = {
         "decoder.embed.tok.weight": w["wte.weight"],
@@ -60,6 +64,6 @@ def build(hf: dict, tensors: dict, generation: dict | None = None) -> Decoder:
         )
         for ours, theirs in (("ln_attn", "ln_1"), ("ln_mlp", "ln_2")):
             m[b + f"{ours}.weight"], m[b + f"{ours}.bias"] = w[h + f"{theirs}.weight"], w[h + f"{theirs}.bias"]
-    assign(model, m)
-    model.generation = GenerationSettings(eos_id=hf.get("eos_token_id"), max_new_tokens=20)
+    assign(model, m, w)
+    model.generation = GenerationSettings(eos_id=c.token_id("eos_token_id"), max_new_tokens=20)
     return model

@@ -18,30 +18,31 @@ and the output layer is tied unless the checkpoint holds an lm_head different fr
 
 from __future__ import annotations
 
-import torch
-
 from ..generation import GenerationSettings
 from ..models.seq2seq import EncoderDecoder, Seq2SeqConfig
-from .common import activation, generation_settings
-from .weights import CheckpointError, Weights, assign
+from .common import activation, build_module, generation_settings
+from .errors import CheckpointError
+from .hfconfig import HFConfig
+from .weights import Weights, assign, same_values
 
 MODEL_TYPES = ("t5",)
 
 
 def _feed_forward(hf: dict) -> tuple[str, bool]:
     """(core activation, gated) from feed_forward_proj, as T5Config derives dense_act_fn."""
-    proj = hf.get("feed_forward_proj", "relu")
+    proj = HFConfig(hf).text("feed_forward_proj", "relu")
     parts = proj.split("-")
     if len(parts) > 2 or (len(parts) == 2 and parts[0] != "gated"):
-        raise CheckpointError(f"not supported yet: T5 feed_forward_proj {proj!r}")
+        raise CheckpointError(f"not supported yet: T5 feed_forward_proj {proj[:40]!r}")
     name = "gelu_new" if proj == "gated-gelu" else parts[-1]
-    return activation(name), len(parts) == 2
+    return activation(name, "feed_forward_proj"), len(parts) == 2
 
 
 def _scales_output(hf: dict) -> bool:
-    if "scale_decoder_outputs" in hf:
-        return bool(hf["scale_decoder_outputs"])
-    return hf.get("tie_word_embeddings", True) is not False
+    c = HFConfig(hf)
+    if "scale_decoder_outputs" in c:
+        return c.flag("scale_decoder_outputs", True)
+    return c.flag("tie_word_embeddings", True)
 
 
 def generation_rules(hf: dict, generation: dict | None = None) -> GenerationSettings:
@@ -49,7 +50,7 @@ def generation_rules(hf: dict, generation: dict | None = None) -> GenerationSett
 
     T5 starts decoding from its padding token when the config names no decoder start token.
     """
-    return generation_settings(hf, generation, default_start=hf.get("pad_token_id", 0))
+    return generation_settings(hf, generation, default_start=HFConfig(hf).token_id("pad_token_id", 0))
 
 
 def _stack_mapping(w: Weights, stack: str, n_layers: int, ffn: dict[str, str]) -> dict:
@@ -78,30 +79,32 @@ def _stack_mapping(w: Weights, stack: str, n_layers: int, ffn: dict[str, str]) -
 def build(hf: dict, tensors: dict, generation: dict | None = None) -> EncoderDecoder:
     """The checkpoint's tensors in a core EncoderDecoder, with its greedy-decoding rules."""
     act, gated = _feed_forward(hf)
+    c = HFConfig(hf)
     w = Weights(tensors)
     embedding = w["shared.weight"] if w.has("shared.weight") else w["encoder.embed_tokens.weight"]
     V, D = embedding.shape
     tied = True
     if w.has("lm_head.weight"):
         head = w["lm_head.weight"]
-        tied = tuple(head.shape) == tuple(embedding.shape) and torch.equal(head, embedding)
-    n_encoder = hf["num_layers"]
-    n_decoder = hf.get("num_decoder_layers") or n_encoder
+        tied = same_values(head, embedding)
+    n_encoder = c.layers("num_layers")
+    n_decoder = c.layers("num_decoder_layers", n_encoder)
+    d_model = c.whole("d_model")
     config = Seq2SeqConfig(
         src_vocab_size=V,
         tgt_vocab_size=V,
-        max_positions=hf.get("n_positions", 512),
+        max_positions=c.whole("n_positions", 512),
         n_encoder_layers=n_encoder,
         n_decoder_layers=n_decoder,
-        d_model=hf["d_model"],
-        n_heads=hf["num_heads"],
-        d_head=hf["d_kv"],
-        d_ff=hf["d_ff"],
+        d_model=d_model,
+        n_heads=c.whole("num_heads", high=4096),
+        d_head=c.whole("d_kv"),
+        d_ff=c.whole("d_ff"),
         activation=act,
         ffn_gated=gated,
         norm="pre",
         norm_type="rmsnorm",
-        ln_eps=hf.get("layer_norm_epsilon", 1e-6),
+        ln_eps=c.number("layer_norm_epsilon", 1e-6),
         bias=False,
         scale_attention=False,
         positional="none",
@@ -110,13 +113,13 @@ def build(hf: dict, tensors: dict, generation: dict | None = None) -> EncoderDec
         share_embeddings=True,
         tie_output=tied,
         output_bias=False,
-        output_scale=hf["d_model"] ** -0.5 if _scales_output(hf) else 1.0,
-        rel_pos_buckets=hf.get("relative_attention_num_buckets", 32),
-        rel_pos_max_distance=hf.get("relative_attention_max_distance", 128),
+        output_scale=d_model**-0.5 if _scales_output(hf) else 1.0,
+        rel_pos_buckets=c.whole("relative_attention_num_buckets", 32, high=4096),
+        rel_pos_max_distance=c.whole("relative_attention_max_distance", 128),
     )
     if config.d_model != D:
         raise CheckpointError(f"shared.weight has width {D}, the config says d_model={config.d_model}")
-    model = EncoderDecoder(config)
+    model = build_module(EncoderDecoder, config)
     m = {"encoder.embed.tok.weight": embedding}
     if not tied:
         m["head.unembed.weight"] = w["lm_head.weight"]
@@ -126,6 +129,6 @@ def build(hf: dict, tensors: dict, generation: dict | None = None) -> EncoderDec
         ffn = {"mlp.W_gate": "wi_0", "mlp.W_in": "wi_1", "mlp.W_out": "wo"}
     for stack, n_layers in (("encoder", n_encoder), ("decoder", n_decoder)):
         m.update(_stack_mapping(w, stack, n_layers, ffn))
-    assign(model, m)
+    assign(model, m, w)
     model.generation = generation_rules(hf, generation)
     return model

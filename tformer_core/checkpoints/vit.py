@@ -6,9 +6,14 @@ core flattens patches channel-first, so the same numbers become a Linear weight 
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from ..inputs.preprocessing import ImagePreprocessing
 from ..models.vit import ViT, ViTConfig
-from .common import activation
-from .weights import CheckpointError, Weights, assign
+from .common import activation, build_module
+from .errors import CheckpointError
+from .hfconfig import HFConfig, read_json
+from .weights import Weights, assign
 
 MODEL_TYPES = ("vit", "deit")
 
@@ -26,9 +31,21 @@ LAYER = {
 }
 
 
+def _image_size(c: HFConfig) -> int | tuple[int, int]:
+    """config.json's image_size: one side (square pictures) or [height, width], in pixels."""
+    size = c.raw("image_size")
+    if isinstance(size, (list, tuple)):
+        if len(size) != 2:
+            raise c.fail("image_size", "must be one number or [height, width]")
+        height, width = (HFConfig({"image_size": side}).whole("image_size", high=1 << 14) for side in size)
+        return height, width
+    return c.whole("image_size", high=1 << 14)
+
+
 def build(hf: dict, tensors: dict, generation: dict | None = None) -> ViT:
     """The checkpoint's tensors in a core ViT (generation_config.json plays no part in a ViT)."""
     model_type = hf["model_type"]
+    c = HFConfig(hf)
     w = Weights(tensors, prefixes=(f"{model_type}.",))
     distilled = w.has("embeddings.distillation_token")
     if w.has("cls_classifier.weight"):  # DeiT "with teacher": mean of the class and distillation heads
@@ -37,24 +54,32 @@ def build(hf: dict, tensors: dict, generation: dict | None = None) -> ViT:
         head, dist_head = "classifier", None
     else:
         head = dist_head = None
-    n_classes = tensors[head + ".weight"].shape[0] if head else 0
-    if not hf.get("qkv_bias", True):
+    n_classes = w[head + ".weight"].shape[0] if head else 0
+    if not c.flag("qkv_bias", True):
         raise CheckpointError("ViT checkpoints without Q/K/V biases are not supported yet")
+    image_size, patch_size = _image_size(c), c.whole("patch_size", high=1 << 14)
+    for side in (image_size,) if isinstance(image_size, int) else image_size:
+        if side % patch_size:
+            raise CheckpointError(
+                f"config.json: image_size {side} is not a whole number of patches of patch_size {patch_size} pixels"
+            )
+    d_model, n_heads = c.whole("hidden_size"), c.whole("num_attention_heads")
+    c.heads_divide("num_attention_heads", n_heads, "hidden_size", d_model)
     config = ViTConfig(
-        image_size=hf["image_size"],
-        patch_size=hf["patch_size"],
-        n_channels=hf.get("num_channels", 3),
-        n_layers=hf["num_hidden_layers"],
-        d_model=hf["hidden_size"],
-        n_heads=hf["num_attention_heads"],
-        d_ff=hf["intermediate_size"],
-        activation=activation(hf["hidden_act"]),
-        ln_eps=hf["layer_norm_eps"],
+        image_size=image_size,
+        patch_size=patch_size,
+        n_channels=c.whole("num_channels", 3, high=64),
+        n_layers=c.layers("num_hidden_layers"),
+        d_model=d_model,
+        n_heads=n_heads,
+        d_ff=c.whole("intermediate_size"),
+        activation=activation(c.text("hidden_act"), "hidden_act"),
+        ln_eps=c.number("layer_norm_eps"),
         n_classes=n_classes,
         distilled=distilled,
         dist_head=dist_head is not None,
     )
-    model = ViT(config)
+    model = build_module(ViT, config)
     conv = w["embeddings.patch_embeddings.projection.weight"]  # (D, C, P, P)
     m = {
         "encoder.embed.project.weight": conv.reshape(conv.shape[0], -1),
@@ -71,12 +96,72 @@ def build(hf: dict, tensors: dict, generation: dict | None = None) -> ViT:
             for p in ("weight", "bias"):
                 m[f"encoder.blocks.{i}.{ours}.{p}"] = w[f"encoder.layer.{i}.{theirs}.{p}"]
     if head:
-        m["head.classifier.weight"], m["head.classifier.bias"] = tensors[head + ".weight"], tensors[head + ".bias"]
+        m["head.classifier.weight"], m["head.classifier.bias"] = w[head + ".weight"], w[head + ".bias"]
     if dist_head:
-        m["head.dist_classifier.weight"] = tensors[dist_head + ".weight"]
-        m["head.dist_classifier.bias"] = tensors[dist_head + ".bias"]
-    assign(model, m)
-    labels = hf.get("id2label") or {}
+        m["head.dist_classifier.weight"] = w[dist_head + ".weight"]
+        m["head.dist_classifier.bias"] = w[dist_head + ".bias"]
+    assign(model, m, w)
+    labels = c.raw("id2label", {})
+    if not isinstance(labels, dict):
+        raise c.fail("id2label", "must be a table of class number -> name")
     if n_classes and len(labels) == n_classes:
-        model.class_names = [labels.get(str(i), labels.get(i, str(i))) for i in range(n_classes)]
+        model.class_names = [str(labels.get(str(i), labels.get(i, str(i)))) for i in range(n_classes)]
     return model
+
+
+PREPROCESSOR = "preprocessor_config.json"
+
+
+def _sides(value: object, key: str) -> tuple[int, int] | int:
+    """A size in preprocessor_config.json: a number, {"height", "width"} or {"shortest_edge"}, in pixels."""
+    c = HFConfig({key: value}, PREPROCESSOR)
+    if isinstance(value, dict):
+        inner = HFConfig(value, PREPROCESSOR)
+        if "shortest_edge" in inner:
+            return inner.whole("shortest_edge", high=4096)
+        if "height" in inner and "width" in inner:
+            return inner.whole("height", high=4096), inner.whole("width", high=4096)
+        raise c.fail(key, "must give height and width, or shortest_edge")
+    return c.whole(key, high=4096)
+
+
+def preprocessing(folder: Path, config: ViTConfig) -> ImagePreprocessing:
+    """The picture preprocessing of preprocessor_config.json (ImageNet's defaults without one), checked: its
+    sizes, means and deviations must be numbers, and it must hand the model pictures of its image_size."""
+    path = folder / PREPROCESSOR
+    cfg = read_json(path) if path.is_file() else {}
+    c = HFConfig(cfg, PREPROCESSOR)
+    for key in ("size", "crop_size"):
+        if key in c:
+            _sides(cfg[key], key)
+    for key in ("image_mean", "image_std"):
+        values = c.raw(key)
+        if values is None:
+            continue
+        ok = isinstance(values, (list, tuple)) and len(values) == config.n_channels
+        ok = ok and all(not isinstance(v, bool) and isinstance(v, (int, float)) for v in values)
+        if not ok:
+            raise c.fail(key, f"must be a list of {config.n_channels} numbers (one per colour channel)")
+        if key == "image_std" and any(v <= 0 for v in values):
+            raise c.fail(key, "must be positive numbers (pixels are divided by them)")
+    c.whole("resample", 2, low=0, high=5)
+    c.number("rescale_factor", 1 / 255)
+    for key in ("do_resize", "do_center_crop", "do_rescale", "do_normalize"):
+        c.flag(key, True)
+    try:
+        pre = ImagePreprocessing.from_hf(cfg, config.image_hw[0])
+    except (TypeError, KeyError, ValueError):
+        raise CheckpointError(f"{PREPROCESSOR} cannot be read as a picture preprocessing") from None
+    if pre.crop is not None:
+        out = tuple(pre.crop)
+    elif pre.resize is not None and pre.resize[0] == "exact":
+        out = tuple(pre.resize[1])
+    else:
+        out = None
+    if out != tuple(config.image_hw):
+        given = "pictures of varying size" if out is None else f"pictures of {out[0]}x{out[1]} pixels"
+        raise CheckpointError(
+            f"{PREPROCESSOR} gives the model {given}, but config.json's image_size is "
+            f"{config.image_hw[0]}x{config.image_hw[1]}"
+        )
+    return pre

@@ -1,74 +1,398 @@
-"""Reading checkpoint tensors safely and copying them into the core's modules."""
+"""Reading checkpoint tensors safely and copying them into the core's modules.
+
+`read_tensors` looks at a checkpoint folder's weights without loading them: the safetensors headers
+(names, number formats, shapes, where each tensor lies in the file), checked against the file's real
+length, or, for `pytorch_model.bin`, the pickle through `torch.load(weights_only=True)` (which refuses
+anything but tensors, so a pickle's code never runs) with the data memory-mapped. The result can be
+viewed as tensors on PyTorch's "meta" device (shapes only, no memory), which lets the loader build the
+model and match every tensor's shape against the config before a single weight is allocated.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import contextlib
+import json
+import math
+import pickle
+import re
+import warnings
+import zipfile
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from torch import nn
 
+from .errors import CheckpointError
+from .limits import BYTES_PER_PARAM, count, max_params, megabytes
 
-class CheckpointError(ValueError):
-    """A model could not be loaded; the message says why and what to do, for the user."""
+__all__ = ["CheckpointError", "CheckpointTensors", "Weights", "assign", "read_tensors"]
+
+MAX_HEADER_BYTES = 16_000_000  # a 400-tensor checkpoint's header is about 40 kB
+BIN_SLACK = 1.25  # a .bin may hold a little more than the model uses (a pooler, a second head)
+
+# safetensors' names for number formats; anything else is reported by name.
+_DTYPES: dict[str, torch.dtype] = {
+    "F64": torch.float64,
+    "F32": torch.float32,
+    "F16": torch.float16,
+    "BF16": torch.bfloat16,
+    "F8_E4M3": torch.float8_e4m3fn,
+    "F8_E5M2": torch.float8_e5m2,
+    "I64": torch.int64,
+    "I32": torch.int32,
+    "I16": torch.int16,
+    "I8": torch.int8,
+    "U64": torch.uint64,
+    "U32": torch.uint32,
+    "U16": torch.uint16,
+    "U8": torch.uint8,
+    "BOOL": torch.bool,
+}
+_PLAIN_FILE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")  # a file name in the folder, never a path
 
 
-def read_state_dict(folder: Path) -> dict[str, torch.Tensor]:
-    """All tensors of a Hugging Face checkpoint folder: safetensors (single or sharded) first, else
-    pytorch_model.bin through `torch.load(weights_only=True)`, which refuses to run pickled code."""
-    from safetensors.torch import load_file
+@dataclass(frozen=True)
+class TensorInfo:
+    """Where a tensor is and what it holds, known without reading its data."""
 
-    shards = sorted(folder.glob("model*.safetensors"))
-    if shards:
-        tensors: dict[str, torch.Tensor] = {}
-        for shard in shards:
-            tensors.update(load_file(str(shard)))
-        return tensors
-    bins = sorted(folder.glob("pytorch_model*.bin"))
-    if bins:
-        tensors = {}
-        for path in bins:
-            tensors.update(torch.load(path, map_location="cpu", weights_only=True))
-        return tensors
-    raise CheckpointError(f"no weights in {folder.name}: expected model.safetensors or pytorch_model.bin")
+    file: str
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+
+
+def _numel(shape: Iterable[int]) -> int:
+    return math.prod(shape)
+
+
+def safetensors_header(path: Path) -> dict[str, TensorInfo]:
+    """Names, number formats and shapes in a safetensors file, checked against the file's length.
+
+    The format: 8 bytes (little-endian length n), n bytes of JSON {name: {dtype, shape, data_offsets}},
+    then the data. A damaged or truncated file fails here, before anything is allocated for it.
+    """
+    name = path.name
+    try:
+        size = path.stat().st_size
+        with path.open("rb") as f:
+            head = f.read(8)
+            if len(head) < 8:
+                raise CheckpointError(f"{name} is damaged: {size} bytes is too short for a safetensors file")
+            n = int.from_bytes(head, "little")
+            if n > MAX_HEADER_BYTES:
+                raise CheckpointError(
+                    f"{name} is damaged or is not a safetensors file: its first bytes announce a {megabytes(n)} header"
+                )
+            if 8 + n > size:
+                raise CheckpointError(
+                    f"{name} is damaged or truncated: its header should take {n:,} bytes, the file has {size:,}"
+                )
+            raw = f.read(n)
+    except OSError as error:
+        raise CheckpointError(f"{name} cannot be read ({error.strerror or type(error).__name__})") from None
+    try:
+        header = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        raise CheckpointError(f"{name} is damaged or is not a safetensors file: its header is not valid JSON") from None
+    if not isinstance(header, dict):
+        raise CheckpointError(f"{name} is damaged: its header is not a table of tensors")
+    data_bytes = size - 8 - n
+    infos: dict[str, TensorInfo] = {}
+    needed = 0
+    for key, entry in header.items():
+        if key == "__metadata__":
+            continue
+        try:
+            dtype_name, shape, (begin, end) = entry["dtype"], entry["shape"], entry["data_offsets"]
+            shape = tuple(shape)
+            valid = all(type(d) is int and d >= 0 for d in shape) and all(type(o) is int for o in (begin, end))
+        except (TypeError, KeyError, ValueError):
+            valid = False
+        if not valid:
+            raise CheckpointError(f"{name} is damaged: the header's entry for {key!r} is not a tensor description")
+        dtype = _DTYPES.get(dtype_name) if isinstance(dtype_name, str) else None
+        if dtype is None:
+            raise CheckpointError(
+                f"{name}: the tensor {key} is stored as {str(dtype_name)[:20]!r}, a number format tformer cannot read"
+            )
+        if not 0 <= begin <= end or end - begin != _numel(shape) * dtype.itemsize:
+            raise CheckpointError(f"{name} is damaged: the tensor {key}'s place in the file does not match its shape")
+        needed = max(needed, end)
+        infos[key] = TensorInfo(name, dtype, shape)
+    if needed > data_bytes:
+        raise CheckpointError(
+            f"{name} is truncated: its tensors need {needed:,} bytes of data, the file holds {max(data_bytes, 0):,} "
+            "(was a download or a copy interrupted?)"
+        )
+    return infos
+
+
+def _plain_name(index: str, value: object) -> str:
+    if not isinstance(value, str) or not _PLAIN_FILE.match(value):
+        raise CheckpointError(f"{index}: {str(value)[:60]!r} is not the name of a file in the model folder")
+    return value
+
+
+def _sharded_files(folder: Path, index: str, suffix: str) -> tuple[list[str], dict[str, str]]:
+    """(the shard files an index json names, its tensor -> file table); each file must be present."""
+    from .hfconfig import read_json
+
+    table = read_json(folder / index).get("weight_map")
+    if not isinstance(table, dict) or not table:
+        raise CheckpointError(f"{index} has no weight_map (the table of which file holds each tensor)")
+    weight_map = {str(k): _plain_name(index, v) for k, v in table.items()}
+    files = sorted(set(weight_map.values()))
+    for file in files:
+        if not file.endswith(suffix):
+            raise CheckpointError(f"{index} names {file}, which is not a {suffix} file")
+        if not (folder / file).is_file():
+            raise CheckpointError(
+                f"{index} names {file}, which is not in the model folder (was a download interrupted?)"
+            )
+    return files, weight_map
+
+
+def _check_index(index: str, weight_map: dict[str, str], infos: dict[str, TensorInfo]) -> None:
+    for tensor, file in weight_map.items():
+        if tensor not in infos or infos[tensor].file != file:
+            raise CheckpointError(f"{index} says {file} holds the tensor {tensor}, but it does not")
+
+
+def _load_pickled(path: Path) -> dict[str, torch.Tensor]:
+    """The tensors of a pytorch_model*.bin, through the weights-only unpickler; data memory-mapped when it can be."""
+    name = path.name
+    # torch.save's zip format can be memory-mapped (no copy of the data); the legacy format is read whole,
+    # which is why the file's size is checked before this.
+    memory_mapped = zipfile.is_zipfile(path)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "pickle protocol 4" and similar notes meant for developers
+            loaded = torch.load(path, map_location="cpu", weights_only=True, mmap=memory_mapped)
+    except pickle.UnpicklingError as error:
+        if "Unsupported global" in str(error) or "Unsupported class" in str(error):
+            raise CheckpointError(
+                f"{name} holds Python objects besides tensors. tformer never unpickles those (a pickle can run "
+                "code on the server): use the model's model.safetensors, or save it with safetensors"
+            ) from None
+        raise CheckpointError(f"{name} is damaged or is not a PyTorch weights file") from None
+    except MemoryError:
+        raise CheckpointError(f"{name}: there is not enough memory on the server to read it") from None
+    except Exception:  # zip errors, EOF, storage size mismatches: all mean a broken file
+        raise CheckpointError(f"{name} is damaged or truncated: PyTorch cannot read it") from None
+    if not isinstance(loaded, dict):
+        raise CheckpointError(f"{name} does not hold a table of named tensors (the Hugging Face layout)")
+    tensors = {k: v for k, v in loaded.items() if isinstance(k, str) and isinstance(v, torch.Tensor)}
+    if not tensors:
+        raise CheckpointError(f"{name} holds no named tensors (the Hugging Face layout has one per weight)")
+    return tensors
+
+
+def _check_bin_size(folder: Path, files: list[str]) -> None:
+    """A .bin must be unpickled to be read: refuse one far larger than an admitted model before opening it."""
+    total = sum((folder / f).stat().st_size for f in files)
+    limit = max_params()
+    allowed = limit * BYTES_PER_PARAM * BIN_SLACK
+    if total > allowed:
+        shown = files[0] if len(files) == 1 else f"the {len(files)} pytorch_model files"
+        raise CheckpointError(
+            f"{shown} take {megabytes(total)}: more than a model within this server's limit of {count(limit)} "
+            f"parameters takes ({megabytes(allowed)} as float32; the setting TFORMER_MAX_PARAMS)"
+        )
+
+
+class CheckpointTensors(Mapping[str, torch.Tensor]):
+    """A checkpoint's tensors by name. Safetensors data is read (memory-mapped) only when a tensor is asked for;
+    `meta()` gives the same names and shapes on the meta device, with no data at all."""
+
+    def __init__(
+        self,
+        folder: Path,
+        infos: dict[str, TensorInfo],
+        pickled: dict[str, torch.Tensor] | None = None,
+        meta: bool = False,
+    ) -> None:
+        self.folder, self.infos, self.pickled, self.is_meta = folder, infos, pickled, meta
+        self._handles: dict[str, object] = {}
+        self._stack = contextlib.ExitStack()
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        info = self.infos[name]
+        if self.is_meta:
+            return torch.empty(info.shape, dtype=info.dtype, device="meta")
+        if self.pickled is not None:
+            return self.pickled[name]
+        try:
+            return self._open(info.file).get_tensor(name)
+        except CheckpointError:
+            raise
+        except MemoryError:
+            raise CheckpointError(f"{info.file}: there is not enough memory on the server to read it") from None
+        except Exception:  # SafetensorError and I/O errors: the file changed or is damaged
+            raise CheckpointError(f"{info.file} is damaged: the tensor {name} cannot be read") from None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.infos)
+
+    def __len__(self) -> int:
+        return len(self.infos)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.infos
+
+    def _open(self, file: str):
+        """safe_open's handle for `file` (it validates the header too); kept until close()."""
+        if file not in self._handles:
+            from safetensors import safe_open
+
+            try:
+                self._handles[file] = self._stack.enter_context(
+                    safe_open(str(self.folder / file), framework="pt", device="cpu")
+                )
+            except Exception:
+                raise CheckpointError(f"{file} is damaged or is not a safetensors file") from None
+        return self._handles[file]
+
+    def open_all(self) -> None:
+        """Let safetensors check every file's header now (it is stricter about offsets than a reader must be)."""
+        if self.pickled is None:
+            for file in dict.fromkeys(i.file for i in self.infos.values()):
+                self._open(file)
+
+    def meta(self) -> CheckpointTensors:
+        return CheckpointTensors(self.folder, self.infos, self.pickled, meta=True)
+
+    def file_of(self, name: str) -> str:
+        return self.infos[name].file if name in self.infos else self.describe()
+
+    def describe(self) -> str:
+        files = list(dict.fromkeys(i.file for i in self.infos.values()))
+        if len(files) == 1:
+            return files[0]
+        return f"the weights files ({', '.join(files[:3])}{', ...' if len(files) > 3 else ''})"
+
+    def close(self) -> None:
+        self._stack.close()
+        self._handles.clear()
+
+
+def read_tensors(folder: Path) -> CheckpointTensors:
+    """What a checkpoint folder's weights hold, without loading them: safetensors (single, sharded with
+    model.safetensors.index.json, or several model*.safetensors) first, else pytorch_model*.bin.
+
+    Raises CheckpointError naming the file when one is missing, damaged, truncated or refused.
+    """
+    if (folder / "model.safetensors.index.json").is_file():
+        files, weight_map = _sharded_files(folder, "model.safetensors.index.json", ".safetensors")
+        infos = {k: v for file in files for k, v in safetensors_header(folder / file).items()}
+        _check_index("model.safetensors.index.json", weight_map, infos)
+        tensors = CheckpointTensors(folder, infos)
+    elif files := sorted(p.name for p in folder.glob("model*.safetensors") if p.is_file()):
+        infos = {k: v for file in files for k, v in safetensors_header(folder / file).items()}
+        tensors = CheckpointTensors(folder, infos)
+    else:
+        index = "pytorch_model.bin.index.json"
+        weight_map = None
+        if (folder / index).is_file():
+            files, weight_map = _sharded_files(folder, index, ".bin")
+        else:
+            files = sorted(p.name for p in folder.glob("pytorch_model*.bin") if p.is_file())
+        if not files:
+            raise CheckpointError("no weights: the folder has neither model.safetensors nor pytorch_model.bin")
+        _check_bin_size(folder, files)
+        pickled: dict[str, torch.Tensor] = {}
+        infos = {}
+        for file in files:
+            for key, t in _load_pickled(folder / file).items():
+                pickled[key], infos[key] = t, TensorInfo(file, t.dtype, tuple(t.shape))
+        if weight_map is not None:
+            _check_index(index, weight_map, infos)
+        tensors = CheckpointTensors(folder, infos, pickled)
+    if not tensors.infos:
+        raise CheckpointError(f"{', '.join(files)} {'holds' if len(files) == 1 else 'hold'} no tensors")
+    tensors.open_all()
+    return tensors
 
 
 class Weights:
-    """A checkpoint's tensors, looked up by name with or without the architecture's prefix."""
+    """A checkpoint's tensors, looked up by name with or without the architecture's prefix.
 
-    def __init__(self, tensors: dict[str, torch.Tensor], prefixes: Iterable[str] = ()) -> None:
+    Every tensor handed out is checked: it must hold floating-point numbers (an int or bool tensor where a
+    weight belongs means the file is not what its name says), and, when it has data, finite ones.
+    """
+
+    def __init__(self, tensors: Mapping[str, torch.Tensor], prefixes: Iterable[str] = ()) -> None:
         self.tensors = tensors
         self.prefixes = ("", *prefixes)
+        # id of each tensor handed out -> (its name in the file, the tensor, kept so that the id stays its own)
+        self.handed: dict[int, tuple[str, torch.Tensor]] = {}
 
     def has(self, name: str) -> bool:
         return any(p + name in self.tensors for p in self.prefixes)
 
+    def file_of(self, name: str) -> str:
+        file_of = getattr(self.tensors, "file_of", None)
+        return file_of(name) if file_of is not None else "the weights file"
+
+    def describe(self) -> str:
+        describe = getattr(self.tensors, "describe", None)
+        return describe() if describe is not None else "the weights file"
+
     def __getitem__(self, name: str) -> torch.Tensor:
         for prefix in self.prefixes:
             if prefix + name in self.tensors:
-                return self.tensors[prefix + name]
-        raise CheckpointError(f"the checkpoint has no tensor {name!r} (is it the architecture its config says?)")
+                key = prefix + name
+                tensor = self.tensors[key]
+                if not tensor.is_floating_point():
+                    raise CheckpointError(
+                        f"{self.file_of(key)}: the tensor {key} holds {str(tensor.dtype).removeprefix('torch.')} "
+                        "values; a weight must hold floating-point numbers"
+                    )
+                if not tensor.is_meta and not bool(torch.isfinite(tensor).all()):
+                    raise CheckpointError(f"{self.file_of(key)}: the tensor {key} holds NaN or infinite values")
+                self.handed[id(tensor)] = (key, tensor)
+                return tensor
+        raise CheckpointError(
+            f"{self.describe()} has no tensor {name!r}: is it the architecture config.json says (model_type)?"
+        )
 
 
-def assign(model: nn.Module, mapping: dict[str, torch.Tensor]) -> None:
+def same_values(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two tensors hold the same numbers (a tied output layer saved twice).
+
+    Meta tensors have no numbers: they count as different, so the dry run's parameter count is an upper
+    bound (an untied output layer is a matrix of its own).
+    """
+    if a.is_meta or b.is_meta or tuple(a.shape) != tuple(b.shape):
+        return False
+    return bool(torch.equal(a, b))
+
+
+def assign(model: nn.Module, mapping: dict[str, torch.Tensor], weights: Weights | None = None) -> None:
     """Copy checkpoint tensors into `model` by core parameter name; every parameter must be covered.
 
-    Tied parameters (one tensor under two names) need only one of their names in `mapping`.
+    Tied parameters (one tensor under two names) need only one of their names in `mapping`. Works on the
+    meta device too: there, only names and shapes are compared. `weights` (where the tensors came from)
+    lets a message name the file and the tensor as the file calls it.
     """
-    expected = model.state_dict()
+    expected = model.state_dict(keep_vars=True)  # the parameters themselves: tied ones are one object
     unknown = sorted(set(mapping) - set(expected))
     if unknown:
         raise CheckpointError(f"internal mapping names unknown parameters: {unknown[:5]}")
+    source = weights.describe() if weights is not None else "the weights file"
     covered = set()
     with torch.no_grad():
         for name, tensor in mapping.items():
             target = expected[name]
             if tuple(target.shape) != tuple(tensor.shape):
+                key = weights.handed.get(id(tensor), (None,))[0] if weights is not None else None
+                where = f"{weights.file_of(key)}: the tensor {key}" if key else f"{source}: {name}"
                 raise CheckpointError(
-                    f"{name}: the checkpoint has shape {tuple(tensor.shape)}, the config implies {tuple(target.shape)}"
+                    f"{where} is {tuple(tensor.shape)}, but config.json implies {tuple(target.shape)}: "
+                    "the weights and the config do not belong together"
                 )
-            target.copy_(tensor.to(target.dtype))
-            covered.add(target.data_ptr())
-    missing = [name for name, t in expected.items() if t.data_ptr() not in covered]
+            target.copy_(tensor)
+            covered.add(id(target))
+    missing = [name for name, t in expected.items() if id(t) not in covered]
     if missing:
-        raise CheckpointError(f"the checkpoint does not provide {missing[:5]}")
+        raise CheckpointError(f"{source} does not provide {missing[:5]}")
