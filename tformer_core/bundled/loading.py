@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -17,6 +17,9 @@ from typing import Any
 import torch
 from safetensors.torch import load_model as load_safetensors_model
 
+from ..checkpoints.common import scrub
+from ..checkpoints.errors import CheckpointError
+from ..checkpoints.hfconfig import read_json
 from ..generation import GenerationSettings
 from ..inputs.preprocessing import ImagePreprocessing
 from ..models.base import TracedModel
@@ -68,42 +71,89 @@ def file_sha256(path: str | Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
+def _shown(folder: Path) -> str:
+    """A folder as messages name it: relative to the repository ("assets/vit-tiny") or to the working folder,
+    else by its name alone, never as a server path."""
+    folder = Path(os.path.abspath(folder))
+    for base in (ASSETS_DIR.parent, Path.cwd()):
+        if folder.is_relative_to(base) and folder != base:
+            return folder.relative_to(base).as_posix()
+    return folder.name
+
+
 def load_from_dir(
     folder: str | Path, device: str | torch.device | None = None, dtype: str | torch.dtype | None = None
 ) -> TracedModel:
-    """Build a bundled-format model from a folder (what `train` writes) and place it on `device` in `dtype`."""
+    """Build a bundled-format model from a folder (what `train` writes) and place it on `device` in `dtype`.
+
+    A missing, damaged or mismatched file raises CheckpointError (a ValueError) naming it, relative to the
+    repository or the working folder.
+    """
     folder = Path(folder)
+    shown = _shown(folder)
     for needed in (CONFIG_FILE, WEIGHTS_FILE):
         if not (folder / needed).is_file():
-            raise ValueError(
-                f"{folder} has no {needed}: write it with `python -m tformer_core.bundled.train <name> --out {folder}`"
+            raise CheckpointError(
+                f"{shown} has no {needed}: write it with `python -m tformer_core.bundled.train <name> --out {shown}`"
             )
-    meta = json.loads((folder / CONFIG_FILE).read_text(encoding="utf-8"))
+    meta = read_json(folder / CONFIG_FILE, f"{shown}/{CONFIG_FILE}")
     family = meta.get("family")
-    if family not in FAMILIES:
-        raise ValueError(f"{folder / CONFIG_FILE}: unknown family {family!r}, expected one of {sorted(FAMILIES)}")
+    if not isinstance(family, str) or family not in FAMILIES:
+        raise CheckpointError(f"{shown}/{CONFIG_FILE}: unknown family {family!r}, expected one of {sorted(FAMILIES)}")
     model_cls, config_cls = FAMILIES[family]
-    fields = dict(meta["config"])
-    if isinstance(fields.get("image_size"), list):
-        fields["image_size"] = tuple(fields["image_size"])
-    model = model_cls(config_cls(**fields))
-    # strict: a renamed or missing tensor must fail here, not produce a half-random model.
-    load_safetensors_model(model, str(folder / WEIGHTS_FILE), strict=True, device="cpu")
+    try:
+        fields = dict(meta["config"])
+        if isinstance(fields.get("image_size"), list):
+            fields["image_size"] = tuple(fields["image_size"])
+        model = model_cls(config_cls(**fields))
+    except Exception as error:  # a missing "config", unknown or mistyped fields: the constructors' own errors
+        raise CheckpointError(
+            f'{shown}/{CONFIG_FILE}: its "config" does not describe a {family} model '
+            f"({type(error).__name__}: {scrub(str(error), folder)})"
+        ) from None
+    try:
+        # strict: a renamed or missing tensor must fail here, not produce a half-random model.
+        load_safetensors_model(model, str(folder / WEIGHTS_FILE), strict=True, device="cpu")
+    except Exception as error:  # SafetensorError, missing or unexpected tensors, shape mismatches
+        raise CheckpointError(
+            f"{shown}/{WEIGHTS_FILE} is damaged or does not match {CONFIG_FILE} ({scrub(str(error), folder)})"
+        ) from None
+    try:
+        _attach_inputs(model, meta, folder, shown, family)
+    except CheckpointError:
+        raise
+    except (KeyError, TypeError, ValueError, OSError) as error:
+        what = f"the key {error}" if isinstance(error, KeyError) else type(error).__name__
+        raise CheckpointError(f"{shown}: its vocabulary or label files cannot be read ({what})") from None
+    return model.place(device, dtype)
+
+
+def _listed_file(folder: Path, meta: dict, key: str, shown: str) -> Path:
+    """The file config.json names under `key`: a plain name in the folder, never a path elsewhere."""
+    name = meta[key]
+    if not isinstance(name, str) or not name or "/" in name or "\\" in name or name.startswith("."):
+        raise CheckpointError(f"{shown}/{CONFIG_FILE}: {key} must name a file in the folder, got {name!r}"[:200])
+    return folder / name
+
+
+def _attach_inputs(model: TracedModel, meta: dict, folder: Path, shown: str, family: str) -> None:
+    """Tokenizers, generation rules and labels (encoder-decoder), or labels and preprocessing (ViT)."""
     if family == "encoder-decoder":
-        model.attach_tokenizer(WordTokenizer(read_lines(folder / meta["source_vocab"])))
-        model.target_tokenizer = WordTokenizer(read_lines(folder / meta["target_vocab"]), prepend_bos=True)
+        model.attach_tokenizer(WordTokenizer(read_lines(_listed_file(folder, meta, "source_vocab", shown))))
+        target = _listed_file(folder, meta, "target_vocab", shown)
+        model.target_tokenizer = WordTokenizer(read_lines(target), prepend_bos=True)
         for side, tok in (("source", model.tokenizer), ("target", model.target_tokenizer)):
             expected = meta["special_tokens"]
             got = {"pad": tok.pad_id, "bos": tok.bos_id, "eos": tok.eos_id, "unk": tok.unk_id}
             if got != expected:
-                raise ValueError(
-                    f"{folder}: the {side} vocabulary's special ids {got} differ from config.json {expected}"
+                raise CheckpointError(
+                    f"{shown}: the {side} vocabulary's special ids {got} differ from config.json {expected}"
                 )
         if (
             len(model.tokenizer) != model.config.src_vocab_size
             or len(model.target_tokenizer) != model.config.tgt_vocab_size
         ):
-            raise ValueError(f"{folder}: vocabulary files do not match the vocabulary sizes in config.json")
+            raise CheckpointError(f"{shown}: vocabulary files do not match the vocabulary sizes in config.json")
         tgt = model.target_tokenizer
         model.output_labels = tgt.labels(model.output_vocab_size)  # predictions name target words
         # generate() starts from <bos>, stops at <eos>, never emits <pad> or a second <bos>.
@@ -115,11 +165,10 @@ def load_from_dir(
             max_new_tokens=int(meta.get("max_target_length", model.config.max_positions - 1)),
         )
     else:
-        model.class_names = read_lines(folder / meta["labels"])
+        model.class_names = read_lines(_listed_file(folder, meta, "labels", shown))
         if len(model.class_names) != model.config.n_classes:
-            raise ValueError(f"{folder}: {len(model.class_names)} labels for {model.config.n_classes} classes")
+            raise CheckpointError(f"{shown}: {len(model.class_names)} labels for {model.config.n_classes} classes")
         model.preprocessing = preprocessing_from_meta(meta["preprocessing"])
-    return model.place(device, dtype)
 
 
 def load_bundled(
