@@ -1,12 +1,23 @@
 """Text from users (sentences, model ids, file names, URL values, and messages that quote them) made safe
-for Streamlit, which renders Markdown (and so links and HTML-like tags) in messages and captions."""
+for Streamlit, which renders Markdown (and so links, images and HTML-like tags) and LaTeX in messages and
+captions."""
 
 from __future__ import annotations
 
+import re
+
 _MARKDOWN_SPECIAL = set("\\`*_{}[]()<>#+-.!|~$&:")
+# Streamlit's Markdown (GitHub's flavour) turns bare addresses into links even when every character is
+# escaped: "http://x.example", "www.x.example" and "name@x.example" become <a href=...>. A zero-width
+# space inside the pattern keeps them text; it is invisible, and only text that looks like an address
+# gets one.
+_AUTOLINK = re.compile(r"(?<=:)(?=//)|(?<=www)(?=\.)|(?=@)", re.IGNORECASE)
+_ZWSP = "\u200b"
 
 
 def escape(text: object) -> str:
     """`text` shown literally inside st.markdown / st.error / st.caption: every Markdown or HTML
-    character backslash-escaped (":" too, so "javascript:" and ":emoji:" shortcodes stay plain text)."""
-    return "".join("\\" + c if c in _MARKDOWN_SPECIAL else c for c in str(text))
+    character backslash-escaped (":" too, so "javascript:" and ":emoji:" shortcodes stay plain text),
+    and addresses kept from becoming links."""
+    plain = _AUTOLINK.sub(_ZWSP, str(text))
+    return "".join("\\" + c if c in _MARKDOWN_SPECIAL else c for c in plain)
