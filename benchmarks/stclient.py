@@ -720,3 +720,11 @@ class Session:
     def widget_values(self) -> Iterator[tuple[str, WidgetState]]:
         """(widget id, the value this session would send) for every widget it holds a value for."""
         yield from self._states.items()
+
+    def value(self, label: str | None = None, kind: str | None = None, key: str | None = None) -> Any:
+        """A widget's current value as the user sees it (an option's text, a number, a list...); None if unset."""
+        state = self._states.get(self._last().widget(label, kind, key).id)
+        if state is None or state.WhichOneof("value") is None:
+            return None
+        value = getattr(state, state.WhichOneof("value"))
+        return list(value.data) if hasattr(value, "data") else value

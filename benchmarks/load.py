@@ -1,0 +1,498 @@
+"""A class on one server: N simulated students drive the app through its websocket protocol, as browsers do.
+
+    python benchmarks/load.py --url http://127.0.0.1:8501 --sessions 20 --duration 120
+    python benchmarks/load.py --start 2 --sessions 20 --duration 120      # 2 replicas behind nginx (deploy/)
+    python benchmarks/load.py --start 2 --app /tmp/baseline/app.py ...    # replicas of another checkout
+
+Each session (benchmarks/stclient.py: cookies, websocket, widget state, uploads, media, as a browser)
+runs a lecture's loop with think times (uniform, 0.5 to 1.5 x --think seconds; seeded):
+
+    open the Text attention page (a new session on /text)
+    repeat until --duration is over:
+        1 to 3 times: a new sentence (--shared of them the lecture's, the rest the student's own),
+                      a layer change, a head change
+        the first time and then every other time:
+            open the Vision Transformer page (the sidebar link; --vision-model as a link's ?model=),
+            pick another sample picture, click a patch of the picture (the chart's point selection)
+            back to the Text attention page ("open page")
+
+An action's time is from its first byte sent to the end of the script run it caused (the pictures it
+shows are fetched after that, as a browser does, and not counted). An error is an action that raised
+(time-out, closed connection, a widget missing) or whose run showed an exception or an error message.
+
+Prints per action kind: count, p50, p95, max seconds, mean kB received, errors; the throughput; the
+server's CPU (per process, from /proc, in cores: 1.0 = one core busy) and RSS (per process, and the
+replicas' sum at its peak and at the end); this process's and the whole machine's CPU, so the load of
+others on a shared machine shows; and the load average at the start and the end. Loopback servers only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import ipaddress
+import os
+import random
+import resource
+import socket
+import statistics
+import sys
+import time
+import urllib.parse
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from stclient import ProtocolError, Session
+
+from deploy.serve import Deployment, _children
+
+MAX_SESSIONS = 200
+MAX_DURATION_S = 15 * 60
+KINDS = ("open page", "new sentence", "layer change", "head change", "open vision", "sample", "patch click")
+SHARED_SENTENCES = (  # what the lecturer puts on the slide: everyone types the same
+    "The animal didn't cross the street because it was too tired.",
+    "The animal didn't cross the street because it was too wide.",
+    "The cat sat on the mat because it was warm.",
+    "Attention is all you need.",
+)
+WORDS = {  # a student's own sentences: mostly different from everyone's
+    "who": ["my sister", "the old teacher", "a tired dog", "the robot", "our neighbour", "the pilot", "a small bird"],
+    "did": ["painted", "carried", "forgot", "found", "followed", "watched", "repaired", "described"],
+    "what": ["the red bicycle", "a long letter", "the broken clock", "an empty box", "the last train", "a quiet song"],
+    "why": ["before it rained", "because it was late", "after the meeting", "while everyone slept", "near the river"],
+}
+
+
+# ---- the class ------------------------------------------------------------------------------------------
+@dataclass
+class Record:
+    kind: str
+    seconds: float
+    kbytes: float
+    error: str = ""
+
+
+@dataclass
+class Results:
+    records: list[Record] = field(default_factory=list)
+    started: float = 0.0
+    ended: float = 0.0
+
+    def add(self, kind: str, seconds: float, kbytes: float = 0.0, error: str = "") -> None:
+        self.records.append(Record(kind, seconds, kbytes, error))
+
+
+@dataclass(frozen=True)
+class Plan:
+    base_url: str
+    deadline: float
+    think_s: float
+    shared: float
+    vision_model: str | None
+    timeout_s: float
+
+
+def own_sentence(rng: random.Random) -> str:
+    w = {k: rng.choice(v) for k, v in WORDS.items()}
+    return f"Yesterday {w['who']} {w['did']} {w['what']} {w['why']}, and nobody knew why it mattered."
+
+
+def another(options: list[str], current: object, rng: random.Random) -> str:
+    """A different option from the current one (a user changes something)."""
+    choices = [o for o in options if o != current] or options
+    return rng.choice(choices)
+
+
+class Student:
+    """One simulated user: a session and the loop of the lecture."""
+
+    def __init__(self, index: int, plan: Plan, results: Results, seed: int) -> None:
+        self.index, self.plan, self.results = index, plan, results
+        self.rng = random.Random(seed * 1_000_003 + index)
+        self.session: Session | None = None
+
+    async def act(self, kind: str, action) -> bool:
+        """Run one action, record it; False when it failed (the student then reloads the page)."""
+        start = time.perf_counter()
+        try:
+            run = await action()
+        except (ProtocolError, TimeoutError, OSError, LookupError, ValueError) as error:
+            # The session is not where the loop thinks (closed, still waiting, another page): start again.
+            self.results.add(kind, time.perf_counter() - start, error=f"{type(error).__name__}: {error}"[:160])
+            return False
+        error = "; ".join(run.errors)[:160]
+        self.results.add(kind, run.elapsed_s, run.n_bytes / 1e3, error)
+        return True
+
+    async def think(self) -> None:
+        await asyncio.sleep(self.plan.think_s * self.rng.uniform(0.5, 1.5))
+
+    def time_left(self) -> bool:
+        return time.monotonic() < self.plan.deadline
+
+    async def open(self) -> bool:
+        if self.session is not None:
+            with contextlib.suppress(Exception):
+                await self.session.close()
+        self.session = Session(self.plan.base_url, timeout_s=self.plan.timeout_s)
+        return await self.act("open page", lambda: self.session.connect("/text"))
+
+    async def text_round(self) -> bool:
+        s, rng = self.session, self.rng
+        current = s.value("Sentence", "text_area")
+        sentence = current
+        while sentence == current:  # a browser sends nothing for an unchanged text
+            sentence = rng.choice(SHARED_SENTENCES) if rng.random() < self.plan.shared else own_sentence(rng)
+        steps = [
+            ("new sentence", lambda: s.set_value("Sentence", sentence, "text_area")),
+            ("layer change", lambda: s.set_value("Layer", self.pick("Layer"), "selectbox")),
+            ("head change", lambda: s.set_value("Head", self.pick("Head"), "selectbox")),
+        ]
+        return await self.steps(steps)
+
+    async def vision_round(self) -> bool:
+        s = self.session
+        query = f"model={urllib.parse.quote(self.plan.vision_model)}" if self.plan.vision_model else ""
+        steps = [
+            ("open vision", lambda: s.switch_page("vision", query)),
+            ("sample", lambda: s.set_value("Sample", self.pick("Sample"), "selectbox")),
+            ("patch click", self.click_patch),
+            ("open page", lambda: s.switch_page("text")),
+        ]
+        return await self.steps(steps)
+
+    async def steps(self, steps) -> bool:
+        for kind, action in steps:
+            if not self.time_left():
+                return True
+            await self.think()
+            if not await self.act(kind, action):
+                return False
+        return True
+
+    def pick(self, label: str) -> str:
+        widget = self.session.last.widget(label, "selectbox")
+        return another(widget.options, self.session.value(label, "selectbox"), self.rng)
+
+    async def click_patch(self):
+        s = self.session
+        n = len(s.last.widget("Query", "selectbox").options) - 1  # "the class token", "patch 0", ...
+        current = s.value("Query", "selectbox")
+        patch = self.rng.choice([p for p in range(n) if f"patch {p}" != current])
+        return await s.select("vit.picker", "patch", [{"patch": patch}])
+
+    async def lecture(self, start_at: float) -> None:
+        await asyncio.sleep(max(0.0, start_at - time.monotonic()))
+        ok = await self.open()
+        cycle = 0
+        while self.time_left():
+            if not ok:  # a broken session: the student reloads the page
+                await self.think()
+                ok = await self.open()
+                continue
+            for _ in range(self.rng.randint(1, 3)):
+                ok = ok and await self.text_round()
+            if ok and cycle % 2 == 0:
+                ok = await self.vision_round()
+            cycle += 1
+        if self.session is not None:
+            with contextlib.suppress(Exception):
+                await self.session.close()
+
+
+# ---- the server, seen from /proc ----------------------------------------------------------------------------
+TICKS = os.sysconf("SC_CLK_TCK")
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def cpu_seconds(pid: int) -> float | None:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / TICKS  # utime + stime
+
+
+def rss_bytes(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * PAGE
+    except OSError:
+        return None
+
+
+def machine_busy() -> tuple[float, float]:
+    """(busy, total) CPU seconds of the whole machine so far, all cores (from /proc/stat)."""
+    values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = values[3] + values[4]  # idle + iowait
+    return (sum(values[:8]) - idle) / TICKS, sum(values[:8]) / TICKS
+
+
+def command(pid: int) -> str:
+    try:
+        parts = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return "?"
+    text = " ".join(p.decode(errors="replace") for p in parts if p)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def listener_pid(port: int) -> int | None:
+    """The process listening on this TCP port (from /proc/net/tcp and the processes' sockets)."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError):
+            for line in Path(table).read_text().splitlines()[1:]:
+                cols = line.split()
+                if cols[3] == "0A" and int(cols[1].rsplit(":", 1)[1], 16) == port:  # 0A: LISTEN
+                    inodes.add(f"socket:[{cols[9]}]")
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            for fd in (proc / "fd").iterdir():
+                with contextlib.suppress(OSError):
+                    if os.readlink(fd) in inodes:
+                        return int(proc.name)
+    return None
+
+
+@dataclass
+class Watched:
+    role: str  # "replica" (counted in the RSS sum) or "nginx"
+    pid: int
+    cpu_start: float
+    cpu_end: float = 0.0
+    rss_start: int = 0
+    rss_peak: int = 0
+    rss_end: int = 0
+
+
+class Monitor:
+    """Samples the server's processes every second: CPU time, RSS; and the machine's load."""
+
+    def __init__(self, processes: dict[int, str]) -> None:
+        self.watched = [Watched(role, pid, cpu_seconds(pid) or 0.0) for pid, role in processes.items()]
+        for w in self.watched:
+            w.rss_start = w.rss_peak = w.rss_end = rss_bytes(w.pid) or 0
+        self.sum_peak = self.replica_rss()
+        self.loads: list[float] = []
+        self.machine_start = machine_busy()
+        self.self_start = self._self_cpu()
+        self.wall_start = time.monotonic()
+        self.wall = 0.0
+        self.machine_cores = 0.0
+        self.self_cores = 0.0
+
+    @staticmethod
+    def _self_cpu() -> float:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        return usage.ru_utime + usage.ru_stime
+
+    def replica_rss(self) -> int:
+        return sum(w.rss_end for w in self.watched if w.role == "replica")
+
+    def sample(self) -> None:
+        for w in self.watched:
+            rss = rss_bytes(w.pid)
+            if rss is not None:
+                w.rss_end, w.rss_peak = rss, max(w.rss_peak, rss)
+            cpu = cpu_seconds(w.pid)
+            if cpu is not None:
+                w.cpu_end = cpu
+        self.sum_peak = max(self.sum_peak, self.replica_rss())
+        self.loads.append(os.getloadavg()[0])
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            self.sample()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), 1.0)
+        self.sample()
+        self.wall = time.monotonic() - self.wall_start
+        busy, _ = machine_busy()
+        self.machine_cores = (busy - self.machine_start[0]) / self.wall
+        self.self_cores = (self._self_cpu() - self.self_start) / self.wall
+
+
+# ---- the report --------------------------------------------------------------------------------------------
+def percentile(sorted_values: list[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..100) of values sorted ascending."""
+    if not sorted_values:
+        return float("nan")
+    rank = max(1, min(len(sorted_values), round(q / 100 * len(sorted_values) + 0.5)))
+    return sorted_values[rank - 1]
+
+
+def action_table(results: Results) -> None:
+    wall = results.ended - results.started
+    by_kind: dict[str, list[Record]] = defaultdict(list)
+    for r in results.records:
+        by_kind[r.kind].append(r)
+    print("| action | count | p50 s | p95 s | max s | kB received (mean) | errors |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for kind in [*KINDS, "all"]:
+        records = results.records if kind == "all" else by_kind.get(kind, [])
+        if not records:
+            continue
+        times = sorted(r.seconds for r in records)
+        kb = statistics.mean(r.kbytes for r in records)
+        errors = sum(1 for r in records if r.error)
+        name = f"**{kind}**" if kind == "all" else kind
+        print(
+            f"| {name} | {len(records)} | {percentile(times, 50):.2f} | {percentile(times, 95):.2f} "
+            f"| {times[-1]:.2f} | {kb:.0f} | {errors} |"
+        )
+    print(f"\nThroughput: {len(results.records) / wall:.2f} actions/s over {wall:.0f} s.")
+    messages = defaultdict(int)
+    for r in results.records:
+        if r.error:
+            messages[f"{r.kind}: {r.error}"] += 1
+    for message, n in sorted(messages.items(), key=lambda item: -item[1])[:5]:
+        print(f"  error x{n}: {message}")
+
+
+def server_table(monitor: Monitor, cores: int) -> None:
+    mb = 2**20
+    print("\n| process | pid | CPU s | cores (mean) | RSS start MB | RSS peak MB | RSS end MB | command |")
+    print("|---|---:|---:|---:|---:|---:|---:|---|")
+    total = 0.0
+    for w in monitor.watched:
+        cpu = w.cpu_end - w.cpu_start
+        total += cpu
+        print(
+            f"| {w.role} | {w.pid} | {cpu:.1f} | {cpu / monitor.wall:.2f} | {w.rss_start / mb:.0f} "
+            f"| {w.rss_peak / mb:.0f} | {w.rss_end / mb:.0f} | `{command(w.pid)}` |"
+        )
+    n_replicas = sum(1 for w in monitor.watched if w.role == "replica")
+    print(
+        f"| **server** | | {total:.1f} | {total / monitor.wall:.2f} of {cores} | "
+        f"{sum(w.rss_start for w in monitor.watched if w.role == 'replica') / mb:.0f} "
+        f"| {monitor.sum_peak / mb:.0f} (sum) | {monitor.replica_rss() / mb:.0f} | {n_replicas} app process(es) |"
+    )
+    others = monitor.machine_cores - total / monitor.wall - monitor.self_cores
+    print(
+        f"\nMachine: {monitor.machine_cores:.2f} of {cores} cores busy on average: server "
+        f"{total / monitor.wall:.2f}, this load generator {monitor.self_cores:.2f}, everything else {others:.2f}."
+    )
+    if monitor.loads:
+        mean, peak = statistics.mean(monitor.loads), max(monitor.loads)
+        print(f"Load average (1 min) during the run: mean {mean:.2f}, max {peak:.2f}.")
+
+
+# ---- running it --------------------------------------------------------------------------------------------
+def loopback_url(url: str) -> str:
+    """The URL if its host is this machine's loopback; ValueError otherwise (this tool loads local servers only)."""
+    parsed = urllib.parse.urlsplit(url)
+    if parsed.scheme != "http" or not parsed.hostname:
+        raise ValueError(f"{url!r}: give an http://host:port URL")
+    try:
+        addresses = {info[4][0] for info in socket.getaddrinfo(parsed.hostname, parsed.port or 80)}
+    except socket.gaierror as error:
+        raise ValueError(f"{parsed.hostname!r} does not resolve: {error}") from error
+    if not addresses or not all(ipaddress.ip_address(a.split("%")[0]).is_loopback for a in addresses):
+        raise ValueError(f"{parsed.hostname!r} is not a loopback address ({sorted(addresses)}): refused")
+    return url.rstrip("/")
+
+
+async def run_class(args: argparse.Namespace, base_url: str, processes: dict[int, str]) -> None:
+    results = Results()
+    monitor = Monitor(processes)
+    stop = asyncio.Event()
+    watcher = asyncio.create_task(monitor.run(stop))
+    results.started = time.perf_counter()
+    now = time.monotonic()
+    plan = Plan(base_url, now + args.duration, args.think, args.shared, args.vision_model, args.timeout)
+    ramp = min(args.ramp, args.duration / 4)
+    students = [Student(i, plan, results, args.seed) for i in range(args.sessions)]
+    try:
+        await asyncio.gather(*(s.lecture(now + ramp * i / args.sessions) for i, s in enumerate(students)))
+    finally:
+        results.ended = time.perf_counter()
+        stop.set()
+        await watcher
+    print()
+    action_table(results)
+    server_table(monitor, os.cpu_count() or 1)
+
+
+def server_processes(args: argparse.Namespace, base_url: str, deployment: Deployment | None) -> dict[int, str]:
+    """pid -> role of the processes whose CPU and memory are reported."""
+    if deployment is not None:
+        pids = deployment.pids()
+        return {**dict.fromkeys(pids["replicas"], "replica"), **dict.fromkeys(pids["nginx"], "nginx")}
+    if args.pid:
+        return dict.fromkeys(args.pid, "replica")
+    pid = listener_pid(urllib.parse.urlsplit(base_url).port or 80)
+    if pid is None:
+        print("(no process found listening on that port: server CPU and memory not reported; give --pid)")
+        return {}
+    if Path(f"/proc/{pid}/comm").read_text().strip() == "nginx":
+        print("(nginx listens there: its replicas are not known; give their --pid to see them)")
+        return {pid: "nginx", **dict.fromkeys(_children(pid), "nginx")}
+    return {pid: "replica"}
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--url", help="a running server on this machine, e.g. http://127.0.0.1:8501")
+    where.add_argument("--start", type=int, metavar="K", help="start K replicas behind nginx (deploy/serve.py)")
+    parser.add_argument("--sessions", type=int, default=10, help=f"simulated students (1..{MAX_SESSIONS})")
+    parser.add_argument("--duration", type=float, default=120, help=f"seconds of load (at most {MAX_DURATION_S})")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--think", type=float, default=2.0, help="mean think time between actions, s")
+    parser.add_argument("--ramp", type=float, default=10.0, help="seconds over which the sessions arrive")
+    parser.add_argument("--shared", type=float, default=0.5, help="share of sentences that are the lecture's")
+    parser.add_argument("--vision-model", help="the ViT the Vision page is opened with (a link's ?model=)")
+    parser.add_argument("--timeout", type=float, default=180.0, help="seconds an action may take")
+    parser.add_argument("--pid", type=int, action="append", help="with --url: a server process to watch")
+    parser.add_argument("--app", type=Path, default=ROOT / "app.py", help="with --start: the app to run")
+    parser.add_argument("--cache-mb", type=float, help="with --start: each replica's TFORMER_CACHE_MB")
+    args = parser.parse_args()
+    if not 1 <= args.sessions <= MAX_SESSIONS:
+        parser.error(f"--sessions must be 1..{MAX_SESSIONS}")
+    if not 0 < args.duration <= MAX_DURATION_S:
+        parser.error(f"--duration must be more than 0 and at most {MAX_DURATION_S} s")
+    if args.start is not None and not 1 <= args.start <= 16:
+        parser.error("--start must be 1..16 replicas")
+    if args.think < 0 or not 0 <= args.shared <= 1:
+        parser.error("--think must be >= 0 and --shared in 0..1")
+    return args
+
+
+def main() -> None:
+    args = parse_args()
+    print(f"Load average at the start: {' '.join(f'{v:.2f}' for v in os.getloadavg())} (1, 5, 15 min)")
+    deployment = None
+    if args.start:
+        deployment = Deployment(replicas=args.start, app=args.app, cache_mb=args.cache_mb)
+        deployment.start()
+        base_url = deployment.url
+        print(f"Started {args.start} replica(s) of {args.app} behind nginx at {base_url}")
+    else:
+        try:
+            base_url = loopback_url(args.url)
+        except ValueError as error:
+            sys.exit(f"load.py: {error}")
+    try:
+        processes = server_processes(args, base_url, deployment)
+        print(
+            f"{args.sessions} sessions for {args.duration:.0f} s against {base_url} (seed {args.seed}, think "
+            f"{args.think} s, {args.shared:.0%} shared sentences, vision model {args.vision_model or 'the default'})"
+        )
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(run_class(args, base_url, processes))
+    finally:
+        if deployment is not None:
+            deployment.stop()
+        print(f"\nLoad average at the end: {' '.join(f'{v:.2f}' for v in os.getloadavg())} (1, 5, 15 min)")
+
+
+if __name__ == "__main__":
+    main()
