@@ -34,6 +34,7 @@ outputs z stay stored: they are linear in the input, and a view compares them wi
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
@@ -80,6 +81,13 @@ def array_bytes(arrays: Mapping[str, np.ndarray]) -> int:
 def _read_only(a: np.ndarray) -> np.ndarray:
     a.flags.writeable = False
     return a
+
+
+def _tensor(a: np.ndarray) -> torch.Tensor:
+    """A torch view of a stored (read-only) array, without copying; the caller only reads it."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # "non-writable array": nothing writes to it
+        return torch.from_numpy(a)
 
 
 def _own(a: np.ndarray) -> np.ndarray:
@@ -175,22 +183,29 @@ class Trace:
         if part == "z":
             weights = self._get(f"{prefix}.weights", head)
             return _read_only(weights @ self._get(f"{prefix}.v", head))
-        q, k = self._get(f"{prefix}.q", head), self._get(f"{prefix}.k", head)
-        scores = q @ np.swapaxes(k, -1, -2)  # [h, n_q, n_k], or [n_q, n_k] for one head
-        if part == "scores":
-            return _read_only(scores)
-        scaled = scores * np.asarray(self.meta.get("attention_scale", 1.0), dtype=scores.dtype)
-        stack = prefix.split(".")[0]
-        bias = self.activations.get(f"{stack}.position_bias")
-        if bias is not None and not prefix.endswith("cross_attn"):  # T5 biases self-attention only
-            scaled = scaled + (bias if head is None else bias[head])
-        mask = self.activations.get(f"{prefix}.mask")
-        if mask is not None:
-            mask = mask if head is None else mask[0]  # [1, n_q, n_k] is shared by the heads
-            scaled = np.where(mask, scaled, -np.inf).astype(scores.dtype)
-        if part == "scaled":
-            return _read_only(scaled)
-        return _read_only(softmax(scaled).astype(scores.dtype))
+        # In torch, as the model computes it (and several times faster than numpy for the softmax).
+        q, k = _tensor(self._get(f"{prefix}.q", head)), _tensor(self._get(f"{prefix}.k", head))
+        with torch.inference_mode():
+            scores = q @ k.transpose(-2, -1)  # [h, n_q, n_k], or [n_q, n_k] for one head
+            if part == "scores":
+                return to_numpy(scores)
+            scale = float(self.meta.get("attention_scale", 1.0))
+            scaled = scores * scale if scale != 1.0 else scores
+            stack = prefix.split(".")[0]
+            bias = self.activations.get(f"{stack}.position_bias")
+            if bias is not None and not prefix.endswith("cross_attn"):  # T5 biases self-attention only
+                scaled = scaled + _tensor(bias if head is None else bias[head])
+            mask = self.activations.get(f"{prefix}.mask")
+            allowed = None
+            if mask is not None:
+                allowed = _tensor(mask if head is None else mask[0])  # [1, n_q, n_k] is shared by the heads
+                scaled = scaled.masked_fill(~allowed, float("-inf"))
+            if part == "scaled":
+                return to_numpy(scaled)
+            weights = torch.softmax(scaled, dim=-1)
+            if allowed is not None:  # a query that may attend to nothing: 0, as in the model (not 0/0)
+                weights = weights.masked_fill(~allowed.any(dim=-1, keepdim=True), 0.0)
+            return to_numpy(weights)
 
     @property
     def main_stack(self) -> str:
