@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import streamlit as st
 
 from tformer_views.charts.export import to_png, to_svg
@@ -19,10 +20,16 @@ from tformer_views.charts.export import to_png, to_svg
 def chart(spec: dict, key: str, file_name: str | None = None, **selection: Any) -> Any:
     """Draw a Vega-Lite chart (tformer_views.charts) with SVG and PNG downloads under it; returns
     st.vega_lite_chart's result. `selection`: on_select / selection_mode, for clickable charts."""
-    sent = {**spec, "datasets": dict(spec.get("datasets") or {})}  # Streamlit takes the datasets out of what it gets
-    event = st.vega_lite_chart(sent, width="content", key=key, **selection)
+    # Streamlit takes the datasets out of what it gets. Frames go as Arrow tables converted on this thread:
+    # given a long frame, pyarrow's own conversion starts a pool of threads for it, on every rerun.
+    datasets = {name: _arrow(data) for name, data in (spec.get("datasets") or {}).items()}
+    event = st.vega_lite_chart({**spec, "datasets": datasets}, width="content", key=key, **selection)
     export_buttons(spec, key, file_name or key.rsplit(".", 1)[-1])
     return event
+
+
+def _arrow(data: Any) -> Any:
+    return pa.Table.from_pandas(data, preserve_index=False, nthreads=1) if isinstance(data, pd.DataFrame) else data
 
 
 def export_buttons(spec: dict, key: str, file_name: str) -> None:
