@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 
 from ..models.base import TracedModel, default_device, resolve_dtype
+from ..models.seq2seq import EncoderDecoder
 from ..models.vit import ViT
 from . import bart, bert, gpt2, marian, t5, vit
 from .common import load_tokenizer, scrub
@@ -140,15 +141,20 @@ def _load_folder(folder: Path, progress: Progress | None) -> TracedModel:
 
 
 def _check_generation_ids(model: TracedModel) -> None:
-    """Every token id the generation rules name must be a row of the output layer (else decoding fails later)."""
+    """Every token id generation feeds back in or indexes logits with must be a row of the output layer,
+    else decoding would fail later. An end token outside the vocabulary is harmless (it is never produced)
+    unless it is forced."""
     settings, size = getattr(model, "generation", None), model.output_vocab_size
     if settings is None or not size:
         return
+    start = settings.start_id
+    start_key = "decoder_start_token_id (or bos_token_id)"
+    if start is None and isinstance(model, EncoderDecoder):  # the decoder then starts from the padding token
+        start, start_key = settings.pad_id, "pad_token_id"
     named = [
-        ("eos_token_id", settings.eos_id),
-        ("decoder_start_token_id (or bos_token_id)", settings.start_id),
-        ("pad_token_id", settings.pad_id),
+        (start_key, start),
         ("forced_bos_token_id", settings.forced_bos_id),
+        ("eos_token_id (forced at the end)", settings.eos_id if settings.forced_eos else None),
         *(("bad_words_ids / suppress_tokens", i) for i in settings.suppress_ids),
     ]
     for key, value in named:

@@ -29,7 +29,7 @@ DEFAULT_HUB_MAX_MB = 2000.0
 BYTES_PER_PARAM = 4  # float32, how the core holds every model on the CPU
 
 
-def _setting(name: str, default: float) -> float:
+def _setting(name: str, default: float, example: str) -> float:
     text = os.environ.get(name, "").strip().replace("_", "")
     if not text:
         return default
@@ -38,31 +38,34 @@ def _setting(name: str, default: float) -> float:
     except ValueError:
         value = math.nan
     if not math.isfinite(value) or value <= 0:
-        raise CheckpointError(f"the setting {name} must be a positive number such as {default:g}, got {text!r}")
+        raise CheckpointError(f"the setting {name} must be a positive number such as {example}, got {text!r}")
     return value
 
 
 def max_params() -> int:
     """TFORMER_MAX_PARAMS: the most parameters (weights and fixed tables) a loaded model may have."""
-    return int(_setting("TFORMER_MAX_PARAMS", DEFAULT_MAX_PARAMS))
+    return int(_setting("TFORMER_MAX_PARAMS", DEFAULT_MAX_PARAMS, "250e6"))
 
 
 def hub_max_bytes() -> int:
     """TFORMER_HUB_MAX_MB, in bytes: the most a model's files may take, summed, before a hub download starts."""
-    return int(_setting("TFORMER_HUB_MAX_MB", DEFAULT_HUB_MAX_MB) * 1e6)
+    return int(_setting("TFORMER_HUB_MAX_MB", DEFAULT_HUB_MAX_MB, "2000") * 1e6)
 
 
 def count(n: float) -> str:
     """A parameter count for people: 124.4 million, 1.5 billion, 52,000."""
     if n >= 1e9:
-        return f"{n / 1e9:,.1f} billion"
+        return f"{n / 1e9:,.1f}".removesuffix(".0") + " billion"
     if n >= 1e6:
-        return f"{n / 1e6:,.1f} million"
+        return f"{n / 1e6:,.1f}".removesuffix(".0") + " million"
     return f"{int(n):,}"
 
 
 def megabytes(n_bytes: float) -> str:
-    return f"{n_bytes / 1e9:,.1f} GB" if n_bytes >= 1e10 else f"{n_bytes / 1e6:,.0f} MB"
+    """A size for people: 40 kB, 2,500 MB, 28.0 GB."""
+    if n_bytes >= 1e10:
+        return f"{n_bytes / 1e9:,.1f} GB"
+    return f"{n_bytes / 1e6:,.0f} MB" if n_bytes >= 1e6 else f"{n_bytes / 1e3:,.0f} kB"
 
 
 def check_params(n: int, what: str = "this model") -> None:

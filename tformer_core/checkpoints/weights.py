@@ -82,7 +82,8 @@ def safetensors_header(path: Path) -> dict[str, TensorInfo]:
             n = int.from_bytes(head, "little")
             if n > MAX_HEADER_BYTES:
                 raise CheckpointError(
-                    f"{name} is damaged or is not a safetensors file: its first bytes announce a {megabytes(n)} header"
+                    f"{name} is damaged or is not a safetensors file: its first 8 bytes should give the length of "
+                    f"its header, and give {n:,} bytes"
                 )
             if 8 + n > size:
                 raise CheckpointError(
@@ -129,8 +130,10 @@ def safetensors_header(path: Path) -> dict[str, TensorInfo]:
 
 
 def _plain_name(index: str, value: object) -> str:
+    """A shard's name from an index file: a file in the model folder, never a path (which is not echoed)."""
     if not isinstance(value, str) or not _PLAIN_FILE.match(value):
-        raise CheckpointError(f"{index}: {str(value)[:60]!r} is not the name of a file in the model folder")
+        shown = re.split(r"[/\\]", str(value))[-1][:60]
+        raise CheckpointError(f"{index}: the shard {shown!r} is not named as a file in the model folder")
     return value
 
 
@@ -194,9 +197,9 @@ def _check_bin_size(folder: Path, files: list[str]) -> None:
     limit = max_params()
     allowed = limit * BYTES_PER_PARAM * BIN_SLACK
     if total > allowed:
-        shown = files[0] if len(files) == 1 else f"the {len(files)} pytorch_model files"
+        shown = f"{files[0]} is" if len(files) == 1 else f"the {len(files)} pytorch_model files are"
         raise CheckpointError(
-            f"{shown} take {megabytes(total)}: more than a model within this server's limit of {count(limit)} "
+            f"{shown} {megabytes(total)}: more than a model within this server's limit of {count(limit)} "
             f"parameters takes ({megabytes(allowed)} as float32; the setting TFORMER_MAX_PARAMS)"
         )
 
