@@ -62,21 +62,23 @@ def free_port() -> int:
 def nginx_config(prefix: Path, listen: str, ports: list[int], user: str | None, upload_mb: int = UPLOAD_MB) -> str:
     """The nginx configuration for replicas on these loopback ports (replica i is route "r<i>").
 
-    Replica i's backup is replica i+1 (a session whose replica died starts again on the next one).
+    Replica i's backup is replica i+1: while replica i is down, its sessions' requests go there (a
+    browser's reconnection starts a new session on it).
     """
     route_map, served_map, upstreams = [], [], []
-    servers = "\n".join(f"        server 127.0.0.1:{p};" for p in ports)
-    upstreams.append(
-        f"    upstream tformer_any {{  # new sessions: round robin\n{servers}\n        keepalive 16;\n    }}"
-    )
+    # Idle connections to a replica are closed by nginx after 4 s, before uvicorn closes them (5 s): a request
+    # sent on a connection the replica is closing fails, and nginx would retry it on another replica.
+    keepalive = "        keepalive 16;\n        keepalive_timeout 4s;\n    }"
+    # A replica counts as down after 3 failures in 10 s, not 1: one slow moment must not send requests away.
+    servers = "\n".join(f"        server 127.0.0.1:{p} max_fails=3;" for p in ports)
+    upstreams.append(f"    upstream tformer_any {{  # new sessions: in turn\n{servers}\n{keepalive}")
     for i, port in enumerate(ports):
         route_map.append(f"        r{i} tformer_r{i};")
         # $upstream_addr lists every address tried ("a, b" after a failover): the last one answered.
         served_map.append(f'        "~(^|, )127\\.0\\.0\\.1:{port}$" r{i};')
         backup = f"\n        server 127.0.0.1:{ports[(i + 1) % len(ports)]} backup;" if len(ports) > 1 else ""
-        upstreams.append(
-            f"    upstream tformer_r{i} {{\n        server 127.0.0.1:{port};{backup}\n        keepalive 8;\n    }}"
-        )
+        primary = f"        server 127.0.0.1:{port} max_fails=3;"
+        upstreams.append(f"    upstream tformer_r{i} {{\n{primary}{backup}\n{keepalive}")
     fields = {
         "@USER@": f"user {user};" if user else "# (not root: the workers run as this user)",
         "@PREFIX@": str(prefix),

@@ -78,6 +78,9 @@ def test_sessions_work_end_to_end_through_nginx_on_both_replicas(deployment):
     upgrades = re.findall(r'"GET /_stcore/stream HTTP/1.1" 101 .* upstream="127\.0\.0\.1:(\d+)"', log)
     assert sorted(set(map(int, upgrades))) == sorted(deployment.ports), upgrades
     assert "PUT /_stcore/upload_file/" in log
+    # Every request that carried a route cookie was answered by that replica (no failover moved a session).
+    for route, port in re.findall(r'route="r(\d)" upstream="127\.0\.0\.1:(\d+)"', log):
+        assert deployment.ports[int(route)] == int(port), (route, port)
 
     # The control: a session's picture asked of the other replica is not there. Stickiness is what made it work.
     route, media = results[0]
