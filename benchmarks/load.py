@@ -34,6 +34,7 @@ import contextlib
 import ipaddress
 import os
 import random
+import re
 import resource
 import socket
 import statistics
@@ -385,6 +386,18 @@ def server_table(monitor: Monitor, cores: int) -> None:
         print(f"Load average (1 min) during the run: mean {mean:.2f}, max {peak:.2f}.")
 
 
+def nginx_summary(log: str) -> None:
+    """What nginx's access log says: requests, answers by status class, requests that failed over."""
+    lines = log.splitlines()
+    statuses = defaultdict(int)
+    for line in lines:
+        match = re.search(r'HTTP/[0-9.]+" (\d)\d\d ', line)
+        statuses[f"{match.group(1)}xx" if match else "?"] += 1
+    failovers = sum(1 for line in lines if re.search(r'upstream="[^"]*, ', line))
+    by_status = ", ".join(f"{k} {v}" for k, v in sorted(statuses.items()))
+    print(f"nginx: {len(lines)} requests ({by_status}); {failovers} answered by another replica after a failure.")
+
+
 # ---- running it --------------------------------------------------------------------------------------------
 def loopback_url(url: str) -> str:
     """The URL if its host is this machine's loopback; ValueError otherwise (this tool loads local servers only)."""
@@ -454,6 +467,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--pid", type=int, action="append", help="with --url: a server process to watch")
     parser.add_argument("--app", type=Path, default=ROOT / "app.py", help="with --start: the app to run")
     parser.add_argument("--cache-mb", type=float, help="with --start: each replica's TFORMER_CACHE_MB")
+    parser.add_argument("--keep", action="store_true", help="with --start: keep nginx's prefix (config, logs)")
     args = parser.parse_args()
     if not 1 <= args.sessions <= MAX_SESSIONS:
         parser.error(f"--sessions must be 1..{MAX_SESSIONS}")
@@ -471,10 +485,10 @@ def main() -> None:
     print(f"Load average at the start: {' '.join(f'{v:.2f}' for v in os.getloadavg())} (1, 5, 15 min)")
     deployment = None
     if args.start:
-        deployment = Deployment(replicas=args.start, app=args.app, cache_mb=args.cache_mb)
+        deployment = Deployment(replicas=args.start, app=args.app, cache_mb=args.cache_mb, keep=args.keep)
         deployment.start()
         base_url = deployment.url
-        print(f"Started {args.start} replica(s) of {args.app} behind nginx at {base_url}")
+        print(f"Started {args.start} replica(s) of {args.app} behind nginx at {base_url} ({deployment.prefix})")
     else:
         try:
             base_url = loopback_url(args.url)
@@ -490,6 +504,7 @@ def main() -> None:
             asyncio.run(run_class(args, base_url, processes))
     finally:
         if deployment is not None:
+            nginx_summary(deployment.access_log())
             deployment.stop()
         print(f"\nLoad average at the end: {' '.join(f'{v:.2f}' for v in os.getloadavg())} (1, 5, 15 min)")
 
