@@ -525,6 +525,16 @@ def test_a_vit_config_with_patches_that_do_not_tile_the_picture(templates, model
     refused(folder, models_dir, "config.json: image_size 30 is not a whole number of patches of patch_size 8")
 
 
+def test_a_model_that_does_not_fit_on_the_device_says_so(templates, models_dir, monkeypatch):
+    folder = copy(templates, "bert", models_dir)
+
+    def out_of_memory(self, device=None, dtype=None):
+        raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 79.1 GiB total capacity)")
+
+    monkeypatch.setattr(tc.TracedModel, "place", out_of_memory)
+    refused(folder, models_dir, "models/m does not fit in the memory of cpu")
+
+
 def test_a_damaged_bundled_model_is_named_without_server_paths(monkeypatch, tmp_path):
     from tformer_core import bundled
 
@@ -617,6 +627,8 @@ def test_local_models_have_short_names_that_load(templates, models_dir):
     assert sources.local_folder("models/tiny-bert", [models_dir]) == folder.resolve()
     model = tc.load_model("models/tiny-bert", device="cpu", model_dirs=[models_dir])
     assert model.source == "models/tiny-bert"
+    by_path = tc.load_model(str(folder), device="cpu", model_dirs=[models_dir])
+    assert by_path.source == "models/tiny-bert"  # what pages show and put in links: never the server path
     refused("models/not-there", models_dir, "there is no model folder models/not-there")
     (models_dir / "empty").mkdir()
     refused("models/empty", models_dir, "models/empty has no config.json")

@@ -47,10 +47,11 @@ def load_model(
     `source`: a bundled name ("minilm", "translator", "vit-tiny"), a local model by its display name
     ("models/deit-tiny-patch16-224", see `sources.display_name`) or its path (both only inside the
     configured model folders, `model_dirs` or TFORMER_MODEL_DIRS), or a hub id ("google/vit-base-patch16-224").
-    progress(fraction in [0, 1], message) is called as loading advances. Raises CheckpointError
-    (a ValueError) with a message meant for the user when anything is wrong; it names the file and the
-    problem and shows no server path. Loading is not cached here: callers keep the model (the app caches
-    it once per server process).
+    The model's `source` is the name it is known by: the bundled name, the hub id, or a local model's
+    display name (never a server path). progress(fraction in [0, 1], message) is called as loading
+    advances. Raises CheckpointError (a ValueError) with a message meant for the user when anything is
+    wrong; it names the file and the problem and shows no server path. Loading is not cached here:
+    callers keep the model (the app caches it once per server process).
     """
     if not isinstance(source, str) or not source.strip():
         raise CheckpointError("no model given: choose a bundled model, a hub id or a local folder")
@@ -66,6 +67,8 @@ def load_model(
                 model = bundled.load_bundled(source, device=device, dtype=dtype)
             except (OSError, ValueError) as error:  # a missing or damaged asset folder
                 raise CheckpointError(f"the bundled model {source!r} cannot be loaded: {error}") from None
+            except (RuntimeError, MemoryError) as error:  # placing it: out of (GPU) memory
+                raise CheckpointError(_placing_failed(source, device, error)) from None
             model.source = source
             _report(progress, 1.0, f"{source}: ready")
             return model
@@ -75,11 +78,21 @@ def load_model(
         else:
             folder, name = hub_folder(source, progress), source
     model = load_folder(folder, progress, name=name)
-    model.source = source
-    _report(progress, 0.95, f"{source}: moving to {device or default_device()}")
-    model.place(device if device is not None else default_device(), resolve_dtype(dtype))
-    _report(progress, 1.0, f"{source}: ready")
+    model.source = name  # a local model by its short name: pages show it, and it never reveals a server path
+    _report(progress, 0.95, f"{name}: moving to {device or default_device()}")
+    try:
+        model.place(device if device is not None else default_device(), resolve_dtype(dtype))
+    except (RuntimeError, MemoryError) as error:  # CUDA out of memory, a device that is not there
+        raise CheckpointError(_placing_failed(name, device, error)) from None
+    _report(progress, 1.0, f"{name}: ready")
     return model
+
+
+def _placing_failed(name: str, device: str | torch.device | None, error: BaseException) -> str:
+    where = device or default_device()
+    if isinstance(error, MemoryError) or "out of memory" in str(error).lower():
+        return f"{name} does not fit in the memory of {where}"
+    return f"{name} cannot be moved to {where} ({type(error).__name__})"
 
 
 def load_folder(folder: Path, progress: Progress | None = None, name: str | None = None) -> TracedModel:

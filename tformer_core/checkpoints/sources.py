@@ -1,5 +1,12 @@
 """Where a model comes from: a bundled name, a local folder under the configured model folders,
-or a Hugging Face hub id (through the hub's cache). Nothing here runs code from a checkpoint."""
+or a Hugging Face hub id (through the hub's cache). Nothing here runs code from a checkpoint.
+
+Local models are named relative to their configured folder ("models/deit-tiny-patch16-224", see
+`display_name`): the app lists and links them by that name, and no message shows a server path.
+Whether a source is a path or a hub id is decided from the string alone (`looks_like_path`); the
+filesystem is consulted only for paths inside the configured folders. Hub downloads are bounded in
+size (TFORMER_HUB_MAX_MB, TFORMER_MAX_PARAMS) and in time (`HUB_TIMEOUT_S`, `_with_deadline`).
+"""
 
 from __future__ import annotations
 

@@ -15,7 +15,6 @@ import json
 import math
 import pickle
 import re
-import warnings
 import zipfile
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ import torch
 from torch import nn
 
 from .errors import CheckpointError
+from .hfconfig import read_json
 from .limits import BYTES_PER_PARAM, count, max_params, megabytes
 
 __all__ = ["CheckpointError", "CheckpointTensors", "Weights", "assign", "read_tensors"]
@@ -64,6 +64,11 @@ class TensorInfo:
 
 def _numel(shape: Iterable[int]) -> int:
     return math.prod(shape)
+
+
+def _short(name: str) -> str:
+    """A tensor's name as a message shows it (a damaged header may hold any text there)."""
+    return name if len(name) <= 80 else name[:77] + "..."
 
 
 def safetensors_header(path: Path) -> dict[str, TensorInfo]:
@@ -107,18 +112,24 @@ def safetensors_header(path: Path) -> dict[str, TensorInfo]:
         try:
             dtype_name, shape, (begin, end) = entry["dtype"], entry["shape"], entry["data_offsets"]
             shape = tuple(shape)
-            valid = all(type(d) is int and d >= 0 for d in shape) and all(type(o) is int for o in (begin, end))
+            valid = len(shape) <= 8 and all(type(d) is int and 0 <= d < 1 << 40 for d in shape)
+            valid = valid and all(type(o) is int for o in (begin, end))
         except (TypeError, KeyError, ValueError):
             valid = False
         if not valid:
-            raise CheckpointError(f"{name} is damaged: the header's entry for {key!r} is not a tensor description")
+            raise CheckpointError(
+                f"{name} is damaged: the header's entry for {_short(key)!r} is not a tensor description"
+            )
         dtype = _DTYPES.get(dtype_name) if isinstance(dtype_name, str) else None
         if dtype is None:
             raise CheckpointError(
-                f"{name}: the tensor {key} is stored as {str(dtype_name)[:20]!r}, a number format tformer cannot read"
+                f"{name}: the tensor {_short(key)} is stored as {str(dtype_name)[:20]!r}, a number format tformer "
+                "cannot read"
             )
         if not 0 <= begin <= end or end - begin != _numel(shape) * dtype.itemsize:
-            raise CheckpointError(f"{name} is damaged: the tensor {key}'s place in the file does not match its shape")
+            raise CheckpointError(
+                f"{name} is damaged: the tensor {_short(key)}'s place in the file does not match its shape"
+            )
         needed = max(needed, end)
         infos[key] = TensorInfo(name, dtype, shape)
     if needed > data_bytes:
@@ -139,8 +150,6 @@ def _plain_name(index: str, value: object) -> str:
 
 def _sharded_files(folder: Path, index: str, suffix: str) -> tuple[list[str], dict[str, str]]:
     """(the shard files an index json names, its tensor -> file table); each file must be present."""
-    from .hfconfig import read_json
-
     table = read_json(folder / index).get("weight_map")
     if not isinstance(table, dict) or not table:
         raise CheckpointError(f"{index} has no weight_map (the table of which file holds each tensor)")
@@ -159,7 +168,7 @@ def _sharded_files(folder: Path, index: str, suffix: str) -> tuple[list[str], di
 def _check_index(index: str, weight_map: dict[str, str], infos: dict[str, TensorInfo]) -> None:
     for tensor, file in weight_map.items():
         if tensor not in infos or infos[tensor].file != file:
-            raise CheckpointError(f"{index} says {file} holds the tensor {tensor}, but it does not")
+            raise CheckpointError(f"{index} says {file} holds the tensor {_short(tensor)}, but it does not")
 
 
 def _load_pickled(path: Path) -> dict[str, torch.Tensor]:
@@ -169,9 +178,7 @@ def _load_pickled(path: Path) -> dict[str, torch.Tensor]:
     # which is why the file's size is checked before this.
     memory_mapped = zipfile.is_zipfile(path)
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # "pickle protocol 4" and similar notes meant for developers
-            loaded = torch.load(path, map_location="cpu", weights_only=True, mmap=memory_mapped)
+        loaded = torch.load(path, map_location="cpu", weights_only=True, mmap=memory_mapped)
     except pickle.UnpicklingError as error:
         if "Unsupported global" in str(error) or "Unsupported class" in str(error):
             raise CheckpointError(
