@@ -19,7 +19,7 @@ from tformer_app import vision_inputs as vi
 from tformer_app.markdown import escape
 from tformer_app.page import DEFAULT_TEXT_MODEL, TEXT_MODEL_SUGGESTIONS, run_page, run_safely
 from tformer_app.url import UrlState
-from tformer_core.checkpoints.sources import local_model_folders
+from tformer_core.checkpoints.sources import local_model_names
 from tformer_views import distance
 from tformer_views import text as tv
 from tformer_views import vision as vv
@@ -143,7 +143,7 @@ def text(url: UrlState) -> None:
     )
     source = st.selectbox(
         "Text model",
-        list(dict.fromkeys([*TEXT_MODEL_SUGGESTIONS, *local_model_folders()])),
+        list(dict.fromkeys([*TEXT_MODEL_SUGGESTIONS, *local_model_names()])),
         key=url.key("text_model", DEFAULT_TEXT_MODEL),
     )
     lines = st.text_area("Sentences, one per line", key=url.key("sentences", "\n".join(SENTENCES)), height=120)

@@ -34,6 +34,7 @@ import torch
 import tformer_core as tc
 from tformer_core.bundled import BUNDLED_MODELS
 from tformer_core.checkpoints import BUNDLED_TEXT
+from tformer_core.checkpoints.sources import looks_like_path
 from tformer_core.trace import lean
 from tformer_views import distance, overview, pictures, samples
 from tformer_views import seq2seq as sv
@@ -123,9 +124,9 @@ def load_model(source: str, quiet: bool = False) -> tc.TracedModel | None:
 
 
 def is_server_model(source: str) -> bool:
-    """True for the models this server offers itself (bundled ones and folders under its model folders),
-    False for a hub id someone typed."""
-    return source in BUNDLED_TEXT or source in BUNDLED_MODELS or source.startswith(("/", "./", "../", "~"))
+    """True for the models this server offers itself (bundled ones and folders under its model folders,
+    named as `local_model_names` names them), False for a hub id someone typed."""
+    return source in BUNDLED_TEXT or source in BUNDLED_MODELS or looks_like_path(source)
 
 
 def loaded_models() -> list[str]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import streamlit as st
@@ -61,7 +60,7 @@ def models_summary() -> str:
     their path); hub models are counted, not named: their ids are what other users typed.
     """
     loaded = loaded_models()
-    named = sorted({Path(m).name if m.startswith(("/", "./", "../", "~")) else m for m in loaded if is_server_model(m)})
+    named = sorted({m for m in loaded if is_server_model(m)})
     others = len(loaded) - len([m for m in loaded if is_server_model(m)])
     if not loaded:
         return "Models loaded: none yet"

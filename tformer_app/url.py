@@ -178,7 +178,7 @@ def _whole(raw: str) -> int:
     value = float(raw)
     if not math.isfinite(value):
         raise ValueError(raw)
-    return int(round(value))
+    return round(value)
 
 
 def _allowed(value: Any, choices: Sequence[Any]) -> bool:

@@ -6,11 +6,23 @@ from collections.abc import Sequence
 
 import streamlit as st
 
-from tformer_core.checkpoints.sources import local_model_folders
+from tformer_core.checkpoints.errors import CheckpointError
+from tformer_core.checkpoints.sources import display_name, local_model_names
 
 from .url import UrlState
 
 OTHER = "__other__"
+
+
+def short_name(source: str) -> str:
+    """A local model's name as the lists show it ("models/deit-tiny-patch16-224") for a path to it (an old
+    link); any other source as it is. The path itself is never shown."""
+    if not source.startswith(("/", "./", "../", "~")):
+        return source
+    try:
+        return display_name(source)
+    except CheckpointError:
+        return source  # outside the model folders: the loader refuses it with its own message
 
 
 def choose_model(url: UrlState, suggestions: Sequence[str], default: str, placeholder: str, help: str) -> str:
@@ -19,8 +31,8 @@ def choose_model(url: UrlState, suggestions: Sequence[str], default: str, placeh
     The choice is kept in the URL as "model"; the loader validates whatever was typed.
     """
     url.key("model", default)
-    current = str(url.value("model")).strip() or default
-    options = list(dict.fromkeys([*suggestions, *local_model_folders()])) + [OTHER]
+    current = short_name(str(url.value("model")).strip() or default)
+    options = list(dict.fromkeys([*suggestions, *local_model_names()])) + [OTHER]
     choice_key, other_key = f"{url.page}.model_choice", f"{url.page}.model_other"
     if choice_key not in st.session_state:
         st.session_state[choice_key] = current if current in options else OTHER

@@ -78,9 +78,11 @@ def test_the_sidebar_lists_only_the_models_the_cache_holds():
 def test_the_sidebar_names_server_models_and_counts_hub_models(monkeypatch):
     from tformer_app import page
 
-    monkeypatch.setattr(page, "loaded_models", lambda: ["minilm", "someone/typed-this", "/srv/models/deit-tiny"])
+    monkeypatch.setenv("TFORMER_MODEL_DIRS", "/srv/models")
+    # A local model's source is its short name (models/<folder>): the loader never names server paths.
+    monkeypatch.setattr(page, "loaded_models", lambda: ["minilm", "someone/typed-this", "models/deit-tiny"])
     line = page.models_summary()
-    assert line == "Models loaded: deit\\-tiny, minilm, and 1 from the hub"
+    assert line == "Models loaded: minilm, models/deit\\-tiny, and 1 from the hub"
     assert "someone" not in line and "/srv" not in line
 
 

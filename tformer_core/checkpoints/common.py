@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -152,12 +153,6 @@ def generation_settings(
         forced_eos = forced_eos[0] if len(forced_eos) == 1 else None
     if forced_eos is not None:
         forced_eos = _token_id(forced_eos, "forced_eos_token_id", file("forced_eos_token_id"))
-    budget = DEFAULT_MAX_NEW_TOKENS
-    lengths = {k: HFConfig(g, file(k)).whole(k, None, low=0) for k in ("max_new_tokens", "max_length")}
-    if lengths["max_new_tokens"]:
-        budget = min(budget, lengths["max_new_tokens"])
-    elif lengths["max_length"] and lengths["max_length"] > 1:
-        budget = min(budget, lengths["max_length"] - 1)  # max_length counts the decoder start token
     return GenerationSettings(
         eos_id=eos,
         start_id=start,
@@ -165,5 +160,15 @@ def generation_settings(
         suppress_ids=tuple(dict.fromkeys(suppress)),
         forced_bos_id=one_id("forced_bos_token_id"),
         forced_eos=forced_eos is not None and eos is not None and forced_eos == eos,
-        max_new_tokens=budget,
+        max_new_tokens=_length_budget(g, file),
     )
+
+
+def _length_budget(g: dict, file: Callable[[str], str]) -> int:
+    """New tokens a generation may take: the config's max_new_tokens or max_length, at most 64."""
+    lengths = {k: HFConfig(g, file(k)).whole(k, None, low=0) for k in ("max_new_tokens", "max_length")}
+    if lengths["max_new_tokens"]:
+        return min(DEFAULT_MAX_NEW_TOKENS, lengths["max_new_tokens"])
+    if lengths["max_length"] and lengths["max_length"] > 1:
+        return min(DEFAULT_MAX_NEW_TOKENS, lengths["max_length"] - 1)  # max_length counts the decoder start token
+    return DEFAULT_MAX_NEW_TOKENS

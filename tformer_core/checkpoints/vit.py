@@ -42,19 +42,16 @@ def _image_size(c: HFConfig) -> int | tuple[int, int]:
     return c.whole("image_size", high=1 << 14)
 
 
-def build(hf: dict, tensors: dict, generation: dict | None = None) -> ViT:
-    """The checkpoint's tensors in a core ViT (generation_config.json plays no part in a ViT)."""
-    model_type = hf["model_type"]
-    c = HFConfig(hf)
-    w = Weights(tensors, prefixes=(f"{model_type}.",))
-    distilled = w.has("embeddings.distillation_token")
+def _heads(w: Weights) -> tuple[str | None, str | None]:
+    """The names of the classifier and of DeiT's distillation classifier in the checkpoint (None: absent)."""
     if w.has("cls_classifier.weight"):  # DeiT "with teacher": mean of the class and distillation heads
-        head, dist_head = "cls_classifier", "distillation_classifier"
-    elif w.has("classifier.weight"):
-        head, dist_head = "classifier", None
-    else:
-        head = dist_head = None
-    n_classes = w[head + ".weight"].shape[0] if head else 0
+        return "cls_classifier", "distillation_classifier"
+    if w.has("classifier.weight"):
+        return "classifier", None
+    return None, None
+
+
+def _config(c: HFConfig, n_classes: int, distilled: bool, dist_head: bool) -> ViTConfig:
     if not c.flag("qkv_bias", True):
         raise CheckpointError("ViT checkpoints without Q/K/V biases are not supported yet")
     image_size, patch_size = _image_size(c), c.whole("patch_size", high=1 << 14)
@@ -65,7 +62,7 @@ def build(hf: dict, tensors: dict, generation: dict | None = None) -> ViT:
             )
     d_model, n_heads = c.whole("hidden_size"), c.whole("num_attention_heads")
     c.heads_divide("num_attention_heads", n_heads, "hidden_size", d_model)
-    config = ViTConfig(
+    return ViTConfig(
         image_size=image_size,
         patch_size=patch_size,
         n_channels=c.whole("num_channels", 3, high=64),
@@ -77,8 +74,18 @@ def build(hf: dict, tensors: dict, generation: dict | None = None) -> ViT:
         ln_eps=c.number("layer_norm_eps"),
         n_classes=n_classes,
         distilled=distilled,
-        dist_head=dist_head is not None,
+        dist_head=dist_head,
     )
+
+
+def build(hf: dict, tensors: dict, generation: dict | None = None) -> ViT:
+    """The checkpoint's tensors in a core ViT (generation_config.json plays no part in a ViT)."""
+    c = HFConfig(hf)
+    w = Weights(tensors, prefixes=(f"{hf['model_type']}.",))
+    distilled = w.has("embeddings.distillation_token")
+    head, dist_head = _heads(w)
+    n_classes = w[head + ".weight"].shape[0] if head else 0
+    config = _config(c, n_classes, distilled, dist_head is not None)
     model = build_module(ViT, config)
     conv = w["embeddings.patch_embeddings.projection.weight"]  # (D, C, P, P)
     m = {

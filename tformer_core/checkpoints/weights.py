@@ -60,6 +60,7 @@ class TensorInfo:
     file: str
     dtype: torch.dtype
     shape: tuple[int, ...]
+    end: int = 0  # where its data ends in a safetensors file's data section (bytes)
 
 
 def _numel(shape: Iterable[int]) -> int:
@@ -78,6 +79,27 @@ def safetensors_header(path: Path) -> dict[str, TensorInfo]:
     then the data. A damaged or truncated file fails here, before anything is allocated for it.
     """
     name = path.name
+    raw, size = _header_bytes(path)
+    try:
+        header = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        raise CheckpointError(f"{name} is damaged or is not a safetensors file: its header is not valid JSON") from None
+    if not isinstance(header, dict):
+        raise CheckpointError(f"{name} is damaged: its header is not a table of tensors")
+    data_bytes = size - 8 - len(raw)
+    infos = {key: _tensor_info(name, key, entry) for key, entry in header.items() if key != "__metadata__"}
+    needed = max((info.end for info in infos.values()), default=0)
+    if needed > data_bytes:
+        raise CheckpointError(
+            f"{name} is truncated: its tensors need {needed:,} bytes of data, the file holds {max(data_bytes, 0):,} "
+            "(was a download or a copy interrupted?)"
+        )
+    return infos
+
+
+def _header_bytes(path: Path) -> tuple[bytes, int]:
+    """(the JSON header's bytes, the file's size), checked against each other."""
+    name = path.name
     try:
         size = path.stat().st_size
         with path.open("rb") as f:
@@ -94,50 +116,33 @@ def safetensors_header(path: Path) -> dict[str, TensorInfo]:
                 raise CheckpointError(
                     f"{name} is damaged or truncated: its header should take {n:,} bytes, the file has {size:,}"
                 )
-            raw = f.read(n)
+            return f.read(n), size
     except OSError as error:
         raise CheckpointError(f"{name} cannot be read ({error.strerror or type(error).__name__})") from None
+
+
+def _tensor_info(name: str, key: str, entry: object) -> TensorInfo:
+    """One entry of a safetensors header ({dtype, shape, data_offsets}), checked."""
     try:
-        header = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
-        raise CheckpointError(f"{name} is damaged or is not a safetensors file: its header is not valid JSON") from None
-    if not isinstance(header, dict):
-        raise CheckpointError(f"{name} is damaged: its header is not a table of tensors")
-    data_bytes = size - 8 - n
-    infos: dict[str, TensorInfo] = {}
-    needed = 0
-    for key, entry in header.items():
-        if key == "__metadata__":
-            continue
-        try:
-            dtype_name, shape, (begin, end) = entry["dtype"], entry["shape"], entry["data_offsets"]
-            shape = tuple(shape)
-            valid = len(shape) <= 8 and all(type(d) is int and 0 <= d < 1 << 40 for d in shape)
-            valid = valid and all(type(o) is int for o in (begin, end))
-        except (TypeError, KeyError, ValueError):
-            valid = False
-        if not valid:
-            raise CheckpointError(
-                f"{name} is damaged: the header's entry for {_short(key)!r} is not a tensor description"
-            )
-        dtype = _DTYPES.get(dtype_name) if isinstance(dtype_name, str) else None
-        if dtype is None:
-            raise CheckpointError(
-                f"{name}: the tensor {_short(key)} is stored as {str(dtype_name)[:20]!r}, a number format tformer "
-                "cannot read"
-            )
-        if not 0 <= begin <= end or end - begin != _numel(shape) * dtype.itemsize:
-            raise CheckpointError(
-                f"{name} is damaged: the tensor {_short(key)}'s place in the file does not match its shape"
-            )
-        needed = max(needed, end)
-        infos[key] = TensorInfo(name, dtype, shape)
-    if needed > data_bytes:
+        dtype_name, shape, (begin, end) = entry["dtype"], entry["shape"], entry["data_offsets"]  # type: ignore[index]
+        shape = tuple(shape)
+        valid = len(shape) <= 8 and all(type(d) is int and 0 <= d < 1 << 40 for d in shape)
+        valid = valid and all(type(o) is int for o in (begin, end))
+    except (TypeError, KeyError, ValueError):
+        valid = False
+    if not valid:
+        raise CheckpointError(f"{name} is damaged: the header's entry for {_short(key)!r} is not a tensor description")
+    dtype = _DTYPES.get(dtype_name) if isinstance(dtype_name, str) else None
+    if dtype is None:
         raise CheckpointError(
-            f"{name} is truncated: its tensors need {needed:,} bytes of data, the file holds {max(data_bytes, 0):,} "
-            "(was a download or a copy interrupted?)"
+            f"{name}: the tensor {_short(key)} is stored as {str(dtype_name)[:20]!r}, a number format tformer "
+            "cannot read"
         )
-    return infos
+    if not 0 <= begin <= end or end - begin != _numel(shape) * dtype.itemsize:
+        raise CheckpointError(
+            f"{name} is damaged: the tensor {_short(key)}'s place in the file does not match its shape"
+        )
+    return TensorInfo(name, dtype, shape, end)
 
 
 def _plain_name(index: str, value: object) -> str:
