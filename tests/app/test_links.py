@@ -22,7 +22,10 @@ def link_line(at) -> str:
     "params, expected",
     [
         ({"alpha": "5"}, ["alpha=5 is outside 0.2..0.9; using 0.9"]),
-        ({"alpha": "nan", "discard": "inf"}, ["alpha=nan is not a finite number", "discard=inf is not a finite number"]),
+        (
+            {"alpha": "nan", "discard": "inf"},
+            ["alpha=nan is not a finite number", "discard=inf is not a finite number"],
+        ),
         ({"discard": "-3"}, ["discard=-3 is outside 0..0.99; using 0.0"]),
         ({"layer": "99", "head": "x"}, ["layer=99 is not one of the choices here", "head=x is not a valid value"]),
         ({"smooth": "maybe", "fusion": "median"}, ["smooth=maybe is not a valid value", "fusion=median is not one of"]),
