@@ -9,13 +9,7 @@ import os
 
 import streamlit as st
 
-import tformer_core as tc
 from tformer_app.page import device_summary, models_summary
-
-# Traces allocate and free hundreds of MB per request; keep that memory for reuse, in few heaps, and give
-# it back when the caches drop entries (see tformer_core/runtime.py and tformer_app/caches.py).
-tc.limit_malloc_arenas(2)
-tc.retain_freed_memory()
 
 st.set_page_config(page_title="tformer: inside Transformers", page_icon="🔍", layout="wide")
 

@@ -56,7 +56,7 @@ def page(url: UrlState) -> None:
         st.info(f"{escape(name)}: {escape(note)}.")
     show_prediction(result.trace)
     show_patches(key, result, model)
-    show_attention(url, result)
+    show_attention(url, key, result)
     show_figure_7(source, result)
 
 
@@ -168,7 +168,7 @@ def describe_query(result: vv.VisionResult, patch: int | None) -> str:
     return f"patch {patch} (row {patch // cols}, column {patch % cols})"
 
 
-def show_attention(url: UrlState, result: vv.VisionResult) -> None:
+def show_attention(url: UrlState, key: tuple, result: vv.VisionResult) -> None:
     st.header("Attention over the picture")
     choice = attention_controls(url, result)
     show_query_picker(url, result, choice)
@@ -176,7 +176,7 @@ def show_attention(url: UrlState, result: vv.VisionResult) -> None:
     st.subheader(f"Every head of layer {choice.layer}")
     strip = vv.head_overlays(result, choice.layer, choice.patch, choice.alpha, choice.smooth)
     st.image(to_jpeg(strip), caption=f"Where {who} looks, head by head; each picture is scaled to its own maximum.")
-    show_rollout(url, result, choice)
+    show_rollout(url, key, result, choice)
 
 
 def show_query_picker(url: UrlState, result: vv.VisionResult, choice: AttentionChoice) -> None:
@@ -221,7 +221,7 @@ def show_query_picker(url: UrlState, result: vv.VisionResult, choice: AttentionC
         )
 
 
-def show_rollout(url: UrlState, result: vv.VisionResult, choice: AttentionChoice) -> None:
+def show_rollout(url: UrlState, key: tuple, result: vv.VisionResult, choice: AttentionChoice) -> None:
     st.subheader("Attention rollout")
     c1, c2 = st.columns(2)
     fusion = c1.radio(
@@ -235,7 +235,7 @@ def show_rollout(url: UrlState, result: vv.VisionResult, choice: AttentionChoice
         key=url.key("discard", 0.9, cast=float, lo=0.0, hi=0.99),
         help="The lowest share of each layer's fused weights set to 0 before rolling out",
     )
-    rolled = run_safely(lambda: vv.rollout_map(result.trace, fusion, float(discard)), "Rollout")
+    rolled = run_safely(lambda: caches.derived("rollout", key, fusion, float(discard)), "Rollout")
     if rolled is not None:
         st.image(to_jpeg(overlay(result.image, rolled, alpha=choice.alpha, smooth=choice.smooth)), width=360)
         st.caption(

@@ -50,6 +50,12 @@ GIVE_BACK_AFTER = 64 * 2**20  # freed cache bytes after which the allocator is a
 
 SETTINGS = server_settings()
 
+# Once per server process (this module is imported once; app.py runs on every rerun). Traces allocate and
+# free hundreds of MB per request: keep that memory for reuse, in few heaps, and give it back when the
+# caches drop entries (`_freed`). See tformer_core/runtime.py.
+tc.limit_malloc_arenas(2)
+tc.retain_freed_memory()
+
 
 # ---- memory given back ---------------------------------------------------------------------------
 _freed_lock = threading.Lock()
@@ -234,6 +240,8 @@ VIEWS: dict[str, Callable[..., Any]] = {
     "teacher_agreement": sv.teacher_agreement,  # (translation) -> int
     "grid_picture": _picture_png(pictures.grid_picture),  # (vision result) -> PNG
     "patch_sequence": _picture_png(pictures.patch_sequence),  # (vision result) -> PNG
+    # (vision result, head fusion, discard ratio) -> [rows, cols]: the same for every layer, head and patch
+    "rollout": lambda result, fusion, discard: vv.rollout_map(result.trace, fusion, discard),
 }
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import sys
 
 # glibc mallopt parameters (malloc.h).
@@ -14,6 +15,7 @@ _MMAP_THRESHOLD_MAX = 32 * 2**20  # glibc's ceiling on 64-bit systems
 _TRIM_THRESHOLD = 2**30
 
 
+@functools.cache  # looking libc up forks ldconfig: once per process is enough
 def _glibc() -> ctypes.CDLL | None:
     if not sys.platform.startswith("linux"):
         return None
