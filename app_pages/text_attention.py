@@ -89,7 +89,8 @@ def page(url: UrlState) -> None:
     st.caption(f"{kind} · {trace.n_layers} layers × {trace.n_heads} heads · d_head = {d_head} · {len(tokens)} tokens")
 
     it = next((i for i, token in enumerate(tokens) if plain_word(token).lower() == "it"), None)
-    c = panel.controls(url, trace, default_query=it)
+    # A class sees the two views a lecture starts with; the others are one choice away (and in links).
+    c = panel.controls(url, trace, default_query=it, default_views=("head", "heatmap"))
     if trace.kind == "decoder":
         st.caption(
             "Causal mask: each token attends only to itself and the tokens before it; "

@@ -57,7 +57,7 @@ def page(url: UrlState) -> None:
     show_prediction(result.trace)
     show_patches(key, result, model)
     show_attention(url, key, result)
-    show_figure_7(source, result)
+    show_figure_7(source, key, result)
 
 
 def show_prediction(trace) -> None:
@@ -217,7 +217,11 @@ def show_query_picker(url: UrlState, result: vv.VisionResult, choice: AttentionC
             format_func=lambda q: "the class token" if q == CLASS_TOKEN else f"patch {q}",
         )
         downloads.file_download(
-            "Overlay as PNG", to_png(picture), f"overlay_L{choice.layer}.png", "image/png", f"{url.page}.overlay_png"
+            "Overlay as PNG",
+            lambda: to_png(picture),
+            f"overlay_L{choice.layer}.png",
+            "image/png",
+            f"{url.page}.overlay_png",
         )
 
 
@@ -237,7 +241,8 @@ def show_rollout(url: UrlState, key: tuple, result: vv.VisionResult, choice: Att
     )
     rolled = run_safely(lambda: caches.derived("rollout", key, fusion, float(discard)), "Rollout")
     if rolled is not None:
-        st.image(to_jpeg(overlay(result.image, rolled, alpha=choice.alpha, smooth=choice.smooth)), width=360)
+        # At its own size: a width would make Streamlit decode, resize and encode it again on every rerun.
+        st.image(to_jpeg(overlay(result.image, rolled, alpha=choice.alpha, smooth=choice.smooth)))
         st.caption(
             "Rollout (Abnar & Zuidema, 2020) follows attention through all the layers: each layer's heads are fused, "
             "the weakest weights dropped, the residual connection added as (A + I) / 2, and the layers multiplied. "
@@ -245,7 +250,7 @@ def show_rollout(url: UrlState, key: tuple, result: vv.VisionResult, choice: Att
         )
 
 
-def show_figure_7(source: str, result: vv.VisionResult) -> None:
+def show_figure_7(source: str, key: tuple, result: vv.VisionResult) -> None:
     st.header("The model's own pictures (ViT paper, Fig. 7)")
     pcs, variance, positions = caches.from_model("figure_7", source)
     trace = result.trace
@@ -264,7 +269,7 @@ def show_figure_7(source: str, result: vv.VisionResult) -> None:
             "similarity of its position embedding with every patch's (blue −1, red 1).",
         )
     with right:
-        mad = distance.image_distances(trace)
+        mad = caches.derived("image_distances", key)  # every layer's weights: once per picture
         baseline = distance.uniform_image_distance(result.grid_hw, result.patch_size, trace.n_prefix_tokens)
         downloads.chart(
             distance_chart(mad, baseline, trace.n_heads, title="mean attention distance", unit="pixels")

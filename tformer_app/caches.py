@@ -240,6 +240,7 @@ VIEWS: dict[str, Callable[..., Any]] = {
     "teacher_agreement": sv.teacher_agreement,  # (translation) -> int
     "grid_picture": _picture_png(pictures.grid_picture),  # (vision result) -> PNG
     "patch_sequence": _picture_png(pictures.patch_sequence),  # (vision result) -> PNG
+    "image_distances": lambda result: distance.image_distances(result.trace),  # (vision result) -> [layers, heads]
     # (vision result, head fusion, discard ratio) -> [rows, cols]: the same for every layer, head and patch
     "rollout": lambda result, fusion, discard: vv.rollout_map(result.trace, fusion, discard),
 }

@@ -6,7 +6,7 @@ click does not rerun the page), so drawing a page costs nothing for the files it
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -49,11 +49,12 @@ def export_buttons(spec: dict, key: str, file_name: str) -> None:
             )
 
 
-def file_download(label: str, data: bytes, file_name: str, mime: str, key: str) -> None:
-    """A download button for bytes the page already has (a picture it showed)."""
+def file_download(label: str, data: bytes | Callable[[], bytes], file_name: str, mime: str, key: str) -> None:
+    """A download button for a file: bytes the page already has (a picture it showed), or a function that
+    makes them when the button is clicked (an encoding the page does not need to draw)."""
     st.download_button(
         label,
-        lambda: data,
+        data if callable(data) else lambda: data,
         file_name=file_name,
         mime=mime,
         key=key,

@@ -94,6 +94,21 @@ def default_page():
 
 
 @pytest.fixture(scope="module")
+def every_view():
+    at = page(views="head,heatmap,overview,qkv,why,distance")
+    no_exception(at)
+    return at
+
+
+def test_the_page_opens_with_the_head_view_and_the_heatmap(default_page):
+    """What a lecture starts with; the other views are one choice away, and in the link when chosen."""
+    titles = chart_titles(default_page)
+    assert "layer 0: queries (left) → keys (right)" in titles and HEATMAP in titles
+    assert not {"Q (layer 0, head 0)", "mean attention distance per head"} & set(titles)
+    assert widget(default_page, "text.views").value == ["head", "heatmap"]
+
+
+@pytest.fixture(scope="module")
 def minilm():
     return tc.load_model("minilm", device="cpu")
 
@@ -105,8 +120,8 @@ def heatmap_cells(at, title=HEATMAP) -> pd.DataFrame:
     return charts(at)[title][0]
 
 
-def test_default_page_shows_every_view_of_minilm(default_page, minilm):
-    at = default_page
+def test_every_view_of_minilm(every_view, minilm):
+    at = every_view
     assert at.title[0].value == "Text attention"
     summary = "encoder (bidirectional) · 6 layers × 12 heads · d_head = 32 · 16 tokens"
     assert any(summary in c for c in texts(at, "caption"))

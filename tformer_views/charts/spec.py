@@ -103,8 +103,16 @@ def matrix_frame(matrix: np.ndarray, rows: Sequence[str], cols: Sequence[str], l
 # ---- building blocks ------------------------------------------------------------------------------
 def named_data(frame: pd.DataFrame, datasets: dict[str, Any]) -> dict[str, str]:
     """Put `frame` into `datasets` under a name made from its content; returns the {"name": ...} reference."""
-    digest = hashlib.blake2b(pd.util.hash_pandas_object(frame, index=False).to_numpy().tobytes(), digest_size=12)
-    digest.update(repr(list(frame.columns)).encode())  # the values alone would merge frames of equal content
+    digest = hashlib.blake2b(digest_size=12)
+    for column, values in frame.items():  # the columns' raw bytes: a tenth of pandas' per-value hashing
+        digest.update(repr(column).encode())
+        if isinstance(values.dtype, pd.CategoricalDtype):
+            digest.update(values.cat.codes.to_numpy().tobytes())
+            digest.update("\0".join(map(str, values.cat.categories)).encode())
+        elif values.dtype.kind in "biufcmM":
+            digest.update(values.to_numpy().tobytes())
+        else:
+            digest.update("\0".join(map(str, values)).encode())
     name = f"data-{digest.hexdigest()}-{len(frame)}"
     datasets[name] = frame
     return {"name": name}
