@@ -60,7 +60,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from streamlit.proto.BackMsg_pb2 import BackMsg
-from streamlit.proto.Common_pb2 import FileURLs, FileURLsResponse
+from streamlit.proto.Common_pb2 import FileURLsResponse
 from streamlit.proto.Element_pb2 import Element
 from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
 from streamlit.proto.WidgetStates_pb2 import WidgetState
@@ -81,6 +81,7 @@ WIDGET_KINDS = (
     "text_input",
     "file_uploader",
     "vega_lite_chart",
+    "button",
 )
 DEFAULT_TIMEOUT_S = 180.0
 # HTTP (pages, uploads, media) runs in threads: urllib is blocking. Shared by every session of a process.
@@ -474,6 +475,15 @@ class Session:
         self._states[widget.id] = user_state(widget, value)
         return await self._rerun()
 
+    async def click(self, label: str) -> Run:
+        """Click the button with this label: its trigger is sent with one rerun, then forgotten (as a browser)."""
+        widget = self._last().widget(label, "button")
+        self._states[widget.id] = WidgetState(id=widget.id, trigger_value=True)
+        try:
+            return await self._rerun()
+        finally:
+            self._states.pop(widget.id, None)
+
     async def select(self, chart_key: str, param: str, points: Sequence[dict[str, Any]]) -> Run:
         """Set a Vega-Lite chart's selection (a click on a point of `param`) and rerun, as the browser does.
 
@@ -492,6 +502,11 @@ class Session:
 
     async def upload(self, label: str, file_name: str, data: bytes, mime: str = "application/octet-stream") -> Run:
         """Upload one file to the file uploader with this label (replacing its files) and rerun."""
+        return await self.upload_files(label, [(file_name, data, mime)])
+
+    async def upload_files(self, label: str, files: Sequence[tuple[str, bytes, str]]) -> Run:
+        """Upload several files (name, bytes, MIME type) to the file uploader with this label at once, as a
+        browser does when several are dropped on a multi-file uploader (replacing its files), and rerun."""
         widget = self._last().widget(label, "file_uploader")
         started = time.perf_counter()
         request_id = uuid.uuid4().hex
@@ -499,25 +514,25 @@ class Session:
         self._url_waiters[request_id] = waiter
         msg = BackMsg()
         msg.file_urls_request.request_id = request_id
-        msg.file_urls_request.file_names.append(file_name)
+        msg.file_urls_request.file_names.extend(name for name, _, _ in files)
         msg.file_urls_request.session_id = self.session_id
         await self._send(msg)
         response = await asyncio.wait_for(waiter, self.timeout_s)
         if response.error_msg:
             raise ProtocolError(f"file URLs refused: {response.error_msg}")
-        urls: FileURLs = response.file_urls[0]
-        body, content_type = _multipart(file_name, file_name, data, mime)
-        headers = {"Content-Type": content_type, "Origin": self.base_url}
-        xsrf = self.http.cookie(XSRF_COOKIE)
-        if xsrf:
-            headers["X-Xsrftoken"] = xsrf
-        put = await self._http(self._absolute(urls.upload_url), "PUT", body, headers)
-        if put.status not in (200, 204):
-            raise ProtocolError(f"upload PUT {urls.upload_url}: HTTP {put.status} {put.body[:300]!r}")
         state = WidgetState(id=widget.id)
-        info = state.file_uploader_state_value.uploaded_file_info.add()
-        info.file_id, info.name, info.size = urls.file_id, file_name, len(data)
-        info.file_urls.CopyFrom(urls)
+        xsrf = self.http.cookie(XSRF_COOKIE)
+        for (file_name, data, mime), urls in zip(files, response.file_urls):
+            body, content_type = _multipart(file_name, file_name, data, mime)
+            headers = {"Content-Type": content_type, "Origin": self.base_url}
+            if xsrf:
+                headers["X-Xsrftoken"] = xsrf
+            put = await self._http(self._absolute(urls.upload_url), "PUT", body, headers)
+            if put.status not in (200, 204):
+                raise ProtocolError(f"upload PUT {urls.upload_url}: HTTP {put.status} {put.body[:300]!r}")
+            info = state.file_uploader_state_value.uploaded_file_info.add()
+            info.file_id, info.name, info.size = urls.file_id, file_name, len(data)
+            info.file_urls.CopyFrom(urls)
         self._states[widget.id] = state
         return await self._rerun(started=started)
 
