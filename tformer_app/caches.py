@@ -46,7 +46,7 @@ from .settings import server_settings
 
 Progress = Callable[[float, str], None]
 RETRY_AFTER_S = 300.0  # a failed load is not tried again for this long (an unreachable hub costs seconds a try)
-GIVE_BACK_AFTER = 64 * 2**20  # freed cache bytes after which the allocator is asked to return memory to the OS
+SLACK = 128 * 2**20  # freed memory the process may keep for reuse before it is handed back to the OS
 
 SETTINGS = server_settings()
 
@@ -58,19 +58,37 @@ tc.retain_freed_memory()
 
 
 # ---- memory given back ---------------------------------------------------------------------------
-_freed_lock = threading.Lock()
-_freed_since_trim = 0
+class _GiveBack:
+    """Keeps the process's resident memory close to what it holds.
 
+    What a request frees (a forward pass's activations, a decoded photo) and what the caches evict stays in
+    glibc's heaps for reuse (`retain_freed_memory`: it saves page faults on the next trace). After each
+    computation the process's RSS beyond what the caches hold is compared with its level after the last
+    hand-back; once it has grown by more than SLACK, the freed memory goes back to the OS (malloc_trim, a
+    few milliseconds).
+    """
 
-def _freed(nbytes: int) -> None:
-    """Evicted entries free memory that glibc would otherwise keep for reuse: give it back in batches."""
-    global _freed_since_trim
-    with _freed_lock:
-        _freed_since_trim += nbytes
-        if _freed_since_trim < GIVE_BACK_AFTER:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.level: int | None = None  # RSS minus cached bytes right after the last hand-back
+
+    def check(self, _evicted: int = 0) -> None:
+        rss = rss_bytes()
+        if rss is None:
             return
-        _freed_since_trim = 0
-    tc.release_freed_memory()
+        with self.lock:
+            if self.level is not None and rss - _held() <= self.level + SLACK:
+                return
+            tc.release_freed_memory()
+            after = rss_bytes()
+            self.level = (after if after is not None else rss) - _held()
+
+
+def _held() -> int:
+    return _results.stats().used_bytes + _models.stats().used_bytes
+
+
+_give_back = _GiveBack()
 
 
 # ---- models ------------------------------------------------------------------------------------
@@ -82,7 +100,7 @@ def model_bytes(model: torch.nn.Module) -> int:
     return sum(seen.values())
 
 
-_models = ByteBudgetCache("models", SETTINGS.models_bytes, weigh=model_bytes, on_evict=_freed)
+_models = ByteBudgetCache("models", SETTINGS.models_bytes, weigh=model_bytes, on_evict=_give_back.check)
 _failures: OrderedDict[str, tuple[Exception, float]] = OrderedDict()
 _failures_lock = threading.Lock()
 
@@ -189,7 +207,7 @@ COMPUTATIONS: dict[str, Callable[..., Any]] = {
     "token_distance": _token_distance,  # (text) -> ([layers, heads] tokens, uniform baseline)
 }
 
-_results = ByteBudgetCache("results", SETTINGS.cache_bytes, on_evict=_freed)
+_results = ByteBudgetCache("results", SETTINGS.cache_bytes, on_evict=_give_back.check)
 _passes = threading.BoundedSemaphore(SETTINGS.passes)
 
 
@@ -214,7 +232,10 @@ def cached(kind: str, source: str, *args: Any) -> Any:
 
     def compute() -> Any:
         model = cached_model(source)
-        return in_turn(lambda: COMPUTATIONS[kind](model, *args))
+        try:
+            return in_turn(lambda: COMPUTATIONS[kind](model, *args))
+        finally:
+            _give_back.check()  # the pass's activations are free now
 
     return _results.get_or_compute(("result", kind, source, *_key(args)), compute)
 
@@ -292,7 +313,10 @@ def computed(key: tuple, compute: Callable[[Progress], Any], label: str) -> Any:
 
     def run() -> Any:
         bar = slot.progress(0.0, text=escape(label))
-        return in_turn(lambda: compute(lambda f, message: bar.progress(min(max(f, 0.0), 1.0), text=escape(message))))
+        try:
+            return in_turn(lambda: compute(lambda f, m: bar.progress(min(max(f, 0.0), 1.0), text=escape(m))))
+        finally:
+            _give_back.check()
 
     try:
         return _results.get_or_compute(("computed", *_key(key)), run)
@@ -324,7 +348,8 @@ def memory_report() -> MemoryReport:
 def clear_results() -> int:
     """Drop every cached result (models stay loaded) and give the memory back; returns the bytes dropped."""
     freed = _results.clear()
-    tc.release_freed_memory()
+    _give_back.level = None  # hand everything back now
+    _give_back.check()
     return freed
 
 

@@ -204,7 +204,8 @@ def read_image(
             image.seek(0)
             image.load()
             orientation = _exif_orientation(image)
-            oriented = ImageOps.exif_transpose(image)
+            # exif_transpose copies a picture it does not turn: 180 MB more for a 60-megapixel photo.
+            oriented = image if orientation in (None, 1) else ImageOps.exif_transpose(image)
         except (OSError, SyntaxError, ValueError, EOFError) as error:
             raise ImageError(f"{label}the image data is damaged or cut short ({error})") from None
     if orientation not in (None, 1):
