@@ -105,3 +105,32 @@ def test_a_broken_model_folder_gets_a_message_and_the_session_goes_on(case, tiny
     at.selectbox(key="text.model_choice").set_value("minilm").run()
     no_exception(at)
     assert not messages(at, "error") and at.selectbox(key="text.head").value == 0
+
+
+def test_text_of_only_invisible_characters_gets_a_reason_not_cls_sep():
+    """Once drawn as "[CLS] [SEP]" with no message."""
+    for text in ("\x00\x00\x00", "\u200b\u200c\u200d\ufeff"):
+        at = run("text_attention", text=text)
+        no_exception(at)
+        assert any("has no readable text" in e for e in messages(at, "error")), messages(at, "error")
+        assert not at.get("vega_lite_chart")  # nothing drawn for an input the model cannot read
+        at.text_area(key="text.text").input("Now a real sentence.").run()  # the session goes on
+        no_exception(at)
+        assert not messages(at, "error") and at.get("vega_lite_chart")
+
+
+def test_a_png_with_a_huge_colour_profile_is_shown_with_a_note():
+    """Once refused as "damaged or cut short"."""
+    import io
+    import os
+
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.new("RGB", (64, 48), (200, 30, 30)).save(buffer, format="PNG", icc_profile=os.urandom(15 * 2**20))
+    at = run("vision", timeout=120, model="vit-tiny")
+    at.radio(key="vit.from").set_value("upload").run()
+    at.file_uploader(key="vit.upload").set_value([("profile.png", buffer.getvalue(), "image/png")]).run()
+    no_exception(at)
+    assert not messages(at, "error")
+    assert any("15.0 MB colour profile (ICC) was left out" in m for m in messages(at, "info"))
