@@ -23,7 +23,8 @@ def test_a_session_opens_the_text_page_changes_the_head_and_gets_that_heatmap(tm
 
 
 async def _open_and_change_head(url: str) -> None:
-    async with await stclient.Session.open(url, "/text?layer=0&head=0", timeout_s=TIMEOUT_S) as session:
+    page = "/text?layer=0&head=0&views=head,heatmap,overview"  # the overview: a picture the page sends as media
+    async with await stclient.Session.open(url, page, timeout_s=TIMEOUT_S) as session:
         first = session.last
         assert first.finished and not first.errors, first.errors
         assert "Heatmap · layer 0, head 0" in first.headings()
