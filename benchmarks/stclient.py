@@ -88,6 +88,13 @@ DEFAULT_TIMEOUT_S = 180.0
 _http_pool: ThreadPoolExecutor | None = None
 
 
+def run_sync(coroutine: Any) -> Any:
+    """Run a coroutine to its end from synchronous code, in a thread with its own event loop (a caller's
+    thread may already run one, e.g. a session-wide Playwright in the browser tests)."""
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()
+
+
 class ProtocolError(RuntimeError):
     """The server answered something a browser could not use (a missed cache entry, a closed socket...)."""
 

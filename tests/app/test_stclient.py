@@ -6,8 +6,6 @@ script run to finish (the client's own condition), never for a fixed time.
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 
 from tests.browser.server import streamlit_server
@@ -19,7 +17,7 @@ TIMEOUT_S = 240.0  # per action: generous for a busy 2-core machine loading Mini
 
 def test_a_session_opens_the_text_page_changes_the_head_and_gets_that_heatmap(tmp_path):
     with streamlit_server(tmp_path / "streamlit.log") as url:
-        asyncio.run(_open_and_change_head(url))
+        stclient.run_sync(_open_and_change_head(url))
 
 
 async def _open_and_change_head(url: str) -> None:

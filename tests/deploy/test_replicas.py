@@ -69,7 +69,7 @@ def test_sessions_work_end_to_end_through_nginx_on_both_replicas(deployment):
     async def class_of(n: int):
         return await asyncio.gather(*(one_user(deployment.url, str(1 + i % 5), picture(i)) for i in range(n)))
 
-    results = asyncio.run(class_of(SESSIONS))
+    results = stclient.run_sync(class_of(SESSIONS))
     routes = sorted(route for route, _ in results)
     assert set(routes) == {"r0", "r1"}, routes  # new sessions are spread over both replicas
 
