@@ -1,6 +1,9 @@
 """Encoder-only text models: the original Transformer encoder and BERT-style encoders.
 
-Every token attends to every other (bidirectional); a padding mask hides padded keys.
+Every token attends to every other (bidirectional); a padding mask hides padded keys. An encoder may
+carry one head: BERT's masked-word head (a guess for every position) or a sequence classifier (one
+label for the whole input, read from the first token, [CLS] or <s>, as BERT, RoBERTa and DistilBERT's
+`*ForSequenceClassification` models do).
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from ..capture import HookPoint, NameFilter
@@ -17,6 +21,10 @@ from ..tokenizers import Tokenizer
 from ..trace import Trace
 from .base import TracedModel, per_token
 from .layers import ACTIVATIONS, BlockConfig, Stack, TextEmbedding, key_padding_mask
+
+POOL_ACTIVATIONS = {"tanh": torch.tanh, "relu": F.relu}
+# transformers' problem_type values; "" when config.json names none.
+PROBLEM_TYPES = ("", "single_label_classification", "multi_label_classification", "regression")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -34,6 +42,40 @@ class EncoderConfig(BlockConfig):
     pe_layout: str = "interleaved"
     position_first_row: int = 0  # RoBERTa: position p uses row p + 2
     mlm_head: bool = False  # masked-word prediction head (dense, activation, LayerNorm, tied output)
+    # Sequence classification head (n_labels > 0): pooled = act(h_[CLS] W_p + b_p), logits = pooled W_c + b_c.
+    n_labels: int = 0
+    pool_activation: str = "tanh"  # BERT's pooler and RoBERTa's classifier.dense: tanh; DistilBERT: relu
+    labels: tuple[str, ...] = ()  # a name per class (config.json's id2label); default "LABEL_i"
+    problem_type: str = ""  # transformers' problem_type: "single_label_classification", "multi_label_..."
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.n_labels < 0:
+            raise ValueError(f"n_labels must be 0 (no classifier) or more, got {self.n_labels}")
+        if self.n_labels and self.mlm_head:
+            raise ValueError("an encoder has one head: a masked-word head or a classifier, not both")
+        if self.pool_activation not in POOL_ACTIVATIONS:
+            raise ValueError(f"pool_activation must be one of {sorted(POOL_ACTIVATIONS)}, got {self.pool_activation!r}")
+        if self.problem_type not in PROBLEM_TYPES:
+            raise ValueError(f"problem_type must be one of {PROBLEM_TYPES}, got {self.problem_type!r}")
+        if self.labels and len(self.labels) != self.n_labels:
+            raise ValueError(f"{len(self.labels)} labels given for {self.n_labels} classes")
+
+    @property
+    def class_labels(self) -> tuple[str, ...]:
+        """A name per class of the classifier (empty without one)."""
+        return self.labels or tuple(f"LABEL_{i}" for i in range(self.n_labels))
+
+    @property
+    def scoring(self) -> str:
+        """How the classifier's logits become the scores shown, as transformers' text-classification
+        pipeline decides: "none" for regression (the number itself), "sigmoid" per class for multi-label
+        (or a single output), else "softmax" over the classes."""
+        if self.problem_type == "regression":
+            return "none"
+        if self.problem_type == "multi_label_classification" or self.n_labels == 1:
+            return "sigmoid"
+        return "softmax"
 
 
 class Encoder(TracedModel):
@@ -60,6 +102,9 @@ class Encoder(TracedModel):
         self.encoder = Stack(c, c.n_layers, embed)
         if c.mlm_head:
             self.head = MaskedLMHead(c, embed.tok.weight)
+        elif c.n_labels:
+            self.head = SequenceClassifierHead(c)
+            self.output_labels = c.class_labels
         self.mask_token_id: int | None = None  # from a tokenizer that has [MASK] (see attach_tokenizer)
         self._finish_init()
 
@@ -84,12 +129,18 @@ class Encoder(TracedModel):
     ) -> torch.Tensor:
         """ids (B, T) long; attention_mask (B, T), 1 for real tokens and 0 for padding.
 
-        Returns the final hidden states (B, T, D), or with `with_head` the masked-LM logits (B, T, vocab).
+        Returns the final hidden states (B, T, D), or with `with_head` the head's output: masked-LM logits
+        (B, T, vocab) or a classifier's logits (B, n_labels).
         """
         x = self.encoder.embed(ids, token_type_ids)
         mask = key_padding_mask(attention_mask) if attention_mask is not None else None
         hidden = self.encoder(x, self_mask=mask)  # (B, T, D)
-        return self.head(hidden) if with_head and self.config.mlm_head else hidden
+        return self.head(hidden) if with_head and self.has_head else hidden
+
+    @property
+    def has_head(self) -> bool:
+        """True when the encoder has a masked-word head or a classifier."""
+        return self.config.mlm_head or self.config.n_labels > 0
 
     def trace(
         self,
@@ -110,13 +161,23 @@ class Encoder(TracedModel):
         mask = per_token(attention_mask, ids, "attention_mask")
         types = per_token(token_type_ids, ids, "token_type_ids")
         masked = [i for i, t in enumerate(ids[0].tolist()) if t == self.mask_token_id]
+        meta = {"predict_position": masked[0] if masked else None, "mask_positions": masked, **self._head_meta()}
         return self._trace(
             lambda: self(ids, mask, types, with_head=True),
             keep,
-            meta={"predict_position": masked[0] if masked else None, "mask_positions": masked},
+            meta=meta,
             tokens=tokens,
             stack_layers={"encoder": self.config.n_layers},
         )
+
+    def _head_meta(self) -> dict:
+        """What the trace says about the head: "head" is "masked-word", "classification" or None; a classifier's
+        trace also names its problem_type and how its logits become probabilities ("softmax", "sigmoid",
+        "none" for a regression score)."""
+        c = self.config
+        if c.n_labels:
+            return {"head": "classification", "problem_type": c.problem_type or None, "probabilities": c.scoring}
+        return {"head": "masked-word" if c.mlm_head else None}
 
     def _encode_pair(self, text: object, pair: str) -> tuple[list[int], list[int] | None]:
         if self.tokenizer is None or not isinstance(text, str):
@@ -141,3 +202,50 @@ class MaskedLMHead(nn.Module):
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.hook_logits(self.unembed(self.ln(self.act(self.transform(hidden)))))  # (B, T, vocab)
+
+
+class SequenceClassifierHead(nn.Module):
+    """One label for the whole input, read from the first token ([CLS] / <s>):
+    pooled = act(h_0 W_p + b_p), logits = pooled W_c + b_c. Hooks: pooled [D], logits [n_labels].
+
+    BERT's pooler (tanh) and classifier, RoBERTa's classifier.dense (tanh) and out_proj, DistilBERT's
+    pre_classifier (ReLU) and classifier are all this shape (their dropout is off at inference).
+    """
+
+    def __init__(self, c: EncoderConfig) -> None:
+        super().__init__()
+        self.pool = nn.Linear(c.d_model, c.d_model)
+        self.act = POOL_ACTIVATIONS[c.pool_activation]
+        self.classify = nn.Linear(c.d_model, c.n_labels)
+        self.hook_pooled = HookPoint()
+        self.hook_logits = HookPoint()
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        pooled = self.hook_pooled(self.act(self.pool(hidden[:, 0])))  # (B, D): the first token only
+        return self.hook_logits(self.classify(pooled))  # (B, n_labels)
+
+
+def class_scores(trace: Trace) -> list[tuple[str, float]]:
+    """Every class of a sequence classifier's trace with its score, highest first: the softmax over the
+    classes (single-label), each class's own sigmoid (multi-label: the scores need not sum to 1), or the
+    raw output of a regression head, as the trace's meta["probabilities"] says."""
+    if trace.meta.get("head") != "classification" or "head.logits" not in trace:
+        raise ValueError("this trace has no sequence classifier (no *ForSequenceClassification head)")
+    logits = np.asarray(trace["head.logits"], dtype=np.float64)  # [n_labels]
+    how = trace.meta.get("probabilities", "softmax")
+    if how == "sigmoid":
+        scores = 1.0 / (1.0 + np.exp(-logits))
+    elif how == "none":
+        scores = logits
+    else:
+        scores = np.exp(logits - logits.max())
+        scores /= scores.sum()
+    labels = trace.meta.get("labels") or [f"LABEL_{i}" for i in range(len(logits))]
+    order = np.argsort(-scores, kind="stable")
+    return [(str(labels[i]), float(scores[i])) for i in order]
+
+
+def first_token_attention(trace: Trace, layer: int = -1) -> np.ndarray:
+    """[heads, n] the attention the first token ([CLS] / <s>: what a classifier reads) gives every token in
+    `layer` (default the last), each row summing to 1: `trace.attention(layer)[:, 0, :]`."""
+    return trace.attention(layer)[:, 0, :]
