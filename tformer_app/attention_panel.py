@@ -25,13 +25,14 @@ from tformer_views.charts.attention import distance_chart, head_view_chart
 from tformer_views.charts.pickers import head_grid_chart
 from tformer_views.charts.spec import heatmap
 from tformer_views.text import peak_weights
-from tformer_views.tokens import MAX_DETAIL_TOKENS, display_tokens, token_window, visible_positions
+from tformer_views.tokens import MAX_DETAIL_TOKENS, SPECIAL_TOKENS, display_tokens, token_window, visible_positions
 from tformer_views.why import why_this_weight
 
 from . import caches, downloads
 from .events import clicked_cell
 from .markdown import escape
 from .url import UrlState
+from .widgets import following_choice
 
 VIEWS = {
     "head": "Head view",
@@ -41,6 +42,7 @@ VIEWS = {
     "why": "Why this weight",
     "distance": "Attention distance",
 }
+SPECIAL_LABELS = frozenset(display_tokens(list(SPECIAL_TOKENS)))  # as the query box shows them
 MATRICES = {"weights": "weights (softmax)", "scaled": "softmax input QKᵀ/√d_k", "scores": "scores QKᵀ"}
 
 
@@ -117,14 +119,12 @@ def controls(
 
 
 def _query(url: UrlState, prefix: str, shown: np.ndarray, labels: list[str], default: int | None) -> int:
-    fallback = int(shown[-1]) if default is None or default not in shown else int(default)
+    """The query token: `default` ("it" on the Text attention page) when there is one, else the first token
+    that is not a special one; a new input keeps the same word when it has it."""
     options = [int(i) for i in shown]
-    return st.selectbox(
-        "Query token (the row being explained)",
-        options,
-        key=url.key(f"{prefix}query", fallback, choices=options),
-        format_func=lambda i: f"{i}: {labels[i]}",
-    )
+    content = [i for i in options if labels[i] not in SPECIAL_LABELS] or options
+    fallback = int(default) if default is not None and default in options else content[0]
+    return following_choice(url, f"{prefix}query", "Query token (the row being explained)", options, labels, fallback)
 
 
 def _key(url: UrlState, c: Controls, name: str) -> str:
@@ -308,11 +308,14 @@ def draw_why(trace: Trace, url: UrlState, c: Controls, label: str = "") -> None:
     st.subheader(f"Why this weight · {label}layer {layer}, head {head}, query {query}")
     why = why_this_weight(trace, layer, head, query, c.stack)
     n_k = len(why.key_labels)
-    key = st.selectbox(
+    key = following_choice(  # the strongest key until the user picks one: it changes with the head
+        url,
+        f"{c.prefix}key",
         "Key token (the column)",
-        list(range(n_k)),
-        key=url.key(f"{c.prefix}key", int(np.argmax(why.weights)), choices=range(n_k)),
-        format_func=lambda j: f"{j}: {why.key_labels[j]}",
+        range(n_k),
+        list(why.key_labels),
+        int(np.argmax(why.weights)),
+        follow_default=True,
     )
     _why_formulas(why, query, key)
     st.caption(

@@ -1,14 +1,17 @@
-"""Widgets several pages share: the model chooser."""
+"""Widgets several pages share: the model chooser, and choices of tokens that follow the input."""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
+from typing import Any
 
 import streamlit as st
 
 from tformer_core.checkpoints.errors import CheckpointError
 from tformer_core.checkpoints.sources import display_name, local_model_names
 
+from .markdown import escape
 from .url import UrlState
 
 OTHER = "__other__"
@@ -51,3 +54,61 @@ def choose_model(url: UrlState, suggestions: Sequence[str], default: str, placeh
         source = typed.strip() or default
     url.set("model", source)
     return source
+
+
+def following_choice(
+    url: UrlState,
+    name: str,
+    label: str,
+    options: Sequence[int],
+    labels: Sequence[str],
+    default: int,
+    *,
+    follow_default: bool = False,
+    where: Any = st,
+    help: str | None = None,
+) -> int:
+    """A selectbox over positions (tokens, keys) whose labels depend on the input, kept in the link as `name`.
+
+    It always shows the labels of the current input: the widget is keyed by the labels, so a new sentence
+    makes a new box (Streamlit otherwise keeps showing the old text of the chosen position). When the
+    input changes, the choice follows its token: the same token if the new input has it, else `default`,
+    and the page says so. follow_default: until the user picks one, the choice is `default` on every run
+    (e.g. the strongest key, which changes with the head).
+    """
+    options = [int(o) for o in options]
+    state = url.key(name, default, choices=options)
+    digest = hashlib.blake2b("\0".join(labels).encode(), digest_size=8).hexdigest()
+    picked = f"{state}.picked"  # the user (or a link) chose this value
+    if picked not in st.session_state:
+        st.session_state[picked] = bool(url.incoming and name in url.incoming)
+    previous, remembered = st.session_state.get(f"{state}.digest"), st.session_state.get(f"{state}.label")
+    value = st.session_state[state]
+    if previous not in (None, digest):  # a new input: follow the token, not the position
+        same = [o for o in options if labels[o] == remembered]
+        if st.session_state[picked]:  # the user's own choice: keep the word, or say why it changed
+            value = same[0] if same else default
+            if not same:
+                where.caption(f"{escape(remembered)} is not in the new input: now {value} ({escape(labels[value])}).")
+        else:
+            value = default
+        st.session_state[picked] = bool(same) and st.session_state[picked]
+    elif follow_default and not st.session_state[picked]:
+        value = default
+    widget = f"{state}@{digest}"
+
+    def chose() -> None:
+        st.session_state[picked] = True
+        st.session_state[state] = st.session_state[widget]
+
+    if widget in st.session_state:
+        st.session_state[widget] = value  # set before the box is drawn: it shows what the state says
+        kwargs: dict[str, Any] = {}
+    else:
+        kwargs = {"index": options.index(value)}
+    choice = where.selectbox(
+        label, options, format_func=lambda i: f"{i}: {labels[i]}", key=widget, on_change=chose, help=help, **kwargs
+    )
+    st.session_state[state] = choice
+    st.session_state[f"{state}.digest"], st.session_state[f"{state}.label"] = digest, labels[choice]
+    return int(choice)

@@ -26,8 +26,10 @@ def no_exception(at: AppTest) -> None:
 
 
 def widget(at: AppTest, key: str):
-    """The widget in the main area with this key."""
-    return next(w for w in at.main if getattr(w, "key", None) == key)
+    """The widget in the main area with this key (or "<key>@<digest>": a box keyed by the input's tokens)."""
+    return next(
+        w for w in at.main if getattr(w, "key", None) == key or str(getattr(w, "key", "")).startswith(key + "@")
+    )
 
 
 def charts(at: AppTest) -> dict[str, list[pd.DataFrame]]:

@@ -315,3 +315,36 @@ def test_user_tokens_are_escaped_in_markdown():
     shown = [e.value for e in at.markdown] + [e.value for e in at.caption]  # the Markdown source, as sent
     assert any(r"Query \<" in s for s in shown)
     assert not any(re.search(r"(?<!\\)<", s) for s in shown)
+
+
+def test_why_this_weight_follows_the_strongest_key_until_one_is_chosen():
+    """It kept an old key when the head changed (layer 3 head 1 explained it → it 0.064, not it → animal 0.677)."""
+    at = page(views="why")
+    widget(at, "text.layer").set_value(3)
+    widget(at, "text.head").set_value(1)
+    at.run()
+    no_exception(at)
+    key = widget(at, "text.key")
+    assert key.value == 2 and key.options[2] == "2: animal"
+    assert any("= 0.6768" in f.value for f in at.latex)
+    widget(at, "text.head").set_value(4).run()  # another head: its own strongest key
+    trace = tc.load_model("minilm", device="cpu").trace(SENTENCE)
+    assert widget(at, "text.key").value == int(np.argmax(trace.attention(3, 4)[10]))
+    widget(at, "text.key").set_value(5).run()  # chosen by the user: kept when the head changes
+    widget(at, "text.head").set_value(1).run()
+    assert widget(at, "text.key").value == 5
+
+
+def test_a_new_sentence_gives_its_own_token_choices_at_once():
+    """The Query and Key boxes showed the old sentence's words ("10: it", "2: animal") until the next click."""
+    at = page(views="why")
+    at.text_area(key="text.text").input("The trophy didn't fit in the suitcase because it was too big.").run()
+    no_exception(at)
+    query, key = widget(at, "text.query"), widget(at, "text.key")
+    tokens = tc.load_model("minilm", device="cpu").trace(
+        "The trophy didn't fit in the suitcase because it was too big."
+    )
+    assert query.options == [f"{i}: {t}" for i, t in enumerate(tokens.tokens)]
+    assert query.options[query.value] == "11: it"  # the query follows "it" to its new place
+    assert key.options[key.value].split(": ")[1] in tokens.tokens
+    assert any("query 11" in h.value for h in at.subheader)
