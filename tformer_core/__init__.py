@@ -10,6 +10,16 @@ The engine a notebook imports: torch and numpy, no Streamlit, no charts, no page
 checks). The views (tformer_views) and the app (tformer_app) import the core, never the other way.
 """
 
+from .block_steps import (
+    FFNSteps,
+    LayerNormSteps,
+    PatchEmbeddingSteps,
+    RMSNormSteps,
+    ffn_steps,
+    layer_norm_steps,
+    patch_embedding_steps,
+    rms_norm_steps,
+)
 from .capture import HookPoint, capture
 from .checkpoints import CheckpointError, load_model
 from .generation import Generation, GenerationSettings
@@ -39,6 +49,7 @@ __all__ = [
     "Encoder",
     "EncoderConfig",
     "EncoderDecoder",
+    "FFNSteps",
     "FittedInput",
     "Generation",
     "GenerationSettings",
@@ -46,8 +57,11 @@ __all__ = [
     "HookPoint",
     "ImageError",
     "ImagePreprocessing",
+    "LayerNormSteps",
     "LoadedImage",
     "MultiHeadAttention",
+    "PatchEmbeddingSteps",
+    "RMSNormSteps",
     "Seq2SeqConfig",
     "Tokenizer",
     "Trace",
@@ -58,17 +72,21 @@ __all__ = [
     "capture",
     "causal_mask",
     "default_device",
+    "ffn_steps",
     "fit_to_model",
+    "layer_norm_steps",
     "limit_malloc_arenas",
     "load_model",
     "mean_attention_distance",
     "mean_token_distance",
     "patch_centre_distances",
+    "patch_embedding_steps",
     "patchify",
     "read_image",
     "release_freed_memory",
     "resolve_dtype",
     "retain_freed_memory",
+    "rms_norm_steps",
     "sinusoidal_encoding",
     "softmax",
     "uniform_attention",
