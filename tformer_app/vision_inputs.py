@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import streamlit as st
 
+from tformer_core.checkpoints.errors import CheckpointError
+from tformer_core.checkpoints.hfconfig import read_json
+from tformer_core.checkpoints.sources import local_models
 from tformer_core.inputs.image_file import MAX_BYTES
 from tformer_core.models.base import TracedModel
 
 from .caches import load_model, sample_pictures
 from .markdown import escape
 from .url import UrlState
-from .widgets import choose_model
+from .widgets import choose_model, replace_model
 
 DEFAULT_VIT = "facebook/deit-tiny-patch16-224"
 FALLBACK_VIT = "vit-tiny"
@@ -30,34 +33,64 @@ SUGGESTIONS = (
     "facebook/deit-base-distilled-patch16-224",
 )
 SOURCES = {"sample": "Sample", "upload": "Upload", "camera": "Camera"}
+VIT_TYPES = ("vit", "deit")
+SHAPES_ONLY = (
+    f"{FALLBACK_VIT} is a small ViT trained by this project on 32 × 32 pictures of eight shapes: it knows only "
+    "those eight classes, so for a photo its answer is always one of them."
+)
+
+
+def local_vits() -> list[str]:
+    """Names of the ViT and DeiT checkpoints in this server's model folders (by their config.json)."""
+    found = []
+    for name, folder in local_models():
+        try:
+            if read_json(folder / "config.json").get("model_type") in VIT_TYPES:
+                found.append(name)
+        except CheckpointError:
+            continue  # a broken folder is reported when someone chooses it
+    return found
+
+
+def available_default() -> tuple[str, str | None]:
+    """The ViT a page opens with, and a note when it is not DeiT-Tiny: DeiT-Tiny from the hub (or its cache);
+    offline, a real ViT from this server's model folders; else the bundled shapes model."""
+    if load_model(DEFAULT_VIT, quiet=True) is not None:
+        return DEFAULT_VIT, None
+    for name in local_vits():
+        if load_model(name, quiet=True) is not None:
+            note = f"{DEFAULT_VIT} cannot be had (no internet, not in the hub's cache): this is **{escape(name)}**"
+            return name, note + ", from this server's model folders."
+    return FALLBACK_VIT, (
+        f"{DEFAULT_VIT} cannot be had (no internet, not in the hub's cache) and this server's model folders hold "
+        f"no other ViT, so this is the bundled **{FALLBACK_VIT}**. {SHAPES_ONLY}"
+    )
 
 
 def choose_vit(url: UrlState) -> tuple[str, TracedModel | None]:
-    """The model picker; the default, DeiT-Tiny, falls back to the bundled vit-tiny when it cannot be had."""
+    """The model picker. The default is the first ViT that can be had (`available_default`); a link or a
+    choice of DeiT-Tiny that cannot be had shows that one instead, and the box and the link name it."""
+    default, note = available_default()
+    if default != DEFAULT_VIT:
+        replace_model(url, DEFAULT_VIT, default)
     source = choose_model(
         url,
         SUGGESTIONS,
-        DEFAULT_VIT,
-        placeholder="e.g. google/vit-base-patch16-224 or ./models/my-vit",
+        default,
+        placeholder="e.g. google/vit-base-patch16-224 or models/my-vit",
         help=f"{DEFAULT_VIT} comes from the Hugging Face hub (or its local cache). {FALLBACK_VIT} is trained by "
         "this project on generated shapes and works offline.",
     )
-    if source != DEFAULT_VIT:
-        model = load_model(source)
-        if model is not None and model.kind != "vit":
-            page = "Encoder-decoder" if model.kind == "encoder-decoder" else "Text attention"
-            st.warning(f"**{escape(source)}** reads text, not images: open the {page} page.")
-            return source, None
-        return source, model
-    model = load_model(DEFAULT_VIT, quiet=True)
-    if model is None:
-        st.info(
-            f"{DEFAULT_VIT} could not be loaded (no internet and not in the local cache), so this page shows "
-            f"the bundled **{FALLBACK_VIT}**: a small ViT trained by this project on 32 × 32 pictures of eight "
-            "shapes. Choose another model above when you are online."
-        )
-        return FALLBACK_VIT, load_model(FALLBACK_VIT)
-    return DEFAULT_VIT, model
+    if note and source == default:
+        st.info(note)
+    elif source == FALLBACK_VIT:
+        st.info(SHAPES_ONLY)
+    model = load_model(source)
+    if model is not None and model.kind != "vit":
+        page = "Encoder-decoder" if model.kind == "encoder-decoder" else "Text attention"
+        st.warning(f"**{escape(source)}** reads text, not images: open the {page} page.")
+        return source, None
+    return source, model
 
 
 def _default_sample(model: TracedModel, names: list[str]) -> str:

@@ -28,6 +28,17 @@ def short_name(source: str) -> str:
         return source  # outside the model folders: the loader refuses it with its own message
 
 
+def replace_model(url: UrlState, unavailable: str, instead: str) -> None:
+    """Show `instead` wherever `unavailable` was chosen (in the link, or in this session's box); call it
+    before `choose_model` draws the box, so that the box and the link name the model actually shown."""
+    url.key("model", instead)
+    if short_name(str(url.value("model")).strip()) == unavailable:
+        url.set("model", instead)
+    choice_key = f"{url.page}.model_choice"
+    if st.session_state.get(choice_key) == unavailable:
+        st.session_state[choice_key] = instead
+
+
 def choose_model(url: UrlState, suggestions: Sequence[str], default: str, placeholder: str, help: str) -> str:
     """A bundled or suggested model, a local folder, or any hub id typed in; returns the source.
 

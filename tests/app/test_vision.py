@@ -52,12 +52,41 @@ def png(image: Image.Image, fmt="PNG", **kwargs) -> bytes:
     return buffer.getvalue()
 
 
-def test_offline_the_page_falls_back_to_vit_tiny_and_names_the_shape():
+def test_offline_the_page_falls_back_to_vit_tiny_and_says_it_knows_eight_shapes(monkeypatch, tmp_path):
+    monkeypatch.setenv("TFORMER_MODEL_DIRS", str(tmp_path))  # no ViT in the model folders
     at = page(VISION)
     no_exception(at)
-    assert any("could not be loaded" in i and "vit-tiny" in i for i in messages(at, "info"))
+    assert any(
+        "cannot be had" in i and "vit-tiny" in i and "only those eight classes" in i for i in messages(at, "info")
+    )
     assert top5(at)["class"].iloc[0] == "circle"  # the default sample for the shape model: "shapes: circle"
-    assert at.query_params["model"] == "facebook/deit-tiny-patch16-224"  # a shared link still asks for DeiT
+    assert at.query_params["model"] == "vit-tiny"  # the link names the model shown
+    assert widget(at, "vit.model_choice").value == "vit-tiny"
+
+
+@needs_deit
+def test_offline_a_real_vit_in_the_model_folders_comes_before_the_shapes_model(shared_models):
+    """It fell back to the 32 x 32 shapes model (a dog was a "triangle 0.626") with a real DeiT-Tiny on disk."""
+    name = f"{DEIT.parent.name}/{DEIT.name}"
+    for link in ({}, {"model": "facebook/deit-tiny-patch16-224"}):  # a fresh visit, and an old shared link
+        at = page(VISION, sample="photo: cat", **link)
+        no_exception(at)
+        assert any("cannot be had" in i and name in i for i in messages(at, "info"))
+        assert widget(at, "vit.model_choice").value == name and at.query_params["model"] == name
+        assert "tabby" in top5(at)["class"].iloc[0] or "cat" in top5(at)["class"].iloc[0]
+    widget(at, "vit.layer").set_value(10).run()  # DeiT-Tiny has 12 layers; vit-tiny fewer
+    widget(at, "vit.model_choice").set_value("vit-tiny").run()
+    no_exception(at)
+    assert widget(at, "vit.layer").value == caches.cached_model("vit-tiny").config.n_layers - 1
+
+
+def test_switching_model_keeps_the_layer_only_when_the_new_model_has_it():
+    at = page(VISION, model="vit-tiny", layer="1")
+    assert widget(at, "vit.layer").value == 1
+    model_layers = caches.cached_model("vit-tiny").config.n_layers
+    at = page(VISION, model="vit-tiny", layer=str(model_layers + 3))  # a layer the model does not have
+    no_exception(at)
+    assert widget(at, "vit.layer").value == model_layers - 1  # the last layer
     headers = [h.value for h in at.header]
     assert headers == ["Patches", "Attention over the picture", "The model's own pictures (ViT paper, Fig. 7)"]
     assert any("N = HW / P² = 32 · 32 / 4² = 64" in m for m in messages(at, "markdown"))
