@@ -236,9 +236,10 @@ def draw_step(translation: sv.Translation, t: int, layer: int, head: int) -> Non
         m = step.self_attention(layer, head)
         downloads.chart(
             heatmap(
-                m.for_heatmap(),
+                m.weights,
                 m.query_labels,
                 m.key_labels,
+                masked=m.masked,
                 domain=(0.0, 1.0),
                 title=f"masked self-attention, layer {layer}, head {head}",
             ),

@@ -122,7 +122,7 @@ def page_views(trace: tc.Trace, layer: int, head: int, query: int, derived: dict
     view = tv.head_view(trace, layer, range(trace.n_heads), window=window)
     specs.append(attention_charts.head_view_chart(view, trace.n_heads))
     m = tv.head_matrix(trace, layer, head, window=window)
-    specs.append(heatmap(m.for_heatmap(), m.query_labels, m.key_labels))
+    specs.append(heatmap(m.weights, m.query_labels, m.key_labels, masked=m.masked))
     for matrix, rows, cols in tv.qkv(trace, layer, head, positions=shown[window]).values():
         specs.append(heatmap(matrix, rows, cols, diverging=True, annotate=False, cell_width=5))
     why_this_weight(trace, layer, head, min(query, n - 1)).table()

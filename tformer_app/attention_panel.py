@@ -189,9 +189,10 @@ def draw_heatmap(trace: Trace, url: UrlState, c: Controls, label: str = "") -> N
     fixed = part == "weights" and len(m.keys) <= 16  # short inputs: 0..1, so heads compare at a glance
     q_title, k_title = ("target", "source") if c.stack == "cross" else ("query", "key")
     chart = heatmap(
-        m.for_heatmap(),
+        m.weights,
         m.query_labels,
         m.key_labels,
+        masked=m.masked,
         title=f"{label}layer {layer}, head {head}: {MATRICES[part]}",
         domain=(0.0, 1.0) if fixed else None,
         row_title=q_title,
@@ -200,10 +201,10 @@ def draw_heatmap(trace: Trace, url: UrlState, c: Controls, label: str = "") -> N
     name = f"{c.prefix}attention_L{layer}_H{head}_{part}"
     downloads.chart(chart, key=_key(url, c, "chart.heatmap"), file_name=name)
     downloads.matrix_download(
-        full.for_heatmap(), full.query_labels, full.key_labels, f"{name}.csv", key=_key(url, c, "csv_matrix")
+        full.weights, full.query_labels, full.key_labels, f"{name}.csv", key=_key(url, c, "csv_matrix")
     )
     if full.allowed is not None and not full.allowed.all():
-        st.caption("Grey cells are masked: their softmax input is −∞, so their weight is exactly 0.")
+        st.caption("Grey cells are masked: their softmax input is −∞ (shown as -inf), so their weight is exactly 0.")
     if c.hide and part == "weights":
         st.caption(
             f"Rows renormalised over the shown tokens; {full.hidden_share.mean():.0%} of this head's "

@@ -169,7 +169,7 @@ class Step:
     produced: str  # s_{t+1}
 
     def self_attention(self, layer: int, head: int) -> HeadMatrix:
-        """The decoder's masked self-attention over positions 0..t: [t+1, t+1], masked cells -inf in for_heatmap()."""
+        """The decoder's masked self-attention over positions 0..t: [t+1, t+1], masked cells in `masked`."""
         n = self.t + 1
         w = np.asarray(self.trace.attention(layer, head, "decoder")[:n, :n], dtype=np.float64)
         mask = self.trace.activations.get(f"decoder.{layer}.attn.mask")

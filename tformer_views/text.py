@@ -86,11 +86,10 @@ class HeadMatrix:
     allowed: np.ndarray | None
     hidden_share: np.ndarray
 
-    def for_heatmap(self) -> np.ndarray:
-        """The weights with forbidden cells as -inf (charts.heatmap draws them grey, labelled -inf)."""
-        if self.allowed is None:
-            return self.weights
-        return np.where(self.allowed, self.weights, -np.inf)
+    @property
+    def masked(self) -> np.ndarray | None:
+        """[n_q, n_k] True where the mask forbids the cell (its weight is 0), for charts.heatmap; None: no mask."""
+        return None if self.allowed is None else ~self.allowed
 
     def window(self, rows: slice, cols: slice | None = None) -> HeadMatrix:
         """A window of shown queries (and keys; default the same window): no renormalisation."""

@@ -1,6 +1,7 @@
 """The Encoder-decoder page through AppTest: the bundled translator offline, a tiny T5 as a local folder,
 the step slider and play button, teacher forcing, bad input, and no forward pass for a view change."""
 
+import json
 import os
 import time
 
@@ -186,3 +187,19 @@ def test_the_url_restores_the_view():
     assert (widget(at, "s2s.layer").value, widget(at, "s2s.head").value) == (0, 2)
     assert any("Step 3 of 5" in m for m in messages(at, "markdown"))
     assert any("Why this weight · encoder layer 0" in s for s in messages(at, "subheader"))
+
+
+def test_masked_cells_are_grey_with_their_weight_of_zero():
+    """They were white with "-inf" written in them: Vega-Lite dropped the null cells, on a weights matrix."""
+    at = page(step="6", layer="1", head="0")
+    no_exception(at)
+    spec = next(
+        json.loads(e.proto.spec)
+        for e in at.get("vega_lite_chart")
+        if "masked self-attention" in str(json.loads(e.proto.spec).get("title"))
+    )
+    assert spec["layer"][0]["mark"] == {"type": "rect", "invalid": "show"}  # null cells drawn (grey), not dropped
+    data = charts(at)["masked self-attention, layer 1, head 0"][0]
+    upper = (data["col"] > data["row"]).to_numpy()
+    assert upper.any() and data.loc[upper, "value"].isna().all() and (data.loc[upper, "label"] == "0").all()
+    assert any("grey cells above the diagonal are masked" in c for c in messages(at, "caption"))

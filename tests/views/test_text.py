@@ -21,6 +21,7 @@ from tformer_views import why as why_views
 from tformer_views.charts import attention as attention_charts
 from tformer_views.charts import pickers
 from tformer_views.charts.export import validate
+from tformer_views.charts.spec import heatmap
 
 IDS = [2, 17, 33, 8, 21, 5, 39, 3, 11, 30]
 SENTENCE = "The cat sat on the mat because it was warm."
@@ -249,12 +250,18 @@ def test_overview_of_a_bert_base_sized_input_fits_the_payload_budget():
     np.testing.assert_allclose(ov.thumbs[7, 3], w.reshape(64, 8, 64, 8).mean((1, 3)), atol=1e-9)
 
 
-def test_causal_masks_are_grey_in_the_overview_and_minus_infinity_in_the_heatmap(dec_trace):
+def test_causal_masks_are_grey_in_the_overview_and_in_the_heatmap(dec_trace):
     n = len(IDS)
     m = tv.head_matrix(dec_trace, 1, 0)
     np.testing.assert_array_equal(m.allowed, np.tril(np.ones((n, n), dtype=bool)))
-    shown = m.for_heatmap()
-    assert np.all(np.isneginf(shown[np.triu_indices(n, 1)])) and np.all(np.isfinite(shown[np.tril_indices(n)]))
+    np.testing.assert_array_equal(m.masked, ~m.allowed)
+    # The heatmap's masked cells: no colour value (drawn grey, not filtered out), their weight 0 as their text.
+    spec = heatmap(m.weights, m.query_labels, m.key_labels, masked=m.masked)
+    cells = next(iter(spec["datasets"].values()))
+    upper = (cells["col"] > cells["row"]).to_numpy()
+    assert cells.loc[upper, "value"].isna().all() and (cells.loc[upper, "label"] == "0").all()
+    assert cells.loc[~upper, "value"].notna().all()
+    assert spec["layer"][0]["mark"]["invalid"] == "show"
     ov = overview_views.overview(dec_trace)
     assert np.all(np.isnan(ov.thumbs[:, :, 0, 1:])) and not np.isnan(ov.thumbs[:, :, 1:, 0]).any()
     image = np.asarray(Image.open(io.BytesIO(ov.png)).convert("RGB"))

@@ -7,8 +7,9 @@ process-wide settings out of a server that many sessions share. The tests valida
 output against the Vega-Lite schema (`export.validate`).
 
 Matrices go in long form (row, col, value, row_token, col_token), as in the Annotated Transformer.
-Masked cells (-inf scores) cannot travel as JSON numbers; they are sent as nulls, drawn grey and
-labelled "-inf", so a masked score is visibly different from a very negative one.
+Masked cells are drawn grey and labelled with their value: "-inf" for a score or softmax input (-inf
+cannot travel as a JSON number: it is sent as null with its text), "0" for a weight (`masked=`), so a
+masked cell is visibly different from a very small or very negative one.
 """
 
 from __future__ import annotations
@@ -62,12 +63,14 @@ def cell_text(values: np.ndarray) -> np.ndarray:
     return np.where(finite, text, special)
 
 
-def matrix_frame(matrix: np.ndarray, rows: Sequence[str], cols: Sequence[str], labels: bool = True) -> pd.DataFrame:
+def matrix_frame(
+    matrix: np.ndarray, rows: Sequence[str], cols: Sequence[str], labels: bool = True, masked: np.ndarray | None = None
+) -> pd.DataFrame:
     """(n_rows, n_cols) matrix -> long DataFrame: row, col (indices), row_token, col_token, value, text, label.
 
-    Non-finite values (masked scores) become missing values (null in the browser) with text
-    "-inf" / "+inf" / "nan". text: the value to 4 significant digits (tooltips); label: cell_text
-    (only with `labels`: the cells of big heatmaps carry no numbers).
+    Non-finite values (masked scores) and the cells `masked` marks (masked weights, which are 0) become
+    missing values (null in the browser: drawn grey) with their own text ("-inf", "0"). text: the value to
+    4 significant digits (tooltips); label: cell_text (only with `labels`: big heatmaps carry no numbers).
 
     Kept small because it is sent on every rerun: 32-bit indices, token columns as categories (one
     copy of each token, then a byte per cell), and for more than MAX_ANNOTATED_CELLS cells, float32
@@ -81,6 +84,7 @@ def matrix_frame(matrix: np.ndarray, rows: Sequence[str], cols: Sequence[str], l
     r, c = np.meshgrid(np.arange(m.shape[0], dtype=np.int32), np.arange(m.shape[1], dtype=np.int32), indexing="ij")
     flat = m.ravel()
     finite = np.isfinite(flat)
+    shown = finite if masked is None else finite & ~np.asarray(masked, dtype=bool).ravel()
     small = flat.size <= MAX_ANNOTATED_CELLS
     row_labels, col_labels = unique_labels(rows), unique_labels(cols)
     frame = pd.DataFrame(
@@ -89,10 +93,10 @@ def matrix_frame(matrix: np.ndarray, rows: Sequence[str], cols: Sequence[str], l
             "col": c.ravel(),
             "row_token": pd.Categorical.from_codes(r.ravel(), row_labels),
             "col_token": pd.Categorical.from_codes(c.ravel(), col_labels),
-            "value": np.where(finite, flat, np.nan).astype(np.float64 if small else np.float32),  # NaN -> null
+            "value": np.where(shown, flat, np.nan).astype(np.float64 if small else np.float32),  # NaN -> null
         }
     )
-    if small or not finite.all():
+    if small or not shown.all():
         special = np.where(np.isnan(flat), "nan", np.where(flat > 0, "+inf", "-inf"))
         frame["text"] = np.where(finite, np.char.mod("%.4g", np.where(finite, flat, 0.0)), special)
     if labels:
@@ -174,8 +178,12 @@ def heatmap(
     cell_size: int | None = None,
     cell_width: int | None = None,
     diverging: bool = False,
+    masked: np.ndarray | None = None,
 ) -> dict:
     """A heatmap with the tokens on both axes, hover tooltips, optional numbers in the cells (Vega-Lite dict).
+
+    masked: cells a mask forbids ([rows, cols] bools), drawn grey with their value (a weight's 0);
+    non-finite cells (a masked score's -inf) are drawn grey too.
 
     domain: fixed colour range (e.g. (0, 1) for attention weights); default: the data's range,
     symmetric around 0 when `diverging`. annotate: print values in cells (default: small matrices).
@@ -184,7 +192,7 @@ def heatmap(
     """
     n_rows, n_cols = len(rows), len(cols)
     annotate = (n_rows * n_cols <= MAX_ANNOTATED_CELLS) if annotate is None else annotate
-    df = matrix_frame(matrix, rows, cols, labels=annotate)
+    df = matrix_frame(matrix, rows, cols, labels=annotate, masked=masked)
     domain = domain if domain is not None else _colour_domain(df["value"], diverging)
     scale: dict[str, Any] = {"scheme": "redblue" if diverging else scheme, "reverse": diverging}
     if domain:
@@ -209,7 +217,9 @@ def heatmap(
         **channel("value", "quantitative", scale=scale, title=None),
     }
     encoding = {"x": x, "y": y, "color": colour, "tooltip": tooltip}
-    layers = [{"data": data, "mark": {"type": "rect"}, "encoding": encoding}]
+    # "invalid": "show": Vega-Lite drops rows whose colour value is null unless told not to; the masked
+    # cells would be left white, under their "-inf" text.
+    layers = [{"data": data, "mark": {"type": "rect", "invalid": "show"}, "encoding": encoding}]
     if annotate:
         layers.append(_cell_numbers(data, x, y, tooltip, domain, scheme, diverging, min(width, height)))
     return layered(layers, datasets, title, width=width * n_cols, height=height * n_rows)
