@@ -27,6 +27,17 @@ POOL_ACTIVATIONS = {"tanh": torch.tanh, "relu": F.relu}
 PROBLEM_TYPES = ("", "single_label_classification", "multi_label_classification", "regression")
 
 
+def classifier_scoring(problem_type: str, n_labels: int) -> str:
+    """How a sequence classifier's logits become the scores shown, as transformers' text-classification
+    pipeline decides: "none" for regression (the number itself), "sigmoid" per class for multi-label (or a
+    single output), else "softmax" over the classes."""
+    if problem_type == "regression":
+        return "none"
+    if problem_type == "multi_label_classification" or n_labels == 1:
+        return "sigmoid"
+    return "softmax"
+
+
 @dataclass(frozen=True, kw_only=True)
 class EncoderConfig(BlockConfig):
     """BERT-style defaults: learned positions, LayerNorm after the embedding sum, post-norm blocks."""
@@ -68,14 +79,8 @@ class EncoderConfig(BlockConfig):
 
     @property
     def scoring(self) -> str:
-        """How the classifier's logits become the scores shown, as transformers' text-classification
-        pipeline decides: "none" for regression (the number itself), "sigmoid" per class for multi-label
-        (or a single output), else "softmax" over the classes."""
-        if self.problem_type == "regression":
-            return "none"
-        if self.problem_type == "multi_label_classification" or self.n_labels == 1:
-            return "sigmoid"
-        return "softmax"
+        """How the classifier's logits become the scores shown (see `classifier_scoring`)."""
+        return classifier_scoring(self.problem_type, self.n_labels)
 
 
 class Encoder(TracedModel):
