@@ -34,6 +34,9 @@ def _classifier(kind, **extra):
         return T.BertForSequenceClassification(T.BertConfig(**common, type_vocab_size=2))
     if kind == "roberta":
         return T.RobertaForSequenceClassification(T.RobertaConfig(**common, type_vocab_size=1, pad_token_id=1))
+    if kind == "xlm-roberta":
+        config = T.XLMRobertaConfig(**common, type_vocab_size=1, pad_token_id=1)
+        return T.XLMRobertaForSequenceClassification(config)
     distil = {k: v for k, v in common.items() if k not in ("hidden_size", "num_hidden_layers", "num_attention_heads")}
     distil.pop("intermediate_size")
     return T.DistilBertForSequenceClassification(
@@ -46,7 +49,7 @@ def _theirs(hf, ids=IDS):
         return hf(torch.tensor([ids]), output_attentions=True, output_hidden_states=True)
 
 
-@pytest.mark.parametrize("kind", ["bert", "roberta", "distilbert"])
+@pytest.mark.parametrize("kind", ["bert", "roberta", "distilbert", "xlm-roberta"])
 def test_classifier_parity_with_transformers(kind, tmp_path):
     torch.manual_seed(0)
     hf = perturbed(_classifier(kind), scale=0.3)
@@ -61,9 +64,9 @@ def test_classifier_parity_with_transformers(kind, tmp_path):
     for layer, weights in enumerate(out.attentions):
         assert_close(trace.attention(layer), weights[0], what=f"layer {layer} attention")
     # The pooled vector is the first token's, through the head's dense layer and its activation.
-    dense = {"bert": lambda: hf.bert.pooler.dense, "roberta": lambda: hf.classifier.dense}.get(
-        kind, lambda: hf.pre_classifier
-    )()
+    dense = (
+        hf.bert.pooler.dense if kind == "bert" else hf.pre_classifier if kind == "distilbert" else hf.classifier.dense
+    )
     act = torch.relu if kind == "distilbert" else torch.tanh
     with torch.no_grad():
         pooled = act(dense(out.hidden_states[-1][0, 0]))

@@ -1,4 +1,4 @@
-"""BERT family checkpoints (BERT, RoBERTa, DistilBERT, MiniLM) into the core's `Encoder`.
+"""BERT family checkpoints (BERT, RoBERTa, DistilBERT, MiniLM, XLM-R, CamemBERT) into the core's `Encoder`.
 
 All are post-norm encoders with learned positions and a LayerNorm on the embedding sum; they
 differ in names, in RoBERTa's two reserved position rows, and in whether segments exist.
@@ -17,7 +17,9 @@ from .errors import CheckpointError
 from .hfconfig import HFConfig
 from .weights import Weights, assign
 
-MODEL_TYPES = ("bert", "roberta", "distilbert")
+MODEL_TYPES = ("bert", "roberta", "distilbert", "xlm-roberta", "camembert")
+# Checkpoints that are RoBERTa under another name (their weights sit under "roberta.").
+ROBERTA_LIKE = ("xlm-roberta", "camembert")
 
 
 def _config(hf: dict, model_type: str, has_mlm_head: bool, head: dict) -> EncoderConfig:
@@ -153,7 +155,7 @@ def _labels(c: HFConfig, n_labels: int) -> tuple[str, ...]:
 
 def build(hf: dict, tensors: dict, generation: dict | None = None) -> Encoder:
     """The checkpoint's tensors in a core Encoder (generation_config.json plays no part in an encoder)."""
-    model_type = hf["model_type"]
+    model_type = "roberta" if hf["model_type"] in ROBERTA_LIKE else hf["model_type"]
     w = Weights(tensors, prefixes=(f"{model_type}.",))
     head = _classifier(hf, model_type, w)
     mlm = not head and w.has(MLM_HEADS[model_type][0] + ".weight")
