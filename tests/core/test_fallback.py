@@ -317,3 +317,19 @@ def test_weights_of_another_architecture_and_pickles_with_code_are_refused(tmp_p
 
 def test_long_inputs_are_capped():
     assert TRACE_MAX_TOKENS == 1024  # the weights of every layer and head are stored: n^2 each
+
+
+def test_a_config_naming_its_own_code_for_a_transformers_architecture_runs_transformers_class(tmp_path):
+    """auto_map is ignored when config.json's architecture is transformers' own: that class runs, the folder's
+    modules are never imported."""
+    folder = _save(_electra(), tmp_path / "automap")
+    config = json.loads((folder / "config.json").read_text())
+    config["auto_map"] = {"AutoConfig": "configuration_custom.C", "AutoModelForMaskedLM": "modeling_custom.M"}
+    for module in ("modeling_custom", "configuration_custom"):
+        (folder / f"{module}.py").write_text(f"open({str(folder / 'RAN')!r}, 'w').write('ran')\n")
+    (folder / "config.json").write_text(json.dumps(config))
+    model = load_transformers(folder)
+    assert model.config.architecture == "ElectraForMaskedLM" and not (folder / "RAN").exists()
+    (folder / "config.json").write_text(json.dumps({**config, "architectures": ["BertModel"]}))
+    with pytest.raises(tc.CheckpointError, match="names BertModel, which is not a electra architecture"):
+        load_transformers(folder)

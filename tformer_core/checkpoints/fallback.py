@@ -67,8 +67,6 @@ _WIDTH_KEYS = (
     "n_head",
     "n_heads",
     "num_key_value_heads",
-    "max_position_embeddings",
-    "n_positions",
 )
 _MAX_POSITION_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length", "n_ctx")
 NOT_OURS = "its code is not part of transformers; tformer never runs a checkpoint's own code"
@@ -111,7 +109,10 @@ def choose_class(hf: dict) -> tuple[type, str | None, str]:
         )
     if named is not None:
         cls = getattr(transformers, str(named), None) if str(named).isidentifier() else None
-        if not _is_model_class(cls, model_type):
+        if _is_model_class(cls, None):
+            if not _is_model_class(cls, model_type):
+                raise CheckpointError(f"config.json names {named}, which is not a {model_type} architecture")
+        else:
             raise CheckpointError(f"config.json names the architecture {str(named)[:60]}: {NOT_OURS}")
         for mapping, head in HEADS:
             if named in _names(getattr(modeling_auto, mapping).get(model_type)):
@@ -124,13 +125,12 @@ def choose_class(hf: dict) -> tuple[type, str | None, str]:
 
 
 def _is_model_class(cls: object, model_type: object) -> bool:
+    """Whether `cls` is a transformers model class (of `model_type`, unless that is None)."""
     from transformers import PreTrainedModel
 
-    return (
-        isinstance(cls, type)
-        and issubclass(cls, PreTrainedModel)
-        and getattr(cls.config_class, "model_type", None) == model_type
-    )
+    if not (isinstance(cls, type) and issubclass(cls, PreTrainedModel)):
+        return False
+    return model_type is None or getattr(cls.config_class, "model_type", None) == model_type
 
 
 def check_sizes(hf: dict) -> None:
@@ -241,7 +241,8 @@ def describe(model: torch.nn.Module, head: str | None, dropped: str, hf: dict) -
     head_dim = getattr(config, "head_dim", None)
     n_outputs = int(out.logits.shape[-1]) if head is not None else 0
     c = HFConfig(hf)
-    limit = next((c.whole(k, None) for k in _MAX_POSITION_KEYS if k in c), None)
+    declared = (hf.get(k) for k in _MAX_POSITION_KEYS)
+    limit = next((v for v in declared if isinstance(v, int) and not isinstance(v, bool) and v > 0), None)
     problem_type = getattr(config, "problem_type", None) or ""
     return TransformersConfig(
         model_type=hf["model_type"],
