@@ -6,6 +6,7 @@ runs tc.attention_steps) -> draw every intermediate as a formula, a table, a hea
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from functools import partial
 from typing import Any
@@ -23,6 +24,7 @@ from tformer_core.steps import AttentionSteps
 from tformer_views.charts.spec import unique_labels
 from tformer_views.lessons import attention as ls
 from tformer_views.lessons import tables as lt
+from tformer_views.lessons.tables import TableError
 
 MODEL = DEFAULT_TEXT_MODEL
 PRESETS = {
@@ -48,11 +50,14 @@ show_matrix = partial(matrix_panel, key_prefix="step", file_prefix="attention")
 
 
 def col_labels(prefix: str, width: int, n_heads: int) -> list[str]:
-    """q1, q2, ... for one head; h1·q1, ..., h2·q1, ... for several (the column blocks of each head)."""
+    """q1, q2, ... for one head; h0·q1, ..., h1·q1, ... for several (the column blocks of each head).
+
+    The app's numbering: heads (and tokens) from 0, as in the trace; a vector's components from 1, as in
+    the lecture's formulas."""
     if n_heads == 1 or width % n_heads:
         return [f"{prefix}{c + 1}" for c in range(width)]
     per = width // n_heads
-    return [f"h{c // per + 1}·{prefix}{c % per + 1}" for c in range(width)]
+    return [f"h{c // per}·{prefix}{c % per + 1}" for c in range(width)]
 
 
 # ---- presets ---------------------------------------------------------------------------------------
@@ -107,16 +112,63 @@ def preset_controls(url: UrlState, preset: str, n_heads: int) -> tuple[ls.Exampl
     return run_safely(lambda: ls.real_model_example(model, trace, layer, head, dims, hdims, n_heads), "Model"), sig
 
 
+# ---- edits in the link ---------------------------------------------------------------------------------
+EDITABLE = ("tokens", "X", *W_NAMES, *B_NAMES, "W_o")
+
+
+def _as_table(ex: ls.Example, name: str) -> np.ndarray:
+    return getattr(ex, name)[None, :] if name in B_NAMES else getattr(ex, name)
+
+
+def link_edits(url: UrlState, example: ls.Example, sig: tuple) -> tuple[ls.Example, tuple]:
+    """The example with the edits a shared link carries (e_X=1,0,2;0,1,1 ...: only what differs from the
+    preset), read on the session's first visit; they hold until the preset or its settings change."""
+    for name in EDITABLE:
+        url.key(f"e_{name}", "", cast=str, omit_default=True)
+        url.described[f"e_{name}"] = f"your edits of {ls.latex_name(name) if name != 'tokens' else 'the tokens'}"
+    if url.incoming is not None:
+        edits: dict[str, object] = {}
+        for name in EDITABLE:
+            text = url.value(f"e_{name}")
+            if not text:
+                continue
+            try:
+                edits[name] = tuple(lt.parse_tokens(text)) if name == "tokens" else lt.from_link_text(text, name)
+            except TableError as error:
+                st.warning(f"The link's edits could not be read: {escape(error)}")
+        st.session_state["step.link_edits"] = (sig, edits)
+    stored_sig, edits = st.session_state.get("step.link_edits", (None, {}))
+    if stored_sig != sig or not edits:
+        return example, sig
+    changes = {n: (v[0] if n in B_NAMES and v.shape[0] == 1 else v) for n, v in edits.items()}
+    n = changes["X"].shape[0] if "X" in changes else len(example.X)
+    tokens = tuple(changes.get("tokens", example.tokens))  # one name per row of X: the table holds both
+    changes["tokens"] = tokens[:n] + tuple(f"t{i}" for i in range(len(tokens), n))
+    digest = hashlib.sha1(repr(sorted((n, str(v)) for n, v in changes.items())).encode()).hexdigest()[:8]
+    return dataclasses.replace(example, **changes), (*sig, digest)
+
+
+def record_edits(url: UrlState, example: ls.Example, inputs: Inputs) -> None:
+    """Put in the link what the user changed from the preset (nothing for the preset's own numbers)."""
+    for name in EDITABLE:
+        if name == "tokens":
+            changed = bool(inputs.tokens) and tuple(inputs.tokens) != tuple(example.tokens)
+            url.set("e_tokens", " ".join(inputs.tokens) if changed else "")
+            continue
+        value, preset = inputs.values.get(name), _as_table(example, name)
+        same = value is None or (value.shape == preset.shape and np.array_equal(value, preset))
+        url.set(f"e_{name}", "" if same else lt.link_text(value))
+
+
 # ---- inputs ------------------------------------------------------------------------------------------
 Matrices = dict[str, tuple[np.ndarray, list[str], list[str]]]  # name -> (values, row labels, column labels)
 
 
 def example_matrices(ex: ls.Example, n_heads: int) -> Matrices:
     """Every editable matrix of the example but X, with the labels of its rows and columns."""
-    x_cols = [f"x{c + 1}" for c in range(ex.X.shape[1])]
-    matrices: Matrices = {
-        name: (getattr(ex, name), x_cols, col_labels(LETTER[name], getattr(ex, name).shape[1], n_heads))
-        for name in W_NAMES
+    matrices: Matrices = {  # rows labelled by their own count: a link's X may not fit them (said below)
+        name: (w, [f"x{r + 1}" for r in range(w.shape[0])], col_labels(LETTER[name], w.shape[1], n_heads))
+        for name, w in ((name, getattr(ex, name)) for name in W_NAMES)
     }
     for name in B_NAMES:
         width = getattr(ex, "W_" + name[-1]).shape[1]
@@ -243,7 +295,7 @@ def draw_head_blocks(view: dict[str, np.ndarray], available: set[str], tokens: l
         if part in available:
             width = view[letter].shape[1]
             show_matrix(
-                f"{part} · head {head + 1}",
+                f"{part} · head {head}",
                 rf"{part}_{head + 1} = \text{{columns {head * width + 1}..{(head + 1) * width} of }} {part}",
                 view[letter],
                 tokens,
@@ -256,7 +308,7 @@ def draw_head(steps: AttentionSteps, available: set[str], tokens: list[str], hea
     """One head's scores, scaled scores, weights and Z (and its Q, K, V blocks when there are several heads)."""
     h = steps.n_heads
     view = ls.head_matrices(steps, head)
-    tag = f" · head {head + 1}" if h > 1 else ""
+    tag = f" · head {head}" if h > 1 else ""
     sub = f"_{head + 1}" if h > 1 else ""
     if h > 1:
         draw_head_blocks(view, available, tokens, head)
@@ -326,7 +378,7 @@ def draw_row(url: UrlState, steps: AttentionSteps, available: set[str], tokens: 
         head = right.selectbox(
             "Head",
             list(range(steps.n_heads)),
-            format_func=lambda j: f"head {j + 1}",
+            format_func=lambda j: f"head {j}",
             key=url.key("qhead", 0, choices=list(range(steps.n_heads))),
         )
     walk = ls.row_walkthrough(steps, tokens, query, head)
@@ -337,9 +389,8 @@ def draw_row(url: UrlState, steps: AttentionSteps, available: set[str], tokens: 
         f"divided by √d_k = √{walk.d_k}, then exp, then divided by the sum of the exps."
     )
     numeric = [c for c in walk.keys.columns if c not in ("key", "q·k written out")]
-    frame = walk.keys.set_index(pd.Index(unique_labels(walk.keys["key"]), name=f"keys for q({name})")).drop(
-        columns="key"
-    )
+    st.caption(f"Keys for q({escape(name)}):")  # a table's corner is too narrow for this
+    frame = walk.keys.set_index(pd.Index(unique_labels(walk.keys["key"]), name="key")).drop(columns="key")
     st.dataframe(frame.style.format("{:.4g}", subset=numeric))
     if walk.shift:
         st.caption(
@@ -347,14 +398,14 @@ def draw_row(url: UrlState, steps: AttentionSteps, available: set[str], tokens: 
             "the weights are unchanged (the factor e^−max cancels in the division)."
         )
     exp_name = "e^{a_j - \\max}" if walk.shift else "e^{a_j}"
-    total = ls.fmt(walk.exp_sum)
+    total = ls.tex(walk.exp_sum)
     st.latex(rf"\sum_j {exp_name} = {total},\qquad \alpha_{{{query}j}} = \frac{{{exp_name}}}{{{total}}}")
     if "Z" not in available:
         st.info("V is needed for z: fix W^V above.")
         return
     st.markdown(f"z({escape(name)}) is the weighted sum of the rows of V:")
-    terms = " + ".join(f"{ls.fmt(w)}\\,v_{{{j}}}" for j, w in enumerate(walk.keys["weight"]))
-    st.latex(rf"z_{{{query}}} = {terms} = [{', '.join(ls.fmt(x) for x in walk.z)}]")
+    terms = " + ".join(f"{ls.tex(w)}\\,v_{{{j}}}" for j, w in enumerate(walk.keys["weight"]))
+    st.latex(rf"z_{{{query}}} = {terms} = [{', '.join(ls.tex(x) for x in walk.z)}]")
     contributions = walk.contributions.copy()
     contributions.index = pd.Index(unique_labels(contributions.index), name="weighted V rows")
     st.dataframe(contributions.style.format("{:.4g}"))
@@ -423,7 +474,7 @@ def draw_heads(steps: AttentionSteps, available: set[str], tokens: list[str], f:
     if steps.n_heads == 1:
         draw_head(steps, available, tokens, 0, f)
         return
-    for j, tab in enumerate(st.tabs([f"Head {j + 1}" for j in range(steps.n_heads)])):
+    for j, tab in enumerate(st.tabs([f"Head {j}" for j in range(steps.n_heads)])):
         with tab:
             draw_head(steps, available, tokens, j, f)
 
@@ -459,13 +510,15 @@ def draw_combined(steps: AttentionSteps, available: set[str], tokens: list[str],
 
 def page(url: UrlState) -> None:
     preset, n_heads, mode = settings(url)
-    example, sig = preset_controls(url, preset, n_heads)
-    if example is None:
+    preset_example, sig = preset_controls(url, preset, n_heads)
+    if preset_example is None:
         return
-    st.caption(example.note)
+    st.caption(preset_example.note)
+    example, sig = link_edits(url, preset_example, sig)
 
     st.subheader("Inputs")
     inputs = edit_tables(example, sig, n_heads, mode)
+    record_edits(url, preset_example, inputs)
     validate(inputs, n_heads)
     for message in inputs.errors.values():
         st.error(escape(message))

@@ -24,6 +24,7 @@ from tformer_views import text as tv
 from tformer_views.charts.attention import distance_chart, head_view_chart
 from tformer_views.charts.pickers import head_grid_chart
 from tformer_views.charts.spec import heatmap
+from tformer_views.lessons.attention import tex
 from tformer_views.text import peak_weights
 from tformer_views.tokens import MAX_DETAIL_TOKENS, SPECIAL_TOKENS, display_tokens, token_window, visible_positions
 from tformer_views.why import why_this_weight
@@ -300,7 +301,7 @@ def _why_formulas(why, query: int, key: int) -> None:
     st.latex(rf"s_{{{query},{key}}} = {scaling}{bias} = {scaled}{bias_num} = {why.logits[key]:.4f}")
     st.latex(
         rf"w_{{{query},{key}}} = \frac{{e^{{s_{{{query},{key}}}}}}}{{\sum_j e^{{s_{{{query},j}}}}}}"
-        rf" = \frac{{{why.exps[key]:.4g}}}{{{why.exps.sum():.4g}}} = {why.weights[key]:.4f}"
+        rf" = \frac{{{tex(why.exps[key])}}}{{{tex(why.exps.sum())}}} = {why.weights[key]:.4f}"
     )
 
 
@@ -346,7 +347,7 @@ def draw_why(trace: Trace, url: UrlState, c: Controls, label: str = "") -> None:
             f"max difference {err_z:.1e} (weights: {err_w:.1e})."
         )
         z = pd.DataFrame(
-            {"z = Σ w_j v_j": why.z, "model's z": why.stored_z}, index=[f"d{i}" for i in range(len(why.z))]
+            {"z = Σ w_j v_j": why.z, "model's z": why.stored_z}, index=[f"d{i + 1}" for i in range(len(why.z))]
         )
         downloads.table(z)
 

@@ -45,6 +45,8 @@ class UrlState:
         if first_visit:
             st.session_state[self._notes_key] = []
         self.left_out: list[str] = []  # this run's values too long for the link
+        self.omitted: dict[str, Any] = {}  # name -> default: left out of the link while the value is its default
+        self.described: dict[str, str] = {}  # name -> how the page's notes call it ("your edits of X")
 
     @property
     def notes(self) -> list[str]:
@@ -63,15 +65,19 @@ class UrlState:
         choices: Sequence[Any] | None = None,
         lo: float | None = None,
         hi: float | None = None,
+        omit_default: bool = False,
     ) -> str:
         """The widget key for `name`, its value seeded from the link on the first visit.
 
         cast: how to read the URL's string (default: from the type of `default`). choices: the values the
         widget offers (a list value keeps only its items among them). lo, hi: a number's range (clamped).
+        omit_default: the link carries the value only when it differs from `default` (an edit of a table).
         """
         widget_key = f"{self.page}.{name}"
         if name not in self.names:
             self.names.append(name)
+        if omit_default:
+            self.omitted[name] = default
         if widget_key not in st.session_state:
             value = default
             raw = self.incoming.get(name) if self.incoming is not None else None
@@ -141,7 +147,10 @@ class UrlState:
                 self._note(f"ignored {escape(', '.join(_short(n, 40) for n in unknown))} (not a setting of this page)")
         params, length = {}, 0
         for name in self.names:
-            text = _format(st.session_state[f"{self.page}.{name}"])
+            value = st.session_state[f"{self.page}.{name}"]
+            if name in self.omitted and value == self.omitted[name]:
+                continue
+            text = _format(value)
             size = len(urllib.parse.quote_plus(text)) + len(name) + 2
             if size > MAX_LINK_VALUE or length + size > MAX_LINK:
                 self.left_out.append(name)
@@ -157,9 +166,9 @@ def notices(url: UrlState) -> str | None:
     if url.notes:
         parts.append("From the link: " + "; ".join(url.notes) + ".")
     if url.left_out:
+        names = ", ".join(url.described.get(name, name) for name in url.left_out)
         parts.append(
-            f"Not in the link (too long to share in an address): {escape(', '.join(url.left_out))}; "
-            "the link keeps the other settings."
+            f"Not in the link (too long to share in an address): {escape(names)}; the link keeps the other settings."
         )
     return " ".join(parts) or None
 

@@ -185,7 +185,7 @@ def qkv(
         m = np.asarray(trace.block(part, layer, head, stack))
         rows = np.arange(m.shape[0]) if positions is None else np.asarray(positions)
         rows = rows[rows < m.shape[0]]
-        out[name] = (m[rows], [labels[i] for i in rows], [f"d{j}" for j in range(m.shape[1])])
+        out[name] = (m[rows], [labels[i] for i in rows], [f"d{j + 1}" for j in range(m.shape[1])])
     return out
 
 

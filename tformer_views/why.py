@@ -72,7 +72,7 @@ class WhyWeight:
         """q, k_j and their elementwise product per dimension: the terms of q . k_j."""
         return pd.DataFrame(
             {"q": self.q, "k_j": self.k[key], "q × k_j": self.q * self.k[key]},
-            index=[f"d{i}" for i in range(len(self.q))],
+            index=[f"d{i + 1}" for i in range(len(self.q))],
         )
 
     def max_errors(self) -> tuple[float, float]:

@@ -43,7 +43,8 @@ def test_default_example_shows_the_hand_worked_numbers_and_writes_the_url():
     np.testing.assert_allclose(table(at, "Z").to_numpy(), weights @ np.array([[1, 2, 3], [2, 8, 0], [2, 6, 3]]))
     assert list(table(at, "weights").index) == ["I", "love", "tea"]
     # The query row, written out: q(I) = [1, 0, 2] against k(tea) = [2, 3, 1].
-    walk = table(at, "keys for q(I)")
+    walk = table(at, "key")
+    assert any("Keys for q(I):" in c for c in messages(at, "caption"))
     assert walk.loc["tea", "q·k written out"] == "1·2 + 0·3 + 2·1"
     np.testing.assert_allclose(walk["weight"], weights[0])
     assert any("1/√3" in c for c in messages(at, "caption"))
@@ -98,12 +99,12 @@ def test_url_restores_heads_query_and_mask_and_two_heads_match_numpy():
     for j in range(2):
         s = Q[:, 3 * j : 3 * j + 3] @ K[:, 3 * j : 3 * j + 3].T / SQRT3
         w = softmax_rows(np.where(causal, s, -np.inf))
-        np.testing.assert_allclose(table(at, f"weights · head {j + 1}").to_numpy(), w)
+        np.testing.assert_allclose(table(at, f"weights · head {j}").to_numpy(), w)  # heads from 0, as everywhere
         heads.append(w @ V[:, 3 * j : 3 * j + 3])
     np.testing.assert_allclose(table(at, "concat").to_numpy(), np.hstack(heads))
     np.testing.assert_allclose(table(at, "output").to_numpy(), np.hstack(heads) @ ex.W_o)
-    # The query row follows the URL: token 2 ("tea") in head 2.
-    np.testing.assert_allclose(table(at, "keys for q(tea)")["weight"], table(at, "weights · head 2").to_numpy()[2])
+    # The query row follows the URL: token 2 ("tea") in head 1 (the second).
+    np.testing.assert_allclose(table(at, "key")["weight"], table(at, "weights · head 1").to_numpy()[2])
     params = dict(at.query_params)
     assert (params["heads"], params["causal"], params["query"], params["qhead"]) == ("2", "1", "2", "1")
 
@@ -181,3 +182,46 @@ def test_token_names_are_shown_as_typed_never_as_markdown():
     assert not any("[link](" in m for m in sent)
     at.selectbox(key="step.query").set_value(0).run()
     assert any(r"z(\*\*bold\*\*)" in m.value for m in at.markdown)
+
+
+def test_edited_cells_travel_in_the_link():
+    """The page says the link keeps the view; edited tables were not in it."""
+    at = run(mode="text")
+    assert not any(k.startswith("e_") for k in at.query_params)  # the preset's own numbers: nothing to carry
+    at.text_area(key="step.paste.X").input("1 0 1 0\n0 2 0 2.5\n1 1 1 1").run()
+    at.text_input(key="step.paste.tokens").input("I love coffee").run()
+    assert not at.exception
+    params = {k: (v if isinstance(v, str) else v[0]) for k, v in at.query_params.items()}
+    assert params["e_X"] == "1,0,1,0;0,2,0,2.5;1,1,1,1" and params["e_tokens"] == "I love coffee"
+    assert "e_W_q" not in params  # unchanged tables stay out of the link
+    # A colleague opens the link: the same edited numbers, in tables (the default mode) or as text.
+    for mode in ("tables", "text"):
+        shared = run(**{**params, "mode": mode})
+        assert not shared.exception
+        q = table(shared, "Q").to_numpy()
+        np.testing.assert_allclose(
+            q, np.array([[1, 0, 1, 0], [0, 2, 0, 2.5], [1, 1, 1, 1]]) @ ls.default_example(1).W_q
+        )
+        assert list(table(shared, "Q").index) == ["I", "love", "coffee"]
+
+
+def test_edits_too_long_for_a_link_are_left_out_with_a_note():
+    at = run(mode="text")
+    big = "\n".join(" ".join(f"{0.123456 * (r + c):.6f}" for c in range(3)) for r in range(16))
+    at.text_area(key="step.paste.X").input(big).run()
+    at.text_input(key="step.paste.tokens").input(" ".join(f"t{i}" for i in range(16))).run()
+    assert not at.exception
+    assert "e_tokens" in at.query_params
+    # 48 numbers fit; make them longer than a link may carry by raising d_model through W^Q's rows.
+    wide = "\n".join(" ".join(f"{1.234567 * (r + c):.6f}" for c in range(400)) for r in range(16))
+    at.text_area(key="step.paste.X").input(wide).run()
+    assert not at.exception
+    assert "e_X" not in at.query_params
+    assert any("Not in the link (too long to share in an address): your edits of X" in m for m in messages(at, "info"))
+
+
+def test_a_link_with_edits_that_do_not_fit_gets_messages_not_a_traceback():
+    at = run(e_X="1,2;3,4", e_W_q="x,y")  # X of the wrong width, W^Q not numbers
+    assert not at.exception
+    assert any("could not be read" in w for w in messages(at, "warning"))
+    assert any("X" in e for e in messages(at, "error"))  # the shape mismatch, named

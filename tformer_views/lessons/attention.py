@@ -390,6 +390,16 @@ def fmt(x: float, digits: int = 4) -> str:
     return f"{x:.{digits}g}"
 
 
+def tex(x: float, digits: int = 4) -> str:
+    """A number for a LaTeX formula: as `fmt`, with powers of ten written 1.131 \\times 10^{4} (LaTeX
+    typesets "1.131e+04" as "1.131e + 04")."""
+    s = fmt(x, digits)
+    if "e" not in s:
+        return s.replace("inf", r"\infty")
+    mantissa, exponent = s.split("e")
+    return rf"{mantissa} \times 10^{{{int(exponent)}}}"
+
+
 def _factor(x: float) -> str:
     s = fmt(x)
     return f"({s})" if s.startswith("-") else s

@@ -108,3 +108,17 @@ def tokens_from_column(values: Sequence[Any]) -> list[str]:
         text = "" if v is None or (isinstance(v, float) and math.isnan(v)) else str(v).strip()
         out.append(text or f"#{i + 1}")
     return out
+
+
+def link_text(matrix: np.ndarray) -> str:
+    """A matrix for a link, compactly: rows separated by ";", numbers by "," (6 significant digits),
+    e.g. "1,0,2;0,1,1". `from_link_text` reads it back."""
+    return ";".join(",".join(f"{float(x):.6g}" for x in row) for row in np.atleast_2d(matrix))
+
+
+def from_link_text(text: str, name: str) -> np.ndarray:
+    """A matrix from `link_text`; TableError naming `name` when the text is not one."""
+    rows = [row for row in str(text).split(";") if row.strip()]
+    if not rows:
+        raise TableError(f"{name}: the link holds no numbers")
+    return parse_matrix_text("\n".join(row.replace(",", " ") for row in rows), name)
