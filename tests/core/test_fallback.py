@@ -12,7 +12,7 @@ import transformers as T
 
 import tformer_core as tc
 from tests.core.hf_helpers import assert_close, perturbed
-from tformer_core.checkpoints.fallback import TRACE_MAX_TOKENS, load_transformers, transformers_implements
+from tformer_core.checkpoints.fallback import TRACE_MAX_TOKENS, handles, load_transformers, transformers_implements
 from tformer_core.models.encoder import class_scores
 from tformer_core.models.fallback import TransformersDecoder, TransformersEncoder, TransformersSeq2Seq
 
@@ -262,6 +262,8 @@ def test_a_checkpoints_own_code_is_never_run(tmp_path, config, message):
 
 def test_unknown_and_non_text_architectures_are_refused_with_a_reason(tmp_path):
     assert transformers_implements("electra") and not transformers_implements("surely-not-a-model")
+    assert handles({"model_type": "electra"}) and handles({"model_type": "x", "auto_map": {"AutoModel": "m.X"}})
+    assert not handles({"model_type": "surely-not-a-model"}) and not handles({"model_type": ["electra"]})
     folder = tmp_path / "unknown"
     folder.mkdir()
     (folder / "config.json").write_text('{"model_type": "surely-not-a-model"}')

@@ -79,6 +79,12 @@ def transformers_implements(model_type: object) -> bool:
     return isinstance(model_type, str) and model_type in CONFIG_MAPPING
 
 
+def handles(hf: dict) -> bool:
+    """Whether `load_transformers` should answer for a config.json the core has no converter for: transformers
+    implements its model_type (it is loaded), or it names code of its own (refused with the reason)."""
+    return transformers_implements(hf.get("model_type")) or "auto_map" in hf
+
+
 def _names(value: object) -> tuple[str, ...]:
     """An auto mapping's entry as class names (some entries list several)."""
     if isinstance(value, str):
