@@ -90,7 +90,7 @@ def page(url: UrlState) -> None:
 
     it = next((i for i, token in enumerate(tokens) if plain_word(token).lower() == "it"), None)
     # A class sees the two views a lecture starts with; the others are one choice away (and in links).
-    c = panel.controls(url, trace, default_query=it, default_views=("head", "heatmap"))
+    c = panel.controls(url, trace, default_query=it, default_views=("head", "heatmap", "search"))
     if trace.kind == "decoder":
         st.caption(
             "Causal mask: each token attends only to itself and the tokens before it; "

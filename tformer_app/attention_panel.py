@@ -20,6 +20,7 @@ import pandas as pd
 import streamlit as st
 
 from tformer_core.trace import Trace
+from tformer_views import search
 from tformer_views import text as tv
 from tformer_views.charts.attention import distance_chart, head_view_chart
 from tformer_views.charts.pickers import head_grid_chart
@@ -33,11 +34,12 @@ from . import caches, downloads
 from .events import clicked_cell
 from .markdown import escape
 from .url import UrlState
-from .widgets import following_choice
+from .widgets import choose_token, following_choice
 
 VIEWS = {
     "head": "Head view",
     "heatmap": "Heatmap",
+    "search": "Which heads link two tokens",
     "overview": "All layers × heads",
     "qkv": "Q, K, V",
     "why": "Why this weight",
@@ -140,6 +142,8 @@ def draw(shown: Shown, url: UrlState, c: Controls, label: str = "") -> None:
         draw_head_view(trace, url, c, label)
     if "heatmap" in c.views:
         draw_heatmap(trace, url, c, label)
+    if "search" in c.views:
+        draw_search(shown, url, c, label)
     if "overview" in c.views:
         draw_overview(shown, url, c, label)
     if "qkv" in c.views:
@@ -198,9 +202,19 @@ def draw_heatmap(trace: Trace, url: UrlState, c: Controls, label: str = "") -> N
         domain=(0.0, 1.0) if fixed else None,
         row_title=q_title,
         col_title=k_title,
+        clickable=True,
     )
     name = f"{c.prefix}attention_L{layer}_H{head}_{part}"
-    downloads.chart(chart, key=_key(url, c, "chart.heatmap"), file_name=name)
+    pick_key = _key(url, c, "chart.heatmap")
+
+    def pick() -> None:  # a cell: its query becomes the query, its key the searched pair's key
+        cell = clicked_cell(st.session_state.get(pick_key), "pair", ("row", "col"))
+        if cell is not None and cell[0] < len(m.queries) and cell[1] < len(m.keys):
+            choose_token(url, f"{c.prefix}query", int(m.queries[cell[0]]))
+            choose_token(url, f"{c.prefix}pair_key", int(m.keys[cell[1]]))
+
+    downloads.chart(chart, key=pick_key, file_name=name, on_select=pick, selection_mode="pair")
+    st.caption("Click a cell to make its row the query and search the heads that link its two tokens.")
     downloads.matrix_download(
         full.weights, full.query_labels, full.key_labels, f"{name}.csv", key=_key(url, c, "csv_matrix")
     )
@@ -211,6 +225,53 @@ def draw_heatmap(trace: Trace, url: UrlState, c: Controls, label: str = "") -> N
             f"Rows renormalised over the shown tokens; {full.hidden_share.mean():.0%} of this head's "
             "attention went to the hidden special tokens."
         )
+
+
+def draw_search(shown: Shown, url: UrlState, c: Controls, label: str = "") -> None:
+    """Every layer x head's weight from the query to one key, as a clickable grid and a ranked list."""
+    trace = shown.trace
+    q_labels, k_labels = (display_tokens(t) for t in trace.tokens_for(c.stack))
+    st.subheader(f"Which {label}heads link two tokens?")
+    rows = caches.derived("query_rows", shown.key, c.stack, c.query)  # [layers, heads, keys]
+    default = search.default_key(trace.tokens_for(c.stack)[1], c.query, int(np.argmax(rows[c.layer, c.head])))
+    left, right = st.columns([1, 1])
+    with left:
+        key = following_choice(
+            url, f"{c.prefix}pair_key", "Key token", range(rows.shape[2]), k_labels, default, follow_default=True
+        )
+    grid = rows[..., key]
+    pair = f"{escape(q_labels[c.query])} → {escape(k_labels[key])}"
+    pick_key = _key(url, c, "chart.search")
+
+    def pick() -> None:
+        cell = clicked_cell(st.session_state.get(pick_key))
+        if cell is not None:
+            select_head(url, c.prefix, *cell)
+
+    with left:
+        downloads.chart(
+            head_grid_chart(grid, (c.layer, c.head), title="click a head to select it", value_title="weight"),
+            key=pick_key,
+            file_name=f"{c.prefix}heads_{c.query}_{key}",
+            on_select=pick,
+            selection_mode="cell",
+        )
+    with right:
+        st.markdown(f"Strongest heads for {pair} (query token {c.query}, key token {key}):")
+        for layer, head, weight in search.ranked_heads(grid, 5):
+            st.button(
+                f"layer {layer}, head {head}: {weight:.3f}",
+                key=_key(url, c, f"rank.{layer}.{head}"),
+                on_click=select_head,
+                args=(url, c.prefix, layer, head),
+                type="primary" if (layer, head) == (c.layer, c.head) else "secondary",
+            )
+
+
+def select_head(url: UrlState, prefix: str, layer: int, head: int) -> None:
+    """Make (layer, head) the chosen one (a callback: it runs before the page is drawn again)."""
+    url.set(f"{prefix}layer", int(layer))
+    url.set(f"{prefix}head", int(head))
 
 
 def draw_overview(shown: Shown, url: UrlState, c: Controls, label: str = "") -> None:
@@ -236,8 +297,7 @@ def draw_overview(shown: Shown, url: UrlState, c: Controls, label: str = "") -> 
     def pick() -> None:
         cell = clicked_cell(st.session_state.get(pick_key))
         if cell is not None and cell[0] < values.shape[0] and cell[1] < values.shape[1]:
-            url.set(f"{c.prefix}layer", cell[0])
-            url.set(f"{c.prefix}head", cell[1])
+            select_head(url, c.prefix, *cell)
 
     downloads.chart(
         head_grid_chart(values, (c.layer, c.head), title=title, value_title=value_title),

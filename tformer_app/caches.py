@@ -36,9 +36,10 @@ from tformer_core.bundled import BUNDLED_MODELS
 from tformer_core.checkpoints import BUNDLED_TEXT
 from tformer_core.checkpoints.sources import looks_like_path
 from tformer_core.trace import lean
-from tformer_views import distance, overview, pictures, samples
+from tformer_views import distance, overview, pictures, samples, search
 from tformer_views import seq2seq as sv
 from tformer_views import vision as vv
+from tformer_views.lessons import block as lb
 
 from .budget import ByteBudgetCache, CacheStats
 from .markdown import escape
@@ -205,6 +206,10 @@ COMPUTATIONS: dict[str, Callable[..., Any]] = {
     "teacher": _teacher,  # (source, target) -> Translation (teacher forcing)
     "image": _analyse_image,  # (image file bytes, file name) -> VisionResult
     "token_distance": _token_distance,  # (text) -> ([layers, heads] tokens, uniform baseline)
+    # Inside a block: the residual stream, norms and sub-layer outputs (lb.block_read), no attention internals.
+    "block_text": lb.trace_text,  # (text) -> Trace of an encoder or decoder-only model
+    "block_translation": lb.trace_translation,  # (source) -> Translation (greedy, no step traces)
+    "block_image": lb.trace_image,  # (image file bytes, file name) -> VisionResult
 }
 
 _results = ByteBudgetCache("results", SETTINGS.cache_bytes, on_evict=_give_back.check)
@@ -259,11 +264,15 @@ VIEWS: dict[str, Callable[..., Any]] = {
         trace_of(result), stack, hide
     ),
     "teacher_agreement": sv.teacher_agreement,  # (translation) -> int
+    # (result, stack, query) -> [layers, heads, keys]: one query's weights everywhere, for the head search
+    "query_rows": lambda result, stack, query: search.query_rows(trace_of(result), query, stack),
     "grid_picture": _picture_png(pictures.grid_picture),  # (vision result) -> PNG
     "patch_sequence": _picture_png(pictures.patch_sequence),  # (vision result) -> PNG
     "image_distances": lambda result: distance.image_distances(result.trace),  # (vision result) -> [layers, heads]
     # (vision result, head fusion, discard ratio) -> [rows, cols]: the same for every layer, head and patch
     "rollout": lambda result, fusion, discard: vv.rollout_map(result.trace, fusion, discard),
+    # (any result, stack) -> lb.StreamNorms: the residual stream's size per layer and token
+    "stream_norms": lambda result, stack: lb.stream_norms(trace_of(result), stack),
 }
 
 

@@ -6,8 +6,11 @@ from collections.abc import Mapping
 from typing import Any
 
 
-def clicked_cell(event: Any, param: str = "cell") -> tuple[int, int] | None:
-    """(layer, head) from a head-grid selection event ({"selection": {param: [{"layer": l, "head": h}]}}), or None."""
+def clicked_cell(
+    event: Any, param: str = "cell", fields: tuple[str, str] = ("layer", "head")
+) -> tuple[int, int] | None:
+    """The two fields of a clicked cell from a selection event ({"selection": {param: [{field: value, ...}]}}):
+    (layer, head) from a head grid, (row, col) from a heatmap; None when nothing was clicked."""
     try:
         points = event["selection"][param]
     except (KeyError, TypeError, IndexError):
@@ -16,10 +19,10 @@ def clicked_cell(event: Any, param: str = "cell") -> tuple[int, int] | None:
         points = [points]
     for point in points or []:
         try:
-            layer, head = point["layer"], point["head"]
-            layer = layer[0] if isinstance(layer, (list, tuple)) else layer
-            head = head[0] if isinstance(head, (list, tuple)) else head
-            return int(layer), int(head)
+            a, b = point[fields[0]], point[fields[1]]
+            a = a[0] if isinstance(a, (list, tuple)) else a
+            b = b[0] if isinstance(b, (list, tuple)) else b
+            return int(a), int(b)
         except (KeyError, TypeError, ValueError, IndexError):
             continue
     return None

@@ -123,3 +123,11 @@ def following_choice(
     st.session_state[state] = choice
     st.session_state[f"{state}.digest"], st.session_state[f"{state}.label"] = digest, labels[choice]
     return int(choice)
+
+
+def choose_token(url: UrlState, name: str, value: int) -> None:
+    """Choose position `value` for the `following_choice` box `name` from code (a click on a chart), as if
+    the user had picked it (a callback: it runs before the page is drawn again)."""
+    state = f"{url.page}.{name}"
+    st.session_state[state] = int(value)
+    st.session_state[f"{state}.picked"] = True

@@ -105,7 +105,7 @@ def test_the_page_opens_with_the_head_view_and_the_heatmap(default_page):
     titles = chart_titles(default_page)
     assert "layer 0: queries (left) → keys (right)" in titles and HEATMAP in titles
     assert not {"Q (layer 0, head 0)", "mean attention distance per head"} & set(titles)
-    assert widget(default_page, "text.views").value == ["head", "heatmap"]
+    assert widget(default_page, "text.views").value == ["head", "heatmap", "search"]
 
 
 @pytest.fixture(scope="module")
@@ -348,3 +348,24 @@ def test_a_new_sentence_gives_its_own_token_choices_at_once():
     assert query.options[query.value] == "11: it"  # the query follows "it" to its new place
     assert key.options[key.value].split(": ")[1] in tokens.tokens
     assert any("query 11" in h.value for h in at.subheader)
+
+
+def test_the_heads_that_link_it_to_animal_are_one_look_away(default_page):
+    """Finding the head that links "it" to "animal" took a teacher 9 to 30 clicks."""
+    at = default_page
+    ranked = [b.label for b in at.button if b.label.startswith("layer ")]
+    assert ranked[0] == "layer 3, head 1: 0.677" and len(ranked) == 5
+    assert any("Strongest heads for it → animal" in m for m in messages(at, "markdown"))
+    trace = tc.load_model("minilm", device="cpu").trace(SENTENCE)
+    grid = charts(at)["click a head to select it"][0].sort_values(["layer", "head"])
+    expected = np.stack([trace.attention(layer)[:, 10, 2] for layer in range(6)])  # it → animal, every head
+    np.testing.assert_allclose(grid["value"].to_numpy(), expected.ravel(), atol=1e-6)
+
+
+def test_one_click_on_a_ranked_head_or_a_heatmap_cell_selects():
+    at = page()
+    next(b for b in at.button if b.label == "layer 3, head 1: 0.677").click().run()
+    no_exception(at)
+    assert (widget(at, "text.layer").value, widget(at, "text.head").value) == (3, 1)
+    assert "Heatmap · layer 3, head 1" in texts(at, "subheader")
+    assert next(b for b in at.button if b.label == "layer 3, head 1: 0.677").proto.type == "primary"  # shown as chosen

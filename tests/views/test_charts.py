@@ -40,14 +40,22 @@ def test_cell_labels_are_short_and_the_tooltip_keeps_four_digits():
 
 
 @pytest.mark.parametrize(
-    "kwargs", [{}, {"diverging": True}, {"domain": (0.0, 1.0)}, {"annotate": False, "cell_width": 4}]
+    "kwargs",
+    [
+        {},
+        {"diverging": True},
+        {"domain": (0.0, 1.0)},
+        {"annotate": False, "cell_width": 4},
+        {"clickable": True, "masked": np.array([[False, True, False], [False, False, True]])},
+    ],
 )
 def test_heatmaps_are_valid_vega_lite_with_one_cell_per_entry(kwargs):
     m = np.array([[0.1, -np.inf, 0.3], [0.5, 0.25, 0.25]])
     spec = heatmap(m, ["the", "the"], ["a", "b", "c"], title="t", **kwargs)
     validate(spec)
     (frame,) = spec["datasets"].values()
-    assert len(frame) == 6 and frame["value"].isna().sum() == 1
+    masked = kwargs.get("masked", np.zeros(m.shape, dtype=bool))
+    assert len(frame) == 6 and frame["value"].isna().sum() == int((~np.isfinite(m) | masked).sum())  # grey cells
     assert spec["height"] == 2 * 40 and spec["width"] == 3 * kwargs.get("cell_width", 40)  # 40 px cells at most
     broken = {**spec, "layer": [{**spec["layer"][0], "mark": {"type": "rectangle"}}]}
     with pytest.raises(ValidationError):

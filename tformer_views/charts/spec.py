@@ -179,11 +179,13 @@ def heatmap(
     cell_width: int | None = None,
     diverging: bool = False,
     masked: np.ndarray | None = None,
+    clickable: bool = False,
 ) -> dict:
     """A heatmap with the tokens on both axes, hover tooltips, optional numbers in the cells (Vega-Lite dict).
 
     masked: cells a mask forbids ([rows, cols] bools), drawn grey with their value (a weight's 0);
-    non-finite cells (a masked score's -inf) are drawn grey too.
+    non-finite cells (a masked score's -inf) are drawn grey too. clickable: a click on a cell selects it
+    (selection parameter "pair" with the fields row and col, the cell's indices in `rows` and `cols`).
 
     domain: fixed colour range (e.g. (0, 1) for attention weights); default: the data's range,
     symmetric around 0 when `diverging`. annotate: print values in cells (default: small matrices).
@@ -220,9 +222,15 @@ def heatmap(
     # "invalid": "show": Vega-Lite drops rows whose colour value is null unless told not to; the masked
     # cells would be left white, under their "-inf" text.
     layers = [{"data": data, "mark": {"type": "rect", "invalid": "show"}, "encoding": encoding}]
+    if clickable:
+        layers[0]["name"] = "cells"
+    params = [
+        {"name": "pair", "views": ["cells"], "select": {"type": "point", "fields": ["row", "col"], "on": "click"}}
+    ]
     if annotate:
         layers.append(_cell_numbers(data, x, y, tooltip, domain, scheme, diverging, min(width, height)))
-    return layered(layers, datasets, title, width=width * n_cols, height=height * n_rows)
+    extra = {"params": params} if clickable else {}
+    return layered(layers, datasets, title, width=width * n_cols, height=height * n_rows, **extra)
 
 
 def line_chart(
