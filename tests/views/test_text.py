@@ -426,3 +426,18 @@ def test_next_token_top5_and_no_head(text_decoder, enc_trace):
     assert tv.prediction_kind(enc_trace) is None  # an encoder without a masked-word head
     with pytest.raises(ValueError, match="no prediction head"):
         tv.top_predictions(enc_trace)
+
+
+def test_head_view_isolates_a_head_from_its_legend_and_draws_the_strongest_line_on_top(enc_trace):
+    view = tv.head_view(enc_trace, 1, range(enc_trace.n_heads))
+    spec = attention_charts.head_view_chart(view, enc_trace.n_heads)
+    validate(spec)
+    legend = next(p for p in spec["params"] if p.get("bind") == "legend")
+    assert legend["select"]["fields"] == ["head"] and legend["views"] == ["lines"]
+    lines_layer = spec["layer"][0]
+    assert lines_layer["encoding"]["opacity"]["condition"]["test"] == {
+        "and": [{"param": "focus", "empty": True}, {"param": "heads", "empty": True}]
+    }
+    drawn = spec["datasets"][lines_layer["data"]["name"]]
+    assert drawn["weight"].is_monotonic_increasing  # drawn in this order: where lines overlap, the strongest is on top
+    assert lines_layer["encoding"]["order"]["field"] == "weight"

@@ -41,14 +41,18 @@ def head_colour_scale(n_heads: int) -> dict:
 
 
 def head_view_chart(view: HeadView, n_heads: int, title: str = "", row_px: int = 18) -> dict:
-    """Head view (Vega-Lite): hover a query token (left) to see only its lines; opacity = weight."""
+    """Head view (Vega-Lite): hover a query token (left) to see only its lines; click a head in the legend to
+    see only that head (shift-click: several; click elsewhere: all again); opacity = weight. Where lines
+    overlap the strongest is drawn on top, so it is the one a pointer over them reports."""
     n = max(len(view.queries), len(view.keys), 1)
     left_x, right_x, width = 150, 450, 600
     y_scale = {"domain": [-0.5, n - 0.5], "reverse": True, "nice": False, "zero": False}  # first token on top
     datasets: dict[str, Any] = {}
     focused = {"param": "focus", "empty": True}
+    shown = {"and": [focused, {"param": "heads", "empty": True}]}  # the hovered query's lines, the legend's heads
     lines = {
-        "data": named_data(view.lines, datasets),
+        "name": "lines",
+        "data": named_data(view.lines.sort_values("weight", kind="stable"), datasets),  # strongest last: on top
         "mark": {"type": "rule", "strokeWidth": 2},
         "encoding": {
             "x": {"value": left_x},
@@ -58,11 +62,12 @@ def head_view_chart(view: HeadView, n_heads: int, title: str = "", row_px: int =
             "color": channel("head", "nominal", scale=head_colour_scale(n_heads), title="head"),
             "opacity": {
                 "condition": {
-                    **focused,
+                    "test": shown,
                     **channel("weight", "quantitative", legend=None, scale={"domain": [0, 1], "range": [0, 1]}),
                 },
                 "value": 0.0,
             },
+            "order": channel("weight", "quantitative"),
             "tooltip": [
                 channel("query_token", "nominal", title="query"),
                 channel("key_token", "nominal", title="key"),
@@ -98,7 +103,10 @@ def head_view_chart(view: HeadView, n_heads: int, title: str = "", row_px: int =
         "views": ["query_tokens"],
         "select": {"type": "point", "fields": ["query"], "on": "pointerover", "clear": "pointerout"},
     }
-    return layered([lines, query_labels, key_labels], datasets, title, width=width, height=row_px * n, params=[focus])
+    heads = {"name": "heads", "views": ["lines"], "select": {"type": "point", "fields": ["head"]}, "bind": "legend"}
+    return layered(
+        [lines, query_labels, key_labels], datasets, title, width=width, height=row_px * n, params=[focus, heads]
+    )
 
 
 def distance_frame(values: np.ndarray) -> pd.DataFrame:
