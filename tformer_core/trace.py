@@ -4,7 +4,9 @@ One format for every model kind. Activations are keyed by where they come from:
 
     {stack}.embed.tok | pos | out          token embeddings, positional encodings, layer-0 input
     {stack}.{layer}.resid_pre              residual stream entering the block
-    {stack}.{layer}.attn.q | k | v         [heads, tokens, d_head]
+    {stack}.{layer}.attn.q | k | v         [heads, tokens, d_head]; K and V [kv_heads, tokens, d_head] (below)
+    {stack}.{layer}.attn.q_pre_rope | k_pre_rope   rotary models: Q and K before the rotation by position
+                                           (attn.q and attn.k are after it, as the scores use them)
     {stack}.{layer}.attn.scores            Q K^T                           [heads, n_q, n_k]
     {stack}.{layer}.attn.scaled            softmax input: scores * scale (+ bias), masked = -inf
     {stack}.{layer}.attn.weights           softmax of each row              [heads, n_q, n_k]
@@ -24,6 +26,15 @@ Scores and scaled scores are not stored by default: they are recomputed from the
 scale, bias and mask when asked for (the softmax of the result reproduces the stored weights).
 That keeps a trace at about a third of the attention memory, which matters for long inputs,
 batches and a server that caches traces. Pass a `keep` filter that names them to store them.
+
+Grouped-query attention (Llama-family models with n_kv_heads < n_heads): K and V are stored as the model
+computes them, one per key/value head ([kv_heads, tokens, d_head]); query head h reads key/value head
+`trace.kv_head(h)` = h // (n_heads / n_kv_heads), and `trace.k(layer, h)`, `trace.v(layer, h)` give that
+head's. `trace.query_heads(g)` lists the query heads that share key/value head g.
+
+A decoder step run against a key/value cache (generation) has queries for its new token only:
+`meta["query_start"]` is that token's position, attention is [heads, 1, n_keys], and `tokens` names every
+key position (`tokens_for` gives (new token, all tokens)).
 
 `trace.compact()` goes further for a cache: the weights are dropped too wherever Q and K are
 stored, and recomputed from them when read (attention grows with the square of the input, Q, K
@@ -50,6 +61,7 @@ ATTENTION_STACKS = {
     "cross": "decoder.{layer}.cross_attn",
 }
 DERIVED_PARTS = ("scores", "scaled", "weights", "z")  # what a trace can recompute from Q, K (and V)
+KV_PARTS = ("k", "v", "k_pre_rope")  # one per key/value head: fewer than the query heads with grouped-query attention
 TOP_K = 50  # predictions a compact trace keeps per position
 
 
@@ -137,9 +149,12 @@ class Trace:
         return self._get(name)
 
     def _get(self, name: str, head: int | None = None) -> np.ndarray:
-        """A stored or derivable activation; with `head`, only that head (derived only for that head)."""
+        """A stored or derivable activation; with `head` (a query head), only that head (derived only for that
+        head); K and V of a grouped-query model give the key/value head that query head reads."""
         if name in self.activations:
             array = self.activations[name]
+            if head is not None and name.rpartition(".")[2] in KV_PARTS and array.shape[0] != self.n_heads:
+                head = self.kv_head(head)
             return array if head is None else array[head]
         if not self._derivable(name):
             raise KeyError(f"{name!r} was not captured; see trace.names")
@@ -182,10 +197,15 @@ class Trace:
         prefix, _, part = name.rpartition(".")
         if part == "z":
             weights = self._get(f"{prefix}.weights", head)
-            return _read_only(weights @ self._get(f"{prefix}.v", head))
+            v = self._get(f"{prefix}.v", head)
+            if head is None and v.shape[0] != weights.shape[0]:  # grouped-query: each V head serves a group
+                v = np.repeat(v, weights.shape[0] // v.shape[0], axis=0)
+            return _read_only(weights @ v)
         # In torch, as the model computes it (and several times faster than numpy for the softmax).
         q, k = _tensor(self._get(f"{prefix}.q", head)), _tensor(self._get(f"{prefix}.k", head))
         with torch.inference_mode():
+            if head is None and k.shape[0] != q.shape[0]:  # grouped-query: each K head serves a group
+                k = k.repeat_interleave(q.shape[0] // k.shape[0], dim=0)
             scores = q @ k.transpose(-2, -1)  # [h, n_q, n_k], or [n_q, n_k] for one head
             if part == "scores":
                 return to_numpy(scores)
@@ -206,6 +226,24 @@ class Trace:
             if allowed is not None:  # a query that may attend to nothing: 0, as in the model (not 0/0)
                 weights = weights.masked_fill(~allowed.any(dim=-1, keepdim=True), 0.0)
             return to_numpy(weights)
+
+    @property
+    def n_kv_heads(self) -> int:
+        """Key/value heads per layer: fewer than n_heads with grouped-query attention, else n_heads."""
+        return int(self.meta.get("n_kv_heads", self.n_heads))
+
+    def kv_head(self, head: int) -> int:
+        """The key/value head query head `head` reads (itself unless the attention is grouped-query)."""
+        head = self._check_head(head)
+        return head // (self.n_heads // self.n_kv_heads)
+
+    def query_heads(self, kv_head: int) -> tuple[int, ...]:
+        """The query heads that read key/value head `kv_head` (they share its K and V)."""
+        if not -self.n_kv_heads <= kv_head < self.n_kv_heads:
+            raise ValueError(f"key/value head {kv_head} is out of range: the model has {self.n_kv_heads}")
+        group = self.n_heads // self.n_kv_heads
+        start = (kv_head % self.n_kv_heads) * group
+        return tuple(range(start, start + group))
 
     @property
     def main_stack(self) -> str:
@@ -337,11 +375,12 @@ class Trace:
         return self.block("q", layer, head, stack)
 
     def k(self, layer: int, head: int | None = None, stack: str | None = None) -> np.ndarray:
-        """Keys [n_k, d_head] of one head."""
+        """Keys [n_k, d_head] that query head `head` reads (with grouped-query attention, those of its
+        key/value head `kv_head(head)`); with head None, every key/value head's [kv_heads, n_k, d_head]."""
         return self.block("k", layer, head, stack)
 
     def v(self, layer: int, head: int | None = None, stack: str | None = None) -> np.ndarray:
-        """Values [n_k, d_head] of one head."""
+        """Values [n_k, d_head] that query head `head` reads; with head None [kv_heads, n_k, d_head] (see `k`)."""
         return self.block("v", layer, head, stack)
 
     def all_attention(self, stack: str | None = None) -> np.ndarray:
@@ -353,7 +392,8 @@ class Trace:
         """(query labels, key labels) of an attention stack: cross-attention is target x source."""
         stack = stack or self.main_stack
         if self.kind != "encoder-decoder":
-            return self.tokens, self.tokens
+            start = int(self.meta.get("query_start", 0))  # a cached generation step: its new token only
+            return self.tokens[start:], self.tokens
         target = self.target_tokens or ()
         if stack == "encoder":
             return self.tokens, self.tokens

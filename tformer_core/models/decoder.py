@@ -1,7 +1,11 @@
-"""Decoder-only language models (GPT-2 style): causal self-attention, next-token logits.
+"""Decoder-only language models: causal self-attention, next-token logits.
+
+GPT-2 style by default (learned positions, LayerNorm, GELU); with a `rope`, grouped-query attention,
+RMSNorm and a gated FFN, the same module is a Llama-family model (see llama.py for those defaults).
 
 Position i may attend only to positions j <= i: the causal mask sets scores above the diagonal
-to -inf before the softmax, so their weights are exactly 0.
+to -inf before the softmax, so their weights are exactly 0. Sliding-window layers (Mistral, some Qwen
+layers) also hide the keys `sliding_window` or more positions back.
 """
 
 from __future__ import annotations
@@ -14,15 +18,19 @@ import torch
 from torch import nn
 
 from ..capture import HookPoint, NameFilter
-from ..generation import Generation, GenerationSettings, traced_steps
+from ..generation import Generation, GenerationSettings, Sampling, decode_steps
 from ..trace import Trace
 from .base import TracedModel, per_token
-from .layers import BlockConfig, Stack, TextEmbedding, causal_mask, key_padding_mask
+from .layers import BlockConfig, KVCache, Stack, TextEmbedding, causal_window_mask, key_padding_mask
 
 
 @dataclass(frozen=True, kw_only=True)
 class DecoderConfig(BlockConfig):
-    """GPT-2 defaults: pre-norm, tanh-GELU, learned positions, output layer tied to the embedding."""
+    """GPT-2 defaults: pre-norm, tanh-GELU, learned positions, output layer tied to the embedding.
+
+    sliding_window: keys at least this many positions before the query are hidden, in `sliding_layers`
+    (None: every layer), or None (full causal attention everywhere).
+    """
 
     vocab_size: int = 1000
     max_positions: int = 1024
@@ -34,10 +42,32 @@ class DecoderConfig(BlockConfig):
     tie_embeddings: bool = True
     pe_layout: str = "interleaved"
     position_first_row: int = 0
+    sliding_window: int | None = None
+    sliding_layers: tuple[int, ...] | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.rope is not None and self.positional != "none":
+            raise ValueError(
+                f"a rotary model adds no position vectors: positional must be 'none', not {self.positional!r}"
+            )
+        if self.sliding_window is not None and self.sliding_window < 1:
+            raise ValueError(f"sliding_window must be a whole number >= 1 or None, got {self.sliding_window!r}")
+        if self.sliding_layers is not None and not all(0 <= i < self.n_layers for i in self.sliding_layers):
+            raise ValueError(f"sliding_layers must name layers 0..{self.n_layers - 1}, got {self.sliding_layers}")
+
+    def windowed(self, layer: int) -> bool:
+        """Whether `layer` attends through the sliding window."""
+        if self.sliding_window is None:
+            return False
+        return self.sliding_layers is None or layer in self.sliding_layers
 
 
 class Decoder(TracedModel):
-    """ids (B, T) -> next-token logits (B, T, vocab). Activations under `decoder.*` and `head.logits`."""
+    """ids (B, T) -> next-token logits (B, T, vocab). Activations under `decoder.*` and `head.logits`.
+
+    weights_note: a line about the weights for display (e.g. that they were 4-bit quantised), or "".
+    """
 
     kind = "decoder"
     main_stack = "decoder"
@@ -62,6 +92,7 @@ class Decoder(TracedModel):
             self.head.unembed.weight = embed.tok.weight
         self.head.hook_logits = HookPoint()
         self.generation = GenerationSettings()
+        self.weights_note = ""
         self._finish_init()
 
     @property
@@ -72,15 +103,33 @@ class Decoder(TracedModel):
     def max_tokens(self) -> int:
         return self.config.max_positions
 
-    def forward(self, ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
-        """ids (B, T) long; attention_mask (B, T) with 0 on padding keys, combined with the causal mask."""
-        T = ids.shape[1]
-        mask = causal_mask(T, ids.device)  # (T, T), broadcast over batch and heads
+    def _self_masks(
+        self, n_new: int, n_keys: int, device: torch.device, attention_mask: torch.Tensor | None
+    ) -> torch.Tensor | list[torch.Tensor]:
+        """The causal mask of the new positions over every key (n_new, n_keys), combined with the padding
+        mask (B, 1, n_new, n_keys); one per layer when some layers slide a window."""
+        causal = causal_window_mask(n_new, n_keys, device=device)
         if attention_mask is not None:
-            mask = mask & key_padding_mask(attention_mask)  # (B, 1, T, T)
-        x = self.decoder.embed(ids)
-        x = self.decoder(x, self_mask=mask)
+            causal = causal & key_padding_mask(attention_mask)
+        c = self.config
+        if c.sliding_window is None:
+            return causal
+        window = causal & causal_window_mask(n_new, n_keys, c.sliding_window, device)
+        return [window if c.windowed(i) else causal for i in range(c.n_layers)]
+
+    def forward(
+        self, ids: torch.Tensor, attention_mask: torch.Tensor | None = None, cache: KVCache | None = None
+    ) -> torch.Tensor:
+        """ids (B, T) long; attention_mask (B, T_keys) with 0 on padding keys, combined with the causal mask;
+        cache: the keys and values of the positions before `ids` (extended with theirs)."""
+        offset = cache.length if cache is not None else 0
+        masks = self._self_masks(ids.shape[1], offset + ids.shape[1], ids.device, attention_mask)
+        x = self.decoder.embed(ids, offset=offset)
+        x = self.decoder(x, self_mask=masks, cache=cache)
         return self.head.hook_logits(self.head.unembed(x))  # (B, T, vocab)
+
+    def _trace_meta(self) -> dict:
+        return {**super()._trace_meta(), "n_kv_heads": self.config.kv_heads}
 
     def trace(
         self,
@@ -88,7 +137,8 @@ class Decoder(TracedModel):
         attention_mask: Sequence[int] | None = None,
         keep: NameFilter | None = None,
     ) -> Trace:
-        """Trace one sequence: text (needs a tokenizer) or token ids."""
+        """Trace one sequence: text (needs a tokenizer) or token ids. head.logits [T, vocab] holds the
+        next-token scores after every position (`generation.next_token_table` ranks them)."""
         ids, tokens = self._ids(inputs, self.config.vocab_size, self.config.max_positions)
         mask = per_token(attention_mask, ids, "attention_mask")
         return self._trace(
@@ -99,16 +149,58 @@ class Decoder(TracedModel):
             stack_layers={"decoder": self.config.n_layers},
         )
 
+    def _cached_step(self, cache: KVCache, keep: NameFilter | None):
+        """trace_step for `decode_steps`: runs the tokens the cache has not seen yet, against the cache."""
+
+        def trace_step(sequence: list[int]) -> Trace:
+            start = cache.length
+            ids = torch.tensor([sequence[start:]], dtype=torch.long, device=self.device)
+            labels = self.tokenizer.convert_ids_to_tokens(sequence) if self.tokenizer else [str(i) for i in sequence]
+            return self._trace(
+                lambda: self(ids, cache=cache),
+                keep,
+                meta={"predict_position": -1, "query_start": start},
+                tokens=tuple(labels),
+                stack_layers={"decoder": self.config.n_layers},
+            )
+
+        return trace_step
+
     def generate(
-        self, prompt: str | Sequence[int] | np.ndarray | torch.Tensor, max_new_tokens: int | None = None
+        self,
+        prompt: str | Sequence[int] | np.ndarray | torch.Tensor,
+        max_new_tokens: int | None = None,
+        *,
+        sampling: Sampling | None = None,
+        use_cache: bool = True,
+        keep: NameFilter | None = None,
     ) -> Generation:
-        """Greedy continuation of `prompt`, one traced pass per new token, until EOS or the limit."""
+        """Continue `prompt`, one traced pass per new token, until EOS or the limit (the model's
+        generation.max_new_tokens by default, and never past max_positions).
+
+        sampling: None for greedy decoding, else temperature / top-k sampling with a seed (reproducible).
+        use_cache: keep every layer's keys and values, so a step runs the new token only (its trace holds
+        that token's attention row); False reruns the whole prefix each step. keep: the step traces' filter.
+        See `Generation` for what the steps hold.
+        """
         settings = self.generation
         budget = max_new_tokens if max_new_tokens is not None else settings.max_new_tokens
         ids, _ = self._ids(prompt, self.config.vocab_size, self.config.max_positions, what="prompt")
-        sequence = ids[0].tolist()
-        budget = min(budget, self.config.max_positions - len(sequence))
-        sequence, steps, finished = traced_steps(self.trace, sequence, settings, budget)
-        final = self.trace(sequence)
-        n_prompt = ids.shape[1]
-        return Generation(tuple(sequence), final.tokens, n_prompt, steps, final, finished)
+        prompt_ids = ids[0].tolist()
+        budget = max(0, min(budget, self.config.max_positions - len(prompt_ids)))
+        if use_cache:
+            step = self._cached_step(KVCache(self.config.n_layers, len(prompt_ids) + budget), keep)
+        else:
+            step = lambda sequence: self.trace(sequence, keep=keep)  # noqa: E731
+        decoded = decode_steps(step, prompt_ids, settings, budget, sampling)
+        final = self.trace(decoded.sequence)
+        return Generation(
+            tuple(decoded.sequence),
+            final.tokens,
+            len(prompt_ids),
+            decoded.steps,
+            final,
+            decoded.finished,
+            decoded.probabilities,
+            sampling,
+        )

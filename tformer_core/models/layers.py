@@ -11,7 +11,7 @@ broadcastable to (B, h, Tq, Tk), True where a query MAY attend to a key.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..capture import HookPoint
-from .positional import RelativePositionBias, make_positions
+from .positional import RelativePositionBias, Rope, RotaryEmbedding, apply_rotary, make_positions
 
 ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "relu": F.relu,
@@ -39,8 +39,13 @@ class BlockConfig:
           "pre"  = x <- x + f(LN(x)) (GPT-2, ViT, T5), with a final LayerNorm after the stack.
     norm_type: "layernorm", or "rmsnorm" (T5: no mean subtraction, no bias).
     scale_attention: divide Q K^T by sqrt(d_k); T5 does not (its initialisation absorbs it).
-    ffn_gated: FFN hidden = act(x W_gate) * (x W_in), T5 v1.1's gated GELU.
+    ffn_gated: FFN hidden = act(x W_gate) * (x W_in), T5 v1.1's gated GELU, Llama's SwiGLU (act = SiLU).
     rel_pos_buckets: > 0 gives each stack T5's relative position bias with that many buckets.
+    n_kv_heads: grouped-query attention (Llama 2 70B and later, Mistral, Qwen, SmolLM): K and V have this
+        many heads, each read by n_heads / n_kv_heads query heads; None = n_heads (one K, V per query head).
+    qkv_bias, out_bias: biases of W^Q, W^K, W^V and of W^O when they differ from `bias` (Qwen2: Q, K, V only).
+    qk_norm: an RMSNorm over each head's q and k before the rotation (Qwen3).
+    rope: rotary position embedding of self-attention (Q and K turned by position), or None.
     """
 
     d_model: int = 64
@@ -56,6 +61,11 @@ class BlockConfig:
     ffn_gated: bool = False
     rel_pos_buckets: int = 0
     rel_pos_max_distance: int = 128
+    n_kv_heads: int | None = None
+    qkv_bias: bool | None = None
+    out_bias: bool | None = None
+    qk_norm: bool = False
+    rope: Rope | None = None
 
     def __post_init__(self) -> None:
         if self.activation not in ACTIVATIONS:
@@ -66,10 +76,19 @@ class BlockConfig:
             raise ValueError(f"norm_type must be one of {NORM_TYPES}, got {self.norm_type!r}")
         if self.d_head is None and self.d_model % self.n_heads:
             raise ValueError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}; set d_head")
+        if self.n_kv_heads is not None and (self.n_kv_heads < 1 or self.n_heads % self.n_kv_heads):
+            raise ValueError(f"n_kv_heads={self.n_kv_heads} must divide n_heads={self.n_heads}")
+        if self.rope is not None and self.head_dim % 2:
+            raise ValueError(f"rotary embedding turns pairs of dimensions: d_head={self.head_dim} must be even")
 
     @property
     def head_dim(self) -> int:
         return self.d_head if self.d_head is not None else self.d_model // self.n_heads
+
+    @property
+    def kv_heads(self) -> int:
+        """Heads of K and V: n_kv_heads with grouped-query attention, else n_heads."""
+        return self.n_kv_heads if self.n_kv_heads is not None else self.n_heads
 
 
 def make_norm(cfg: BlockConfig) -> nn.Module:
@@ -78,32 +97,122 @@ def make_norm(cfg: BlockConfig) -> nn.Module:
     return nn.LayerNorm(cfg.d_model, eps=cfg.ln_eps)
 
 
+class LayerCache:
+    """One attention layer's keys and values of the positions already run (a key/value cache), in buffers
+    allocated once for `capacity` positions: a generation step computes K and V of its new token only.
+
+    `extend` writes the new positions after the old ones and returns views of everything so far. A view
+    handed out earlier (a step's trace holds one) keeps its values: later steps write past its end.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity, self.length = capacity, 0
+        self.keys: torch.Tensor | None = None
+        self.values: torch.Tensor | None = None
+
+    def extend(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """k, v (B, h_kv, T_new, dh) -> the layer's K and V (B, h_kv, T_old + T_new, dh)."""
+        end = self.length + k.shape[2]
+        if end > self.capacity:
+            raise ValueError(f"the key/value cache holds {self.capacity} positions; {end} were asked for")
+        if self.keys is None:
+            B, h, _, dh = k.shape
+            self.keys = k.new_empty(B, h, self.capacity, dh)
+            self.values = v.new_empty(B, v.shape[1], self.capacity, v.shape[3])
+        self.keys[:, :, self.length : end] = k
+        self.values[:, :, self.length : end] = v
+        self.length = end
+        return self.keys[:, :, :end], self.values[:, :, :end]
+
+
+class KVCache:
+    """The key/value caches of a stack's layers, for one generation (one sequence or one batch)."""
+
+    def __init__(self, n_layers: int, capacity: int) -> None:
+        self.layers = [LayerCache(capacity) for _ in range(n_layers)]
+
+    @property
+    def length(self) -> int:
+        """Positions already run: the position of the next token."""
+        return self.layers[0].length
+
+
 class MultiHeadAttention(nn.Module):
     """softmax(Q K^T / sqrt(d_k) + bias, masked) V per head, heads concatenated, times W^O.
 
-    Hook points: q, k, v (B, h, T, dh); scores = Q K^T and scaled = the softmax input
-    (scores * scale + bias, masked cells at -inf), weights (B, h, Tq, Tk); mask (B, 1, Tq, Tk),
-    True where attending is allowed, only when there is a mask; z = weights V per head
-    (B, h, Tq, dh); out = concat(z) W^O (B, Tq, D).
+    Hook points: q (B, h, Tq, dh); k, v (B, h_kv, Tk, dh), one per key/value head (h_kv = h unless the
+    attention is grouped-query: query head i then reads K and V head i // (h / h_kv)); with rotary
+    embedding, q and k are recorded after the rotation, as they are multiplied, and q_pre_rope, k_pre_rope
+    before it; scores = Q K^T and scaled = the softmax input (scores * scale + bias, masked cells at -inf),
+    weights (B, h, Tq, Tk); mask (B, 1, Tq, Tk), True where attending is allowed, only when there is a mask;
+    z = weights V per head (B, h, Tq, dh); out = concat(z) W^O (B, Tq, D).
     """
 
-    def __init__(self, d_model: int, n_heads: int, d_head: int, bias: bool = True, scaled: bool = True) -> None:
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        d_head: int,
+        bias: bool = True,
+        scaled: bool = True,
+        *,
+        n_kv_heads: int | None = None,
+        out_bias: bool | None = None,
+        rotary: bool = False,
+        qk_norm_eps: float | None = None,
+    ) -> None:
         super().__init__()
         self.n_heads, self.d_head = n_heads, d_head
+        self.n_kv_heads = n_kv_heads or n_heads
+        self.group = n_heads // self.n_kv_heads  # query heads per key/value head
         # T5 folds the scale into its weights and multiplies by 1; every other family uses 1/sqrt(d_k).
         self.scale = 1.0 / math.sqrt(d_head) if scaled else 1.0
-        inner = n_heads * d_head
-        self.W_q = nn.Linear(d_model, inner, bias=bias)
-        self.W_k = nn.Linear(d_model, inner, bias=bias)
-        self.W_v = nn.Linear(d_model, inner, bias=bias)
-        self.W_o = nn.Linear(inner, d_model, bias=bias)
+        self.W_q = nn.Linear(d_model, n_heads * d_head, bias=bias)
+        self.W_k = nn.Linear(d_model, self.n_kv_heads * d_head, bias=bias)
+        self.W_v = nn.Linear(d_model, self.n_kv_heads * d_head, bias=bias)
+        self.W_o = nn.Linear(n_heads * d_head, d_model, bias=bias if out_bias is None else out_bias)
+        # Qwen3 normalises each head's q and k (over d_head) before the rotation.
+        self.q_norm = nn.RMSNorm(d_head, eps=qk_norm_eps) if qk_norm_eps is not None else None
+        self.k_norm = nn.RMSNorm(d_head, eps=qk_norm_eps) if qk_norm_eps is not None else None
+        if rotary:
+            self.hook_q_pre_rope, self.hook_k_pre_rope = HookPoint(), HookPoint()
+        self.rotary = rotary
         self.hook_q, self.hook_k, self.hook_v = HookPoint(), HookPoint(), HookPoint()
         self.hook_scores, self.hook_scaled, self.hook_weights = HookPoint(), HookPoint(), HookPoint()
         self.hook_mask, self.hook_z, self.hook_out = HookPoint(), HookPoint(), HookPoint()
 
-    def _split_heads(self, x: torch.Tensor) -> torch.Tensor:
+    def _split_heads(self, x: torch.Tensor, heads: int) -> torch.Tensor:
         B, T, _ = x.shape
-        return x.view(B, T, self.n_heads, self.d_head).transpose(1, 2)  # (B, h, T, dh)
+        return x.view(B, T, heads, self.d_head).transpose(1, 2)  # (B, heads, T, dh)
+
+    def _per_query_head(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, h_kv, T, dh) -> (B, h, T, dh): each key/value head repeated for the query heads that read it."""
+        if self.group == 1:
+            return x
+        B, h_kv, T, dh = x.shape
+        return x[:, :, None].expand(B, h_kv, self.group, T, dh).reshape(B, h_kv * self.group, T, dh)
+
+    def _qkv(
+        self,
+        x: torch.Tensor,
+        kv_input: torch.Tensor,
+        rotary: tuple[torch.Tensor, torch.Tensor] | None,
+        cache: LayerCache | None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Q (B, h, Tq, dh), K and V (B, h_kv, Tk, dh) as the scores use them: normalised, rotated, cached."""
+        q = self._split_heads(self.W_q(x), self.n_heads)  # (B, h, Tq, dh)
+        k = self._split_heads(self.W_k(kv_input), self.n_kv_heads)  # (B, h_kv, Tk, dh)
+        v = self._split_heads(self.W_v(kv_input), self.n_kv_heads)  # (B, h_kv, Tk, dh)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        if self.rotary:
+            if rotary is None:
+                raise ValueError("this attention layer rotates Q and K: it needs the positions' cos and sin")
+            q, k = self.hook_q_pre_rope(q), self.hook_k_pre_rope(k)
+            q, k = apply_rotary(q, *rotary), apply_rotary(k, *rotary)
+        if cache is not None:
+            k, v = cache.extend(k, v)  # (B, h_kv, T_cached + Tk, dh)
+        return self.hook_q(q), self.hook_k(k), self.hook_v(v)
 
     def forward(
         self,
@@ -111,12 +220,14 @@ class MultiHeadAttention(nn.Module):
         memory: torch.Tensor | None = None,
         mask: torch.Tensor | None = None,
         position_bias: torch.Tensor | None = None,
+        rotary: tuple[torch.Tensor, torch.Tensor] | None = None,
+        cache: LayerCache | None = None,
     ) -> torch.Tensor:
-        """x: queries' input (B, Tq, D); memory: keys' and values' input (B, Tk, D), x when None."""
-        kv_input = x if memory is None else memory
-        q = self.hook_q(self._split_heads(self.W_q(x)))  # (B, h, Tq, dh)
-        k = self.hook_k(self._split_heads(self.W_k(kv_input)))  # (B, h, Tk, dh)
-        v = self.hook_v(self._split_heads(self.W_v(kv_input)))  # (B, h, Tk, dh)
+        """x: queries' input (B, Tq, D); memory: keys' and values' input (B, Tk, D), x when None.
+        rotary: (cos, sin) of the new positions, (1, 1, Tq, dh); cache: this layer's keys and values of
+        earlier positions (the mask then covers them: (.., Tq, T_cached + Tq))."""
+        q, k, v = self._qkv(x, x if memory is None else memory, rotary, cache)
+        k, v = self._per_query_head(k), self._per_query_head(v)  # (B, h, Tk, dh)
 
         scores = self.hook_scores(q @ k.transpose(-2, -1))  # (B, h, Tq, Tk)
         scaled = scores * self.scale if self.scale != 1.0 else scores
@@ -178,7 +289,17 @@ class Block(nn.Module):
         self.pre_norm = cfg.norm == "pre"
         D, h, dh = cfg.d_model, cfg.n_heads, cfg.head_dim
         self.hook_resid_pre = HookPoint()
-        self.attn = MultiHeadAttention(D, h, dh, cfg.bias, cfg.scale_attention)
+        self.attn = MultiHeadAttention(
+            D,
+            h,
+            dh,
+            cfg.bias if cfg.qkv_bias is None else cfg.qkv_bias,
+            cfg.scale_attention,
+            n_kv_heads=cfg.n_kv_heads,
+            out_bias=cfg.bias if cfg.out_bias is None else cfg.out_bias,
+            rotary=cfg.rope is not None,
+            qk_norm_eps=cfg.ln_eps if cfg.qk_norm else None,
+        )
         self.ln_attn = make_norm(cfg)
         self.hook_ln_attn = HookPoint()
         self.hook_resid_after_attn = HookPoint()
@@ -208,10 +329,15 @@ class Block(nn.Module):
         memory: torch.Tensor | None = None,
         cross_mask: torch.Tensor | None = None,
         position_bias: torch.Tensor | None = None,
+        rotary: tuple[torch.Tensor, torch.Tensor] | None = None,
+        cache: LayerCache | None = None,
     ) -> torch.Tensor:
         x = self.hook_resid_pre(x)
         x = self._residual(
-            x, lambda y: self.attn(y, mask=self_mask, position_bias=position_bias), self.ln_attn, self.hook_ln_attn
+            x,
+            lambda y: self.attn(y, mask=self_mask, position_bias=position_bias, rotary=rotary, cache=cache),
+            self.ln_attn,
+            self.hook_ln_attn,
         )
         x = self.hook_resid_after_attn(x)
         if self.cross_attn is not None:
@@ -283,6 +409,8 @@ class Stack(nn.Module):
 
     With cfg.rel_pos_buckets, the stack owns T5's relative position bias, computed once and added
     to the self-attention logits of every layer. Hook: position_bias (1, h, T, T).
+    With cfg.rope, it owns the rotary embedding: cos and sin of the positions, computed once per pass
+    and used by every layer's self-attention to turn Q and K.
     """
 
     def __init__(self, cfg: BlockConfig, n_layers: int, embed: nn.Module, cross_attention: bool = False) -> None:
@@ -298,6 +426,7 @@ class Stack(nn.Module):
             self.hook_position_bias = HookPoint()
         else:
             self.rel_pos = None
+        self.rotary = RotaryEmbedding(cfg.head_dim, cfg.rope) if cfg.rope is not None else None
         self.blocks = nn.ModuleList(Block(cfg, cross_attention) for _ in range(n_layers))
         self.ln_final = make_norm(cfg) if cfg.norm == "pre" else None
         self.hook_out = HookPoint()
@@ -305,16 +434,25 @@ class Stack(nn.Module):
     def forward(
         self,
         x: torch.Tensor,
-        self_mask: torch.Tensor | None = None,
+        self_mask: torch.Tensor | Sequence[torch.Tensor | None] | None = None,
         memory: torch.Tensor | None = None,
         cross_mask: torch.Tensor | None = None,
+        cache: KVCache | None = None,
     ) -> torch.Tensor:
-        """x: the embedded input (B, T, D) -> (B, T, D)."""
+        """x: the embedded input (B, T, D) -> (B, T, D).
+
+        self_mask: one mask for every layer, or one per layer (sliding-window layers differ). cache: the
+        keys and values of earlier positions (x then holds the new positions only, after them).
+        """
         bias = None
         if self.rel_pos is not None:
             bias = self.hook_position_bias(self.rel_pos(x.shape[1], x.shape[1]).to(x.dtype))
-        for block in self.blocks:
-            x = block(x, self_mask, memory, cross_mask, bias)
+        offset = cache.length if cache is not None else 0
+        rotary = self.rotary(x.shape[1], offset, x.dtype) if self.rotary is not None else None
+        masks = self_mask if isinstance(self_mask, (list, tuple)) else [self_mask] * len(self.blocks)
+        for i, block in enumerate(self.blocks):
+            layer_cache = cache.layers[i] if cache is not None else None
+            x = block(x, masks[i], memory, cross_mask, bias, rotary, layer_cache)
         if self.ln_final is not None:
             x = self.ln_final(x)
         return self.hook_out(x)
@@ -323,6 +461,20 @@ class Stack(nn.Module):
 def causal_mask(n: int, device: torch.device | str | None = None) -> torch.Tensor:
     """(n, n) bool, True on and below the diagonal: position i may attend to j <= i."""
     return torch.ones(n, n, dtype=torch.bool, device=device).tril()
+
+
+def causal_window_mask(
+    n_q: int, n_k: int, window: int | None = None, device: torch.device | str | None = None
+) -> torch.Tensor:
+    """(n_q, n_k) bool for the last n_q of n_k positions (the new ones after a cache): query at position
+    p = n_k - n_q + i may attend to key j when j <= p and, with a sliding `window`, p - j < window
+    (Mistral's and Qwen's sliding-window layers: each token sees itself and the window - 1 before it)."""
+    query = torch.arange(n_k - n_q, n_k, device=device)[:, None]
+    key = torch.arange(n_k, device=device)[None, :]
+    allowed = key <= query
+    if window is not None:
+        allowed = allowed & (query - key < window)
+    return allowed
 
 
 def key_padding_mask(attention_mask: torch.Tensor) -> torch.Tensor:
