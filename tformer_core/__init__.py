@@ -22,7 +22,7 @@ from .block_steps import (
 )
 from .capture import HookPoint, capture
 from .checkpoints import CheckpointError, load_model
-from .generation import Generation, GenerationSettings
+from .generation import Generation, GenerationSettings, Sampling, next_token_probabilities, next_token_table
 from .inputs.image_file import ImageError, LoadedImage, read_image
 from .inputs.preprocessing import ImagePreprocessing
 from .inputs.text import FittedInput, fit_to_model
@@ -31,7 +31,8 @@ from .models.base import TracedModel, default_device, resolve_dtype
 from .models.decoder import Decoder, DecoderConfig
 from .models.encoder import Encoder, EncoderConfig
 from .models.layers import BlockConfig, MultiHeadAttention, causal_mask
-from .models.positional import sinusoidal_encoding
+from .models.llama import Llama, LlamaConfig
+from .models.positional import Rope, rope_attention_factor, rope_frequencies, rope_rotate, sinusoidal_encoding
 from .models.seq2seq import EncoderDecoder, Seq2SeqConfig
 from .models.vit import ViT, ViTConfig, patchify
 from .numerics import softmax
@@ -58,10 +59,14 @@ __all__ = [
     "ImageError",
     "ImagePreprocessing",
     "LayerNormSteps",
+    "Llama",
+    "LlamaConfig",
     "LoadedImage",
     "MultiHeadAttention",
     "PatchEmbeddingSteps",
     "RMSNormSteps",
+    "Rope",
+    "Sampling",
     "Seq2SeqConfig",
     "Tokenizer",
     "Trace",
@@ -79,6 +84,8 @@ __all__ = [
     "load_model",
     "mean_attention_distance",
     "mean_token_distance",
+    "next_token_probabilities",
+    "next_token_table",
     "patch_centre_distances",
     "patch_embedding_steps",
     "patchify",
@@ -87,6 +94,9 @@ __all__ = [
     "resolve_dtype",
     "retain_freed_memory",
     "rms_norm_steps",
+    "rope_attention_factor",
+    "rope_frequencies",
+    "rope_rotate",
     "sinusoidal_encoding",
     "softmax",
     "uniform_attention",

@@ -1,6 +1,6 @@
 """`load_model`: any supported checkpoint into the core's instrumented models.
 
-Sources: a bundled name ("minilm", and the project's own trained models), a local folder in the
+Sources: a bundled name ("minilm", "smollm2", and the project's own trained models), a local folder in the
 Hugging Face layout under the configured model folders, or a hub id. The checkpoint's config
 decides the family; each family has its own converter module here, offering MODEL_TYPES (the
 config's model_type values it reads) and build(config, tensors, generation_config) -> core model.
@@ -15,15 +15,16 @@ import torch
 from ..models.base import TracedModel, default_device, resolve_dtype
 from ..models.seq2seq import EncoderDecoder
 from ..models.vit import ViT
-from . import bart, bert, gpt2, marian, t5, vit
+from . import bart, bert, gguf, gpt2, llama, marian, t5, vit
 from .common import load_tokenizer, scrub
 from .errors import CheckpointError
 from .hfconfig import read_json
 from .sources import Progress, display_name, hub_folder, local_folder, looks_like_path, minilm_folder
 from .weights import read_tensors
 
-FAMILIES = {t: module for module in (bert, vit, gpt2, marian, bart, t5) for t in module.MODEL_TYPES}
-BUNDLED_TEXT = {"minilm": minilm_folder}
+FAMILIES = {t: module for module in (bert, vit, gpt2, llama, marian, bart, t5) for t in module.MODEL_TYPES}
+# Text models that need no network: name -> its folder (smollm2's is the cache of its converted GGUF file).
+BUNDLED_TEXT = {"minilm": minilm_folder, "smollm2": lambda: gguf.converted_folder("smollm2")}
 
 
 def supported_model_types() -> list[str]:
@@ -44,7 +45,7 @@ def load_model(
 ) -> TracedModel:
     """Load `source` into the core's model of its family, on `device` (default: CUDA when available).
 
-    `source`: a bundled name ("minilm", "translator", "vit-tiny"), a local model by its display name
+    `source`: a bundled name ("minilm", "smollm2", "translator", "vit-tiny"), a local model by its display name
     ("models/deit-tiny-patch16-224", see `sources.display_name`) or its path (both only inside the
     configured model folders, `model_dirs` or TFORMER_MODEL_DIRS), or a hub id ("google/vit-base-patch16-224").
     The model's `source` is the name it is known by: the bundled name, the hub id, or a local model's
@@ -57,6 +58,8 @@ def load_model(
         raise CheckpointError("no model given: choose a bundled model, a hub id or a local folder")
     source = source.strip()
     _report(progress, 0.0, f"{source}: locating")
+    if source in gguf.GGUF_MODELS:
+        return _placed(_load_gguf(source, progress), source, device, dtype, progress)
     if source in BUNDLED_TEXT:
         folder, name = BUNDLED_TEXT[source](), source
     else:
@@ -77,7 +80,17 @@ def load_model(
             name = display_name(folder, model_dirs)
         else:
             folder, name = hub_folder(source, progress), source
-    model = load_folder(folder, progress, name=name)
+    return _placed(load_folder(folder, progress, name=name), name, device, dtype, progress)
+
+
+def _placed(
+    model: TracedModel,
+    name: str,
+    device: str | torch.device | None,
+    dtype: str | torch.dtype | None,
+    progress: Progress | None,
+) -> TracedModel:
+    """The loaded model, named and moved to `device` in `dtype`."""
     model.source = name  # a local model by its short name: pages show it, and it never reveals a server path
     _report(progress, 0.95, f"{name}: moving to {device or default_device()}")
     try:
@@ -85,6 +98,18 @@ def load_model(
     except (RuntimeError, MemoryError) as error:  # CUDA out of memory, a device that is not there
         raise CheckpointError(_placing_failed(name, device, error)) from None
     _report(progress, 1.0, f"{name}: ready")
+    return model
+
+
+def _load_gguf(name: str, progress: Progress | None) -> TracedModel:
+    """A bundled GGUF model from its converted cache folder (converted first when needed); a cache folder the
+    loader refuses (damaged since it was written) is converted again, once."""
+    folder = gguf.converted_folder(name, progress)
+    try:
+        model = load_folder(folder, progress, name=name)
+    except CheckpointError:
+        model = load_folder(gguf.converted_folder(name, progress, rebuild=True), progress, name=name)
+    model.weights_note = gguf.GGUF_MODELS[name].note
     return model
 
 
