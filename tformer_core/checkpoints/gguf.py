@@ -195,5 +195,10 @@ def convert(source: Path, out: Path, progress: Progress | None = None) -> None:
     transformers.GenerationConfig.from_model_config(config).save_pretrained(out)
     report(0.45, f"{file}: converting the tokenizer")
     transformers.AutoTokenizer.from_pretrained(folder, gguf_file=file).save_pretrained(out)
-    files = {p.name: p.stat().st_size for p in sorted(out.iterdir()) if p.is_file()}
-    (out / MARKER).write_text(json.dumps({"source": file, "files": files}, indent=1), encoding="utf-8")
+    write_marker(out, file)
+
+
+def write_marker(out: Path, source: str) -> None:
+    """The last file of a conversion: every other file of `out` with its size (see `is_complete`)."""
+    files = {p.name: p.stat().st_size for p in sorted(out.iterdir()) if p.is_file() and p.name != MARKER}
+    (out / MARKER).write_text(json.dumps({"source": source, "files": files}, indent=1), encoding="utf-8")
