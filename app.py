@@ -18,6 +18,7 @@ PAGES = {
     "Learn": [
         st.Page("app_pages/step_by_step.py", title="Attention, step by step", icon="🧮", url_path="step-by-step"),
         st.Page("app_pages/positional.py", title="Positional encoding", icon="〰️", url_path="positional"),
+        st.Page("app_pages/inside_block.py", title="Inside a block", icon="🧱", url_path="block"),
     ],
     "Explore": [
         st.Page("app_pages/text_attention.py", title="Text attention", icon="🔤", url_path="text"),

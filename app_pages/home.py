@@ -30,6 +30,14 @@ GUIDE = [
         "similarity between positions, and the learned position embeddings of a real model.",
     ),
     (
+        "app_pages/inside_block.py",
+        "Inside a block",
+        "The rest of the encoder layer on a real model (MiniLM, the translator's encoder and decoder, a ViT): "
+        "the block drawn as post-norm or pre-norm, one token's residual sums, LayerNorm's μ and σ², the "
+        "feed-forward network's hidden units, checked against the model's next layer; the stream's size "
+        "across layers; the lecture's LayerNorm example, editable.",
+    ),
+    (
         "app_pages/text_attention.py",
         "Text attention",
         "A real encoder (MiniLM, offline) or any BERT / RoBERTa / GPT-2 from the hub: head view, heatmaps, all "
