@@ -105,16 +105,21 @@ class Decoder(TracedModel):
 
     def _self_masks(
         self, n_new: int, n_keys: int, device: torch.device, attention_mask: torch.Tensor | None
-    ) -> torch.Tensor | list[torch.Tensor]:
+    ) -> torch.Tensor | list[torch.Tensor | None] | None:
         """The causal mask of the new positions over every key (n_new, n_keys), combined with the padding
-        mask (B, 1, n_new, n_keys); one per layer when some layers slide a window."""
+        mask (B, 1, n_new, n_keys); one per layer when some layers slide a window. None where nothing is hidden
+        (one new token after a cache sees every key): its step trace then has no attn.mask."""
         causal = causal_window_mask(n_new, n_keys, device=device)
         if attention_mask is not None:
             causal = causal & key_padding_mask(attention_mask)
+        elif n_new == 1:
+            causal = None
         c = self.config
         if c.sliding_window is None:
             return causal
-        window = causal & causal_window_mask(n_new, n_keys, c.sliding_window, device)
+        window = causal_window_mask(n_new, n_keys, c.sliding_window, device)
+        if attention_mask is not None:
+            window = window & key_padding_mask(attention_mask)
         return [window if c.windowed(i) else causal for i in range(c.n_layers)]
 
     def forward(

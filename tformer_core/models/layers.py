@@ -185,12 +185,17 @@ class MultiHeadAttention(nn.Module):
         B, T, _ = x.shape
         return x.view(B, T, heads, self.d_head).transpose(1, 2)  # (B, heads, T, dh)
 
-    def _per_query_head(self, x: torch.Tensor) -> torch.Tensor:
-        """(B, h_kv, T, dh) -> (B, h, T, dh): each key/value head repeated for the query heads that read it."""
+    def _grouped(self, per_query_head: torch.Tensor, per_kv_head: torch.Tensor) -> torch.Tensor:
+        """a (B, h, Tq, m) @ b (B, h_kv, m, n) -> (B, h, Tq, n), query head i using key/value head i // group.
+
+        The query heads of a group are stacked as rows of one matrix, so K and V are never copied per query
+        head (transformers' repeat_kv copies them): the same products, in fewer, larger multiplications.
+        """
         if self.group == 1:
-            return x
-        B, h_kv, T, dh = x.shape
-        return x[:, :, None].expand(B, h_kv, self.group, T, dh).reshape(B, h_kv * self.group, T, dh)
+            return per_query_head @ per_kv_head
+        B, h, Tq, m = per_query_head.shape
+        stacked = per_query_head.reshape(B, self.n_kv_heads, self.group * Tq, m)  # heads i*g .. i*g+g-1 together
+        return (stacked @ per_kv_head).view(B, h, Tq, per_kv_head.shape[-1])
 
     def _qkv(
         self,
@@ -227,9 +232,7 @@ class MultiHeadAttention(nn.Module):
         rotary: (cos, sin) of the new positions, (1, 1, Tq, dh); cache: this layer's keys and values of
         earlier positions (the mask then covers them: (.., Tq, T_cached + Tq))."""
         q, k, v = self._qkv(x, x if memory is None else memory, rotary, cache)
-        k, v = self._per_query_head(k), self._per_query_head(v)  # (B, h, Tk, dh)
-
-        scores = self.hook_scores(q @ k.transpose(-2, -1))  # (B, h, Tq, Tk)
+        scores = self.hook_scores(self._grouped(q, k.transpose(-2, -1)))  # (B, h, Tq, Tk)
         scaled = scores * self.scale if self.scale != 1.0 else scores
         if position_bias is not None:
             scaled = scaled + position_bias
@@ -246,7 +249,7 @@ class MultiHeadAttention(nn.Module):
                 weights = weights.masked_fill(attends_nothing, 0.0)
         weights = self.hook_weights(weights)
 
-        z = self.hook_z(weights @ v)  # (B, h, Tq, dh)
+        z = self.hook_z(self._grouped(weights, v))  # (B, h, Tq, dh)
         B, _, Tq, _ = z.shape
         concat = z.transpose(1, 2).reshape(B, Tq, self.n_heads * self.d_head)  # (B, Tq, h*dh)
         return self.hook_out(self.W_o(concat))  # (B, Tq, D)
