@@ -286,3 +286,57 @@ def test_a_real_patch_picture_is_the_patch_of_the_picture_the_model_saw():
     picture = lpe.patch_picture(result.image, result.grid_hw, 9, size=40)
     expected = result.image.convert("RGB").crop((4, 4, 8, 8)).resize((40, 40), Image.Resampling.NEAREST)
     assert np.array_equal(np.asarray(picture), np.asarray(expected))
+
+
+# ---- other families: a GPT-2-style decoder, a T5-style encoder-decoder (RMSNorm, gated FFN, position bias) ------
+def _randomised(model, seed=0):
+    """Every parameter drawn at random around 0 (norm weights, the 1-D size-32 ones, around 1), float32 on the CPU."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * 0.1 + (1.0 if p.ndim == 1 and p.shape[0] == 32 else 0.0))
+    return model.eval()
+
+
+def test_a_gpt2_style_decoder_recomposes_with_its_causal_mask():
+    model = _randomised(tc.Decoder(tc.DecoderConfig(vocab_size=50, d_model=32, n_heads=4, d_ff=64, n_layers=3)))
+    trace = model.trace([3, 14, 15, 9, 26, 5], keep=lb.block_read).compact()
+    layout = lb.block_layout(model, "decoder")
+    assert (layout.norm, layout.causal, layout.activation, layout.cross) == ("pre", True, "gelu_tanh", False)
+    assert walk_everything(model, trace, "decoder") <= TOLERANCE
+    walk = lb.block_walk(model, trace, "decoder", 2, 1)
+    np.testing.assert_array_equal(walk.sublayers[0].attention.visible, [0, 1])
+
+
+def test_a_t5_style_model_recomposes_with_rms_norm_a_gated_ffn_and_position_bias():
+    config = tc.Seq2SeqConfig(
+        src_vocab_size=40,
+        tgt_vocab_size=40,
+        d_model=32,
+        n_heads=4,
+        d_ff=48,
+        n_encoder_layers=2,
+        n_decoder_layers=2,
+        norm="pre",
+        norm_type="rmsnorm",
+        ffn_gated=True,
+        activation="gelu_tanh",
+        bias=False,
+        scale_attention=False,
+        rel_pos_buckets=8,
+        rel_pos_max_distance=16,
+        positional="none",
+        embed_scale=False,
+        ln_eps=1e-6,
+    )
+    model = _randomised(tc.EncoderDecoder(config))
+    trace = model.trace([4, 8, 15, 16, 23, 2], [1, 7, 9, 11, 2], keep=lb.block_read).compact()
+    assert "encoder.position_bias" in trace.activations
+    for stack in ("encoder", "decoder"):
+        assert walk_everything(model, trace, stack) <= TOLERANCE
+    walk = lb.block_walk(model, trace, "decoder", 1, 3)
+    norm = walk.sublayers[0].norm
+    assert isinstance(norm, tc.RMSNormSteps) and norm.eps == 1e-6
+    assert walk.sublayers[2].ffn.gate is not None
+    assert [n.kind for n in lb.flow_nodes(walk.layout)][:4] == ["io", "norm", "attn", "add"]
+    assert lb.flow_nodes(walk.layout)[1].label == "RMSNorm"

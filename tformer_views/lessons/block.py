@@ -377,7 +377,11 @@ def _sublayer(model, trace, layout, layer, token, part, stream_in) -> SubLayerWa
     read = pre_norm.output[0] if pre else stream_in
     if part == "mlp":
         mlp = block.mlp
-        gate = {} if mlp.W_gate is None else {"W_gate": _param(mlp.W_gate.weight).T, "b_gate": _param(mlp.W_gate.bias)}
+        gate = (
+            {}
+            if mlp.W_gate is None
+            else {"W_gate": _param(mlp.W_gate.weight).T, "b_gate": _param(mlp.W_gate.bias, layout.d_ff)}
+        )
         W1, b1 = _param(mlp.W_in.weight).T, _param(mlp.W_in.bias, layout.d_ff)
         W2, b2 = _param(mlp.W_out.weight).T, _param(mlp.W_out.bias, layout.d_model)
         ffn = ffn_steps(read, W1, b1, W2, b2, layout.activation, **gate)
