@@ -23,7 +23,7 @@ from tformer_core.trace import Trace
 from tformer_views import search
 from tformer_views import text as tv
 from tformer_views.charts.attention import distance_chart, head_view_chart
-from tformer_views.charts.pickers import head_grid_chart
+from tformer_views.charts.pickers import head_grid_chart, thumbnail_picker
 from tformer_views.charts.spec import heatmap
 from tformer_views.lessons.attention import tex
 from tformer_views.text import peak_weights
@@ -33,6 +33,7 @@ from tformer_views.why import why_this_weight
 from . import caches, downloads
 from .events import clicked_cell
 from .markdown import escape
+from .page import scroll_to
 from .url import UrlState
 from .widgets import choose_token, following_choice
 
@@ -156,7 +157,7 @@ def draw(shown: Shown, url: UrlState, c: Controls, label: str = "") -> None:
 
 def draw_head_view(trace: Trace, url: UrlState, c: Controls, label: str = "") -> None:
     H = trace.n_heads
-    st.subheader(f"Head view · {label}layer {c.layer}")
+    st.subheader(f"Head view · {label}layer {c.layer}", anchor=f"{c.prefix}head-view")
     heads = st.multiselect("Heads shown (one colour each)", list(range(H)), key=_key(url, c, "heads"))
     focus = st.checkbox("Only the query token's lines", key=url.key(f"{c.prefix}focus", False))
     view = tv.head_view(
@@ -178,7 +179,7 @@ def draw_head_view(trace: Trace, url: UrlState, c: Controls, label: str = "") ->
 
 def draw_heatmap(trace: Trace, url: UrlState, c: Controls, label: str = "") -> None:
     layer, head = c.layer, c.head
-    st.subheader(f"Heatmap · {label}layer {layer}, head {head}")
+    st.subheader(f"Heatmap · {label}layer {layer}, head {head}", anchor=f"{c.prefix}heatmap")
     part = st.radio(
         "Matrix",
         list(MATRICES),
@@ -268,6 +269,14 @@ def draw_search(shown: Shown, url: UrlState, c: Controls, label: str = "") -> No
             )
 
 
+def scroll_to_views(url: UrlState, prefix: str) -> None:
+    """After choosing a head far down the page, show its views: the head view, else the heatmap."""
+    views = url.value(f"{prefix}views")
+    anchor = "head-view" if "head" in views else "heatmap" if "heatmap" in views else None
+    if anchor:
+        scroll_to(f"{prefix}{anchor}")
+
+
 def select_head(url: UrlState, prefix: str, layer: int, head: int) -> None:
     """Make (layer, head) the chosen one (a callback: it runs before the page is drawn again)."""
     url.set(f"{prefix}layer", int(layer))
@@ -284,7 +293,23 @@ def draw_overview(shown: Shown, url: UrlState, c: Controls, label: str = "") -> 
         f"Rows: layers, columns: heads; each thumbnail is a {n_q}×{n_k} attention matrix ({detail}), "
         "coloured from 0 (dark) to its own largest weight (yellow)."
     )
-    st.image(picture.png, output_format="PNG", caption=caption)
+    boxes = {(l, h): picture.box(l, h) for l in range(picture.thumbs.shape[0]) for h in range(picture.thumbs.shape[1])}
+    thumbs_key = _key(url, c, "chart.thumbnails")
+
+    def pick_thumbnail() -> None:
+        cell = clicked_cell(st.session_state.get(thumbs_key))
+        if cell is not None:
+            select_head(url, c.prefix, *cell)
+            scroll_to_views(url, c.prefix)
+
+    st.vega_lite_chart(
+        thumbnail_picker(picture.png, boxes),
+        width="content",
+        key=thumbs_key,
+        on_select=pick_thumbnail,
+        selection_mode="cell",
+    )
+    st.caption(caption + " Click a thumbnail to select that head.")
     downloads.file_download("PNG", picture.png, f"{c.prefix}all_heads.png", "image/png", _key(url, c, "overview_png"))
     if c.stack == "cross":  # token distances mean nothing between two sentences: colour by the largest weight
         values = peak_weights(shown.trace, "cross")

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
 import streamlit as st
+import streamlit.components.v1 as components
 import torch
 
 import tformer_core as tc
@@ -35,6 +37,33 @@ def run_page(title: str, intro: str, name: str, draw: Callable[[UrlState], None]
         line = notices(url)
         if line:
             notice.info(line)
+    _scroll_if_asked()
+
+
+_SCROLL = "_tformer.scroll_to"
+# Runs in an invisible component's frame (same origin as the page), after the elements it looks for may still
+# be on their way: it tries for two seconds.
+_SCROLL_SCRIPT = """<script>
+const target = %s; let tries = 0;
+const find = () => {
+  const element = window.parent.document.getElementById(target);
+  if (element) { element.scrollIntoView({behavior: "smooth", block: "start"}); }
+  else if (tries++ < 40) { setTimeout(find, 50); }
+};
+find();
+</script>"""
+
+
+def scroll_to(anchor: str) -> None:
+    """Bring the element with this anchor into sight once the page has been drawn again (for callbacks: a
+    click on a thumbnail selects a head whose views are higher up the page)."""
+    st.session_state[_SCROLL] = anchor
+
+
+def _scroll_if_asked() -> None:
+    anchor = st.session_state.pop(_SCROLL, None)
+    if anchor:
+        components.html(_SCROLL_SCRIPT % json.dumps(anchor), height=0)
 
 
 def run_safely(compute: Callable[[], Any], what: str) -> Any | None:

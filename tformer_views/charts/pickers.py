@@ -6,6 +6,8 @@ from it (the parameter and field names are the ones these specs declare).
 
 from __future__ import annotations
 
+import base64
+import io
 from typing import Any
 
 import numpy as np
@@ -63,12 +65,14 @@ def head_grid_chart(
     )
 
 
-def _picture_layer(picture: Image.Image, datasets: dict[str, Any]) -> dict:
-    """The picture itself as a chart layer (a JPEG data URI), drawn at its own size from the top left."""
+def _picture_layer(picture: Image.Image, datasets: dict[str, Any], png: bytes | None = None) -> dict:
+    """The picture itself as a chart layer (a JPEG data URI, or `png` as given), drawn at its own size from
+    the top left."""
     mark = {"type": "image", "width": picture.width, "height": picture.height}
     mark |= {"align": "left", "baseline": "top", "aspect": False}
+    url = data_uri(picture) if png is None else "data:image/png;base64," + base64.b64encode(png).decode("ascii")
     return {
-        "data": named_data(pd.DataFrame({"url": [data_uri(picture)]}), datasets),
+        "data": named_data(pd.DataFrame({"url": [url]}), datasets),
         "mark": mark,
         "encoding": {"url": channel("url", "nominal"), "x": {"value": 0}, "y": {"value": 0}},
     }
@@ -106,5 +110,37 @@ def patch_picker(picture: Image.Image, grid_hw: tuple[int, int], selected: int |
         {"name": "hover", "views": ["cells"], "select": on_hover},
     ]
     spec = layered(layers, datasets, title, width=picture.width, height=picture.height, params=params)
+    spec["config"] = {"view": {"stroke": None}}
+    return spec
+
+
+def thumbnail_picker(png: bytes, boxes: dict[tuple[int, int], tuple[int, int, int, int]]) -> dict:
+    """A Vega-Lite chart: a PNG of thumbnails (the layers x heads overview) where a click on a thumbnail
+    selects it. boxes: (layer, head) -> (left, top, right, bottom) pixels. Selection parameter "cell" with the
+    fields layer and head, as the head grid's. The chart does not depend on the chosen head, so Streamlit
+    sends it once (its picture can weigh a megabyte) and a head change costs nothing here."""
+    picture = Image.open(io.BytesIO(png))
+    frame = pd.DataFrame(
+        [{"layer": l, "head": h, "x": a, "x2": c, "y": b, "y2": d} for (l, h), (a, b, c, d) in boxes.items()]
+    )
+    datasets: dict[str, Any] = {}
+    px = {"type": "quantitative", "axis": None}
+    x = {"field": "x", **px, "scale": {"domain": [0, picture.width], "range": [0, picture.width], "nice": False}}
+    y = {"field": "y", **px, "scale": {"domain": [0, picture.height], "range": [0, picture.height], "nice": False}}
+    hover = {"condition": {"param": "hover", "empty": False, "value": 0.25}, "value": 0.001}
+    tooltip = [channel("layer", "ordinal", title="layer"), channel("head", "ordinal", title="head")]
+    cells = {
+        "name": "cells",
+        "data": named_data(frame, datasets),
+        "mark": {"type": "rect", "fill": "white", "cursor": "pointer"},
+        "encoding": {"x": x, "x2": {"field": "x2"}, "y": y, "y2": {"field": "y2"}, "fillOpacity": hover}
+        | {"tooltip": tooltip},
+    }
+    layers = [_picture_layer(picture, datasets, png), cells]
+    params = [
+        {"name": "cell", "views": ["cells"], "select": {"type": "point", "fields": ["layer", "head"], "on": "click"}},
+        {"name": "hover", "views": ["cells"], "select": {"type": "point", "on": "pointerover", "clear": "pointerout"}},
+    ]
+    spec = layered(layers, datasets, "", width=picture.width, height=picture.height, params=params)
     spec["config"] = {"view": {"stroke": None}}
     return spec
