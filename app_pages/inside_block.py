@@ -217,7 +217,11 @@ def show_attention_row(sub: lb.SubLayerWalk, token_label: str, key: str) -> None
         if len(visible) < len(row.keys):
             st.caption(f"The {len(row.keys) - len(visible)} masked keys (weight 0) are left out of the picture.")
     else:
-        st.caption(f"{len(visible)} keys: too many to draw; the CSV has every weight.")
+        top = np.argsort(-row.weights, axis=1, kind="stable")[:, :5]  # [heads, 5]
+        cells = [[f"{row.keys[j]} ({row.weights[h, j]:.3f})" for j in top[h]] for h in range(len(heads))]
+        frame = pd.DataFrame(cells, index=pd.Index(heads, name="strongest keys"), columns=[1, 2, 3, 4, 5])
+        st.dataframe(frame)
+        st.caption(f"{len(visible)} keys: too many to draw; each head's five strongest, and every weight in the CSV.")
     downloads.matrix_download(row.weights, heads, list(row.keys), f"block_{key}_weights.csv", key=f"block.csv.{key}w")
 
 

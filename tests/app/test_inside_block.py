@@ -149,6 +149,10 @@ def test_real_deit_recomposes_within_float32_rounding(monkeypatch):
     assert largest_difference(at) <= 1e-5
     assert any("d_model = **192**, d_ff = **768**" in m for m in messages(at, "markdown"))
     assert any("197 keys: too many to draw" in m for m in messages(at, "caption"))
+    strongest = table(at, "strongest keys")
+    assert strongest.shape == (3, 5)
+    weights = strongest.map(lambda cell: float(cell.rsplit("(", 1)[1].rstrip(")"))).to_numpy()
+    assert np.all(np.diff(weights, axis=1) <= 0) and np.all(weights.sum(axis=1) <= 1.0 + 1e-3)
 
 
 # ---- the lecture's LayerNorm example ----------------------------------------------------------------------------
