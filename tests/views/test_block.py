@@ -153,8 +153,9 @@ def test_the_trace_the_page_caches_keeps_what_the_walk_reads_and_no_attention_in
     model, _ = minilm
     trace = lb.trace_text(model, SENTENCE)
     names = set(trace.activations)
-    assert {"encoder.0.resid_pre", "encoder.0.attn.out", "encoder.0.ln_attn", "encoder.0.mlp.hidden"} <= names
-    assert not [n for n in names if n.rpartition(".")[2] in ("q", "k", "v", "weights", "z")]
+    assert {"encoder.0.resid_pre", "encoder.0.attn.out", "encoder.0.ln_attn", "encoder.0.mlp.out"} <= names
+    assert not [n for n in names if n.rpartition(".")[2] in ("q", "k", "v", "weights", "z", "hidden")]
+    assert not [n for n in names if ".embed." in n]
     assert lb.block_read("decoder.1.cross_attn.mask") and lb.block_read("decoder.1.cross_attn.out")
     assert not lb.block_read("decoder.1.cross_attn.k") and not lb.block_read("head.logits")
     assert lb.block_walk(model, trace, "encoder", 3, 2).max_difference <= TOLERANCE
