@@ -30,7 +30,7 @@ from tformer_views.lessons import block as lb
 from tformer_views.lessons import tables as lt
 from tformer_views.lessons.attention import fmt
 
-SUGGESTIONS = (DEFAULT_TEXT_MODEL, "translator", "vit-tiny", vi.DEFAULT_VIT, "gpt2", "bert-base-uncased")
+SUGGESTIONS = (DEFAULT_TEXT_MODEL, "translator", "vit-tiny", "smollm2", vi.DEFAULT_VIT, "gpt2", "bert-base-uncased")
 DEFAULT_SENTENCE = "The cat sat on the mat."
 MAX_DIMS = 16
 MAX_KEYS_DRAWN = 40  # more keys than this: the attention row goes to a CSV, not a heatmap
@@ -54,8 +54,9 @@ def choose(url: UrlState) -> tuple[str, TracedModel | None]:
         SUGGESTIONS,
         DEFAULT_TEXT_MODEL,
         placeholder="e.g. bert-base-uncased, gpt2 or ./models/my-vit",
-        help="MiniLM (BERT-style, post-norm), the bundled translator (encoder and decoder, post-norm) and "
-        "vit-tiny (pre-norm) work offline; any BERT, GPT-2, ViT/DeiT, Marian, BART or T5 from the hub.",
+        help="MiniLM (BERT-style, post-norm), the bundled translator (encoder and decoder, post-norm), vit-tiny "
+        "(pre-norm) and SmolLM2 (Llama-style: pre-norm RMSNorm, SwiGLU; its first load converts its file, about a "
+        "minute) work offline; any BERT, GPT-2, ViT/DeiT, Llama, Marian, BART or T5 from the hub.",
     )
     model = caches.load_model(source)
     if model is not None and model.kind == "vit" and model.preprocessing is None:
@@ -256,38 +257,31 @@ def show_ffn(sub: lb.SubLayerWalk, layout: lb.BlockLayout, n_dims: int, i: int) 
     ffn = sub.ffn
     act = lb.ACTIVATION_NAMES[layout.activation]
     d, d_ff = layout.d_model, layout.d_ff
-    st.latex(
-        rf"\mathrm{{FFN}}(x) = \mathrm{{{act.split()[0]}}}(x W_1 + b_1)\,W_2 + b_2,\qquad "
-        rf"x \in \mathbb{{R}}^{{{d}}} \xrightarrow{{W_1:\ {d}\times{d_ff}}} \mathbb{{R}}^{{{d_ff}}} "
-        rf"\xrightarrow{{W_2:\ {d_ff}\times{d}}} \mathbb{{R}}^{{{d}}}"
-    )
-    if ffn.gate is not None:
-        st.caption("Gated: the hidden layer is act(x W_gate + b_gate) ⊙ (x W₁ + b₁).")
+    st.latex(lb.ffn_formula(layout))
     active = int(ffn.active[0])
+    what = "gate units" if layout.gated else "hidden units"
     st.markdown(
-        f"The same two matrices for every token: {d} → **{d_ff}** hidden units → {d} (the paper: 512 → 2048 → "
-        f"512). For this token **{active} of {d_ff}** hidden units ({active / d_ff:.0%}) get a positive input"
+        f"The same matrices for every token: {d} → **{d_ff}** hidden units → {d} (the paper: 512 → 2048 → "
+        f"512). For this token **{active} of {d_ff}** {what} ({active / d_ff:.0%}) get a positive input"
         + (
             " and pass ReLU; the rest are 0."
             if layout.activation == "relu"
             else f"; {act} lets small negatives through."
         )
     )
+    rows = lb.ffn_rows(ffn, layout.activation)
     k = min(n_dims, d_ff)
-    hidden = pd.DataFrame(
-        np.vstack([ffn.hidden_pre[0, :k], ffn.hidden[0, :k]]),
-        index=pd.Index(["x W₁ + b₁", f"{act}(·)"], name="hidden layer"),
+    frame = pd.DataFrame(
+        np.vstack([v[:k] for v in rows.values()]),
+        index=pd.Index(list(rows), name="hidden layer"),
         columns=lb.dims_labels(k, "h"),
     )
-    downloads.table(hidden, key=f"block.table.hidden{i}")
-    units = pd.DataFrame({"before": ffn.hidden_pre[0], "after": ffn.hidden[0]}).T
-    downloads.matrix_download(
-        units.to_numpy(), list(units.index), lb.dims_labels(d_ff, "h"), "block_ffn_hidden.csv", key="block.csv.hid"
-    )
-    downloads.chart(
-        activation_chart(ffn.hidden_pre[0], ffn.hidden[0], act, title=f"The {d_ff} hidden units of this token"),
-        key="block.chart.activation",
-    )
+    downloads.table(frame, key=f"block.table.hidden{i}")
+    full = np.vstack(list(rows.values()))
+    downloads.matrix_download(full, list(rows), lb.dims_labels(d_ff, "h"), "block_ffn_hidden.csv", key="block.csv.hid")
+    into = ffn.gate[0] if ffn.gate is not None else ffn.hidden_pre[0]
+    title = f"The {d_ff} {what} of this token"
+    downloads.chart(activation_chart(into, ffn.activated[0], act, title=title), key="block.chart.activation")
 
 
 def show_check(walk: lb.BlockWalk, n_dims: int) -> None:

@@ -144,6 +144,11 @@ class FFNSteps:
         """Hidden units per row whose activation input is positive (the units ReLU lets through)."""
         return ((self.hidden_pre if self.gate is None else self.gate) > 0).sum(axis=1)
 
+    @property
+    def activated(self) -> np.ndarray:
+        """[n, d_ff]: the activation's output, act(hidden_pre), or act(gate) for a gated FFN (before ⊙)."""
+        return self.hidden if self.gate is None else activate(self.gate, self.activation)
+
 
 def activate(h: np.ndarray, activation: str) -> np.ndarray:
     """relu, gelu (exact, with erf: BERT, ViT), gelu_tanh (GPT-2's approximation) or silu, in float64."""

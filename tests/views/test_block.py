@@ -219,6 +219,8 @@ def test_the_flow_follows_the_models_placement(translator, vit_tiny):
 def test_activation_chart_has_one_point_per_hidden_unit(minilm):
     model, trace = minilm
     ffn = lb.block_walk(model, trace, "encoder", 0, 1).sublayers[1].ffn
+    assert list(lb.ffn_rows(ffn, "gelu")) == ["x W₁ + b₁", "GELU(·)"]
+    np.testing.assert_array_equal(ffn.activated, ffn.hidden)
     spec = cb.activation_chart(ffn.hidden_pre[0], ffn.hidden[0], "GELU")
     validate(spec)
     (frame,) = spec["datasets"].values()
@@ -341,3 +343,24 @@ def test_a_t5_style_model_recomposes_with_rms_norm_a_gated_ffn_and_position_bias
     assert walk.sublayers[2].ffn.gate is not None
     assert [n.kind for n in lb.flow_nodes(walk.layout)][:4] == ["io", "norm", "attn", "add"]
     assert lb.flow_nodes(walk.layout)[1].label == "RMSNorm"
+
+
+def test_a_llama_style_decoder_reads_its_rotary_grouped_attention_from_the_trace():
+    from tformer_core.models.llama import Llama, LlamaConfig
+
+    config = LlamaConfig(vocab_size=50, d_model=32, n_heads=4, n_kv_heads=2, d_ff=48, n_layers=2)
+    model = _randomised(Llama(config))
+    trace = model.trace([3, 14, 15, 9, 26, 5], keep=lb.block_read).compact()
+    assert not [n for n in trace.activations if n.endswith(("q_pre_rope", "k_pre_rope", ".attn.k"))]
+    layout = lb.block_layout(model, "decoder")
+    assert not layout.attention_recomputed and (layout.norm_type, layout.gated) == ("rmsnorm", True)
+    assert walk_everything(model, trace, "decoder") <= TOLERANCE
+    walk = lb.block_walk(model, trace, "decoder", 1, 4)
+    assert walk.sublayers[0].attention is None and walk.sublayers[0].out_difference == 0  # the trace's own
+    assert lb.flow_nodes(layout)[5].detail == "32 → 48 (SiLU, gated) → 32"
+    ffn = walk.sublayers[1].ffn
+    rows = lb.ffn_rows(ffn, "silu")
+    assert list(rows) == ["gate g = x W_gate + b_gate", "SiLU(g)", "up u = x W₁ + b₁", "h = SiLU(g) ⊙ u"]
+    np.testing.assert_allclose(rows["SiLU(g)"] * rows["up u = x W₁ + b₁"], rows["h = SiLU(g) ⊙ u"], atol=1e-15)
+    np.testing.assert_allclose(rows["SiLU(g)"], torch.nn.functional.silu(torch.from_numpy(ffn.gate[0])).numpy())
+    assert r"\odot" in lb.ffn_formula(layout) and "W_{gate}" in lb.ffn_formula(layout)

@@ -117,7 +117,7 @@ def _plain_attention(config: object) -> bool:
 
 
 # ---- what the page traces -------------------------------------------------------------------------------
-_RECOMPUTED = ("q", "k", "v", "scores", "scaled", "weights", "z")
+_RECOMPUTED = ("q", "k", "v", "q_pre_rope", "k_pre_rope", "scores", "scaled", "weights", "z")
 
 
 def block_read(name: str) -> bool:
@@ -476,6 +476,35 @@ def norm_rows(norm: LayerNormSteps | RMSNormSteps, model_output: np.ndarray | No
         rows["the model's y"] = model_output
         rows["difference"] = norm.output[0] - model_output
     return rows
+
+
+def ffn_rows(ffn: FFNSteps, activation: str) -> dict[str, np.ndarray]:
+    """The FFN's hidden layer for one token, step by step, named as the page shows it ([d_ff] each)."""
+    act = ACTIVATION_NAMES[activation].split()[0]
+    if ffn.gate is None:
+        return {"x W₁ + b₁": ffn.hidden_pre[0], f"{act}(·)": ffn.hidden[0]}
+    return {
+        "gate g = x W_gate + b_gate": ffn.gate[0],
+        f"{act}(g)": ffn.activated[0],
+        "up u = x W₁ + b₁": ffn.hidden_pre[0],
+        f"h = {act}(g) ⊙ u": ffn.hidden[0],
+    }
+
+
+def ffn_formula(layout: BlockLayout) -> str:
+    """The FFN with this model's activation (and gate), and its shapes, LaTeX."""
+    act = rf"\mathrm{{{ACTIVATION_NAMES[layout.activation].split()[0]}}}"
+    d, f = layout.d_model, layout.d_ff
+    body = (
+        rf"\big({act}(x W_{{gate}} + b_{{gate}}) \odot (x W_1 + b_1)\big)\,W_2 + b_2"
+        if layout.gated
+        else rf"{act}(x W_1 + b_1)\,W_2 + b_2"
+    )
+    shapes = (
+        rf"x \in \mathbb{{R}}^{{{d}}} \xrightarrow{{W_1:\ {d}\times{f}}} \mathbb{{R}}^{{{f}}} "
+        rf"\xrightarrow{{W_2:\ {f}\times{d}}} \mathbb{{R}}^{{{d}}}"
+    )
+    return rf"\mathrm{{FFN}}(x) = {body},\qquad {shapes}"
 
 
 def walk_vectors(walk: BlockWalk) -> dict[str, np.ndarray]:
