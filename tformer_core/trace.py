@@ -34,7 +34,8 @@ head's. `trace.query_heads(g)` lists the query heads that share key/value head g
 
 A decoder step run against a key/value cache (generation) has queries for its new token only:
 `meta["query_start"]` is that token's position, attention is [heads, 1, n_keys], and `tokens` names every
-key position (`tokens_for` gives (new token, all tokens)).
+key position (`tokens_for` gives (new token, all tokens)). Its attn.mask is there only where something is
+hidden from it (a sliding window): the newest token may attend to every earlier one.
 
 `trace.compact()` goes further for a cache: the weights are dropped too wherever Q and K are
 stored, and recomputed from them when read (attention grows with the square of the input, Q, K
