@@ -9,6 +9,7 @@ import os
 
 import streamlit as st
 
+from tformer_app import presenter
 from tformer_app.page import device_summary, models_summary
 
 st.set_page_config(page_title="tformer: inside Transformers", page_icon="🔍", layout="wide")
@@ -32,12 +33,18 @@ if os.environ.get("TFORMER_ADMIN", "").strip() == "1":  # for whoever runs the s
     PAGES["Server"] = [st.Page("app_pages/server.py", title="Memory and caches", icon="🖥️", url_path="server")]
 
 navigation = st.navigation(PAGES)
+BY_PATH = {page.url_path: page for section in PAGES.values() for page in section}
 
 with st.sidebar:
+    presenter.switch()
     st.caption(device_summary())
     models_line = st.empty()  # filled after the page ran, so it lists the model the page just loaded
+    slides = st.container()  # after the page ran: a slide is the page's view as its link holds it
+presenter.style()
 
 try:
     navigation.run()
 finally:
     models_line.caption(models_summary())
+    with slides:
+        presenter.deck(navigation.url_path, navigation.title, BY_PATH)

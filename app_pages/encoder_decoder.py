@@ -8,13 +8,14 @@ The encoder's self-attention uses the Text attention page's views (tformer_app.a
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
 import streamlit as st
 
 from tformer_app import attention_panel as panel
-from tformer_app import caches, downloads
+from tformer_app import caches, downloads, presenter
 from tformer_app.markdown import escape
 from tformer_app.page import run_page, run_safely
 from tformer_app.url import UrlState, int_key
@@ -102,13 +103,14 @@ def page(url: UrlState) -> None:
     c1, c2, _ = st.columns([1, 1, 2])
     layer = int(c1.selectbox("Decoder layer", list(range(L)), key=url.key("layer", L - 1, choices=range(L))))
     head = int(c2.selectbox("Head", list(range(H)), key=url.key("head", 0, choices=range(H))))
+    step_keys(url, translation.n_steps, L, H)
     step_through(url, translation, layer, head)
     show_alignment(translation, layer, head)
     show_cross_attention(url, translation, layer, head)
     st.header("The encoder's self-attention")
     st.caption("The same views as on the Text attention page, for the encoder reading the source sentence.")
     enc = panel.controls(
-        url, trace, stack="encoder", prefix="enc_", default_views=("heatmap", "overview"), label="encoder "
+        url, trace, stack="encoder", prefix="enc_", default_views=("heatmap", "overview"), label="encoder ", keys=False
     )
     panel.draw(panel.Shown(key, trace), url, enc, label="encoder ")
 
@@ -171,6 +173,31 @@ def show_translation(key: tuple, translation: sv.Translation) -> None:
 
 
 # ---- step by step ---------------------------------------------------------------------------------
+def step_keys(url: UrlState, n_steps: int, n_layers: int, n_heads: int) -> None:
+    """← → (and a clicker's Page Up / Page Down) step through the decoding steps; ↑ ↓ the decoder's layers,
+    Shift with ← → its heads."""
+
+    def step(by: int) -> Callable[[], None]:
+        def act() -> None:
+            url.set("step", min(max(int(url.value("step")) + by, 1), n_steps))
+
+        return act
+
+    presenter.stepper(
+        url,
+        "keys",
+        [
+            presenter.Step("step", "Left", step(-1), "The step before"),
+            presenter.Step("step", "Right", step(1), "The next step: the next token written"),
+            presenter.Step("layer", "Up", presenter.cycle(url, "layer", n_layers, -1), "The decoder layer before"),
+            presenter.Step("layer", "Down", presenter.cycle(url, "layer", n_layers, 1), "The next decoder layer"),
+            presenter.Step("head", "Shift+Left", presenter.cycle(url, "head", n_heads, -1), "The head before"),
+            presenter.Step("head", "Shift+Right", presenter.cycle(url, "head", n_heads, 1), "The next head"),
+        ],
+        paging=(step(-1), step(1)),
+    )
+
+
 def current_step(url: UrlState, translation: sv.Translation) -> int:
     """The step shown (1-based), clamped to this translation's steps."""
     key = url.key("step", 1, choices=range(1, translation.n_steps + 1))

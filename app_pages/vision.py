@@ -7,12 +7,13 @@ pictures from the cached trace. Pictures go to the browser as PNG or JPEG, never
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pandas as pd
 import streamlit as st
 
-from tformer_app import caches, downloads
+from tformer_app import caches, downloads, presenter
 from tformer_app import vision_inputs as vi
 from tformer_app.events import clicked_patch
 from tformer_app.markdown import escape
@@ -151,6 +152,7 @@ def attention_controls(url: UrlState, result: vv.VisionResult) -> AttentionChoic
         "Smooth", key=url.key("smooth", True), help="Blend between patch centres, or one block per patch"
     )
     alpha = c4.slider("Heat", 0.2, 0.9, key=url.key("alpha", 0.6, cast=float, lo=0.2, hi=0.9), step=0.05)
+    layer_keys(url, L, Hn)
     query = st.session_state[url.key("query", CLASS_TOKEN, choices=[CLASS_TOKEN, *range(n)])]
     return AttentionChoice(
         int(layer),
@@ -158,6 +160,27 @@ def attention_controls(url: UrlState, result: vv.VisionResult) -> AttentionChoic
         None if query == CLASS_TOKEN else int(query),
         float(alpha),
         bool(smooth),
+    )
+
+
+def layer_keys(url: UrlState, n_layers: int, n_heads: int) -> None:
+    """← → (and a clicker's Page Up / Page Down) step through the layers; ↑ ↓ through the heads and their mean."""
+    heads = [MEAN, *range(n_heads)]
+
+    def head(by: int) -> Callable[[], None]:
+        return lambda: url.set("head", heads[(heads.index(url.value("head")) + by) % len(heads)])
+
+    previous, following = presenter.cycle(url, "layer", n_layers, -1), presenter.cycle(url, "layer", n_layers, 1)
+    presenter.stepper(
+        url,
+        "keys",
+        [
+            presenter.Step("layer", "Left", previous, "The layer before"),
+            presenter.Step("layer", "Right", following, "The next layer"),
+            presenter.Step("head", "Up", head(-1), "The head before (the mean of the heads comes first)"),
+            presenter.Step("head", "Down", head(1), "The next head"),
+        ],
+        paging=(previous, following),
     )
 
 

@@ -30,7 +30,7 @@ from tformer_views.text import peak_weights
 from tformer_views.tokens import MAX_DETAIL_TOKENS, SPECIAL_TOKENS, display_tokens, token_window, visible_positions
 from tformer_views.why import why_this_weight
 
-from . import caches, downloads
+from . import caches, downloads, presenter
 from .events import clicked_cell
 from .markdown import escape
 from .page import scroll_to
@@ -82,10 +82,12 @@ def controls(
     views: Sequence[str] = tuple(VIEWS),
     default_views: Sequence[str] | None = None,
     label: str = "",
+    keys: bool = True,
 ) -> Controls:
     """Layer, head, hide-special-tokens, the views to show, the query token and (long inputs) the window.
 
-    label ("encoder ", ...) starts the layer and head selectors' names.
+    label ("encoder ", ...) starts the layer and head selectors' names. keys: arrow and page keys step
+    through the heads and layers (one section of a page may have them).
     """
     stack = stack or trace.main_stack
     L, H = trace.layers_in(stack), trace.n_heads
@@ -101,11 +103,10 @@ def controls(
         help="Drops their rows and columns and renormalises each row over the remaining tokens; "
         "the share of attention they received is reported.",
     )
+    if keys:
+        head_keys(url, prefix, L, H)
     url.key(f"{prefix}heads", list(range(H)), choices=list(range(H)))
-    views_key = url.key(
-        f"{prefix}views", list(default_views if default_views is not None else views), choices=list(views)
-    )
-    chosen = st.multiselect("Views", list(views), key=views_key, format_func=VIEWS.get)
+    chosen = _views(url, prefix, views, default_views)
     shown = visible_positions(q_tokens, hide)
     query = _query(url, prefix, shown, display_tokens(q_tokens), default_query)
     window = slice(None)
@@ -119,7 +120,37 @@ def controls(
             key=url.key(f"{prefix}start", 0, choices=range(last_start + 1)),
         )
         window = token_window(len(shown), int(start))
-    return Controls(stack, prefix, int(layer), int(head), bool(hide), tuple(chosen), int(query), shown, window)
+    return Controls(stack, prefix, int(layer), int(head), bool(hide), chosen, int(query), shown, window)
+
+
+def head_keys(url: UrlState, prefix: str, n_layers: int, n_heads: int) -> None:
+    """← → (and a clicker's Page Up / Page Down) step through every head, layer after layer; ↑ ↓ the layers."""
+    head, layer = f"{prefix}head", f"{prefix}layer"
+    previous = presenter.cycle(url, head, n_heads, -1, carry=(layer, n_layers))
+    following = presenter.cycle(url, head, n_heads, 1, carry=(layer, n_layers))
+    presenter.stepper(
+        url,
+        f"{prefix}keys",
+        [
+            presenter.Step("head", "Left", previous, "The previous head (after head 0: the last of the layer before)"),
+            presenter.Step("head", "Right", following, "The next head (after the last: head 0 of the next layer)"),
+            presenter.Step("layer", "Up", presenter.cycle(url, layer, n_layers, -1), "The layer before"),
+            presenter.Step("layer", "Down", presenter.cycle(url, layer, n_layers, 1), "The next layer"),
+        ],
+        paging=(previous, following),
+    )
+
+
+def _views(url: UrlState, prefix: str, views: Sequence[str], default_views: Sequence[str] | None) -> tuple[str, ...]:
+    """The views to draw: several, chosen as pills (in the link as "views"); in presenter mode one at a time,
+    full width (in the link as "view")."""
+    defaults = list(default_views if default_views is not None else views)
+    views_key = url.key(f"{prefix}views", defaults, choices=list(views))
+    if presenter.presenting():
+        view_key = url.key(f"{prefix}view", defaults[0], choices=list(views))
+        one = st.pills("View", list(views), key=view_key, format_func=VIEWS.get, selection_mode="single")
+        return (one or defaults[0],)
+    return tuple(st.pills("Views", list(views), key=views_key, format_func=VIEWS.get, selection_mode="multi") or ())
 
 
 def _query(url: UrlState, prefix: str, shown: np.ndarray, labels: list[str], default: int | None) -> int:
@@ -164,7 +195,9 @@ def draw_head_view(trace: Trace, url: UrlState, c: Controls, label: str = "") ->
         trace, c.layer, heads, c.stack, hide_special=c.hide, window=c.window, focus=c.query if focus else None
     )
     downloads.chart(
-        head_view_chart(view, H, title=f"{label}layer {c.layer}: queries (left) → keys (right)"),
+        head_view_chart(
+            view, H, title=f"{label}layer {c.layer}: queries (left) → keys (right)", scale=presenter.scale()
+        ),
         key=_key(url, c, "chart.head_view"),
         file_name=f"{c.prefix}head_view_L{c.layer}",
     )
@@ -204,6 +237,7 @@ def draw_heatmap(trace: Trace, url: UrlState, c: Controls, label: str = "") -> N
         row_title=q_title,
         col_title=k_title,
         clickable=True,
+        cell_size=presenter.cell_size(max(len(m.queries), len(m.keys))),
     )
     name = f"{c.prefix}attention_L{layer}_H{head}_{part}"
     pick_key = _key(url, c, "chart.heatmap")

@@ -16,6 +16,8 @@ import streamlit as st
 
 from tformer_views.charts.export import to_png, to_svg
 
+from . import presenter
+
 
 def chart(spec: dict, key: str, file_name: str | None = None, **selection: Any) -> Any:
     """Draw a Vega-Lite chart (tformer_views.charts) with SVG and PNG downloads under it; returns
@@ -23,7 +25,8 @@ def chart(spec: dict, key: str, file_name: str | None = None, **selection: Any) 
     # Streamlit takes the datasets out of what it gets. Frames go as Arrow tables converted on this thread:
     # given a long frame, pyarrow's own conversion starts a pool of threads for it, on every rerun.
     datasets = {name: _arrow(data) for name, data in (spec.get("datasets") or {}).items()}
-    event = st.vega_lite_chart({**spec, "datasets": datasets}, width="content", key=key, **selection)
+    shown = presenter.chart_fonts({**spec, "datasets": datasets})
+    event = st.vega_lite_chart(shown, width="content", key=key, **selection)
     export_buttons(spec, key, file_name or key.rsplit(".", 1)[-1])
     return event
 

@@ -21,6 +21,8 @@ from .markdown import escape
 
 MAX_LINK_VALUE = 2000  # characters of one value, URL-encoded, that a link carries
 MAX_LINK = 6000  # characters of the whole query string (nginx's default header buffer is 8 KB)
+PRESENT_STATE = "_tformer.present"  # presenter mode (tformer_app.presenter): "present=1" in every link
+_KEYS = "_tformer.url_keys"  # every session-state key a page's UrlState manages, to forget them all at once
 
 
 class UrlState:
@@ -76,6 +78,7 @@ class UrlState:
         widget_key = f"{self.page}.{name}"
         if name not in self.names:
             self.names.append(name)
+        st.session_state.setdefault(_KEYS, set()).update((widget_key, self._notes_key))
         if omit_default:
             self.omitted[name] = default
         if widget_key not in st.session_state:
@@ -142,7 +145,7 @@ class UrlState:
         MAX_LINK, is left out of the link, and `left_out` names it for the page to say so.
         """
         if self.incoming is not None:
-            unknown = [n for n in self.incoming if n not in self.names]
+            unknown = [n for n in self.incoming if n not in self.names and n != "present"]
             if unknown:
                 self._note(f"ignored {escape(', '.join(_short(n, 40) for n in unknown))} (not a setting of this page)")
         params, length = {}, 0
@@ -156,8 +159,20 @@ class UrlState:
                 self.left_out.append(name)
                 continue
             params[name], length = text, length + size
+        if st.session_state.get(PRESENT_STATE):
+            params["present"] = "1"
         if dict(st.query_params) != params:
             st.query_params.from_dict(params)
+
+
+def forget_pages() -> None:
+    """Forget every page's remembered view in this session, so that the next page opened takes its view from
+    its link (a slide of a deck), as a first visit does. Widgets' own keys that follow (digests) go with them."""
+    keys = st.session_state.get(_KEYS, set())
+    for key in list(st.session_state.keys()):
+        if key in keys or any(str(key).startswith(f"{k}.") or str(key).startswith(f"{k}@") for k in keys):
+            del st.session_state[key]
+    st.session_state[_KEYS] = set()
 
 
 def notices(url: UrlState) -> str | None:

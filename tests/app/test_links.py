@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.app.pages import messages, no_exception, run
+from tests.app.pages import messages, no_exception, run, widget
 from tformer_app.url import MAX_LINK_VALUE
 
 
@@ -56,7 +56,7 @@ def test_lists_from_a_link_keep_only_what_is_offered():
     no_exception(at)
     line = link_line(at)
     assert "heads: left out 99,-1" in line and "views: left out nonsense" in line
-    assert at.multiselect(key="text.views").value == ["heatmap"]
+    assert widget(at, "text.views").value == ["heatmap"]
 
 
 def test_a_valid_link_gets_no_message():

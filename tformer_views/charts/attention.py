@@ -40,33 +40,48 @@ def head_colour_scale(n_heads: int) -> dict:
     return {"domain": list(range(n_heads)), "range": [HEAD_COLOURS[h % len(HEAD_COLOURS)] for h in range(n_heads)]}
 
 
-def head_view_chart(view: HeadView, n_heads: int, title: str = "", row_px: int = 18) -> dict:
+def _token_labels(frame: pd.DataFrame, datasets: dict, side: str, x: float, y_scale: dict, font: float) -> dict:
+    """The tokens of one side of the head view: queries on the left (hovered to focus), keys on the right."""
+    query = side == "query"
+    layer = {
+        "data": named_data(frame, datasets),
+        "mark": {"type": "text", "align": "right" if query else "left", "baseline": "middle", "dx": -6 if query else 6}
+        | {"fontSize": font},
+        "encoding": {
+            "x": {"value": x},
+            "y": channel("y", "quantitative", scale=y_scale, axis=None),
+            "text": channel("token", "nominal"),
+            "tooltip": [channel("token", "nominal", title=side), channel(side, "quantitative", title="position")],
+        },
+    }
+    if query:
+        layer["name"] = "query_tokens"
+        layer["encoding"]["opacity"] = {"condition": {"param": "focus", "empty": True, "value": 1.0}, "value": 0.35}
+    return layer
+
+
+def head_view_chart(view: HeadView, n_heads: int, title: str = "", row_px: int = 18, scale: float = 1.0) -> dict:
     """Head view (Vega-Lite): hover a query token (left) to see only its lines; click a head in the legend to
     see only that head (shift-click: several; click elsewhere: all again); opacity = weight. Where lines
-    overlap the strongest is drawn on top, so it is the one a pointer over them reports."""
+    overlap the strongest is drawn on top, so it is the one a pointer over them reports. scale: sizes and
+    type (1.5 in presenter mode)."""
     n = max(len(view.queries), len(view.keys), 1)
-    left_x, right_x, width = 150, 450, 600
+    left_x, right_x, width = 150 * scale, 450 * scale, 600 * scale
     y_scale = {"domain": [-0.5, n - 0.5], "reverse": True, "nice": False, "zero": False}  # first token on top
     datasets: dict[str, Any] = {}
-    focused = {"param": "focus", "empty": True}
-    shown = {"and": [focused, {"param": "heads", "empty": True}]}  # the hovered query's lines, the legend's heads
+    shown = {"and": [{"param": "focus", "empty": True}, {"param": "heads", "empty": True}]}  # hovered query, legend
+    weight = channel("weight", "quantitative", legend=None, scale={"domain": [0, 1], "range": [0, 1]})
     lines = {
         "name": "lines",
         "data": named_data(view.lines.sort_values("weight", kind="stable"), datasets),  # strongest last: on top
-        "mark": {"type": "rule", "strokeWidth": 2},
+        "mark": {"type": "rule", "strokeWidth": 2 * scale},
         "encoding": {
             "x": {"value": left_x},
             "x2": {"value": right_x},
             "y": channel("y_query", "quantitative", scale=y_scale, axis=None),
             "y2": {"field": "y_key"},
             "color": channel("head", "nominal", scale=head_colour_scale(n_heads), title="head"),
-            "opacity": {
-                "condition": {
-                    "test": shown,
-                    **channel("weight", "quantitative", legend=None, scale={"domain": [0, 1], "range": [0, 1]}),
-                },
-                "value": 0.0,
-            },
+            "opacity": {"condition": {"test": shown, **weight}, "value": 0.0},
             "order": channel("weight", "quantitative"),
             "tooltip": [
                 channel("query_token", "nominal", title="query"),
@@ -76,37 +91,17 @@ def head_view_chart(view: HeadView, n_heads: int, title: str = "", row_px: int =
             ],
         },
     }
-    query_labels = {
-        "name": "query_tokens",
-        "data": named_data(view.queries, datasets),
-        "mark": {"type": "text", "align": "right", "baseline": "middle", "dx": -6, "fontSize": 12},
-        "encoding": {
-            "x": {"value": left_x},
-            "y": channel("y", "quantitative", scale=y_scale, axis=None),
-            "text": channel("token", "nominal"),
-            "opacity": {"condition": {**focused, "value": 1.0}, "value": 0.35},
-            "tooltip": [channel("token", "nominal", title="query"), channel("query", "quantitative", title="position")],
-        },
-    }
-    key_labels = {
-        "data": named_data(view.keys, datasets),
-        "mark": {"type": "text", "align": "left", "baseline": "middle", "dx": 6, "fontSize": 12},
-        "encoding": {
-            "x": {"value": right_x},
-            "y": channel("y", "quantitative", scale=y_scale, axis=None),
-            "text": channel("token", "nominal"),
-            "tooltip": [channel("token", "nominal", title="key"), channel("key", "quantitative", title="position")],
-        },
-    }
     focus = {
         "name": "focus",
         "views": ["query_tokens"],
         "select": {"type": "point", "fields": ["query"], "on": "pointerover", "clear": "pointerout"},
     }
     heads = {"name": "heads", "views": ["lines"], "select": {"type": "point", "fields": ["head"]}, "bind": "legend"}
-    return layered(
-        [lines, query_labels, key_labels], datasets, title, width=width, height=row_px * n, params=[focus, heads]
-    )
+    labels = [
+        _token_labels(view.queries, datasets, "query", left_x, y_scale, 12 * scale),
+        _token_labels(view.keys, datasets, "key", right_x, y_scale, 12 * scale),
+    ]
+    return layered([lines, *labels], datasets, title, width=width, height=row_px * scale * n, params=[focus, heads])
 
 
 def distance_frame(values: np.ndarray) -> pd.DataFrame:

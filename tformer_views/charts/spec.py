@@ -164,6 +164,19 @@ def _cell_numbers(data: dict, x: dict, y: dict, tooltip: list, domain, scheme: s
     return {"data": data, "mark": {"type": "text", "fontSize": max(7, min(12, px // 3))}, "encoding": encoding}
 
 
+def _token_axes(
+    rows: Sequence[str], cols: Sequence[str], row_title: str, col_title: str, width: int, height: int
+) -> tuple[dict, dict]:
+    """The x (keys) and y (queries) channels of a heatmap: every token label drawn when the cells are tall /
+    wide enough for it, else Vega-Lite thins them."""
+    x_axis = {"labelAngle": -45, "labelOverlap": width < 12, "labelLimit": 120}
+    y_axis = {"labelOverlap": height < 12, "labelLimit": 120}
+    return (
+        channel("col_token", "ordinal", sort=unique_labels(cols), title=col_title, axis=x_axis),
+        channel("row_token", "ordinal", sort=unique_labels(rows), title=row_title, axis=y_axis),
+    )
+
+
 def heatmap(
     matrix: np.ndarray,
     rows: Sequence[str],
@@ -201,11 +214,7 @@ def heatmap(
         scale["domain"] = [float(domain[0]), float(domain[1])]
     height = cell_size or max(12, min(40, 560 // max(n_rows, n_cols, 1)))
     width = cell_width or height
-    # Every token label is drawn when the cells are tall / wide enough for it; else Vega-Lite thins them.
-    x_axis = {"labelAngle": -45, "labelOverlap": width < 12, "labelLimit": 120}
-    x = channel("col_token", "ordinal", sort=unique_labels(cols), title=col_title, axis=x_axis)
-    y_axis = {"labelOverlap": height < 12, "labelLimit": 120}
-    y = channel("row_token", "ordinal", sort=unique_labels(rows), title=row_title, axis=y_axis)
+    x, y = _token_axes(rows, cols, row_title, col_title, width, height)
     datasets: dict[str, Any] = {}
     data = named_data(df, datasets)
     if "text" in df:
@@ -221,15 +230,11 @@ def heatmap(
     encoding = {"x": x, "y": y, "color": colour, "tooltip": tooltip}
     # "invalid": "show": Vega-Lite drops rows whose colour value is null unless told not to; the masked
     # cells would be left white, under their "-inf" text.
-    layers = [{"data": data, "mark": {"type": "rect", "invalid": "show"}, "encoding": encoding}]
-    if clickable:
-        layers[0]["name"] = "cells"
-    params = [
-        {"name": "pair", "views": ["cells"], "select": {"type": "point", "fields": ["row", "col"], "on": "click"}}
-    ]
+    layers = [{"name": "cells", "data": data, "mark": {"type": "rect", "invalid": "show"}, "encoding": encoding}]
     if annotate:
         layers.append(_cell_numbers(data, x, y, tooltip, domain, scheme, diverging, min(width, height)))
-    extra = {"params": params} if clickable else {}
+    click = {"name": "pair", "views": ["cells"], "select": {"type": "point", "fields": ["row", "col"], "on": "click"}}
+    extra = {"params": [click]} if clickable else {}
     return layered(layers, datasets, title, width=width * n_cols, height=height * n_rows, **extra)
 
 
