@@ -12,7 +12,12 @@ import streamlit as st
 from tformer_app import presenter
 from tformer_app.page import device_summary, models_summary
 
-st.set_page_config(page_title="tformer: inside Transformers", page_icon="🔍", layout="wide")
+st.set_page_config(
+    page_title="tformer: inside Transformers",
+    page_icon="🔍",
+    layout="wide",
+    initial_sidebar_state=presenter.sidebar_state(),
+)
 
 PAGES = {
     "tformer": [st.Page("app_pages/home.py", title="Home", icon="🏠", default=True)],

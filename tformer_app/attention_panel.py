@@ -189,7 +189,10 @@ def draw(shown: Shown, url: UrlState, c: Controls, label: str = "") -> None:
 def draw_head_view(trace: Trace, url: UrlState, c: Controls, label: str = "") -> None:
     H = trace.n_heads
     st.subheader(f"Head view · {label}layer {c.layer}", anchor=f"{c.prefix}head-view")
-    heads = st.multiselect("Heads shown (one colour each)", list(range(H)), key=_key(url, c, "heads"))
+    if presenter.presenting():  # every head; a click on the legend shows one
+        heads = list(range(H))
+    else:
+        heads = st.multiselect("Heads shown (one colour each)", list(range(H)), key=_key(url, c, "heads"))
     focus = st.checkbox("Only the query token's lines", key=url.key(f"{c.prefix}focus", False))
     view = tv.head_view(
         trace, c.layer, heads, c.stack, hide_special=c.hide, window=c.window, focus=c.query if focus else None

@@ -28,14 +28,20 @@ FONT_SCALE = 1.5  # presenter type against the app's own
 MAX_SLIDES = 50
 DECK_FORMAT = "tformer-deck"
 
-# Large type, no toolbar or Deploy button, compact widgets. Streamlit sizes text in rem: a larger root
-# font scales every label, caption and widget; charts get their own fonts (`chart_fonts`).
+# Large type for what the class reads (text, captions, headings, formulas; charts get theirs from
+# `chart_fonts`), compact widgets for the lecturer, no toolbar or Deploy button, the page at full width.
 PRESENTER_CSS = """<style>
-html { font-size: 24px; }
 [data-testid="stToolbar"], [data-testid="stAppDeployButton"], [data-testid="stDecoration"] { display: none; }
-[data-testid="stMainBlockContainer"] { padding-top: 1rem; padding-bottom: 1rem; max-width: 100%; }
-[data-testid="stVerticalBlock"] { gap: 0.6rem; }
-.katex { font-size: 1.5em; }
+[data-testid="stMainBlockContainer"] { padding: 1rem 2rem; max-width: 100%; }
+[data-testid="stVerticalBlock"] { gap: 0.5rem; }
+[data-testid="stMain"] [data-testid="stMarkdown"] p,
+[data-testid="stMain"] [data-testid="stMarkdown"] li { font-size: 24px; line-height: 1.35; }
+[data-testid="stMain"] [data-testid="stCaptionContainer"] p { font-size: 20px; }
+[data-testid="stMain"] h1 { font-size: 48px; padding: 0; }
+[data-testid="stMain"] h2 { font-size: 40px; }
+[data-testid="stMain"] h3 { font-size: 34px; }
+[data-testid="stMain"] .katex { font-size: 1.6em; }
+[data-testid="stMain"] [data-testid="stWidgetLabel"] p { font-size: 14px; }
 </style>"""
 # Buttons whose keys act without being seen (Page Up / Page Down: what a presentation clicker sends).
 HIDDEN_KEY_CSS = "<style>%s { display: none; }</style>"
@@ -59,6 +65,13 @@ def switch() -> None:
 def style() -> None:
     if presenting():
         st.html(PRESENTER_CSS)
+
+
+def sidebar_state() -> str:
+    """The sidebar as a page opens: collapsed on a projector (its ">" opens it), else Streamlit's choice."""
+    if PRESENT not in st.session_state:
+        st.session_state[PRESENT] = st.query_params.get("present") == "1"
+    return "collapsed" if presenting() else "auto"
 
 
 def chart_fonts(spec: dict) -> dict:

@@ -33,7 +33,7 @@ def open_slides(page) -> None:
 
 def press(page, key: str) -> None:
     """A key as a clicker or a keyboard sends it, with the page (not a text box) focused."""
-    page.locator('[data-testid="stMain"] h1').first.click()
+    page.locator('[data-testid="stMain"] [data-testid="stCaptionContainer"]').first.click()  # not a text box
     page.keyboard.press(key)
 
 
@@ -42,7 +42,12 @@ def test_presenter_mode_has_large_type_one_view_and_no_toolbar(server_url, proje
     page.goto(f"{server_url}/text?present=1")
     settle(page)
     wait_for_text(page, "Head view · layer 0")  # the first of the page's views, alone
-    assert page.evaluate("getComputedStyle(document.documentElement).fontSize") == "24px"  # 1.5 x 16 px
+    caption = page.locator('[data-testid="stMain"] [data-testid="stCaptionContainer"] p').first
+    assert caption.evaluate("e => getComputedStyle(e).fontSize") == "20px"  # 1.5 x Streamlit's 14 px captions
+    heading = page.get_by_role("heading", name="Head view · layer 0")
+    assert float(heading.evaluate("e => getComputedStyle(e).fontSize")[:-2]) >= 1.5 * 22  # 1.5 x Streamlit's h3
+    sidebar = page.locator('[data-testid="stSidebar"]')
+    assert sidebar.count() == 0 or sidebar.bounding_box() is None or sidebar.bounding_box()["width"] < 100  # collapsed
     expect(page.locator('[data-testid="stToolbar"]')).to_be_hidden()
     expect(page.get_by_role("switch", name="Presenter mode")).to_be_checked()
     wait_for_count(page, CHART, 1)
