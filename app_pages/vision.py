@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import pandas as pd
 import streamlit as st
 
-from tformer_app import caches, downloads, presenter
+from tformer_app import caches, downloads, patch_embedding, presenter
 from tformer_app import vision_inputs as vi
 from tformer_app.events import clicked_patch
 from tformer_app.markdown import escape
@@ -57,6 +57,7 @@ def page(url: UrlState) -> None:
         st.info(f"{escape(name)}: {escape(note)}.")
     show_prediction(result.trace)
     show_patches(key, result, model)
+    patch_embedding.draw(url, result, model)
     show_attention(url, key, result)
     show_figure_7(source, key, result)
 

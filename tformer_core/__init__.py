@@ -29,7 +29,8 @@ from .inputs.text import FittedInput, fit_to_model
 from .metrics import mean_attention_distance, mean_token_distance, patch_centre_distances, uniform_attention
 from .models.base import TracedModel, default_device, resolve_dtype
 from .models.decoder import Decoder, DecoderConfig
-from .models.encoder import Encoder, EncoderConfig
+from .models.encoder import Encoder, EncoderConfig, class_scores, first_token_attention
+from .models.fallback import TransformersModel
 from .models.layers import BlockConfig, MultiHeadAttention, causal_mask
 from .models.llama import Llama, LlamaConfig
 from .models.positional import Rope, rope_attention_factor, rope_frequencies, rope_rotate, sinusoidal_encoding
@@ -71,13 +72,16 @@ __all__ = [
     "Tokenizer",
     "Trace",
     "TracedModel",
+    "TransformersModel",
     "ViT",
     "ViTConfig",
     "attention_steps",
     "capture",
     "causal_mask",
+    "class_scores",
     "default_device",
     "ffn_steps",
+    "first_token_attention",
     "fit_to_model",
     "layer_norm_steps",
     "limit_malloc_arenas",

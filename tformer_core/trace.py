@@ -298,7 +298,9 @@ class Trace:
         if "head.logits" not in self.activations:  # a compact trace: each position's top tokens
             return self.activations["head.top_ids"][position, :k], self.activations["head.top_probs"][position, :k]
         logits = self.activations["head.logits"]
-        p = softmax(logits if logits.ndim == 1 else logits[position])
+        row = np.asarray(logits if logits.ndim == 1 else logits[position], dtype=np.float64)
+        how = self.meta.get("probabilities", "softmax")  # a multi-label classifier: sigmoid; a regression: none
+        p = softmax(row) if how == "softmax" else 1.0 / (1.0 + np.exp(-row)) if how == "sigmoid" else row
         top = np.argsort(-p, kind="stable")[:k]
         return top, p[top]
 

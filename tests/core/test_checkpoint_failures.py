@@ -276,7 +276,8 @@ def test_a_pytorch_bin_too_large_for_the_limit_is_refused_before_it_is_unpickled
         ({"position_embedding_type": "relative_key"}, "position_embedding_type 'relative_key' is not supported yet"),
         ({"model_type": ...}, "config.json has no model_type"),
         ({"model_type": ["bert"]}, "not supported yet"),
-        ({"model_type": "mamba"}, "not supported yet: mamba"),
+        ({"model_type": "surely-not-a-model"}, "not supported yet: surely-not-a-model"),
+        ({"model_type": "mamba"}, "BertForMaskedLM, which is not a mamba architecture"),
     ],
     ids=lambda v: "-".join(f"{k}={v!r}"[:30] for k, v in v.items()) if isinstance(v, dict) else None,
 )

@@ -15,7 +15,7 @@ import torch
 from ..models.base import TracedModel, default_device, resolve_dtype
 from ..models.seq2seq import EncoderDecoder
 from ..models.vit import ViT
-from . import bart, bert, gguf, gpt2, llama, marian, t5, vit
+from . import bart, bert, fallback, gguf, gpt2, llama, marian, t5, vit
 from .common import load_tokenizer, scrub
 from .errors import CheckpointError
 from .hfconfig import read_json
@@ -131,7 +131,7 @@ def load_folder(folder: Path, progress: Progress | None = None, name: str | None
     """
     name = name or folder.name
     try:
-        return _load_folder(folder, progress)
+        return _load_folder(folder, progress, name)
     except CheckpointError:
         raise
     except MemoryError:
@@ -145,13 +145,17 @@ def load_folder(folder: Path, progress: Progress | None = None, name: str | None
         ) from error
 
 
-def _load_folder(folder: Path, progress: Progress | None) -> TracedModel:
+def _load_folder(folder: Path, progress: Progress | None, name: str) -> TracedModel:
     hf = read_json(folder / "config.json")
     model_type = hf.get("model_type")
     supported = ", ".join(supported_model_types())
     if model_type is None:
         raise CheckpointError(f"config.json has no model_type, so the architecture is unknown (supported: {supported})")
     family = FAMILIES.get(model_type) if isinstance(model_type, str) else None
+    if family is None and fallback.handles(hf):  # transformers runs it: attention weights, no Q/K/V
+        model = fallback.load_transformers(folder, progress, name)
+        _check_generation_ids(model)
+        return model
     if family is None:
         raise CheckpointError(f"not supported yet: {str(model_type)[:60]} (supported: {supported})")
     # transformers 5 keeps some generation rules (bad words, forced BOS) only in generation_config.json.

@@ -64,6 +64,7 @@ class TracedModel(nn.Module):
 
     kind: ClassVar[str] = ""
     main_stack: ClassVar[str] = "encoder"
+    path: ClassVar[str] = "tformer"  # who runs it: "tformer" (the core's own modules) or "transformers" (fallback)
 
     def __init__(self, config: BlockConfig) -> None:
         super().__init__()
@@ -168,7 +169,7 @@ class TracedModel(nn.Module):
 
     def _trace_meta(self) -> dict:
         scale = 1.0 / self.config.head_dim**0.5 if self.config.scale_attention else 1.0
-        return {"labels": self.output_labels, "attention_scale": scale}
+        return {"labels": self.output_labels, "attention_scale": scale, "path": self.path}
 
     def _trace_batch(
         self, run: Callable[[], torch.Tensor], keep: NameFilter | None, batch_size: int, **trace_fields: Any
