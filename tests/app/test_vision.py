@@ -88,7 +88,12 @@ def test_switching_model_keeps_the_layer_only_when_the_new_model_has_it():
     no_exception(at)
     assert widget(at, "vit.layer").value == model_layers - 1  # the last layer
     headers = [h.value for h in at.header]
-    assert headers == ["Patches", "Attention over the picture", "The model's own pictures (ViT paper, Fig. 7)"]
+    assert headers == [
+        "Patches",
+        "Patch embedding by hand",
+        "Attention over the picture",
+        "The model's own pictures (ViT paper, Fig. 7)",
+    ]
     assert any("N = HW / P² = 32 · 32 / 4² = 64" in m for m in messages(at, "markdown"))
 
 

@@ -77,6 +77,11 @@ def assert_no_error(page) -> None:
     assert "Page not found" not in body
 
 
+def main_area(page):
+    """The page body without the sidebar: the sidebar has widgets of its own (a deck's "Upload" among them)."""
+    return page.get_by_test_id("stMainBlockContainer")
+
+
 def centre(locator) -> None:
     """Scroll the element to the middle of the window: at the top edge, Streamlit's sticky header covers it."""
     locator.evaluate("e => e.scrollIntoView({block: 'center', inline: 'nearest'})")

@@ -14,7 +14,7 @@ from urllib.parse import quote, urlparse
 
 import pytest
 
-from .helpers import assert_no_error, choose, click, settle, type_into, wait_for_text, wait_for_url
+from .helpers import assert_no_error, choose, click, main_area, settle, type_into, wait_for_text, wait_for_url
 
 pytestmark = pytest.mark.browser
 
@@ -71,13 +71,13 @@ def test_a_link_parameter_and_an_uploaded_file_name_are_text(server_url, page, t
     settle(page)
     wait_for_text(page, "From the link:")
     assert_shown_as_text(page, short)
-    click(page.get_by_text("Upload", exact=True))
+    click(main_area(page).get_by_text("Upload", exact=True))
     wait_for_url(page, "from=upload")
     settle(page)
     name = "**bold** <b>html<b> $x^2$ [log in again](javascript:alert(1)).svg"  # no "/" in a file name
     svg = tmp_path / name
     svg.write_text('<svg xmlns="http://www.w3.org/2000/svg"></svg>')
-    page.locator('[data-testid="stFileUploaderDropzoneInput"]').set_input_files(str(svg))
+    main_area(page).locator('[data-testid="stFileUploaderDropzoneInput"]').set_input_files(str(svg))
     wait_for_text(page, "this is an SVG drawing")
     settle(page)
     assert_shown_as_text(page, name)

@@ -17,6 +17,7 @@ from .helpers import (
     assert_no_error,
     choose,
     click,
+    main_area,
     screenshot,
     settle,
     type_into,
@@ -205,10 +206,10 @@ def test_vision_page_upload_layer_head_patch_click_and_rollout(server_url, page,
         ImageDraw.Draw(picture).rectangle((16, 16, 48, 48), fill=(250, 200, 0))
         picture.save(photo)
     settle(page)
-    click(page.get_by_text("Upload", exact=True))
+    click(main_area(page).get_by_text("Upload", exact=True))
     wait_for_url(page, "from=upload")
     settle(page)
-    page.locator('[data-testid="stFileUploaderDropzoneInput"]').set_input_files(str(photo))
+    main_area(page).locator('[data-testid="stFileUploaderDropzoneInput"]').set_input_files(str(photo))
     wait_for_text(page, "What the model sees: top 5")
     wait_for_text(page, "Every head of layer")
     settle(page)
@@ -220,7 +221,10 @@ def test_vision_page_upload_layer_head_patch_click_and_rollout(server_url, page,
     settle(page)
     assert_no_error(page)
     # Click a patch on the picture: it becomes the query.
-    picker = page.locator(CHART).first
+    # The first chart after the heading: the patch embedding above it has a patch picker of its own.
+    picker = page.locator(
+        "xpath=//h2[contains(., 'Attention over the picture')]/following::*[@data-testid='stVegaLiteChart'][1]"
+    )
     picker.evaluate("e => e.scrollIntoView({block: 'center'})")
     box = picker.bounding_box()
     page.mouse.click(box["x"] + box["width"] * 0.3, box["y"] + box["height"] * 0.6)

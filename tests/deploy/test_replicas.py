@@ -56,7 +56,7 @@ async def one_user(url: str, head: str, png: bytes) -> tuple[str, list[str]]:
 
         run = await s.switch_page("vision", "model=vit-tiny&from=upload")  # a link to the upload view
         assert not run.errors, run.errors
-        uploader = run.widget(kind="file_uploader")
+        uploader = run.widget(kind="file_uploader", key="vit.upload")
         run = await s.upload(uploader.label, "circle.png", png, "image/png")
         assert run.finished and not run.errors, run.errors
         assert "What the model sees: top 5" in run.headings() and "Patches" in run.headings()

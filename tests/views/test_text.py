@@ -363,7 +363,9 @@ def test_head_view_draws_the_attention_weights(enc_trace):
     assert set(focused.lines["query"]) == {4}
     spec = attention_charts.head_view_chart(focused, 4)
     validate(spec)
-    assert [p["name"] for p in spec["params"]] == ["focus", "heads"] and spec["params"][0]["select"]["fields"] == ["query"]
+    assert [p["name"] for p in spec["params"]] == ["focus", "heads"] and spec["params"][0]["select"]["fields"] == [
+        "query"
+    ]
 
 
 def test_head_view_of_a_window_and_hidden_tokens(text_encoder):
