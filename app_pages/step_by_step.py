@@ -29,6 +29,8 @@ from tformer_views.lessons.tables import TableError
 MODEL = DEFAULT_TEXT_MODEL
 PRESETS = {
     "example": "Lecture example (3 tokens)",
+    "tayo": "tayo ay masaya (the lecture's embeddings)",
+    "sdpa": "Q, K, V given: PyTorch's scaled_dot_product_attention demo",
     "random": "Random numbers (seeded)",
     "real": f"From a real model ({MODEL})",
 }
@@ -65,6 +67,10 @@ def preset_controls(url: UrlState, preset: str, n_heads: int) -> tuple[ls.Exampl
     """The preset's own settings; returns its example (None when it cannot be built) and a signature of them."""
     if preset == "example":
         return ls.default_example(n_heads), (preset, n_heads)
+    if preset == "tayo":
+        return ls.tayo_example(n_heads), (preset, n_heads)
+    if preset == "sdpa":
+        return ls.sdpa_example(n_heads), (preset, n_heads)
     if preset == "random":
         c = st.columns(4)
         seed = c[0].number_input("Seed", 0, 10**6, key=int_key(url, "seed", 0, 0, 10**6))
@@ -113,7 +119,8 @@ def preset_controls(url: UrlState, preset: str, n_heads: int) -> tuple[ls.Exampl
 
 
 # ---- edits in the link ---------------------------------------------------------------------------------
-EDITABLE = ("tokens", "X", *W_NAMES, *B_NAMES, "W_o")
+EDITABLE = ("tokens", "X", *W_NAMES, *B_NAMES, "Q", "K", "V", "W_o")  # what any preset lets the user edit
+GIVEN = ("Q", "K", "V")
 
 
 def _as_table(ex: ls.Example, name: str) -> np.ndarray:
@@ -128,7 +135,7 @@ def link_edits(url: UrlState, example: ls.Example, sig: tuple) -> tuple[ls.Examp
         url.described[f"e_{name}"] = f"your edits of {ls.latex_name(name) if name != 'tokens' else 'the tokens'}"
     if url.incoming is not None:
         edits: dict[str, object] = {}
-        for name in EDITABLE:
+        for name in example.editable:
             text = url.value(f"e_{name}")
             if not text:
                 continue
@@ -141,7 +148,8 @@ def link_edits(url: UrlState, example: ls.Example, sig: tuple) -> tuple[ls.Examp
     if stored_sig != sig or not edits:
         return example, sig
     changes = {n: (v[0] if n in B_NAMES and v.shape[0] == 1 else v) for n, v in edits.items()}
-    n = changes["X"].shape[0] if "X" in changes else len(example.X)
+    rows = "Q" if example.given_qkv else "X"  # the table whose rows are the tokens
+    n = changes[rows].shape[0] if rows in changes else len(getattr(example, rows))
     tokens = tuple(changes.get("tokens", example.tokens))  # one name per row of X: the table holds both
     changes["tokens"] = tokens[:n] + tuple(f"t{i}" for i in range(len(tokens), n))
     digest = hashlib.sha1(repr(sorted((n, str(v)) for n, v in changes.items())).encode()).hexdigest()[:8]
@@ -151,6 +159,9 @@ def link_edits(url: UrlState, example: ls.Example, sig: tuple) -> tuple[ls.Examp
 def record_edits(url: UrlState, example: ls.Example, inputs: Inputs) -> None:
     """Put in the link what the user changed from the preset (nothing for the preset's own numbers)."""
     for name in EDITABLE:
+        if name not in example.editable:  # another preset's tables
+            url.set(f"e_{name}", "")
+            continue
         if name == "tokens":
             changed = bool(inputs.tokens) and tuple(inputs.tokens) != tuple(example.tokens)
             url.set("e_tokens", " ".join(inputs.tokens) if changed else "")
@@ -165,7 +176,16 @@ Matrices = dict[str, tuple[np.ndarray, list[str], list[str]]]  # name -> (values
 
 
 def example_matrices(ex: ls.Example, n_heads: int) -> Matrices:
-    """Every editable matrix of the example but X, with the labels of its rows and columns."""
+    """Every editable matrix of the example but X (or Q, when Q, K, V are given), with its row and column labels."""
+    if ex.given_qkv:
+        rows = list(ex.tokens)
+        matrices = {
+            name: (getattr(ex, name), rows, col_labels(name.lower(), getattr(ex, name).shape[1], n_heads))
+            for name in GIVEN
+        }
+        v_width = ex.V.shape[1]
+        matrices["W_o"] = (ex.W_o, col_labels("v", v_width, n_heads), [f"o{c + 1}" for c in range(ex.W_o.shape[1])])
+        return matrices
     matrices: Matrices = {  # rows labelled by their own count: a link's X may not fit them (said below)
         name: (w, [f"x{r + 1}" for r in range(w.shape[0])], col_labels(LETTER[name], w.shape[1], n_heads))
         for name, w in ((name, getattr(ex, name)) for name in W_NAMES)
@@ -195,7 +215,8 @@ def edit_as_text(ex: ls.Example, matrices: Matrices, digest: str, n_heads: int) 
     if st.session_state.get("step._text_sig") != digest:
         # Text areas keep what was typed across reruns; a new preset replaces it.
         st.session_state["step.paste.tokens"] = " ".join(ex.tokens)
-        st.session_state["step.paste.X"] = lt.format_matrix_text(ex.X)
+        if not ex.given_qkv:
+            st.session_state["step.paste.X"] = lt.format_matrix_text(ex.X)
         for name, (matrix, _, _) in matrices.items():
             st.session_state[f"step.paste.{name}"] = lt.format_matrix_text(matrix)
         st.session_state["step._text_sig"] = digest
@@ -203,13 +224,21 @@ def edit_as_text(ex: ls.Example, matrices: Matrices, digest: str, n_heads: int) 
         "One row per line, numbers separated by spaces or commas (brackets are ignored). "
         "A new preset or number of heads starts the text again."
     )
-    left, right = st.columns([1, 2])
-    out.tokens = lt.parse_tokens(left.text_input("Tokens (separated by spaces)", key="step.paste.tokens"))
-    out.parse("X", lambda: lt.parse_matrix_text(right.text_area("X  (n × d_model)", key="step.paste.X"), "X"))
 
     def paste(where: Any, name: str, label: str, **kwargs: Any) -> None:
         text = where.text_area(label, key=f"step.paste.{name}", **kwargs)
         out.parse(name, lambda: lt.parse_matrix_text(text, ls.latex_name(name)))
+
+    if ex.given_qkv:
+        out.tokens = lt.parse_tokens(st.text_input("Tokens (separated by spaces)", key="step.paste.tokens"))
+        for column, name in zip(st.columns(3), GIVEN):
+            paste(column, name, f"{name}  (n × {'d_v' if name == 'V' else 'd_k'})")
+        if n_heads > 1:
+            paste(st, "W_o", "W^O  (h·d_v × d_model)")
+        return out
+    left, right = st.columns([1, 2])
+    out.tokens = lt.parse_tokens(left.text_input("Tokens (separated by spaces)", key="step.paste.tokens"))
+    out.parse("X", lambda: lt.parse_matrix_text(right.text_area("X  (n × d_model)", key="step.paste.X"), "X"))
 
     for column, name in zip(st.columns(3), W_NAMES):
         paste(column, name, f"{ls.latex_name(name)}  (d_model × d_k)")
@@ -224,23 +253,40 @@ def edit_as_text(ex: ls.Example, matrices: Matrices, digest: str, n_heads: int) 
 def edit_as_tables(ex: ls.Example, matrices: Matrices, digest: str, n_heads: int) -> Inputs:
     out = Inputs()
     st.caption(
-        "Edit any cell. Add or delete rows of X to change the tokens. Each table's toolbar also downloads it. "
+        f"Edit any cell. Add or delete rows of {'Q' if ex.given_qkv else 'X'} to change the tokens. "
+        "Each table's toolbar also downloads it. "
         "A new preset or number of heads starts the tables again."
     )
-    x_frame = pd.DataFrame(ex.X, columns=[f"x{c + 1}" for c in range(ex.X.shape[1])])
+    first = "Q" if ex.given_qkv else "X"  # the table that holds the tokens, one per row
+    values = getattr(ex, first)
+    prefix = "q" if ex.given_qkv else "x"
+    x_frame = pd.DataFrame(values, columns=col_labels(prefix, values.shape[1], n_heads if ex.given_qkv else 1))
     x_frame.insert(0, "token", list(ex.tokens))
-    edited = st.data_editor(x_frame, key=f"step.edit.X.{digest}", num_rows="dynamic", hide_index=True)
+    if ex.given_qkv:
+        st.markdown("$Q$ (n × d_k), one row per token:")
+    edited = st.data_editor(x_frame, key=f"step.edit.{first}.{digest}", num_rows="dynamic", hide_index=True)
     out.tokens = lt.tokens_from_column(edited["token"].tolist()) if "token" in edited else []
-    out.parse("X", lambda: lt.matrix_from_frame(edited, "X", skip=["token"]))
+    out.parse(first, lambda: lt.matrix_from_frame(edited, first, skip=["token"]))
 
-    def editor(name: str, where: Any, label: str) -> None:
+    def editor(name: str, where: Any, label: str, **kwargs: Any) -> None:
         matrix, rows, cols = matrices[name]
         where.markdown(label)
         frame = where.data_editor(
-            pd.DataFrame(matrix, index=pd.Index(rows, name=ls.latex_name(name)), columns=cols),
+            # "K given": the corner of the input table, apart from the K computed below it
+            pd.DataFrame(
+                matrix, index=pd.Index(rows, name=ls.latex_name(name) + (" given" * (name in GIVEN))), columns=cols
+            ),
             key=f"step.edit.{name}.{digest}",
+            **kwargs,
         )
         out.parse(name, lambda: lt.matrix_from_frame(frame, ls.latex_name(name)))
+
+    if ex.given_qkv:
+        for column, name in zip(st.columns(2), ("K", "V")):
+            editor(name, column, f"${name}$ (n × d_{name.lower() if name == 'V' else 'k'})", num_rows="dynamic")
+        if n_heads > 1:
+            editor("W_o", st, "$W^O$ (h·d_v × d_model): mixes the concatenated heads back to d_model")
+        return out
 
     for column, name in zip(st.columns(3), W_NAMES):
         editor(name, column, f"${ls.latex_name(name)}$ (d_model × d_{'v' if name == 'W_v' else 'k'})")
@@ -252,9 +298,16 @@ def edit_as_tables(ex: ls.Example, matrices: Matrices, digest: str, n_heads: int
     return out
 
 
-def validate(inputs: Inputs, n_heads: int) -> None:
+def validate(inputs: Inputs, n_heads: int, given_qkv: bool = False) -> None:
     """Add shape errors (naming both shapes) to the parse errors, and drop the inputs they concern."""
     v = inputs.values
+    if given_qkv:
+        shape = ls.qkv_shape_errors(inputs.tokens, {n: v.get(n) for n in GIVEN}, n_heads, v.get("W_o"))
+        for name, message in shape.items():
+            inputs.errors.setdefault(name, message)
+            for dropped in GIVEN if name == "tokens" else (name,):
+                v[dropped] = None
+        return
     shape = ls.shape_errors(
         inputs.tokens, v.get("X"), {n: v.get(n) for n in W_NAMES}, n_heads, {n: v.get(n) for n in B_NAMES}, v.get("W_o")
     )
@@ -267,16 +320,20 @@ def validate(inputs: Inputs, n_heads: int) -> None:
 
 
 # ---- the steps -----------------------------------------------------------------------------------------
-def formulas(biased: set[str], masked: bool) -> dict[str, str]:
-    """The formula of each step; biased: the letters ("Q", "K", "V") whose bias is not all zero."""
+def formulas(biased: set[str], masked: bool, given: bool = False) -> dict[str, str]:
+    """The formula of each step; biased: the letters ("Q", "K", "V") whose bias is not all zero; given: Q, K, V
+    typed in directly (no X, no W's)."""
 
     def b(m: str) -> str:
         return f" + b^{m}" if m in biased else ""
 
+    def source(m: str) -> str:
+        return rf"{m} \text{{ (given)}}" if given else rf"{m} = XW^{m}{b(m)}"
+
     return {
-        "Q": rf"Q = XW^Q{b('Q')}",
-        "K": rf"K = XW^K{b('K')}",
-        "V": rf"V = XW^V{b('V')}",
+        "Q": source("Q"),
+        "K": source("K"),
+        "V": source("V"),
         "scores": r"S = QK^\top,\quad S_{ij} = q_i \cdot k_j",
         "scaled": (
             r"A = \frac{S}{\sqrt{d_k}} + M,\quad "
@@ -451,7 +508,39 @@ def masks(url: UrlState, tokens: list[str]) -> np.ndarray | None:
     padding = right.multiselect(
         "Padding tokens (hidden as keys)", list(range(n)), format_func=lambda i: f"{i}: {tokens[i]}", key=pad_key
     )
+    draw_mask_conventions(tokens, padding)
     return ls.build_mask(n, causal, padding)
+
+
+def draw_mask_conventions(tokens: list[str], padding: list[int]) -> None:
+    """The same padding in the conventions students meet: two of them use True for opposite things."""
+    c = ls.mask_conventions(len(tokens), padding)
+    with st.expander("The padding mask in PyTorch's conventions (True means opposite things)", expanded=bool(padding)):
+        frame = pd.DataFrame(
+            [
+                [str(bool(x)) for x in c.key_padding_mask],
+                [ls.fmt(x) for x in c.additive],
+                [str(bool(x)) for x in c.sdpa_bool],
+                [str(int(x)) for x in c.hf_attention_mask],
+            ],
+            index=pd.Index(
+                [
+                    "key_padding_mask (nn.MultiheadAttention): True = padding, ignored",
+                    "additive mask M, added to QKᵀ/√d_k: −∞ = hidden",
+                    "attn_mask (F.scaled_dot_product_attention, bool): True = may attend",
+                    "attention_mask (Hugging Face): 1 = real token",
+                ],
+                name="convention",
+            ),
+            columns=unique_labels(tokens),
+        )
+        st.dataframe(frame)
+        st.caption(
+            "nn.MultiheadAttention's key_padding_mask marks the padding with True; F.scaled_dot_product_attention's "
+            "boolean attn_mask marks what may be attended to with True. Passing one where the other is expected "
+            "hides exactly the wrong keys: convert with attn_mask = ~key_padding_mask. The additive form turns "
+            "either into 0 / −∞ before the softmax, where e^−∞ = 0."
+        )
 
 
 def draw_qkv(steps: AttentionSteps, available: set[str], tokens: list[str], f: dict[str, str]) -> None:
@@ -463,7 +552,9 @@ def draw_qkv(steps: AttentionSteps, available: set[str], tokens: list[str], f: d
             show_matrix(part, f[part], matrix, tokens, col_labels(letter, matrix.shape[1], n_heads), col_title=letter)
     if n_heads > 1:
         st.latex(
-            r"Q = [\,Q_1 \mid Q_2 \mid \dots \mid Q_h\,],\quad Q_j = XW^Q_j \;\; (\text{the } j\text{-th block of "
+            r"Q = [\,Q_1 \mid Q_2 \mid \dots \mid Q_h\,],\quad Q_j"
+            + (r" = XW^Q_j" if "XW" in f["Q"] else "")
+            + r" \;\; (\text{the } j\text{-th block of "
             + str(steps.d_k)
             + r" columns; the same for } K, V)"
         )
@@ -519,27 +610,74 @@ def page(url: UrlState) -> None:
     st.subheader("Inputs")
     inputs = edit_tables(example, sig, n_heads, mode)
     record_edits(url, preset_example, inputs)
-    validate(inputs, n_heads)
+    validate(inputs, n_heads, example.given_qkv)
     for message in inputs.errors.values():
         st.error(escape(message))
-    v = inputs.values
-    if v.get("X") is None:
-        st.info("X and the token names are needed for everything below: fix them above.")
-        return
-    tokens = inputs.tokens
-    mask = masks(url, tokens)
-    W = {name: v.get(name) for name in W_NAMES}
-    b = {name: v.get(name) for name in B_NAMES}
-    steps, available = ls.available_steps(v["X"], W, b, v.get("W_o"), mask, n_heads)
+    steps, available, tokens, mask = run_steps(url, example, inputs, n_heads)
     if steps is None:
-        st.info("At least one of W^Q, W^K, W^V is needed: fix them above.")
         return
-    f = formulas({name[-1].upper() for name, x in b.items() if x is not None and np.any(x)}, mask is not None)
+    if example.given_qkv:
+        f = formulas(set(), mask is not None, given=True)
+    else:
+        b = {name: inputs.values.get(name) for name in B_NAMES}
+        f = formulas({name[-1].upper() for name, x in b.items() if x is not None and np.any(x)}, mask is not None)
     draw_qkv(steps, available, tokens, f)
     draw_heads(steps, available, tokens, f)
     if n_heads > 1 and "Z" in available:
         draw_combined(steps, available, tokens, preset)
     draw_row(url, steps, available, tokens)
+    draw_pytorch_check(steps, available, tokens, expanded=preset == "sdpa")
+
+
+def run_steps(
+    url: UrlState, example: ls.Example, inputs: Inputs, n_heads: int
+) -> tuple[AttentionSteps | None, set[str], list[str], np.ndarray | None]:
+    """The masks chosen and the steps the valid inputs allow: (steps or None, what is available, tokens, mask)."""
+    v = inputs.values
+    first = "Q" if example.given_qkv else "X"
+    if example.given_qkv and not any(v.get(name) is not None for name in GIVEN):
+        st.info("Q, K and V and the token names are needed for everything below: fix them above.")
+        return None, set(), [], None
+    if v.get(first) is None and not example.given_qkv:
+        st.info("X and the token names are needed for everything below: fix them above.")
+        return None, set(), [], None
+    if "tokens" in inputs.errors:
+        return None, set(), [], None
+    tokens = inputs.tokens
+    mask = masks(url, tokens)
+    if example.given_qkv:
+        steps, available = ls.available_from_qkv({n: v.get(n) for n in GIVEN}, v.get("W_o"), mask, n_heads)
+        return steps, available, tokens, mask
+    W = {name: v.get(name) for name in W_NAMES}
+    b = {name: v.get(name) for name in B_NAMES}
+    steps, available = ls.available_steps(v["X"], W, b, v.get("W_o"), mask, n_heads)
+    if steps is None:
+        st.info("At least one of W^Q, W^K, W^V is needed: fix them above.")
+    return steps, available, tokens, mask
+
+
+def draw_pytorch_check(steps: AttentionSteps, available: set[str], tokens: list[str], expanded: bool) -> None:
+    """The same Z from PyTorch's F.scaled_dot_product_attention, on the same q, k, v and mask."""
+    if "Z" not in available:
+        return
+    with st.expander("The same with PyTorch: F.scaled_dot_product_attention", expanded=expanded):
+        z, diff = ls.torch_sdpa(steps)
+        if expanded:
+            st.code(ls.SDPA_CODE, language="python")
+        st.caption(
+            "PyTorch takes q, k, v per head ([h, n, d] tensors) and scales by 1/√d_k itself; a boolean attn_mask "
+            "means True = may attend."
+        )
+        blocks = z if steps.n_heads > 1 else z[None]
+        for head, block in enumerate(blocks):
+            label = f"PyTorch Z · head {head}" if steps.n_heads > 1 else "PyTorch Z"
+            frame = pd.DataFrame(
+                block,
+                index=pd.Index(unique_labels(tokens), name=label),
+                columns=[f"z{c + 1}" for c in range(block.shape[1])],
+            )
+            st.dataframe(frame.style.format("{:.4f}"))
+        st.caption(f"Largest difference from Z above: {diff:.1e} (float64 rounding).")
 
 
 def main() -> None:

@@ -58,23 +58,26 @@ def _matrix(name: str, value: object) -> np.ndarray:
     return a
 
 
-def _mask(mask: object, n: int) -> np.ndarray | None:
-    """None, "causal", a key-padding vector [n] (True = real token) or a full [n, n] mask (True = may attend)."""
+def _mask(mask: object, n: int, n_k: int | None = None) -> np.ndarray | None:
+    """None, "causal", a key-padding vector [n_k] (True = real token) or a full [n, n_k] mask (True = may attend).
+
+    n queries, n_k keys (n_k = n for self-attention)."""
+    n_k = n if n_k is None else n_k
     if mask is None:
         return None
     if isinstance(mask, str):
         if mask != "causal":
             raise ValueError(f"mask must be None, 'causal' or a boolean array, got {mask!r}")
-        return np.tril(np.ones((n, n), dtype=bool))
+        return np.tril(np.ones((n, n_k), dtype=bool))
     m = np.asarray(mask)
     if m.dtype != bool:
         if not np.isin(m, (0, 1)).all():
             raise ValueError("a mask holds True/False (or 1/0): True where a query may attend to a key")
         m = m.astype(bool)
-    if m.shape == (n,):
-        return np.broadcast_to(m[None, :], (n, n)).copy()
-    if m.shape != (n, n):
-        raise ValueError(f"the mask must have shape ({n},) or ({n}, {n}) for {n} tokens, got {m.shape}")
+    if m.shape == (n_k,):
+        return np.broadcast_to(m[None, :], (n, n_k)).copy()
+    if m.shape != (n, n_k):
+        raise ValueError(f"the mask must have shape ({n_k},) or ({n}, {n_k}) for {n} tokens, got {m.shape}")
     return m
 
 
@@ -125,16 +128,42 @@ def attention_steps(
     Raises ValueError naming the matrix or shape that does not fit.
     """
     X, W_q, W_k, W_v, h = _checked_inputs(X, W_q, W_k, W_v, n_heads)
-    n = X.shape[0]
-    d_k, d_v = W_q.shape[1] // h, W_v.shape[1] // h
-    allowed = _mask(mask, n)
+    return _steps(X @ W_q, X @ W_k, X @ W_v, mask, h, W_o)  # Q, K [n, h*d_k]; V [n, h*d_v]
 
-    Q, K, V = X @ W_q, X @ W_k, X @ W_v  # [n, h*d_k], [n, h*d_k], [n, h*d_v]
+
+def attention_from_qkv(
+    Q: object, K: object, V: object, mask: object = None, *, n_heads: int = 1, W_o: object | None = None
+) -> AttentionSteps:
+    """The same steps with Q, K and V given directly (as `F.scaled_dot_product_attention(Q, K, V)` takes them).
+
+    Q: [n_q, h*d_k], K: [n_k, h*d_k], V: [n_k, h*d_v]: n_q queries may differ from n_k keys (cross-attention).
+    mask: None, "causal", a key-padding vector [n_k] or a boolean [n_q, n_k]; True = may attend.
+    """
+    Q, K, V = _matrix("Q", Q), _matrix("K", K), _matrix("V", V)
+    if Q.shape[1] != K.shape[1]:
+        raise ValueError(f"Q and K must have the same number of columns (d_k): {Q.shape[1]} vs {K.shape[1]}")
+    if K.shape[0] != V.shape[0]:
+        raise ValueError(f"K and V need one row per key: K has {K.shape[0]} rows, V has {V.shape[0]}")
+    if int(n_heads) != n_heads or n_heads < 1:
+        raise ValueError(f"n_heads must be a whole number >= 1, got {n_heads!r}")
+    h = int(n_heads)
+    for name, M in (("Q", Q), ("V", V)):
+        if M.shape[1] % h:
+            raise ValueError(f"{name} has {M.shape[1]} columns, which do not split into {h} equal heads")
+    return _steps(Q, K, V, mask, h, W_o)
+
+
+def _steps(Q: np.ndarray, K: np.ndarray, V: np.ndarray, mask: object, h: int, W_o: object | None) -> AttentionSteps:
+    """softmax(Q K^T / sqrt(d_k) + M) V, head by head, every intermediate kept."""
+    n, n_k = Q.shape[0], K.shape[0]
+    d_k, d_v = Q.shape[1] // h, V.shape[1] // h
+    allowed = _mask(mask, n, n_k)
+
     q_heads = Q.reshape(n, h, d_k).transpose(1, 0, 2)  # [h, n, d_k]
-    k_heads = K.reshape(n, h, d_k).transpose(1, 0, 2)
-    v_heads = V.reshape(n, h, d_v).transpose(1, 0, 2)  # [h, n, d_v]
+    k_heads = K.reshape(n_k, h, d_k).transpose(1, 0, 2)
+    v_heads = V.reshape(n_k, h, d_v).transpose(1, 0, 2)  # [h, n_k, d_v]
     scale = 1.0 / np.sqrt(d_k)
-    scores = q_heads @ k_heads.transpose(0, 2, 1)  # [h, n, n]
+    scores = q_heads @ k_heads.transpose(0, 2, 1)  # [h, n, n_k]
     scaled = scores * scale
     if allowed is not None:
         scaled = np.where(allowed, scaled, -np.inf)

@@ -225,3 +225,58 @@ def test_a_link_with_edits_that_do_not_fit_gets_messages_not_a_traceback():
     assert not at.exception
     assert any("could not be read" in w for w in messages(at, "warning"))
     assert any("X" in e for e in messages(at, "error"))  # the shape mismatch, named
+
+
+def test_q_k_v_given_directly_show_the_lectures_pytorch_demo_and_pytorchs_own_result():
+    at = run(preset="sdpa")
+    assert not at.exception and not at.error
+    np.testing.assert_array_equal(table(at, "V").to_numpy(), table(at, "K").to_numpy())  # value = key
+    expected = [[1.0, 0.8318, 0.7227, 0.4455]] * 3 + [[1.0, 0.7227, 0.8318, 0.5545]]
+    np.testing.assert_allclose(table(at, "Z").to_numpy(), expected, atol=5e-5)
+    np.testing.assert_allclose(table(at, "PyTorch Z").to_numpy(), table(at, "Z").to_numpy(), atol=1e-12)
+    assert any("F.scaled_dot_product_attention(query, key, value)" in c.value for c in at.code)
+    assert any("Largest difference from Z above" in c for c in messages(at, "caption"))
+    # An edit of V travels in the link as V (there is no X to edit), and changes Z.
+    text = run(preset="sdpa", mode="text")
+    text.text_area(key="step.paste.V").input("1 0\n0 1\n1 1\n0 0").run()
+    assert not text.exception and not text.error
+    params = {k: (v if isinstance(v, str) else v[0]) for k, v in text.query_params.items()}
+    assert params["e_V"] == "1,0;0,1;1,1;0,0" and "e_X" not in params
+    weights = table(text, "weights").to_numpy()
+    np.testing.assert_allclose(table(text, "Z").to_numpy(), weights @ np.array([[1, 0], [0, 1], [1, 1], [0, 0]]))
+    shared = run(**params)
+    np.testing.assert_allclose(table(shared, "Z").to_numpy(), table(text, "Z").to_numpy())
+
+
+def test_given_q_k_v_with_two_heads_and_a_shape_that_does_not_split():
+    at = run(preset="sdpa", heads="2", pad="3")
+    assert not at.exception and not at.error
+    for head in (0, 1):
+        w = table(at, f"weights · head {head}").to_numpy()
+        np.testing.assert_array_equal(w[:, 3], 0.0)
+        np.testing.assert_allclose(w.sum(axis=1), 1.0)
+        np.testing.assert_allclose(table(at, f"PyTorch Z · head {head}").to_numpy(), table(at, f"Z · head {head}"))
+    at = run(preset="sdpa", heads="3")
+    assert not at.exception
+    assert "Q has 4 columns, which do not split into 3 equal heads" in messages(at, "error")
+
+
+def test_tayo_ay_masaya_uses_the_lectures_embeddings():
+    at = run(preset="tayo")
+    assert not at.exception and not at.error
+    X = np.array([[0.1, -2, 0.4, -1], [0.3, 1, -1, 2], [0.1, 0, 1, -1]])
+    np.testing.assert_allclose(table(at, "Q").to_numpy(), X @ ls.EXAMPLE_W_Q)
+    np.testing.assert_allclose(table(at, "K").to_numpy(), X @ ls.EXAMPLE_W_K)
+    assert list(table(at, "weights").index) == ["tayo", "ay", "masaya"]
+    scaled = (X @ ls.EXAMPLE_W_Q) @ (X @ ls.EXAMPLE_W_K).T / SQRT3
+    np.testing.assert_allclose(table(at, "weights").to_numpy(), softmax_rows(scaled))
+
+
+def test_the_padding_mask_is_shown_in_pytorchs_conventions():
+    at = run(pad="2")
+    assert not at.exception
+    conventions = table(at, "convention")
+    assert list(conventions.columns) == ["I", "love", "tea"]
+    rows = [list(r) for r in conventions.to_numpy()]
+    assert rows == [["False", "False", "True"], ["0", "0", "-inf"], ["True", "True", "False"], ["1", "1", "0"]]
+    assert any("attn_mask = ~key_padding_mask" in c for c in messages(at, "caption"))

@@ -92,13 +92,13 @@ def click(locator) -> None:
     locator.click()
 
 
-def choose(page, label: str, option: str, attempts: int = 5) -> None:
-    """Pick `option` in the selectbox labelled `label`.
+def choose(page, label: str, option: str, attempts: int = 5, kind: str = "stSelectbox") -> None:
+    """Pick `option` in the selectbox (kind "stMultiSelect": the multiselect) labelled `label`.
 
     The list opens on a click that lands on the box; a click during a scroll or a redraw can miss, so
     the click is repeated until the option is there to be picked.
     """
-    box = page.locator('[data-testid="stSelectbox"]').filter(has=page.get_by_text(label, exact=True)).first
+    box = page.locator(f'[data-testid="{kind}"]').filter(has=page.get_by_text(label, exact=True)).first
     wanted = page.get_by_role("option", name=option, exact=True)
     for _ in range(attempts):
         centre(box)

@@ -112,6 +112,26 @@ def test_charts_download_as_svg_and_png(server_url, page, tmp_path):
     assert_no_error(page)
 
 
+def test_step_by_step_q_k_v_given_directly_match_pytorch(server_url, page, screenshots):
+    """The lecture's F.scaled_dot_product_attention demo: Q, K, V typed in, PyTorch's own Z beside ours."""
+    page.goto(f"{server_url}/step-by-step")
+    settle(page)
+    choose(page, "Numbers", "Q, K, V given: PyTorch's scaled_dot_product_attention demo")
+    wait_for_url(page, "preset=sdpa")
+    settle(page)
+    wait_for_text(page, "F.scaled_dot_product_attention(query, key, value)")
+    wait_for_text(page, "Largest difference from Z above")
+    wait_for_count(page, CHART, 7)  # Q, K, V, QK^T, scaled, weights, Z
+    # Pad the last key: the PyTorch conventions table opens with it.
+    choose(page, "Padding tokens (hidden as keys)", "3: t3", kind="stMultiSelect")
+    wait_for_url(page, "preset=sdpa", "pad=3")
+    settle(page)
+    wait_for_text(page, "attn_mask = ~key_padding_mask")
+    page.keyboard.press("Escape")  # close the padding list before the screenshot
+    assert_no_error(page)
+    screenshot(page, screenshots / "step-by-step-sdpa.png")
+
+
 def test_step_by_step_takes_a_real_sentence_and_switches_head(server_url, page, screenshots):
     page.goto(f"{server_url}/step-by-step")
     settle(page)

@@ -4,6 +4,7 @@ import math
 
 import numpy as np
 import pytest
+import torch
 
 import tformer_core as tc
 
@@ -105,3 +106,79 @@ def test_several_heads_split_concat_and_output_projection():
 def test_bad_input_names_the_problem(kwargs, message):
     with pytest.raises(ValueError, match=message):
         tc.attention_steps(**kwargs)
+
+
+# The lectures' F.scaled_dot_product_attention demo: Q, K and V = K given directly, d_k = 4 (scale 1/2).
+SDPA_Q = [[0, 1, 0, 0], [0, 1, 0, 0], [0, 1, 0, 0], [0, 0, 1, 0]]
+SDPA_K = [[1, 1, 1, 0], [1, 0, 1, 1], [1, 1, 1, 1], [1, 1, 0, 0]]
+
+
+def test_q_k_v_given_directly_reproduce_the_lectures_pytorch_demo():
+    steps = tc.attention_from_qkv(SDPA_Q, SDPA_K, SDPA_K)
+    # Query [0 1 0 0] scores the keys by their second entry: [1, 0, 1, 1] / 2; e^0.5 / (3 e^0.5 + 1) = 0.27727.
+    np.testing.assert_allclose(steps.scaled[0], [0.5, 0, 0.5, 0.5])
+    np.testing.assert_allclose(steps.weights[0], np.array([e := np.exp(0.5), 1, e, e]) / (3 * e + 1))
+    expected = [[1.0, 0.8318, 0.7227, 0.4455]] * 3 + [[1.0, 0.7227, 0.8318, 0.5545]]
+    np.testing.assert_allclose(steps.z, expected, atol=5e-5)
+    torch_z = torch.nn.functional.scaled_dot_product_attention(
+        *(torch.tensor(m, dtype=torch.float64) for m in (SDPA_Q, SDPA_K, SDPA_K))
+    )
+    np.testing.assert_allclose(steps.z, torch_z.numpy(), rtol=0, atol=1e-15)
+
+
+def test_given_q_k_v_equal_the_steps_from_x_and_the_ws():
+    rng = np.random.default_rng(3)
+    X, W_q, W_k, W_v = (
+        rng.normal(size=(5, 6)),
+        rng.normal(size=(6, 4)),
+        rng.normal(size=(6, 4)),
+        rng.normal(size=(6, 2)),
+    )
+    from_x = tc.attention_steps(X, W_q, W_k, W_v, "causal", n_heads=2)
+    given = tc.attention_from_qkv(X @ W_q, X @ W_k, X @ W_v, "causal", n_heads=2)
+    for name in ("scores", "weights", "z", "concat"):
+        np.testing.assert_array_equal(getattr(given, name), getattr(from_x, name))
+
+
+def test_given_q_k_v_may_have_fewer_queries_than_keys_and_bad_shapes_are_named():
+    steps = tc.attention_from_qkv(np.eye(2, 3), np.eye(4, 3), np.ones((4, 2)), mask=[True, True, True, False])
+    assert steps.weights.shape == (2, 4) and np.all(steps.weights[:, 3] == 0)
+    np.testing.assert_allclose(steps.weights.sum(axis=1), 1.0)
+    with pytest.raises(ValueError, match="same number of columns"):
+        tc.attention_from_qkv(np.ones((2, 3)), np.ones((2, 4)), np.ones((2, 4)))
+    with pytest.raises(ValueError, match="one row per key"):
+        tc.attention_from_qkv(np.ones((2, 3)), np.ones((2, 3)), np.ones((3, 3)))
+
+
+def test_pytorch_padding_conventions_are_opposite_and_the_same_mask():
+    """nn.MultiheadAttention's key_padding_mask (True = padding) and SDPA's bool attn_mask (True = may attend)
+    hide the same key only when one is the negation of the other; both equal our additive -inf mask."""
+    from tformer_views.lessons import attention as ls
+
+    conventions = ls.mask_conventions(4, [2])
+    assert conventions.key_padding_mask.tolist() == [False, False, True, False]
+    assert conventions.sdpa_bool.tolist() == [True, True, False, True]
+    assert conventions.additive.tolist() == [0, 0, -np.inf, 0] and conventions.hf_attention_mask.tolist() == [
+        1,
+        1,
+        0,
+        1,
+    ]
+    ours = tc.attention_from_qkv(SDPA_Q, SDPA_K, SDPA_K, mask=conventions.sdpa_bool)
+    q, k = (torch.tensor(m, dtype=torch.float64)[None] for m in (SDPA_Q, SDPA_K))  # [batch 1, n, d]
+    # nn.MultiheadAttention with identity projections: its weights are softmax(QK^T / sqrt(d)) with its mask.
+    mha = torch.nn.MultiheadAttention(4, 1, bias=False, batch_first=True, dtype=torch.float64)
+    with torch.no_grad():
+        mha.in_proj_weight.copy_(torch.eye(4).repeat(3, 1))
+        mha.out_proj.weight.copy_(torch.eye(4))
+    out, weights = mha(q, k, k, key_padding_mask=torch.tensor(conventions.key_padding_mask)[None])
+    np.testing.assert_allclose(weights[0].detach().numpy(), ours.weights, atol=1e-12)
+    np.testing.assert_allclose(out[0].detach().numpy(), ours.z, atol=1e-12)
+    additive = torch.tensor(conventions.additive)[None, :].expand(4, 4)
+    sdpa = torch.nn.functional.scaled_dot_product_attention(q[0], k[0], k[0], attn_mask=additive)
+    np.testing.assert_allclose(sdpa.numpy(), ours.z, atol=1e-12)
+    # Passing the padding mask where SDPA expects "may attend" hides every key but the padding.
+    wrong = torch.nn.functional.scaled_dot_product_attention(
+        q[0], k[0], k[0], attn_mask=torch.tensor(conventions.key_padding_mask)[None, :].expand(4, 4)
+    )
+    np.testing.assert_allclose(wrong.numpy(), np.tile(np.array(SDPA_K[2], dtype=float), (4, 1)))

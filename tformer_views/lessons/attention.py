@@ -2,6 +2,8 @@
 
     ex = default_example(n_heads=1)                    # the worked example: 3 tokens, d_model 4, d_k 3
     steps = run_example(ex, build_mask(3, causal=True, padding=[]))
+    given = sdpa_example()                             # Q, K, V given directly (ex.given_qkv): no X, no W's
+    steps = run_example(given, None)
     walk = row_walkthrough(steps, ex.tokens, query=1)  # every number of row 1, written out
 
 All numbers come from `tc.attention_steps` (float64). Biases (BERT's b^Q, b^K, b^V) are folded in
@@ -13,14 +15,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from tformer_core.models.base import TracedModel
-from tformer_core.steps import AttentionSteps, attention_steps
+from tformer_core.steps import AttentionSteps, attention_from_qkv, attention_steps
 from tformer_core.trace import Trace, to_numpy
 
 MAX_TOKENS = 12  # the worked example is read cell by cell: beyond this the tables stop being readable
@@ -37,19 +39,34 @@ class Example:
     """
 
     tokens: tuple[str, ...]
-    X: np.ndarray
-    W_q: np.ndarray
-    W_k: np.ndarray
-    W_v: np.ndarray
-    b_q: np.ndarray
-    b_k: np.ndarray
-    b_v: np.ndarray
+    X: np.ndarray | None
+    W_q: np.ndarray | None
+    W_k: np.ndarray | None
+    W_v: np.ndarray | None
+    b_q: np.ndarray | None
+    b_k: np.ndarray | None
+    b_v: np.ndarray | None
     W_o: np.ndarray
     note: str = ""
+    # Q, K, V given directly (the lectures' F.scaled_dot_product_attention demo): then X, the W's and b's are None.
+    Q: np.ndarray | None = None
+    K: np.ndarray | None = None
+    V: np.ndarray | None = None
+
+    @property
+    def given_qkv(self) -> bool:
+        return self.Q is not None
+
+    @property
+    def editable(self) -> tuple[str, ...]:
+        """The tables a user edits (and a link carries): tokens and X, the W's, b's and W^O; or tokens, Q, K, V, W^O."""
+        if self.given_qkv:
+            return ("tokens", "Q", "K", "V", "W_o")
+        return ("tokens", "X", "W_q", "W_k", "W_v", "b_q", "b_k", "b_v", "W_o")
 
     @property
     def has_bias(self) -> bool:
-        return bool(np.any(self.b_q) or np.any(self.b_k) or np.any(self.b_v))
+        return not self.given_qkv and bool(np.any(self.b_q) or np.any(self.b_k) or np.any(self.b_v))
 
 
 # The lecture's example (as in "Illustrated: Self-Attention"): integers, so every step can be checked by hand.
@@ -85,6 +102,47 @@ def default_example(n_heads: int = 1) -> Example:
         _small_integers(7, (3 * h, 4)),
         "The lecture's example: small integers, so every step can be checked by hand.",
     )
+
+
+# "tayo ay masaya" ("we are happy"): the lecture's Filipino sentence with its 4-dim embeddings.
+TAYO_TOKENS = ("tayo", "ay", "masaya")
+TAYO_X = np.array([[0.1, -2, 0.4, -1], [0.3, 1, -1, 2], [0.1, 0, 1, -1]], dtype=np.float64)
+
+
+def tayo_example(n_heads: int = 1) -> Example:
+    """ "tayo ay masaya" with the lecture's embeddings as X; W^Q, W^K, W^V (and W^O) those of the worked example."""
+    ex = default_example(n_heads)
+    note = (
+        'The lecture\'s sentence "tayo ay masaya" ("we are happy") with its 4-dimensional embeddings as X; '
+        "W^Q, W^K, W^V are the worked example's."
+    )
+    return replace(ex, tokens=TAYO_TOKENS, X=TAYO_X.copy(), note=note)
+
+
+# The lectures' F.scaled_dot_product_attention demo: Q, K, V given directly, with value = key.
+SDPA_TOKENS = ("t0", "t1", "t2", "t3")
+SDPA_Q = np.array([[0, 1, 0, 0], [0, 1, 0, 0], [0, 1, 0, 0], [0, 0, 1, 0]], dtype=np.float64)
+SDPA_K = np.array([[1, 1, 1, 0], [1, 0, 1, 1], [1, 1, 1, 1], [1, 1, 0, 0]], dtype=np.float64)
+SDPA_CODE = """import torch
+import torch.nn.functional as F
+
+query = torch.tensor([[0., 1, 0, 0], [0, 1, 0, 0], [0, 1, 0, 0], [0, 0, 1, 0]])
+key = torch.tensor([[1., 1, 1, 0], [1, 0, 1, 1], [1, 1, 1, 1], [1, 1, 0, 0]])
+value = key
+F.scaled_dot_product_attention(query, key, value)"""
+
+
+def sdpa_example(n_heads: int = 1) -> Example:
+    """Q, K and V = K of the lecture's PyTorch demo (d_k = 4); its output rows are [1, 0.8318, 0.7227, 0.4455] ×3
+    and [1, 0.7227, 0.8318, 0.5545]. With several heads the 4 columns split into blocks (2 heads of 2, 4 of 1)."""
+    _heads(n_heads)
+    note = (
+        "PyTorch's `F.scaled_dot_product_attention(query, key, value)` demo from the lecture: Q, K and V are "
+        "given directly (no X, no W's) and value = key, so V = K. PyTorch's own result is computed below."
+    )
+    blank = (None,) * 7  # no X, W's or b's
+    W_o = _small_integers(7, (4, 4))  # [h*d_v, d_model] = [4, 4] for any number of heads
+    return Example(SDPA_TOKENS, *blank, W_o, note, Q=SDPA_Q.copy(), K=SDPA_K.copy(), V=SDPA_K.copy())
 
 
 def random_example(seed: int, n_tokens: int, d_model: int, d_k: int, n_heads: int = 1) -> Example:
@@ -316,6 +374,102 @@ def available_steps(
     return run_example(ex, mask, n_heads, with_output="output" in available), available
 
 
+def qkv_shape_errors(
+    tokens: Sequence[str], given: dict[str, np.ndarray | None], n_heads: int, W_o: np.ndarray | None = None
+) -> dict[str, str]:
+    """Shape problems of Q, K, V given directly (self-attention: one row per token in each), by name."""
+    errors: dict[str, str] = {}
+    n = len(tokens)
+    if n == 0:
+        errors["tokens"] = "there are no tokens: give at least one"
+    elif n > MAX_TOKENS:
+        errors["tokens"] = f"there are {n} tokens; the step-by-step view takes at most {MAX_TOKENS}"
+    for name, matrix in given.items():
+        if matrix is None or "tokens" in errors:
+            continue
+        if matrix.shape[0] != n:
+            errors[name] = f"{name} has {matrix.shape[0]} rows for {n} tokens: give one row per token"
+        elif matrix.shape[1] % n_heads:
+            errors[name] = f"{name} has {matrix.shape[1]} columns, which do not split into {n_heads} equal heads"
+    Q, K = given.get("Q"), given.get("K")
+    if Q is not None and K is not None and not {"Q", "K"} & errors.keys() and Q.shape[1] != K.shape[1]:
+        errors["K"] = (
+            f"K is {K.shape[0]} × {K.shape[1]} but Q is {Q.shape[0]} × {Q.shape[1]}: they need the same number "
+            "of columns (d_k), since each q is dotted with each k"
+        )
+    V = given.get("V")
+    if n_heads > 1 and W_o is not None and V is not None and "V" not in errors and W_o.shape[0] != V.shape[1]:
+        errors["W_o"] = (
+            f"W^O is {W_o.shape[0]} × {W_o.shape[1]} but the concatenated heads have {V.shape[1]} columns "
+            f"(the columns of V): W^O needs {V.shape[1]} rows"
+        )
+    return errors
+
+
+def available_from_qkv(
+    given: dict[str, np.ndarray | None], W_o: np.ndarray | None, mask: np.ndarray | None, n_heads: int
+) -> tuple[AttentionSteps | None, set[str]]:
+    """As `available_steps`, for Q, K, V given directly: a missing one is stood in for and its parts not listed."""
+    present = [name for name in ("Q", "K", "V") if given.get(name) is not None]
+    if not present:
+        return None, set()
+    Q = given.get("Q") if given.get("Q") is not None else given.get("K")
+    K = given.get("K") if given.get("K") is not None else Q
+    if Q is None:  # only V: its shape stands in for the scores, which are not shown
+        Q = K = given["V"]
+    V = given.get("V") if given.get("V") is not None else K
+    available = set(present)
+    if {"Q", "K"} <= available:
+        available.add("scores")
+        if "V" in available:
+            available.add("Z")
+            if n_heads > 1 and W_o is not None:
+                available.add("output")
+    W_o = W_o if "output" in available else None
+    return attention_from_qkv(Q, K, V, mask, n_heads=n_heads, W_o=W_o), available
+
+
+# ---- PyTorch's conventions -----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class MaskConventions:
+    """One padding choice written in each convention a student meets (for n keys).
+
+    key_padding_mask: nn.MultiheadAttention / nn.TransformerEncoder's, True = padding (ignored).
+    additive: what is added to the scaled scores, 0 = kept, -inf = hidden.
+    sdpa_bool: F.scaled_dot_product_attention's boolean attn_mask, True = may attend: the opposite of the first.
+    hf_attention_mask: transformers' attention_mask, 1 = a real token, 0 = padding.
+    """
+
+    key_padding_mask: np.ndarray
+    additive: np.ndarray
+    sdpa_bool: np.ndarray
+    hf_attention_mask: np.ndarray
+
+
+def mask_conventions(n: int, padding: Sequence[int]) -> MaskConventions:
+    pad = np.zeros(n, dtype=bool)
+    pad[[int(p) for p in padding if 0 <= int(p) < n]] = True
+    return MaskConventions(pad, np.where(pad, -np.inf, 0.0), ~pad, (~pad).astype(int))
+
+
+def torch_sdpa(steps: AttentionSteps) -> tuple[np.ndarray, float]:
+    """PyTorch's F.scaled_dot_product_attention on the same q, k, v (per head) and mask (its boolean attn_mask:
+    True = may attend); returns (its Z, [h, n, d_v] or [n, d_v] like steps.z, and max |ours - PyTorch|).
+
+    A query with every key masked gets NaN from PyTorch and zeros here; those rows are left out of the difference.
+    """
+    import torch
+    import torch.nn.functional as F
+
+    q, k, v = (torch.from_numpy(np.ascontiguousarray(a)) for a in (steps.q_heads, steps.k_heads, steps.v_heads))
+    mask = None if steps.mask is None else torch.from_numpy(np.ascontiguousarray(steps.mask))
+    z = F.scaled_dot_product_attention(q, k, v, attn_mask=mask).numpy()  # [h, n, d_v], float64 in, float64 out
+    ours = steps.z if steps.n_heads > 1 else steps.z[None]
+    rows = np.isfinite(z).all(axis=-1)
+    diff = float(np.max(np.abs(ours[rows] - z[rows]))) if rows.any() else 0.0
+    return (z if steps.n_heads > 1 else z[0]), diff
+
+
 def latex_name(name: str) -> str:
     """ "W_q" -> "W^Q" as printed on the page."""
     return {"W_q": "W^Q", "W_k": "W^K", "W_v": "W^V", "W_o": "W^O", "b_q": "b^Q", "b_k": "b^K", "b_v": "b^V"}.get(
@@ -345,7 +499,11 @@ def with_bias(X: np.ndarray, W: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, 
 def run_example(
     ex: Example, mask: np.ndarray | None = None, n_heads: int = 1, with_output: bool = True
 ) -> AttentionSteps:
-    """tc.attention_steps on the example, biases included (Q = X W^Q + b^Q, ...) and W^O when several heads."""
+    """tc.attention_steps on the example, biases included (Q = X W^Q + b^Q, ...) and W^O when several heads;
+    tc.attention_from_qkv when Q, K and V are given directly."""
+    if ex.given_qkv:
+        W_o = ex.W_o if (with_output and n_heads > 1) else None
+        return attention_from_qkv(ex.Q, ex.K, ex.V, mask, n_heads=n_heads, W_o=W_o)
     X, W_q, W_k, W_v = ex.X, ex.W_q, ex.W_k, ex.W_v
     if ex.has_bias:
         # One X' for all three: the appended column of ones picks up each W's bias row.
