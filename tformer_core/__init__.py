@@ -38,7 +38,7 @@ from .models.seq2seq import EncoderDecoder, Seq2SeqConfig
 from .models.vit import ViT, ViTConfig, patchify
 from .numerics import softmax
 from .runtime import limit_malloc_arenas, release_freed_memory, retain_freed_memory
-from .steps import AttentionSteps, attention_steps
+from .steps import AttentionSteps, attention_from_qkv, attention_steps
 from .tokenizers import HFTokenizer, Tokenizer
 from .trace import Trace
 
@@ -75,6 +75,7 @@ __all__ = [
     "TransformersModel",
     "ViT",
     "ViTConfig",
+    "attention_from_qkv",
     "attention_steps",
     "capture",
     "causal_mask",
