@@ -13,6 +13,12 @@ st.markdown(
     "each head looks. Every number on these pages is read from an actual forward pass. "
     "Every view can be shared: its settings are in the page's address."
 )
+NUMBERING = (
+    "**Numbering, on every page:** tokens, layers and heads count from 0, as in the code and the trace "
+    "(token 0 is [CLS], layer 0 the first layer, head 0 the first head); the components of a vector count "
+    "from 1, as in the lecture's formulas (x₁, q₁, z₁)."
+)
+st.caption(NUMBERING)
 
 # Each entry: page file, what it teaches. Links go through st.page_link so they follow the app's routing.
 GUIDE = [
@@ -21,7 +27,8 @@ GUIDE = [
         "Attention, step by step",
         "The lecture's worked example, editable: X, W^Q, W^K, W^V → Q, K, V → scores → scaling by 1/√d_k → "
         "softmax → Z, with causal and padding masks, several heads and W^O. Pick a query row to see every "
-        "number of its computation.",
+        "number of its computation. Also: Q, K, V given directly (PyTorch's scaled_dot_product_attention demo, "
+        "checked against PyTorch), \"tayo ay masaya\", and the padding mask in PyTorch's conventions.",
     ),
     (
         "app_pages/positional.py",

@@ -15,6 +15,8 @@ def test_home_page_renders_without_exception():
     assert not at.exception
     assert at.title[0].value.startswith("tformer")
     assert any("Device:" in c.value for c in at.sidebar.caption)
+    # One numbering convention for the whole app, said once here (the pages follow it: "head 0", "z1").
+    assert any("layers and heads count from 0" in c.value and "count from 1" in c.value for c in at.caption)
     weights = at.dataframe[1].value.to_numpy(dtype=float)
     steps = tc.attention_steps([[1, 0], [0, 1], [1, 1]], np.eye(2), np.eye(2), [[1, 2], [3, 4]])
     np.testing.assert_allclose(weights, steps.weights)
