@@ -19,11 +19,12 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from tformer_core.trace import Trace
+from tformer_core.trace import ATTENTION_STACKS, Trace
 from tformer_views import search
 from tformer_views import text as tv
 from tformer_views.charts.attention import distance_chart, head_view_chart
 from tformer_views.charts.pickers import head_grid_chart, thumbnail_picker
+from tformer_views.charts.projection import qk_figure, qk_space
 from tformer_views.charts.spec import heatmap
 from tformer_views.lessons.attention import tex
 from tformer_views.text import peak_weights
@@ -44,8 +45,10 @@ VIEWS = {
     "overview": "All layers × heads",
     "qkv": "Q, K, V",
     "why": "Why this weight",
+    "qk": "Query–key space",
     "distance": "Attention distance",
 }
+OPT_IN = frozenset({"qk"})  # views a page shows only when chosen (not among the defaults of `controls`)
 SPECIAL_LABELS = frozenset(display_tokens(list(SPECIAL_TOKENS)))  # as the query box shows them
 MATRICES = {"weights": "weights (softmax)", "scaled": "softmax input QKᵀ/√d_k", "scores": "scores QKᵀ"}
 
@@ -144,7 +147,7 @@ def head_keys(url: UrlState, prefix: str, n_layers: int, n_heads: int) -> None:
 def _views(url: UrlState, prefix: str, views: Sequence[str], default_views: Sequence[str] | None) -> tuple[str, ...]:
     """The views to draw: several, chosen as pills (in the link as "views"); in presenter mode one at a time,
     full width (in the link as "view")."""
-    defaults = list(default_views if default_views is not None else views)
+    defaults = list(default_views if default_views is not None else [v for v in views if v not in OPT_IN])
     views_key = url.key(f"{prefix}views", defaults, choices=list(views))
     if presenter.presenting():
         view_key = url.key(f"{prefix}view", defaults[0], choices=list(views))
@@ -167,6 +170,35 @@ def _key(url: UrlState, c: Controls, name: str) -> str:
     return f"{url.page}.{c.prefix}{name}"
 
 
+def has_qkv(trace: Trace, stack: str) -> bool:
+    """True when the trace holds the queries and keys of `stack` (not so for a model transformers runs)."""
+    return f"{ATTENTION_STACKS[stack].format(layer=0)}.q" in trace
+
+
+def qkv_absent(trace: Trace, stack: str, view: str) -> bool:
+    """When the trace has no Q, K, V (a model run by transformers' own code): says so where `view` would be
+    and returns True; else False."""
+    if has_qkv(trace, stack):
+        return False
+    reason = trace.meta.get("absent") or "This model's trace holds the attention weights only, not Q, K and V."
+    st.info(f"**{escape(view)}** cannot be shown for this model. {escape(reason)}")
+    return True
+
+
+def kv_sharing(trace: Trace, head: int) -> str | None:
+    """With grouped-query attention, which key/value head query head `head` reads and who shares it; else None."""
+    if trace.n_kv_heads == trace.n_heads:
+        return None
+    g = trace.kv_head(head)
+    group = trace.query_heads(g)
+    others = ", ".join(str(h) for h in group)
+    return (
+        f"Grouped-query attention ({trace.n_heads} query heads, {trace.n_kv_heads} key/value heads): query head "
+        f"{head} reads key/value head {g}, shared by query heads {others}. They all score against the same K "
+        "and mix the same V; only their queries differ."
+    )
+
+
 def draw(shown: Shown, url: UrlState, c: Controls, label: str = "") -> None:
     """Every view chosen in `c`, in a fixed order. `label` ("encoder ", ...) goes into the titles."""
     trace = shown.trace
@@ -182,6 +214,8 @@ def draw(shown: Shown, url: UrlState, c: Controls, label: str = "") -> None:
         draw_qkv(trace, url, c, label)
     if "why" in c.views:
         draw_why(trace, url, c, label)
+    if "qk" in c.views:
+        draw_qk(trace, url, c, label)
     if "distance" in c.views:
         draw_distance(shown, url, c, label)
 
@@ -216,13 +250,16 @@ def draw_head_view(trace: Trace, url: UrlState, c: Controls, label: str = "") ->
 def draw_heatmap(trace: Trace, url: UrlState, c: Controls, label: str = "") -> None:
     layer, head = c.layer, c.head
     st.subheader(f"Heatmap · {label}layer {layer}, head {head}", anchor=f"{c.prefix}heatmap")
+    parts = list(MATRICES) if has_qkv(trace, c.stack) else ["weights"]  # scores need Q and K
     part = st.radio(
         "Matrix",
-        list(MATRICES),
-        key=url.key(f"{c.prefix}matrix", "weights", choices=list(MATRICES)),
+        parts,
+        key=url.key(f"{c.prefix}matrix", "weights", choices=parts),
         format_func=MATRICES.get,
         horizontal=True,
     )
+    if len(parts) == 1:
+        st.caption("This model hands out its attention weights only: the scores before the softmax need Q and K.")
     if part == "weights":
         full = tv.head_matrix(trace, layer, head, c.stack, hide_special=c.hide)
     else:
@@ -373,6 +410,11 @@ def draw_overview(shown: Shown, url: UrlState, c: Controls, label: str = "") -> 
 def draw_qkv(trace: Trace, url: UrlState, c: Controls, label: str = "") -> None:
     layer, head = c.layer, c.head
     st.subheader(f"Q, K and V · {label}layer {layer}, head {head}")
+    if qkv_absent(trace, c.stack, VIEWS["qkv"]):
+        return
+    sharing = kv_sharing(trace, head)
+    if sharing:
+        st.info(f"{sharing} K and V below are key/value head {trace.kv_head(head)}'s.")
     if c.stack == "cross":
         st.caption(
             "Q = (decoder state) W^Q: one row per target position. K = (encoder output) W^K and "
@@ -390,11 +432,12 @@ def draw_qkv(trace: Trace, url: UrlState, c: Controls, label: str = "") -> None:
     for column, (name, (matrix, rows, cols)) in zip(st.columns(3), shown_rows.items()):
         with column:
             side = "target" if c.stack == "cross" and name == "Q" else "source" if c.stack == "cross" else "token"
+            whose = f"head {head}" if name == "Q" or not sharing else f"key/value head {trace.kv_head(head)}"
             chart = heatmap(
                 matrix,
                 rows,
                 cols,
-                title=f"{name} (layer {layer}, head {head})",
+                title=f"{name} (layer {layer}, {whose})",
                 row_title=side,
                 col_title="dimension",
                 diverging=True,
@@ -402,7 +445,8 @@ def draw_qkv(trace: Trace, url: UrlState, c: Controls, label: str = "") -> None:
                 cell_width=max(3, min(12, 200 // max(matrix.shape[1], 1))),
             )
             chart["title"] = {"text": chart["title"], "subtitle": f"{full[name][0].shape[0]} × {matrix.shape[1]}"}
-            file_name = f"{c.prefix}{name}_L{layer}_H{head}"
+            which = f"KV{trace.kv_head(head)}" if name != "Q" and sharing else f"H{head}"
+            file_name = f"{c.prefix}{name}_L{layer}_{which}"
             downloads.chart(chart, key=_key(url, c, f"chart.{name}"), file_name=file_name)
             downloads.matrix_download(
                 *full[name], f"{file_name}.csv", label=f"{name} as CSV", key=_key(url, c, f"csv_{name}")
@@ -430,6 +474,11 @@ def _why_formulas(why, query: int, key: int) -> None:
 def draw_why(trace: Trace, url: UrlState, c: Controls, label: str = "") -> None:
     layer, head, query = c.layer, c.head, c.query
     st.subheader(f"Why this weight · {label}layer {layer}, head {head}, query {query}")
+    if qkv_absent(trace, c.stack, VIEWS["why"]):
+        return
+    sharing = kv_sharing(trace, head)
+    if sharing:
+        st.info(f"{sharing} The keys k_j and values v_j below are key/value head {trace.kv_head(head)}'s.")
     why = why_this_weight(trace, layer, head, query, c.stack)
     n_k = len(why.key_labels)
     key = following_choice(  # the strongest key until the user picks one: it changes with the head
@@ -472,6 +521,103 @@ def draw_why(trace: Trace, url: UrlState, c: Controls, label: str = "") -> None:
             {"z = Σ w_j v_j": why.z, "model's z": why.stored_z}, index=[f"d{i + 1}" for i in range(len(why.z))]
         )
         downloads.table(z)
+
+
+def draw_qk(trace: Trace, url: UrlState, c: Controls, label: str = "") -> None:
+    """Every query and key of one head in one PCA projection (2-D or 3-D), lines from the query token to the keys
+    it weighs most (AttentionViz). Cross-attention: the decoder's queries and the encoder's keys."""
+    layer, head = c.layer, c.head
+    st.subheader(f"Query–key space · {label}layer {layer}, head {head}", anchor=f"{c.prefix}qk")
+    if qkv_absent(trace, c.stack, VIEWS["qk"]):
+        return
+    left, right = st.columns([1, 3])
+    dims = left.radio(
+        "Axes",
+        [2, 3],
+        key=url.key(f"{c.prefix}qk_dims", 2, choices=[2, 3]),
+        format_func=lambda d: f"{d}-D",
+        horizontal=True,
+    )
+    align = right.checkbox(
+        "Move the keys onto the queries' centre (no weight changes)",
+        key=url.key(f"{c.prefix}qk_align", True),
+        help="AttentionViz's translation: one vector c is added to every key so that the keys' mean is the "
+        "queries' mean. It adds q·c to every score of query q's row, which the softmax cancels; without it "
+        "queries and keys often sit in two clusters apart and the picture shows that gap.",
+    )
+    # Queries: the positions shown (cross-attention: the decoder's); keys: every key token, the special ones
+    # left out when hidden (self-attention: the same tokens as the queries; cross-attention: the source).
+    keys = visible_positions(trace.tokens_for(c.stack)[1], c.hide)
+    space = qk_space(trace, layer, head, c.query, c.stack, int(dims), c.shown, keys, align_means=bool(align))
+    scale = presenter.scale()
+    q_name, k_name = ("target positions", "source tokens") if c.stack == "cross" else ("queries", "keys")
+    figure = qk_figure(
+        space,
+        title=f"{label}layer {layer}, head {head}: {q_name} (circles) and {k_name} (diamonds)",
+        height=int(560 * scale),
+        font_scale=scale,
+    )
+    st.plotly_chart(figure, width="stretch", key=_key(url, c, "chart.qk"), config={"displaylogo": False})
+    st.caption(_qk_caption(trace, space, c, head, bool(align)))
+    p = space.projection
+    rows = [f"q{int(i)} {t}" for i, t in zip(space.query_positions, space.query_labels)]
+    rows += [f"k{int(i)} {t}" for i, t in zip(space.key_positions, space.key_labels)]
+    downloads.matrix_download(
+        np.concatenate([p.queries, p.keys]),
+        rows,
+        [f"PC{i + 1}" for i in range(p.n_components)],
+        f"{c.prefix}qk_space_L{layer}_H{head}.csv",
+        key=_key(url, c, "csv_qk"),
+    )
+
+
+def _qk_caption(trace: Trace, space, c: Controls, head: int, align: bool) -> str:
+    """What the query–key picture shows: the PCA, the variance kept, the scaling, the strongest keys."""
+    p = space.projection
+    dims = p.n_components
+    d_head = p.components.shape[1]
+    shares = ", ".join(f"{share:.0%}" for share in p.explained)
+    strongest = ", ".join(
+        f"{escape(space.key_labels[int(np.flatnonzero(space.key_positions == k)[0])])} ({w:.2f})"
+        for k, w in zip(space.top_keys, space.top_weights)
+    )
+    n_q, n_k = len(space.query_positions), len(space.key_positions)
+    counted = (
+        f"{n_q} queries (target positions) and {n_k} keys (source tokens)"
+        if c.stack == "cross"
+        else f"{n_q} queries and {n_k} keys"
+    )
+    if p.scale == 1.0:
+        scaling = "This model does not scale its scores, so a query·key dot product here is the softmax input."
+    elif np.isclose(p.scale, d_head**-0.5):
+        scaling = (
+            f"Queries and keys are multiplied by d_k^(−1/4) = {p.scale**0.5:.3f} first, so a query·key dot product "
+            "here is the softmax input q·k/√d_k."
+        )
+    else:
+        scaling = (
+            f"Queries and keys are multiplied by {p.scale**0.5:.3f}, the square root of the model's score scale "
+            f"{p.scale:.4g}, so a query·key dot product here is the softmax input."
+        )
+    caption = (
+        f"PCA: the {counted} of this head are {d_head}-dimensional; these {int(dims)} axes are the directions in "
+        f"which they vary most together, and keep {p.explained.sum():.0%} of that variance ({shares}). {scaling} "
+        "Nearness is a guide, not the rule: a weight grows with the dot product (lengths and angle), and the axes "
+        "not drawn hold the rest of the variance."
+    )
+    if space.query is not None and strongest:
+        query_label = escape(space.query_labels[int(np.flatnonzero(space.query_positions == space.query)[0])])
+        caption += (
+            f" Lines from query “{query_label}” to the keys it weighs most: {strongest} (width, opacity: weight)."
+        )
+    if align:
+        caption += " The keys are moved so their centre is the queries' (this changes no weight)."
+    if c.hide:
+        caption += " Hidden special tokens are left out of the PCA."
+    sharing = kv_sharing(trace, head)
+    if sharing:
+        caption += f" {sharing}"
+    return caption
 
 
 def draw_distance(shown: Shown, url: UrlState, c: Controls, label: str = "") -> None:

@@ -33,10 +33,20 @@ from .models.encoder import Encoder, EncoderConfig, class_scores, first_token_at
 from .models.fallback import TransformersModel
 from .models.layers import BlockConfig, MultiHeadAttention, causal_mask
 from .models.llama import Llama, LlamaConfig
-from .models.positional import Rope, rope_attention_factor, rope_frequencies, rope_rotate, sinusoidal_encoding
+from .models.positional import (
+    Rope,
+    rope_attention_factor,
+    rope_frequencies,
+    rope_pair_dims,
+    rope_rotate,
+    rope_rotation,
+    rope_scores,
+    sinusoidal_encoding,
+)
 from .models.seq2seq import EncoderDecoder, Seq2SeqConfig
 from .models.vit import ViT, ViTConfig, patchify
 from .numerics import softmax
+from .projection import QKProjection, project_qk, qk_projection
 from .runtime import limit_malloc_arenas, release_freed_memory, retain_freed_memory
 from .steps import AttentionSteps, attention_from_qkv, attention_steps
 from .tokenizers import HFTokenizer, Tokenizer
@@ -65,6 +75,7 @@ __all__ = [
     "LoadedImage",
     "MultiHeadAttention",
     "PatchEmbeddingSteps",
+    "QKProjection",
     "RMSNormSteps",
     "Rope",
     "Sampling",
@@ -94,6 +105,8 @@ __all__ = [
     "patch_centre_distances",
     "patch_embedding_steps",
     "patchify",
+    "project_qk",
+    "qk_projection",
     "read_image",
     "release_freed_memory",
     "resolve_dtype",
@@ -101,7 +114,10 @@ __all__ = [
     "rms_norm_steps",
     "rope_attention_factor",
     "rope_frequencies",
+    "rope_pair_dims",
     "rope_rotate",
+    "rope_rotation",
+    "rope_scores",
     "sinusoidal_encoding",
     "softmax",
     "uniform_attention",
