@@ -28,7 +28,7 @@ GUIDE = [
         "The lecture's worked example, editable: X, W^Q, W^K, W^V → Q, K, V → scores → scaling by 1/√d_k → "
         "softmax → Z, with causal and padding masks, several heads and W^O. Pick a query row to see every "
         "number of its computation. Also: Q, K, V given directly (PyTorch's scaled_dot_product_attention demo, "
-        "checked against PyTorch), \"tayo ay masaya\", and the padding mask in PyTorch's conventions.",
+        'checked against PyTorch), "tayo ay masaya", and the padding mask in PyTorch\'s conventions.',
     ),
     (
         "app_pages/positional.py",
@@ -47,9 +47,10 @@ GUIDE = [
     (
         "app_pages/text_attention.py",
         "Text attention",
-        "A real encoder (MiniLM, offline) or any BERT / RoBERTa / GPT-2 from the hub: head view, heatmaps, all "
-        "layers × heads at once, Q/K/V, why a weight has its value, attention distance, next-token and "
-        "masked-word predictions.",
+        "A real encoder (MiniLM, offline) or decoder-only model (SmolLM2, offline), or any BERT / RoBERTa / GPT-2 / "
+        "Llama / Qwen from the hub: head view, heatmaps, which heads link two tokens, all layers × heads at once, "
+        "Q/K/V, why a weight has its value, the query–key space, attention distance, next-token and masked-word "
+        "predictions, and a continuation generated token by token with every head's attention.",
     ),
     (
         "app_pages/encoder_decoder.py",

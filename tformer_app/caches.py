@@ -3,8 +3,8 @@
 - Models (`cached_model`, `load_model`): one object per source for the whole server, shared by every
   session (the core's capture is per call, so sharing is safe); at most TFORMER_MODELS_MB of weights,
   least recently used dropped first. A failed load is remembered for RETRY_AFTER_S.
-- Results (`cached`): what a model computes for an input (a trace, a translation, a picture's
-  trace), per (kind, model, input), stored compactly (`Trace.compact`: attention weights recomputed
+- Results (`cached`): what a model computes for an input (a trace, a translation, a continuation, a
+  picture's trace), per (kind, model, input), stored compactly (`Trace.compact`: attention weights recomputed
   from Q and K when read; only what the views read). Changing only the view (layer, head, token,
   step, colours) reads the cached result and runs no model.
 - Derived views (`derived`, `from_model`): what a view computes once from a result (the overview
@@ -37,6 +37,7 @@ from tformer_core.checkpoints import BUNDLED_TEXT
 from tformer_core.checkpoints.sources import looks_like_path
 from tformer_core.trace import lean
 from tformer_views import distance, overview, pictures, samples, search
+from tformer_views import generation as gen
 from tformer_views import seq2seq as sv
 from tformer_views import vision as vv
 from tformer_views.lessons import block as lb
@@ -187,6 +188,12 @@ def _compact_translation(t: sv.Translation) -> sv.Translation:
     return replace(t, trace=t.trace.compact(views_read), steps=steps)
 
 
+def _generate(
+    model: tc.TracedModel, prompt: str, max_new_tokens: int, temperature: float, top_k: int | None, seed: int
+) -> gen.Continuation:
+    return gen.continue_text(model, prompt, max_new_tokens, gen.sampling_of(temperature, top_k, seed))
+
+
 def _analyse_image(model: tc.TracedModel, data: bytes, name: str) -> vv.VisionResult:
     result = vv.analyse(model, data, name)
     return replace(result, trace=result.trace.compact(views_read))
@@ -204,6 +211,9 @@ COMPUTATIONS: dict[str, Callable[..., Any]] = {
     "text": _trace_text,  # (text, second segment or None) -> Trace
     "translate": _translate,  # (source, max new tokens) -> Translation (greedy, every step traced)
     "teacher": _teacher,  # (source, target) -> Translation (teacher forcing)
+    # (prompt, max new tokens, temperature (0: greedy), top-k or None, seed) -> Continuation: each step's
+    # attention rows and top-k, not its trace (a decoder-only model continuing a text)
+    "generate": _generate,
     "image": _analyse_image,  # (image file bytes, file name) -> VisionResult
     "token_distance": _token_distance,  # (text) -> ([layers, heads] tokens, uniform baseline)
     # Inside a block: the residual stream, norms and sub-layer outputs (lb.block_read), no attention internals.

@@ -18,6 +18,16 @@ from .url import UrlState, notices
 
 DEFAULT_TEXT_MODEL = "minilm"
 TEXT_MODEL_SUGGESTIONS = ("minilm", "bert-base-uncased", "roberta-base", "distilbert-base-uncased", "gpt2")
+DEFAULT_DECODER_MODEL = "smollm2"  # the Text attention page's decoder-only default (bundled, offline)
+DECODER_MODEL_SUGGESTIONS = ("smollm2", "gpt2")
+
+
+# Nothing wider than its column: a chart drawn at its own size (a heatmap of many tokens, the head view) that
+# does not fit scrolls sideways inside its own box instead of pushing the page past the window (a phone, a
+# projector); charts that fit their width (autosize "fit") shrink instead (downloads.chart).
+LAYOUT_CSS = """<style>
+[data-testid="stMain"] [data-testid="stVegaLiteChart"] { max-width: 100%; overflow-x: auto; overflow-y: hidden; }
+</style>"""
 
 
 def run_page(title: str, intro: str, name: str, draw: Callable[[UrlState], None]) -> None:
@@ -26,6 +36,7 @@ def run_page(title: str, intro: str, name: str, draw: Callable[[UrlState], None]
     The URL is written even when drawing stops early (a bad input), so the link still shows what
     the user chose.
     """
+    st.html(LAYOUT_CSS)
     st.title(title)
     st.caption(intro)
     url = UrlState(name)

@@ -76,8 +76,9 @@ class Translation:
 
 
 def require_seq2seq(model: TracedModel) -> EncoderDecoder:
-    """`model` as an encoder-decoder with a tokenizer; ValueError with a message for the page otherwise."""
-    if not isinstance(model, EncoderDecoder):
+    """`model` as an encoder-decoder with a tokenizer (the core's own, or one transformers runs: kind
+    "encoder-decoder", the same trace / generate interface); ValueError with a message for the page otherwise."""
+    if not isinstance(model, EncoderDecoder) and getattr(model, "kind", None) != "encoder-decoder":
         raise ValueError("this page shows encoder-decoder models (translation); this one is not")
     if model.tokenizer is None:
         raise ValueError("this model has no tokenizer, so it cannot read a sentence")

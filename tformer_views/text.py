@@ -21,7 +21,10 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from tformer_core.inputs.text import FittedInput, fit_to_model
 from tformer_core.models.base import TracedModel
+from tformer_core.models.encoder import class_scores as tc_class_scores
+from tformer_core.models.encoder import first_token_attention as tc_first_token_attention
 from tformer_core.trace import Trace
 
 from .tokens import display_token, display_tokens, visible_positions
@@ -270,7 +273,62 @@ def top_predictions(trace: Trace, k: int = 5, position: int | None = None) -> li
 
 
 def prediction_kind(trace: Trace) -> str | None:
-    """ "next-token" (decoder-only), "masked-word" (an encoder with a masked-LM head), or None (no head)."""
+    """ "next-token" (decoder-only), "masked-word" (an encoder with a masked-LM head), "classification" (a
+    sequence classifier: one set of labels for the whole input), or None (no head)."""
     if not trace.has_head:
         return None
+    if trace.meta.get("head") == "classification":
+        return "classification"
     return "next-token" if trace.kind == "decoder" else "masked-word" if trace.kind == "encoder" else None
+
+
+def class_scores(trace: Trace) -> tuple[list[tuple[str, float]], str]:
+    """A sequence classifier's labels with their scores, highest first, and what the scores are: "probability"
+    (a softmax over the labels), "probability of each label" (multi-label: a sigmoid each, they need not sum
+    to 1) or "score" (a regression head's number)."""
+    how = trace.meta.get("probabilities", "softmax")
+    name = {"sigmoid": "probability of each label", "none": "score"}.get(how, "probability")
+    return tc_class_scores(trace), name
+
+
+@dataclass(frozen=True)
+class FirstTokenAttention:
+    """Where the first token ([CLS] / <s>, the one a classifier reads) looks in one layer: weights [heads, n]."""
+
+    weights: np.ndarray
+    layer: int
+    head_labels: tuple[str, ...]
+    token_labels: tuple[str, ...]
+
+    @property
+    def token(self) -> str:
+        return self.token_labels[0]
+
+
+def first_token_view(trace: Trace, layer: int = -1) -> FirstTokenAttention:
+    """The first token's attention in `layer` (default the last), every head: what a sequence classifier's
+    token gathered before the head read it."""
+    layer = layer % trace.n_layers
+    w = np.asarray(tc_first_token_attention(trace, layer), dtype=np.float64)
+    labels = tuple(display_tokens(trace.tokens_for()[1]))
+    return FirstTokenAttention(w, layer, tuple(f"head {h}" for h in range(w.shape[0])), labels)
+
+
+# ---- how much text the page reads ---------------------------------------------------------------------
+PAGE_MAX_TOKENS = 512  # the page traces at most this many tokens (smollm2 reads 8,192: 0.5 MB of trace per token)
+
+
+class _Limited:
+    """What `fit_to_model` reads of a model (its tokenizer, kind and maximum), with a lower maximum."""
+
+    def __init__(self, model: TracedModel, limit: int) -> None:
+        self.tokenizer, self.kind, self.max_tokens = model.tokenizer, model.kind, limit
+
+
+def fit_text(model: TracedModel, text: str, pair: str | None = None, limit: int = PAGE_MAX_TOKENS) -> FittedInput:
+    """`text` (and `pair`) cut to what the model reads, and to at most `limit` tokens (see tc.fit_to_model:
+    ValueError for an empty input). FittedInput.max_tokens is the limit applied."""
+    most = model.max_tokens
+    if most is not None and most <= limit:
+        return fit_to_model(model, text, pair)
+    return fit_to_model(_Limited(model, limit), text, pair)  # type: ignore[arg-type]  (duck-typed)

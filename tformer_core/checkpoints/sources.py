@@ -231,7 +231,10 @@ def _report(progress: Progress | None, fraction: float, message: str) -> None:
         progress(min(max(fraction, 0.0), 1.0), message)
 
 
-OFFLINE_HINT = "Connect to the internet, or choose a bundled model (minilm, translator, vit-tiny) or a local folder."
+OFFLINE_HINT = (
+    "Connect to the internet, or choose a model that works offline (minilm, smollm2, translator, vit-tiny) "
+    "or a local folder."
+)
 
 
 def _cached_snapshot(repo_id: str) -> Path | None:

@@ -211,7 +211,9 @@ def inverse_frequencies(head_dim: int, rope: Rope, dtype: torch.dtype = torch.fl
     """
     if head_dim % 2:
         raise ValueError(f"rotary embedding needs an even d_head, got {head_dim}")
-    exponents = torch.arange(0, head_dim, 2, dtype=torch.int64).to(dtype) / head_dim
+    # On the CPU even while a model is built on the meta device: a few numbers, and meta arithmetic goes
+    # through PyTorch's Python kernels, whose first use imports torch._dynamo (seconds).
+    exponents = torch.arange(0, head_dim, 2, dtype=torch.int64, device="cpu").to(dtype) / head_dim
     inv_freq = 1.0 / (rope.theta**exponents)
     if rope.type == "linear":
         return inv_freq / rope.factor
@@ -249,7 +251,7 @@ def _yarn_frequencies(inv_freq: torch.Tensor, head_dim: int, rope: Rope, dtype: 
     low, high = max(low, 0), min(high, head_dim - 1)
     if low == high:
         high += 0.001  # as transformers: no division by zero
-    ramp = ((torch.arange(head_dim // 2, dtype=torch.float32) - low) / (high - low)).clamp(0, 1).to(dtype)
+    ramp = ((torch.arange(head_dim // 2, dtype=torch.float32, device="cpu") - low) / (high - low)).clamp(0, 1).to(dtype)
     extrapolation = 1 - ramp
     return (inv_freq / rope.factor) * (1 - extrapolation) + inv_freq * extrapolation
 
@@ -280,6 +282,44 @@ def rope_rotate(
     cos, sin = np.cos(angles) * attention_factor, np.sin(angles) * attention_factor
     first, second = x[..., :half], x[..., half:]
     return np.concatenate([first * cos - second * sin, second * cos + first * sin], axis=-1)
+
+
+def rope_pair_dims(head_dim: int, pair: int) -> tuple[int, int]:
+    """The two dimensions of every head's q and k that pair `pair` turns together: (pair, pair + head_dim / 2)
+    in the Hugging Face layout the core rotates ("rotate half"). The RoFormer paper writes the pairs as
+    (2i, 2i + 1): the same rotations, with the dimensions numbered in another order (checkpoints converted
+    from the paper's layout have their W_Q and W_K rows permuted to match)."""
+    if head_dim % 2 or head_dim < 2:
+        raise ValueError(f"rotary embedding needs an even d_head, got {head_dim}")
+    if not 0 <= pair < head_dim // 2:
+        raise ValueError(f"pair must be 0 to {head_dim // 2 - 1} for d_head {head_dim}, got {pair}")
+    return pair, pair + head_dim // 2
+
+
+def rope_rotation(angle: float) -> np.ndarray:
+    """The 2 x 2 rotation of one pair by `angle` radians (position * frequency), float64:
+    [[cos, -sin], [sin, cos]]: R @ (x, y) is (x, y) turned counter-clockwise, as `rope_rotate` turns it."""
+    c, s = math.cos(angle), math.sin(angle)
+    return np.array([[c, -s], [s, c]], dtype=np.float64)
+
+
+def rope_scores(
+    q: np.ndarray,
+    k: np.ndarray,
+    q_positions: int | np.ndarray,
+    k_positions: int | np.ndarray,
+    frequencies: np.ndarray,
+    attention_factor: float = 1.0,
+) -> np.ndarray:
+    """q . k after RoPE: q turned to each of `q_positions`, k to each of `k_positions` (broadcast together),
+    float64. Equal to q R(n - m) k: it depends on the offset n - m only, wherever the pair of positions starts.
+
+    q, k: [d_head] vectors before the rotation (a trace's attn.q_pre_rope, attn.k_pre_rope rows).
+    """
+    m, n = np.broadcast_arrays(np.asarray(q_positions), np.asarray(k_positions))
+    rotated_q = rope_rotate(q, m, frequencies, attention_factor)
+    rotated_k = rope_rotate(k, n, frequencies, attention_factor)
+    return np.einsum("...d,...d->...", rotated_q, rotated_k)
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
