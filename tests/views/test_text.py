@@ -201,6 +201,23 @@ def test_tokens_are_shown_with_visible_spaces_and_escaped_for_markdown():
     assert "<b>" not in escaped
 
 
+def test_byte_level_tokens_are_shown_as_the_text_they_stand_for():
+    """GPT-2-style vocabularies write bytes as characters: "’" is the three bytes e2 80 99, written "âĢĻ"."""
+    assert tok.display_tokens(["âĢĻ", "ĠÃ©t", "Ġä¸Ń", "ĉ", "č"]) == ["’", "␣ét", "␣中", "⇥", "\\r"]
+    assert tok.display_token("âĢ") == "\\xe2\\x80"  # a piece of a character: its bytes
+    # WordPiece and sentencepiece words with Latin-1 letters are not byte-level tokens: shown as written.
+    assert tok.display_tokens(["café", "über", "▁Straße", "##é"]) == ["café", "über", "␣Straße", "##é"]
+    # Parity with the tokenizers library's own byte-level decoder, over every byte a token can hold.
+    from tokenizers import decoders
+
+    reference = decoders.ByteLevel()
+    for text in ["naïve café ’quoted’ — 中文 😀", " x\ty"]:
+        written = "".join({b: c for c, b in tok.BYTE_LEVEL.items()}[b] for b in text.encode())
+        assert reference.decode([written]) == text
+        shown = tok.display_token(written)
+        assert shown == text.replace(" ", "␣").replace("\t", "⇥")
+
+
 def test_token_window_stays_inside_the_input():
     assert tok.token_window(100, 0, 64) == slice(0, 64)
     assert tok.token_window(100, 90, 64) == slice(36, 100)
@@ -437,7 +454,7 @@ def test_head_view_isolates_a_head_from_its_legend_and_draws_the_strongest_line_
     legend = next(p for p in spec["params"] if p.get("bind") == "legend")
     assert legend["select"]["fields"] == ["head"] and legend["views"] == ["lines"]
     lines_layer = spec["layer"][0]
-    assert lines_layer["encoding"]["opacity"]["condition"]["test"] == {
+    assert lines_layer["encoding"]["strokeOpacity"]["condition"]["test"] == {
         "and": [{"param": "focus", "empty": True}, {"param": "heads", "empty": True}]
     }
     drawn = spec["datasets"][lines_layer["data"]["name"]]
