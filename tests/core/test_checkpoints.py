@@ -215,7 +215,7 @@ def test_unsupported_architecture_says_so(tmp_path):
 
 
 def test_uncached_hub_id_offline_fails_fast_with_advice():
-    with pytest.raises(tc.CheckpointError, match=r"not in the local cache.*bundled model"):
+    with pytest.raises(tc.CheckpointError, match=r"not in the local cache.*works offline \(minilm, smollm2"):
         tc.load_model("someone/surely-not-cached-model")
 
 

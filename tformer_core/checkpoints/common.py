@@ -3,13 +3,16 @@ size limit, tokenizer loading, generation rules."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
+import torch
 from torch import nn
+from torch.overrides import TorchFunctionMode
 
 from ..generation import GenerationSettings
 from ..tokenizers import HFTokenizer
@@ -52,6 +55,53 @@ def build_module(cls: type[M], config: Any) -> M:
     return model
 
 
+# Filling a tensor with (random) numbers: nothing to do on the meta device, which holds no numbers.
+_FILLS = frozenset(
+    {
+        "normal_",
+        "uniform_",
+        "trunc_normal_",
+        "kaiming_normal_",
+        "kaiming_uniform_",
+        "xavier_normal_",
+        "xavier_uniform_",
+        "constant_",
+        "zeros_",
+        "ones_",
+        "zero_",
+        "fill_",
+        "orthogonal_",
+        "eye_",
+        "dirac_",
+        "sparse_",
+        "random_",
+        "exponential_",
+        "bernoulli_",
+    }
+)
+
+
+class _NoFillsOnMeta(TorchFunctionMode):
+    """Skips the initialisation of meta tensors. Their random initialisation goes through PyTorch's Python
+    reference kernels, whose first use imports torch._dynamo: 3 of the 12 seconds a fresh process took to
+    load smollm2."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[override]
+        kwargs = kwargs or {}
+        if getattr(func, "__name__", None) in _FILLS:
+            target = args[0] if args else kwargs.get("tensor", kwargs.get("self"))  # nn.init passes tensor=
+            if isinstance(target, torch.Tensor) and target.is_meta:
+                return target
+        return func(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def on_meta() -> Iterator[None]:
+    """Modules built inside are on PyTorch's meta device (shapes, no memory), uninitialised; this thread only."""
+    with torch.device("meta"), _NoFillsOnMeta():
+        yield
+
+
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json", "spiece.model", "source.spm")
 _JSON_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json")
 _TEXT_TOKENIZER_FILES = ("vocab.txt", "merges.txt")
@@ -67,14 +117,21 @@ def scrub(text: str, folder: Path) -> str:
     return line if len(line) <= 160 else line[:157] + "..."
 
 
-def load_tokenizer(folder: Path) -> HFTokenizer | None:
+def load_tokenizer(folder: Path, by_class: bool = False) -> HFTokenizer | None:
     """The checkpoint's own tokenizer (never with remote code), or None when the folder has none.
 
     Its JSON and text files are checked first, so a damaged one is named; anything else the tokenizer
-    library refuses is reported in one line without server paths.
+    library refuses is reported in one line without server paths. by_class=True, for a folder transformers'
+    own save_pretrained wrote (the converted cache): the class tokenizer_config.json names, when it is
+    transformers' generic TokenizersBackend, is built directly, without AutoTokenizer's reading of the model's
+    config (which imports the model family's code: 2 of the 12 seconds a fresh process took to load smollm2).
     """
     if not any((folder / n).is_file() for n in TOKENIZER_FILES):
         return None
+    if by_class and _names_generic_backend(folder):
+        from transformers import TokenizersBackend
+
+        return _tokenizer(folder, lambda: TokenizersBackend.from_pretrained(str(folder), local_files_only=True))
     for name in _JSON_TOKENIZER_FILES + ("vocab.json",):
         if (folder / name).is_file():
             read_json(folder / name)
@@ -86,8 +143,19 @@ def load_tokenizer(folder: Path) -> HFTokenizer | None:
                 raise CheckpointError(f"{name} is damaged: it is not UTF-8 text") from None
     from transformers import AutoTokenizer
 
+    return _tokenizer(folder, lambda: AutoTokenizer.from_pretrained(str(folder), trust_remote_code=False))
+
+
+def _names_generic_backend(folder: Path) -> bool:
     try:
-        return HFTokenizer(AutoTokenizer.from_pretrained(str(folder), trust_remote_code=False))
+        return read_json(folder / "tokenizer_config.json").get("tokenizer_class") == "TokenizersBackend"
+    except CheckpointError:
+        return False
+
+
+def _tokenizer(folder: Path, build: Callable[[], Any]) -> HFTokenizer:
+    try:
+        return HFTokenizer(build())
     except Exception as error:
         files = ", ".join(n for n in TOKENIZER_FILES + _JSON_TOKENIZER_FILES[2:] if (folder / n).is_file())
         raise CheckpointError(

@@ -15,7 +15,7 @@ import torch
 
 from ..models.llama import Llama, LlamaConfig
 from ..models.positional import Rope
-from .common import activation, build_module, generation_settings
+from .common import activation, build_module, generation_settings, on_meta
 from .errors import CheckpointError
 from .hfconfig import HFConfig
 from .weights import Weights, assign
@@ -42,9 +42,11 @@ def _unfilled(config: LlamaConfig) -> Llama:
     of them (135 M random numbers took seconds on 2 cores, most of a cold load)."""
     if torch.empty(0).device.type == "meta":  # the loader's dry run: nothing is allocated anyway
         return build_module(Llama, config)
-    with torch.device("meta"):
+    with on_meta():
         model = build_module(Llama, config)
-    model = model.to_empty(device="cpu")  # the rotary frequencies are recomputed on the way
+    # Module.to_empty, without its empty_like on meta tensors (PyTorch's Python kernels: their first use imports
+    # sympy, a second). The rotary frequencies are recomputed on the way.
+    model = model._apply(lambda t: torch.empty(t.shape, dtype=t.dtype, device="cpu"))
     if config.tie_embeddings:  # to_empty gives each module its own tensor: tie them again
         model.head.unembed.weight = model.decoder.embed.tok.weight
     return model

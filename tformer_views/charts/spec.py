@@ -24,12 +24,29 @@ import pandas as pd
 
 VEGA_LITE_SCHEMA = "https://vega.github.io/schema/vega-lite/v6.4.1.json"  # the version Streamlit 1.67 draws
 AUTOSIZE = {"type": "pad", "contains": "padding"}  # the chart at its own size, axes and legend around it
+# A chart that fits its width: the spec's width is the whole chart's (axes and legend included), the most it
+# takes; in a narrower column (a phone, a projector's side-by-side columns) the plot shrinks to fit, its height
+# stays. The app draws such a chart at most that wide (tformer_app.downloads.chart).
+FIT_WIDTH = {"type": "fit-x", "contains": "padding"}
+# Room for the axes and legend beside a plot, added to its width when the chart fits its width.
+AXES_PX = 150
 MASKED_COLOUR = "#bbbbbb"  # colour.MASKED_RGB
 
 # Above this many cells, numbers are not printed inside the cells (they would be unreadable).
 MAX_ANNOTATED_CELLS = 400
 # A dense grid sends one row of data per cell: `thin` keeps a chart's payload under this many cells.
 MAX_GRID_CELLS = 32_768
+
+
+def fitting(spec: dict, plot_width: int, margin: int = AXES_PX) -> dict:
+    """The chart made to fit its width: at most `plot_width` + `margin` (its axes and legend) wide, narrower in
+    a narrower column."""
+    return {**spec, "width": int(plot_width) + int(margin), "autosize": FIT_WIDTH}
+
+
+def cell_px(n: int, room: int = 560) -> int:
+    """A heatmap's cell for n rows or columns in about `room` pixels: 12 (every label still shows) to 40."""
+    return max(12, min(40, int(room) // max(n, 1)))
 
 
 def unique_labels(labels: Sequence[str]) -> list[str]:
@@ -127,7 +144,7 @@ def channel(name: str, kind: str, **props: Any) -> dict:
     return {"field": name, "type": kind, **props}
 
 
-def layered(layers: list[dict], datasets: dict[str, Any], title: str = "", **props: Any) -> dict:
+def layered(layers: list[dict], datasets: dict[str, Any], title: str | list[str] = "", **props: Any) -> dict:
     """A top-level layered Vega-Lite spec at its natural size (width, height, params... in `props`)."""
     return {
         "$schema": VEGA_LITE_SCHEMA,
@@ -212,7 +229,7 @@ def heatmap(
     scale: dict[str, Any] = {"scheme": "redblue" if diverging else scheme, "reverse": diverging}
     if domain:
         scale["domain"] = [float(domain[0]), float(domain[1])]
-    height = cell_size or max(12, min(40, 560 // max(n_rows, n_cols, 1)))
+    height = cell_size or cell_px(max(n_rows, n_cols))
     width = cell_width or height
     x, y = _token_axes(rows, cols, row_title, col_title, width, height)
     datasets: dict[str, Any] = {}
@@ -253,7 +270,7 @@ def line_chart(
     """Curves of `y` over `x`, one colour per `series` (long-form frame); points on short curves.
 
     reference: a frame with the same x and y columns, drawn as a dashed black curve on top (what a
-    formula predicts).
+    formula predicts). The plot is `width` wide where there is room, narrower in a narrower column.
     """
     datasets: dict[str, Any] = {}
     x_channel = channel(x, "quantitative", title=x_title or x)
@@ -278,7 +295,7 @@ def line_chart(
                 "encoding": {"x": x_channel, "y": y_channel},
             }
         )
-    return layered(layers, datasets, title, width=width, height=height)
+    return fitting(layered(layers, datasets, title, height=height), width)
 
 
 def _round_ticks(values: np.ndarray) -> list[int]:
@@ -307,7 +324,8 @@ def grid_heatmap(
 
     `heatmap` labels every row and column; with hundreds of positions that is unreadable, so this one
     labels about ten ticks per axis and never prints numbers in cells. rows / cols: the index of each
-    row and column of `matrix` (a thinned grid keeps its original numbers).
+    row and column of `matrix` (a thinned grid keeps its original numbers). The plot is `width` wide where
+    there is room, narrower in a narrower column (its height stays).
     """
     m = np.asarray(matrix, dtype=np.float64)
     r, c = np.meshgrid(rows, cols, indexing="ij")
@@ -335,7 +353,7 @@ def grid_heatmap(
             ],
         },
     }
-    return layered([layer], datasets, title, width=width, height=height)
+    return fitting(layered([layer], datasets, title, height=height), width)
 
 
 def thin(
