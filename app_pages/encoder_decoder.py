@@ -23,7 +23,7 @@ from tformer_app.widgets import choose_model
 from tformer_core.bundled import BUNDLED_MODELS, model_card
 from tformer_core.models.base import TracedModel
 from tformer_views import seq2seq as sv
-from tformer_views.charts.spec import heatmap
+from tformer_views.charts.spec import cell_px, heatmap
 from tformer_views.tokens import display_token, display_tokens
 
 DEFAULT_MODEL = "translator"
@@ -130,6 +130,9 @@ def show_cross_attention(url: UrlState, translation: sv.Translation, layer: int,
     )
     panel.draw_qkv(translation.trace, url, cross, label="cross-attention, ")
     panel.draw_why(translation.trace, url, cross, label="cross-attention, ")
+    # Off by default: a Plotly chart on every step change would slow the page a class steps through.
+    if st.toggle("Query–key space of the cross-attention (decoder queries, encoder keys)", key=url.key("x_qk", False)):
+        panel.draw_qk(translation.trace, url, cross, label="cross-attention, ")
 
 
 def show_vocabulary(model: TracedModel, source: str) -> None:
@@ -259,6 +262,7 @@ def draw_step(translation: sv.Translation, t: int, layer: int, head: int) -> Non
         f"**{escape(display_token(step.produced))}**"
     )
     left, right = st.columns([2, 3])
+    # Cells sized for a 1280-px projector's columns; on a phone a wide chart scrolls in its own box.
     with left:
         m = step.self_attention(layer, head)
         downloads.chart(
@@ -269,6 +273,7 @@ def draw_step(translation: sv.Translation, t: int, layer: int, head: int) -> Non
                 masked=m.masked,
                 domain=(0.0, 1.0),
                 title=f"masked self-attention, layer {layer}, head {head}",
+                cell_size=cell_px(max(len(m.query_labels), len(m.key_labels)), 190),
             ),
             key="s2s.chart.step_self",
             file_name=f"step{t + 1}_self_L{layer}_H{head}",
@@ -290,6 +295,7 @@ def draw_step(translation: sv.Translation, t: int, layer: int, head: int) -> Non
                 row_title="layer, head",
                 col_title="source",
                 title=f"cross-attention of the newest position ({display_token(step.input_tokens[-1])})",
+                cell_size=cell_px(len(translation.source_tokens), 320),
             ),
             key="s2s.chart.step_cross",
             file_name=f"step{t + 1}_cross",
@@ -332,6 +338,7 @@ def show_alignment(translation: sv.Translation, layer: int, head: int) -> None:
                     row_title="target (written)",
                     col_title="source",
                     title=f"cross-attention, {title}",
+                    cell_size=cell_px(max(len(m.query_labels), len(m.key_labels)), 250),  # half of a projector
                 ),
                 key=f"s2s.chart.align_{'mean' if which is None else 'head'}",
                 file_name=f"alignment_L{layer}_{'mean' if which is None else f'H{head}'}",

@@ -219,8 +219,10 @@ def show_query_picker(url: UrlState, result: vv.VisionResult, choice: AttentionC
             if chosen is not None:
                 url.set("query", chosen)
 
+        # At most the picture's own size (larger in presenter mode), narrower to fit a narrower column.
+        width = round(picture.width * presenter.scale())
         downloads.chart(
-            patch_picker(picture, result.grid_hw, choice.patch, title=f"query: {who}"),
+            patch_picker(picture, result.grid_hw, choice.patch, title=f"query: {who}", width=width),
             key=f"{url.page}.picker",
             file_name=f"attention_L{choice.layer}_{'mean' if choice.head is None else f'H{choice.head}'}",
             on_select=pick,
@@ -295,9 +297,10 @@ def show_figure_7(source: str, key: tuple, result: vv.VisionResult) -> None:
     with right:
         mad = caches.derived("image_distances", key)  # every layer's weights: once per picture
         baseline = distance.uniform_image_distance(result.grid_hw, result.patch_size, trace.n_prefix_tokens)
+        # 320 px at most, axes and legend included (the chart fits its width): narrower in a third of a projector.
+        fig_7 = {"width": 320, "height": 240, "config": {"legend": {"orient": "bottom", "columns": 6}}}
         downloads.chart(
-            distance_chart(mad, baseline, trace.n_heads, title="mean attention distance", unit="pixels")
-            | {"width": 250, "height": 240, "config": {"legend": {"orient": "bottom", "columns": 6}}},
+            distance_chart(mad, baseline, trace.n_heads, title="mean attention distance", unit="pixels") | fig_7,
             key="vit.chart.mad",
             file_name="mean_attention_distance",
         )

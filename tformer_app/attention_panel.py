@@ -442,7 +442,7 @@ def draw_qkv(trace: Trace, url: UrlState, c: Controls, label: str = "") -> None:
                 col_title="dimension",
                 diverging=True,
                 annotate=False,
-                cell_width=max(3, min(12, 200 // max(matrix.shape[1], 1))),
+                cell_width=max(3, min(12, 120 // max(matrix.shape[1], 1))),  # fits a third of a 1280-px page
             )
             chart["title"] = {"text": chart["title"], "subtitle": f"{full[name][0].shape[0]} × {matrix.shape[1]}"}
             which = f"KV{trace.kv_head(head)}" if name != "Q" and sharing else f"H{head}"

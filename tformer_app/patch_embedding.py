@@ -121,7 +121,7 @@ def show_patches(steps: tc.PatchEmbeddingSteps) -> None:
                     col_title="column",
                     scheme="greys",
                     domain=domain,
-                    cell_size=max(14, min(30, 120 // P)),
+                    cell_size=max(12, min(30, 72 // P)),  # four kernels fit a 1280-px row
                 )
                 downloads.chart(chart, key=f"pe.chart.patch{i}")
 

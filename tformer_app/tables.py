@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from tformer_views.charts.spec import heatmap, unique_labels
+from tformer_views.charts.spec import cell_px, heatmap, unique_labels
 from tformer_views.lessons.tables import TableError
 
 from . import downloads
@@ -61,6 +61,7 @@ def matrix_panel(
             col_title=col_title,
             domain=domain,
             diverging=diverging and domain is None,
+            cell_size=cell_px(max(len(rows), len(cols)), 250),  # half of a 1280-px page's row
         )
         downloads.chart(chart, key=f"{key_prefix}.chart.{slug}")
 

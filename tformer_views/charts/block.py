@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from ..lessons.block import FlowNode
-from .spec import AUTOSIZE, VEGA_LITE_SCHEMA, channel, layered, named_data
+from .spec import AUTOSIZE, VEGA_LITE_SCHEMA, channel, fitting, layered, named_data
 
 # The colours of the lecture's figure (Attention Is All You Need, Fig. 1): attention orange, the FFN blue,
 # Add & Norm yellow.
@@ -174,7 +174,8 @@ def norms_chart(frame: pd.DataFrame, title: str = "", width: int = 300, height: 
 
 def activation_chart(hidden_pre: np.ndarray, hidden: np.ndarray, activation: str, title: str = "") -> dict:
     """Every hidden unit of the FFN for one token: its input (x W1 + b1) against its output after the
-    activation; the points lie on the activation's curve. Units with a positive input are coloured."""
+    activation; the points lie on the activation's curve. Units with a positive input are coloured. The plot
+    is 420 px wide where there is room, narrower in a narrower column."""
     pre = np.asarray(hidden_pre, dtype=np.float64).reshape(-1)
     post = np.asarray(hidden, dtype=np.float64).reshape(-1)
     frame = pd.DataFrame(
@@ -206,4 +207,4 @@ def activation_chart(hidden_pre: np.ndarray, hidden: np.ndarray, activation: str
             ],
         },
     }
-    return layered([layer], datasets, title, width=420, height=260)
+    return fitting(layered([layer], datasets, title, height=260), 420, margin=70)  # legend below

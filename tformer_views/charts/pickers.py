@@ -25,7 +25,8 @@ def head_grid_chart(
     value_title: str = "value",
     cell_px: int = 22,
 ) -> dict:
-    """A clickable layers x heads grid (Vega-Lite; selection parameter "cell" with fields layer, head)."""
+    """A clickable layers x heads grid (Vega-Lite; selection parameter "cell" with fields layer, head); its colour
+    legend lies under the grid, no wider than it (the grid sits in narrow columns, and on phones)."""
     values = np.asarray(values, dtype=np.float64)
     layers, heads = np.meshgrid(np.arange(values.shape[0]), np.arange(values.shape[1]), indexing="ij")
     frame = pd.DataFrame({"layer": layers.ravel(), "head": heads.ravel(), "value": values.ravel()})
@@ -33,6 +34,7 @@ def head_grid_chart(
         frame.iloc[0:0] if selected is None else frame[(frame["layer"] == selected[0]) & (frame["head"] == selected[1])]
     )
     x, y = channel("head", "ordinal", title="head"), channel("layer", "ordinal", title="layer")
+    legend = {"orient": "bottom", "gradientLength": max(60, min(200, cell_px * values.shape[1]))}
     datasets: dict[str, Any] = {}
     cells = {
         "name": "cells",
@@ -41,7 +43,7 @@ def head_grid_chart(
         "encoding": {
             "x": x,
             "y": y,
-            "color": channel("value", "quantitative", scale={"scheme": "blues"}, title=value_title),
+            "color": channel("value", "quantitative", scale={"scheme": "blues"}, title=value_title, legend=legend),
             "tooltip": [
                 channel("layer", "ordinal", title="layer"),
                 channel("head", "ordinal", title="head"),
@@ -55,20 +57,27 @@ def head_grid_chart(
         "encoding": {"x": x, "y": y},
     }
     cell = {"name": "cell", "views": ["cells"], "select": {"type": "point", "fields": ["layer", "head"], "on": "click"}}
+    lines: str | list[str] = title
+    if len(title) > 32 and " (" in title:  # a long title on two lines, its parenthesis below: no wider than the grid
+        first, _, rest = title.partition(" (")
+        lines = [first, f"({rest}"]
     return layered(
         [cells, outline],
         datasets,
-        title,
+        lines,
         width=cell_px * values.shape[1],
         height=cell_px * values.shape[0],
         params=[cell],
     )
 
 
-def _picture_layer(picture: Image.Image, datasets: dict[str, Any], png: bytes | None = None) -> dict:
-    """The picture itself as a chart layer (a JPEG data URI, or `png` as given), drawn at its own size from
-    the top left."""
-    mark = {"type": "image", "width": picture.width, "height": picture.height}
+def _picture_layer(
+    picture: Image.Image, datasets: dict[str, Any], png: bytes | None = None, size: tuple[Any, Any] | None = None
+) -> dict:
+    """The picture itself as a chart layer (a JPEG data URI, or `png` as given), drawn from the top left at its
+    own size, or at `size` (pixels or Vega expressions: a picture that follows the chart's width)."""
+    width, height = size or (picture.width, picture.height)
+    mark = {"type": "image", "width": width, "height": height}
     mark |= {"align": "left", "baseline": "top", "aspect": False}
     url = data_uri(picture) if png is None else "data:image/png;base64," + base64.b64encode(png).decode("ascii")
     return {
@@ -78,18 +87,32 @@ def _picture_layer(picture: Image.Image, datasets: dict[str, Any], png: bytes | 
     }
 
 
-def patch_picker(picture: Image.Image, grid_hw: tuple[int, int], selected: int | None, title: str = "") -> dict:
+PICKER_PADDING = 5  # pixels left and right of the picture (Vega's default padding)
+SIDES = {"left": PICKER_PADDING, "right": PICKER_PADDING, "top": PICKER_PADDING}  # Streamlit sets the bottom
+
+
+def patch_picker(
+    picture: Image.Image, grid_hw: tuple[int, int], selected: int | None, title: str = "", width: int | None = None
+) -> dict:
     """A Vega-Lite chart: `picture` (e.g. an overlay) with its patch grid; clicking a patch selects it.
 
     Selection parameter "patch" with the field "patch" (row-major index). The picture travels as a
     JPEG inside the spec, the grid as rows x cols small records.
+
+    width: the picture's width on screen (default: its own); the chart fits its width (autosize "fit-x"), so in
+    a narrower column the picture, its grid and the clicks shrink with it, keeping its proportions (the
+    chart's height stays, with room to spare under the picture).
     """
     rows, cols = grid_hw
     r, c = np.divmod(np.arange(rows * cols), cols)
     cells = pd.DataFrame({"patch": np.arange(rows * cols), "row": r, "col": c})
     datasets: dict[str, Any] = {}
+    shown_w = width or picture.width
+    shown_h = round(picture.height * shown_w / picture.width)
+    aspect = picture.height / picture.width
+    tall = {"expr": f"width * {aspect:.6g}"}  # the picture's height for the width the chart was given
     x = channel("col", "ordinal", axis=None, scale={"paddingInner": 0, "paddingOuter": 0})
-    y = channel("row", "ordinal", axis=None, scale={"paddingInner": 0, "paddingOuter": 0})
+    y = channel("row", "ordinal", axis=None, scale={"paddingInner": 0, "paddingOuter": 0, "rangeMax": tall})
     tooltip = [channel(f, "quantitative", title=t) for f, t in (("patch", "patch"), ("row", "row"), ("col", "column"))]
     hover = {"condition": {"param": "hover", "empty": False, "value": 0.3}, "value": 0.001}
     grid = {
@@ -99,7 +122,7 @@ def patch_picker(picture: Image.Image, grid_hw: tuple[int, int], selected: int |
         | {"cursor": "pointer"},
         "encoding": {"x": x, "y": y, "fillOpacity": hover, "tooltip": tooltip},
     }
-    layers = [_picture_layer(picture, datasets), grid]
+    layers = [_picture_layer(picture, datasets, size=({"expr": "width"}, tall)), grid]
     if selected is not None:
         chosen = cells[cells["patch"] == selected].reset_index(drop=True)
         outline = {"type": "rect", "fill": None, "stroke": "#00e5ff", "strokeWidth": 2.5}
@@ -109,7 +132,11 @@ def patch_picker(picture: Image.Image, grid_hw: tuple[int, int], selected: int |
         {"name": "patch", "views": ["cells"], "select": {"type": "point", "fields": ["patch"], "on": "click"}},
         {"name": "hover", "views": ["cells"], "select": on_hover},
     ]
-    spec = layered(layers, datasets, title, width=picture.width, height=picture.height, params=params)
+    # Width and padding add up to the whole chart's width, the most it takes (`fit-x` contains the padding).
+    spec = layered(
+        layers, datasets, title, width=shown_w + 2 * PICKER_PADDING, height=shown_h, params=params, padding=SIDES
+    )
+    spec["autosize"] = {"type": "fit-x", "contains": "padding"}
     spec["config"] = {"view": {"stroke": None}}
     return spec
 
