@@ -39,6 +39,10 @@ def draw(url: UrlState, result: VisionResult | None, model: TracedModel | None) 
         "Each P × P patch becomes one vector: every output number e_k is a kernel laid over the patch, its "
         "products summed (plus a bias). Edit the lecture's example, then see the same on the model."
     )
+    # Opt-in (and in the link as pe=1): its tables and heatmaps would otherwise be redrawn on every click on
+    # the attention picture below, which a class does far more often (0.49 s -> 0.31 s per patch click).
+    if not st.toggle("Work through the patch embedding", key=url.key("pe", False)):
+        return
     worked_example(url)
     if result is not None and model is not None:
         real_model_patch(url, result, model)

@@ -37,7 +37,8 @@ def charts(at: AppTest) -> dict[str, list[pd.DataFrame]]:
     out = {}
     for element in at.get("vega_lite_chart"):
         title = json.loads(element.proto.spec).get("title", "")
-        title = title if isinstance(title, str) else title.get("text", "")
+        title = title.get("text", "") if isinstance(title, dict) else title
+        title = " ".join(title) if isinstance(title, list) else title  # a title broken onto several lines
         out[title] = [dataframe_util.convert_arrow_bytes_to_pandas_df(d.data.data) for d in element.proto.datasets]
     return out
 

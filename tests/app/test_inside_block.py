@@ -239,7 +239,7 @@ def _panel(model_source: str) -> None:
 
 def panel(source: str = "vit-tiny", **params: str) -> AppTest:
     at = AppTest.from_function(_panel, default_timeout=120, args=(source,))
-    for name, value in params.items():
+    for name, value in {"pe": "1", **params}.items():  # the section is opt-in
         at.query_params[name] = value
     return at.run()
 

@@ -6,7 +6,6 @@ answers a bad ε or an emptied cell of the LayerNorm example inline."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from urllib.parse import quote
 
 import pytest
@@ -29,7 +28,6 @@ from .helpers import (
 )
 
 pytestmark = pytest.mark.browser
-VISION_PAGE = Path(__file__).resolve().parents[2] / "app_pages" / "vision.py"
 
 
 def largest_difference(page) -> float:
@@ -121,9 +119,7 @@ def test_layer_norm_example_answers_bad_input_inline(server_url, page, screensho
 
 
 def test_vision_page_patch_embedding_by_hand(server_url, page, screenshots):
-    if "patch_embedding" not in VISION_PAGE.read_text():
-        pytest.skip("app_pages/vision.py does not draw tformer_app.patch_embedding yet")
-    page.goto(f"{server_url}/vision?model=vit-tiny")
+    page.goto(f"{server_url}/vision?model=vit-tiny&pe=1")  # the section is opt-in
     settle(page)
     wait_for_text(page, "Patch embedding by hand")
     wait_for_text(page, "is a matrix product")  # the products themselves are in a table (a canvas)

@@ -1,0 +1,418 @@
+"""Clicks in a real browser, timed from the click to the settled page, against the budgets of issue 13.
+
+    python benchmarks/browser_interactions.py [--runs 7] [--only text-head] [--profile prof.txt]
+
+A real server (`streamlit run app.py`, offline, on the CPU, as tests/browser/server.py starts it; DeiT-Tiny
+from ../shared/models where it is there) and Debian's Chromium driven by Playwright, with the browser
+tests' window (1400 x 1000) and flags. Interactions, each on its page with its defaults:
+
+    text-head     Text attention (MiniLM, the lecture's sentence, default views): choose another head
+    text-layer    the same page: choose another layer
+    s2s-head      Encoder-decoder (the bundled translator): choose another head
+    vision-patch  Vision Transformer (DeiT-Tiny, else vit-tiny): click another patch of the picture
+
+Each run is a real change (another head, layer or patch than the run before); one warm-up run first.
+A run is timed from the click (the pointer going down, as the page records it) to the first moment the
+page is settled and stays so for a second (tests/browser/helpers.settle's condition): the address changed,
+every script run the click started has finished (the websocket's new_session / script_finished messages),
+no status widget and no stale element. Measured beside it, per run:
+
+- server: the script runs, from their new_session to their script_finished as the browser receives them
+  (the script, the element messages and their transfer); "browser" = settled - the last script_finished
+  (drawing the charts, tables and pictures);
+- what was sent: websocket bytes, chart elements sent in full and those the browser had (a ref_hash);
+- Chromium's main-thread time (DevTools Performance metrics: script, layout, style);
+- forward passes the server ran (a global forward pre-hook on the model stacks, installed in the server
+  process through a sitecustomize module on PYTHONPATH; must be 0 for a view change).
+
+The printed table gives the median and 90th percentile of the click-to-settled time, the budget, the
+figure measured before this work, and their ratio; with the machine's load average (timings on a busy
+machine are slower: say so when reporting). --profile records the server with py-spy during extra runs
+of the slowest interaction and prints the functions that took the most of its time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import quote
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.browser.conftest import CHROMIUM, CHROMIUM_ARGS
+from tests.browser.helpers import settle
+from tests.browser.server import streamlit_server
+from tests.core.hf_helpers import DEIT, IMAGES
+
+QUIET_S = 1.0  # settled: quiet for this long (as helpers.settle)
+POLL_S = 0.02
+
+# Installed in the server process (PYTHONPATH): counts the forward passes of every model stack and writes
+# the server's pid, without touching the app's code.
+SITECUSTOMIZE = textwrap.dedent(
+    """
+    import os, threading
+    _path = os.environ.get("TFORMER_BENCH_PASSES")
+    if _path:
+        open(_path + ".pid", "w").write(str(os.getpid()))
+        import torch
+        _lock = threading.Lock()
+        _stack = None
+
+        def _count(module, args):
+            global _stack
+            if _stack is None:
+                from tformer_core.models.layers import Stack as _s
+                _stack = _s
+            if isinstance(module, _stack):
+                with _lock, open(_path, "a") as f:
+                    f.write("1")
+
+        torch.nn.modules.module.register_module_forward_pre_hook(_count)
+    """
+)
+QUIET_JS = """() => !document.querySelector('[data-testid="stStatusWidget"]')
+    && !document.querySelector('[data-stale="true"]')"""
+
+
+@dataclass
+class Run:
+    total: float  # click -> settled
+    server: list[float]  # each script run: new_session -> script_finished, as received
+    last_finished: float  # click -> the last script_finished
+    first_started: float  # click -> the first new_session
+    bytes: int
+    charts_sent: int
+    charts_cached: int
+    passes: int
+    cdp: dict[str, float]
+
+
+@dataclass
+class Interaction:
+    name: str
+    label: str
+    path: str
+    budget: float
+    before: float
+    act: Callable  # (page, i) -> None: the i-th change
+    runs: list[Run] = field(default_factory=list)
+
+
+class Wire:
+    """What the page's websocket received: script runs started / finished (with times), bytes, charts."""
+
+    def __init__(self) -> None:
+        self.started: list[float] = []
+        self.finished: list[float] = []
+        self.bytes = 0
+        self.charts_sent = 0
+        self.charts_cached = 0
+
+    def attach(self, page) -> None:
+        from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
+
+        def on_frame(payload) -> None:
+            now = time.time()
+            if isinstance(payload, str):
+                return
+            self.bytes += len(payload)
+            msg = ForwardMsg.FromString(payload)
+            kind = msg.WhichOneof("type")
+            if kind == "new_session":
+                self.started.append(now)
+            elif kind == "script_finished":
+                self.finished.append(now)
+            elif kind == "ref_hash":
+                self.charts_cached += 1  # a cacheable element the browser already has (charts, mostly)
+            elif (
+                kind == "delta"
+                and msg.delta.WhichOneof("type") == "new_element"
+                and "vega_lite" in str(msg.delta.new_element.WhichOneof("type"))
+            ):
+                self.charts_sent += 1
+
+        page.on("websocket", lambda ws: ws.on("framereceived", on_frame))
+        # When the user's click happened: the pointer going down, on the system clock (as time.time()).
+        page.add_init_script("addEventListener('pointerdown', () => { window.__benchClick = Date.now(); }, true)")
+
+
+def passes(path: Path) -> int:
+    return path.stat().st_size if path.exists() else 0
+
+
+CDP_METRICS = ("ScriptDuration", "LayoutDuration", "RecalcStyleDuration", "TaskDuration")
+
+
+def cdp_metrics(cdp) -> dict[str, float]:
+    values = {m["name"]: m["value"] for m in cdp.send("Performance.getMetrics")["metrics"]}
+    return {name: values.get(name, 0.0) for name in CDP_METRICS}
+
+
+def timed(page, wire: Wire, cdp, pass_file: Path, act: Callable[[], None], timeout: float = 120.0) -> Run:
+    """Do `act` (a click) and time it to the settled page (see the module's docstring)."""
+    url0, n_started, n_finished, bytes0 = page.url, len(wire.started), len(wire.finished), wire.bytes
+    sent0, cached0, passes0, cdp0 = wire.charts_sent, wire.charts_cached, passes(pass_file), cdp_metrics(cdp)
+    page.evaluate("window.__benchClick = 0")
+    act()
+    t0 = page.evaluate("window.__benchClick") / 1000  # the click itself, not Playwright's work before it
+    if not t0:
+        raise AssertionError("no pointerdown reached the page")
+    quiet_since = None
+    while time.time() - t0 < timeout:
+        quiet = page.evaluate(QUIET_JS)  # also lets Playwright deliver the websocket frames
+        started, finished = len(wire.started) - n_started, len(wire.finished) - n_finished
+        done = quiet and page.url != url0 and started >= 1 and finished >= started
+        now = time.time()
+        if not done:
+            quiet_since = None
+        elif quiet_since is None:
+            quiet_since = now
+        elif now - quiet_since >= QUIET_S:
+            break
+        time.sleep(POLL_S)
+    else:
+        raise AssertionError(f"the page did not settle in {timeout:.0f} s")
+    runs = list(zip(wire.started[n_started:], wire.finished[n_finished:], strict=False))
+    cdp1 = cdp_metrics(cdp)
+    return Run(
+        total=quiet_since - t0,
+        server=[b - a for a, b in runs],
+        last_finished=wire.finished[-1] - t0,
+        first_started=wire.started[n_started] - t0,
+        bytes=wire.bytes - bytes0,
+        charts_sent=wire.charts_sent - sent0,
+        charts_cached=wire.charts_cached - cached0,
+        passes=passes(pass_file) - passes0,
+        cdp={k: cdp1[k] - cdp0[k] for k in CDP_METRICS},
+    )
+
+
+def choose_nth(label: str, options: Callable[[int], str]) -> Callable:
+    """Open the selectbox labelled `label` (not timed) and return the click on its i-th choice (timed)."""
+
+    def prepare(page, i: int) -> Callable[[], None]:
+        from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+        box = page.locator('[data-testid="stSelectbox"]').filter(has=page.get_by_text(label, exact=True)).first
+        wanted = page.get_by_role("option", name=options(i), exact=True)
+        for _ in range(5):
+            box.evaluate("e => e.scrollIntoView({block: 'center'})")
+            box.click()
+            try:
+                wanted.wait_for(state="visible", timeout=5000)
+                break
+            except PlaywrightTimeout:
+                page.keyboard.press("Escape")
+        return wanted.click
+
+    return prepare
+
+
+def click_patch(page, i: int) -> Callable[[], None]:
+    """The picture's patch picker: a click on the i-th of a few spots, each another patch."""
+    spots = [(0.3, 0.6), (0.7, 0.35), (0.45, 0.8), (0.8, 0.7), (0.2, 0.3), (0.6, 0.55), (0.35, 0.4), (0.75, 0.85)]
+    picker = page.locator(
+        "xpath=//h2[contains(., 'Attention over the picture')]/following::*[@data-testid='stVegaLiteChart'][1]"
+    )
+    picker.evaluate("e => e.scrollIntoView({block: 'center'})")
+    box = picker.bounding_box()
+    fx, fy = spots[i % len(spots)]
+    return lambda: page.mouse.click(box["x"] + box["width"] * fx, box["y"] + box["height"] * fy)
+
+
+def interactions() -> list[Interaction]:
+    vision_model = str(DEIT) if DEIT.is_dir() else "vit-tiny"
+    return [
+        Interaction(
+            "text-head",
+            "Text attention: head switch (default views)",
+            "/text",
+            0.6,
+            1.35,
+            choose_nth("Head", lambda i: str(1 + i % 11)),
+        ),
+        Interaction(
+            "text-layer",
+            "Text attention: layer switch",
+            "/text",
+            0.7,
+            1.56,
+            choose_nth("Layer", lambda i: str(1 + i % 5)),
+        ),
+        Interaction(
+            "s2s-head",
+            "Encoder-decoder: head switch",
+            "/seq2seq",
+            0.8,
+            2.29,
+            choose_nth("Head", lambda i: str(1 + i % 3)),
+        ),
+        Interaction(
+            "vision-patch",
+            f"Vision: patch click ({'DeiT-Tiny' if DEIT.is_dir() else 'vit-tiny'})",
+            f"/vision?model={quote(vision_model)}",
+            0.8,
+            1.25,
+            click_patch,
+        ),
+    ]
+
+
+def load() -> str:
+    return "load average " + ", ".join(f"{x:.2f}" for x in os.getloadavg()) + f" ({os.cpu_count()} cores)"
+
+
+def measure(chosen: list[Interaction], runs: int, url: str, browser, pass_file: Path) -> None:
+    for it in chosen:
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        wire = Wire()
+        wire.attach(page)
+        cdp = page.context.new_cdp_session(page)
+        cdp.send("Performance.enable")
+        page.goto(url + it.path)
+        settle(page, timeout=600)
+        for i in range(runs + 1):  # the first: warm-up
+            run = timed(page, wire, cdp, pass_file, it.act(page, i))
+            if i:
+                it.runs.append(run)
+        print(f"  {it.name}: {', '.join(f'{r.total:.2f}' for r in it.runs)} s   [{load()}]", flush=True)
+        page.close()
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def report(chosen: list[Interaction], loads: list[str]) -> None:
+    print(f"\nClick to settled page, headless Chromium, {len(chosen[0].runs)} runs each (median, 90th pct).")
+    header = (
+        f"| {'interaction':<44} | median | p90    | budget | before | median/budget | median/before |"
+        " to start | server/run | browser | passes |"
+    )
+    print(header)
+    print("|" + "|".join("-" * len(c) for c in header.split("|")[1:-1]) + "|")
+    for it in chosen:
+        totals = [r.total for r in it.runs]
+        med = statistics.median(totals)
+        server = statistics.median([s for r in it.runs for s in r.server] or [0.0])
+        browser_s = statistics.median([r.total - r.last_finished for r in it.runs])
+        to_start = statistics.median([r.first_started for r in it.runs])
+        flag = "ok" if med <= it.budget else "over"
+        print(
+            f"| {it.label:<44} | {med:5.2f}s | {pct(totals, 0.9):5.2f}s | {it.budget:5.2f}s | {it.before:5.2f}s "
+            f"| {med / it.budget:8.2f} {flag:>4} | {med / it.before:13.2f} | {to_start:7.2f}s | {server:9.2f}s "
+            f"| {browser_s:6.2f}s "
+            f"| {sum(r.passes for r in it.runs):6d} |"
+        )
+    print("\nPer run (medians): script runs per click, bytes received, charts sent in full / from the browser's")
+    print("cache, Chromium main-thread time (script, layout, style, all tasks).")
+    for it in chosen:
+        m = {k: statistics.median([r.cdp[k] for r in it.runs]) for k in CDP_METRICS}
+        print(
+            f"  {it.name:<13} runs {statistics.median([len(r.server) for r in it.runs]):.0f}, "
+            f"{statistics.median([r.bytes for r in it.runs]) / 1024:7.0f} KB, charts "
+            f"{statistics.median([r.charts_sent for r in it.runs]):.0f} / "
+            f"{statistics.median([r.charts_cached for r in it.runs]):.0f}, "
+            f"script {m['ScriptDuration']:.2f}s, layout {m['LayoutDuration']:.2f}s, "
+            f"style {m['RecalcStyleDuration']:.2f}s, tasks {m['TaskDuration']:.2f}s"
+        )
+    print("\nMachine: " + "; ".join(loads))
+
+
+def profile(it: Interaction, runs: int, url: str, browser, pass_file: Path, out: Path) -> None:
+    """py-spy on the server while `it` is clicked `runs` more times (only the thread holding the GIL is
+    sampled: where the server's Python time goes); prints the heaviest functions."""
+    pid = int(Path(str(pass_file) + ".pid").read_text())
+    spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    wire = Wire()
+    wire.attach(page)
+    cdp = page.context.new_cdp_session(page)
+    cdp.send("Performance.enable")
+    page.goto(url + it.path)
+    settle(page, timeout=600)
+    timed(page, wire, cdp, pass_file, it.act(page, 0))
+    command = [spy, "record", "--pid", str(pid), "--format", "raw", "--rate", "250", "--gil", "-o", str(out)]
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    time.sleep(1.0)
+    for i in range(1, runs + 1):
+        timed(page, wire, cdp, pass_file, it.act(page, i))
+    proc.send_signal(2)  # SIGINT: py-spy writes its file and exits
+    proc.wait(60)
+    page.close()
+    summarise(out, out.with_suffix(".txt"))
+
+
+def summarise(folded: Path, out: Path, top: int = 30) -> None:
+    """Inclusive and own time of each function in py-spy's folded stacks, by thread: the script thread
+    (the page's code) and the others (the event loop: serialising and sending the messages)."""
+    lines = []
+    for name, is_script in (("script thread", True), ("other threads", False)):
+        inclusive: collections.Counter[str] = collections.Counter()
+        own: collections.Counter[str] = collections.Counter()
+        total = 0
+        for line in folded.read_text().splitlines():
+            stack, _, count = line.rpartition(" ")
+            frames = stack.split(";")
+            if any("_run_script" in f for f in frames) != is_script:
+                continue
+            n = int(count)
+            total += n
+            for f in set(frames):
+                inclusive[f] += n
+            own[frames[-1]] += n
+        lines.append(f"{name}: {total} samples holding the GIL (250/s)")
+        lines += ["  inclusive:"] + [f"  {n / max(total, 1):6.1%}  {f}" for f, n in inclusive.most_common(top)]
+        lines += ["  own:"] + [f"  {n / max(total, 1):6.1%}  {f}" for f, n in own.most_common(top)]
+    out.write_text("\n".join(lines) + "\n")
+    print(f"(profile: {out})")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--only", nargs="*", help="interaction names (text-head, text-layer, s2s-head, vision-patch)")
+    parser.add_argument("--profile", type=Path, help="a folder: py-spy each interaction's server time into it")
+    args = parser.parse_args()
+    from playwright.sync_api import sync_playwright
+
+    chosen = [it for it in interactions() if not args.only or it.name in args.only]
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        (folder / "sitecustomize.py").write_text(SITECUSTOMIZE)
+        pass_file = folder / "passes"
+        env = {"PYTHONPATH": os.pathsep.join([str(folder), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+        env["TFORMER_BENCH_PASSES"] = str(pass_file)
+        if DEIT.is_dir():
+            env |= {"TFORMER_MODEL_DIRS": str(DEIT.parent), "TFORMER_IMAGE_DIRS": str(IMAGES)}
+        loads = [f"start: {load()}"]
+        with streamlit_server(folder / "streamlit.log", **env) as url, sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+            measure(chosen, args.runs, url, browser, pass_file)
+            loads.append(f"end: {load()}")
+            report(chosen, loads)
+            print(f"(Forward passes counted in the server since it started, page loads included: {passes(pass_file)}.)")
+            if args.profile:
+                args.profile.mkdir(parents=True, exist_ok=True)
+                for it in chosen:
+                    print(f"Profiling the server during {args.runs} more runs of {it.name} ({load()})", flush=True)
+                    profile(it, args.runs, url, browser, pass_file, args.profile / f"{it.name}.folded")
+            browser.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,230 @@
+"""Layout at the sizes the app is used at: a projector (1280 x 720), a laptop (1920 x 1080), a phone (390 x 844).
+
+On every page (and in presenter mode on the projector), no element may run past the right edge of the window
+or out of its column: charts shrink to their column or scroll inside a box of their own. The check reads every
+element's bounding box in the page: a chart, picture, table, formula or widget must lie inside the tightest of
+its columns and blocks, unless a box of its own between them scrolls it (overflow-x: auto / scroll); that box
+is then checked in its place. Offenders are reported with the page, the size, the element and the overflow.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import quote
+
+import pytest
+
+from tests.core.hf_helpers import DEIT
+
+from .helpers import assert_no_error, screenshot, settle, wait_for_text
+
+pytestmark = pytest.mark.browser
+
+SIZES = {"1920x1080": (1920, 1080), "1280x720": (1280, 720), "390x844": (390, 844)}
+VISION = (
+    f"/vision?model={quote(str(DEIT))}" if DEIT.is_dir() else "/vision?model=vit-tiny"
+) + "&pe=1"  # with the opt-in patch embedding
+# name -> (address, a text the page shows once it has drawn its views)
+PAGES = {
+    "home": ("/", "Attention in one example"),
+    "text": ("/text", "Heatmap · layer 0"),
+    "seq2seq": ("/seq2seq", "Alignment: the whole cross-attention"),
+    "step": ("/step-by-step", "Scores, scaling, softmax, Z"),
+    "block": ("/block", "The check: the model's own next-layer input"),
+    "positional": ("/positional", "Learned vs sinusoidal positions"),
+    "vision": (VISION, "The model's own pictures"),
+    "distance": ("/distance", "Text models, in tokens"),
+    "text-presenter": ("/text?present=1", "Head view · layer 0"),
+    "vision-presenter": (VISION + "&present=1", "Every head of layer"),
+}
+PRESENTER_SIZES = ("1280x720",)  # presenter mode is for the projector
+# Charts that fit their column at every size, never scrolling: the vision page's patch picker (a click on it
+# chooses the query) and its Fig. 7 distance chart (beside two pictures).
+MUST_FIT = {"st-key-vit-picker", "st-key-vit-chart-mad"}
+# Pictures to look at (not compared), taken after the check: the text page on a phone, the vision page on a
+# projector.
+SCREENSHOTS = {("text", "390x844"), ("vision", "1280x720")}
+CASES = [
+    pytest.param(size, name, id=f"{name}-{size}")
+    for size in SIZES
+    for name in PAGES
+    if not name.endswith("-presenter") or size in PRESENTER_SIZES
+]
+
+# Everything a reader sees: charts (and what Vega draws in them), pictures, tables, formulas, text, widgets.
+ELEMENTS = ", ".join(
+    [
+        '[data-testid="stElementContainer"]',
+        '[data-testid="stVegaLiteChart"]',
+        '[data-testid="stVegaLiteChart"] canvas',
+        '[data-testid="stVegaLiteChart"] svg.marks',
+        '[data-testid="stImage"] img',
+        '[data-testid="stDataFrame"]',
+        '[data-testid="stTable"]',
+        '[data-testid="stPlotlyChart"]',
+        '[data-testid="stMarkdown"] .katex-display',
+        '[data-testid="stMarkdown"] .katex',
+        '[data-testid="stMarkdownContainer"]',
+        '[data-testid="stCaptionContainer"]',
+        '[data-testid="stWidgetLabel"]',
+        '[data-testid="stSelectbox"]',
+        '[data-testid="stMultiSelect"]',
+        '[data-testid="stSlider"]',
+        '[data-testid="stTextInput"]',
+        '[data-testid="stTextArea"]',
+        '[data-testid="stNumberInput"]',
+        '[data-testid="stRadio"]',
+        '[data-testid="stCheckbox"]',
+        '[data-testid="stButton"]',
+        '[data-testid="stDownloadButton"]',
+        '[data-testid="stFileUploader"]',
+        '[data-testid="stButtonGroup"]',
+        '[data-testid="stColumn"]',
+        '[data-testid="stHorizontalBlock"]',
+        "h1, h2, h3",
+    ]
+)
+
+# Collects what overflows. A "box" is a column or block an element sits in; the tightest one (and the window)
+# bounds it. An ancestor that scrolls sideways holds its content legitimately: it is checked instead. An
+# ancestor that hides overflow cuts off what lies outside it: that counts as overflowing it.
+OVERFLOWS_JS = """
+([selector, tolerance]) => {
+  const main = document.querySelector('[data-testid="stMain"]');
+  const vw = document.documentElement.clientWidth;
+  const BOXES = new Set(['stColumn', 'stVerticalBlock', 'stHorizontalBlock', 'stMainBlockContainer',
+                         'stExpanderDetails', 'stTabs']);
+  const headings = [...main.querySelectorAll('h1, h2, h3')];
+  const where = (e) => {
+    let last = '';
+    for (const h of headings) {
+      if (h.compareDocumentPosition(e) & Node.DOCUMENT_POSITION_FOLLOWING) last = h.innerText.trim();
+    }
+    return last.slice(0, 50);
+  };
+  const describe = (e) => {
+    const tagged = e.closest('[data-testid]');
+    const key = e.closest('[class*="st-key-"]');
+    const keyName = key ? [...key.classList].find(c => c.startsWith('st-key-')) : '';
+    const tag = e.tagName.toLowerCase() + (e.classList.length ? '.' + e.classList[0] : '');
+    const id = e.dataset && e.dataset.testid ? e.dataset.testid : (tagged ? tagged.dataset.testid + ' ' : '') + tag;
+    return {id, key: keyName, under: where(e), text: (e.innerText || e.alt || '').trim().slice(0, 40)};
+  };
+  const visible = (e) => {
+    const r = e.getBoundingClientRect();
+    const s = getComputedStyle(e);
+    return r.width > 0 && r.height > 0 && s.visibility !== 'hidden' && s.display !== 'none';
+  };
+  const offenders = [];
+  const scrollers = new Set();
+  const check = (e) => {
+    const r = e.getBoundingClientRect();
+    let right = vw, left = 0, box = 'window', clipped = false;
+    for (let a = e.parentElement; a && a !== main && a !== document.body; a = a.parentElement) {
+      const ox = getComputedStyle(a).overflowX;
+      if (ox === 'auto' || ox === 'scroll') {  // scrolls inside a box of its own: the box is checked instead
+        scrollers.add(a);
+        return;
+      }
+      const id = a.dataset ? a.dataset.testid : undefined;
+      const hides = ox === 'hidden' || ox === 'clip';
+      if (BOXES.has(id) || hides) {
+        const ar = a.getBoundingClientRect();
+        if (ar.width === 0) continue;
+        if (ar.right < right) { right = ar.right; box = id || a.tagName.toLowerCase(); clipped = hides; }
+        if (ar.left > left) left = ar.left;
+      }
+    }
+    const over = Math.max(r.right - right, left - r.left);
+    if (over > tolerance) {
+      offenders.push({el: e, ...describe(e), box: box + (clipped ? ' (cut off)' : ''), px: Math.round(over),
+                      right: Math.round(r.right), limit: Math.round(right), width: Math.round(r.width)});
+    }
+  };
+  for (const e of main.querySelectorAll(selector)) if (visible(e)) check(e);
+  const checked = new Set();
+  while (true) {  // the scrolling boxes found above, and any they sit in
+    const next = [...scrollers].filter(s => !checked.has(s));
+    if (!next.length) break;
+    for (const s of next) { checked.add(s); if (visible(s)) check(s); }
+  }
+  const scrolling = [...checked].filter(s => visible(s) && s.scrollWidth > s.clientWidth + tolerance)
+    .map(s => ({...describe(s), px: s.scrollWidth - s.clientWidth}));
+  const page = [];
+  const doc = document.documentElement;
+  const wider = (id, inner, outer) => { if (inner > outer + tolerance) page.push({id, px: inner - outer}); };
+  wider('window', doc.scrollWidth, window.innerWidth);
+  wider('stMain', main.scrollWidth, main.clientWidth);
+  // One line per overflow: what Vega drew inside an overflowing chart is not listed again.
+  const outermost = offenders.filter(o => !offenders.some(p => p.el !== o.el && p.el.contains(o.el)))
+    .map(({el, ...rest}) => rest);
+  return {offenders: outermost, page, scrolling, width: vw};
+}
+"""
+
+DRAWN_JS = """
+() => [...document.querySelectorAll('[data-testid="stVegaLiteChart"]')].every(c => c.querySelector('canvas, svg.marks'))
+  && [...document.querySelectorAll('[data-testid="stImage"] img')].every(i => i.complete)
+"""
+
+
+@pytest.fixture(scope="module")
+def window(browser):
+    """A page at a given size, one at a time: the cases run size by size and move it from page to page."""
+    open_pages: dict[str, object] = {}
+
+    def get(size: str):
+        if size not in open_pages:
+            for old in open_pages.values():
+                old.context.close()
+            open_pages.clear()
+            width, height = SIZES[size]
+            context = browser.new_context(viewport={"width": width, "height": height})
+            open_pages[size] = context.new_page()
+        return open_pages[size]
+
+    yield get
+    for old in open_pages.values():
+        old.context.close()
+
+
+def open_settled(page, url: str, text: str) -> None:
+    page.goto(url)
+    wait_for_text(page, text)
+    settle(page)
+    page.wait_for_function(DRAWN_JS, timeout=90_000)
+    # Charts size themselves to their box on the next animation frames.
+    page.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(() => r(true))))")
+
+
+def overflows(page) -> tuple[list[dict], list[dict], list[dict]]:
+    """(elements past their column or the window, the page's own overflow, boxes whose content scrolls)."""
+    found = page.evaluate(OVERFLOWS_JS, [ELEMENTS, 1])
+    return found["offenders"], found["page"], found["scrolling"]
+
+
+def report(name: str, size: str, offenders: list[dict], page_level: list[dict]) -> str:
+    lines = [f"{name} at {size}: the page is {p['px']} px wider than its {p['id']}" for p in page_level]
+    for o in offenders:
+        lines.append(
+            f"{name} at {size}: {o['id']} {o['key']} under {o['under']!r} ({o['text']!r}) runs {o['px']} px past "
+            f"its {o['box']} (right {o['right']} > {o['limit']}, width {o['width']})"
+        )
+    return "\n".join(lines)
+
+
+@pytest.mark.parametrize(("size", "name"), CASES)
+def test_nothing_overflows_its_column_or_the_window(server_url, window, screenshots, size, name):
+    page = window(size)
+    path, text = PAGES[name]
+    open_settled(page, server_url + path, text)
+    assert_no_error(page)
+    offenders, page_level, scrolling = overflows(page)
+    assert not offenders and not page_level, "\n" + report(name, size, offenders, page_level)
+    for box in scrolling:  # allowed (a wide heatmap on a phone), and listed with -s
+        print(f"{name} at {size}: {box['id']} {box['key']} under {box['under']!r} scrolls {box['px']} px in its box")
+    squeezed = [box for box in scrolling if box["key"] in MUST_FIT]
+    assert not squeezed, f"{name} at {size}: these should fit their column, not scroll: {squeezed}"
+    if (name, size) in SCREENSHOTS:
+        width, height = SIZES[size]
+        screenshot(page, screenshots / f"layout-{name}-{size}.png", width=width)
+        page.set_viewport_size({"width": width, "height": height})
