@@ -32,7 +32,9 @@ def open_slides(page) -> None:
 
 
 def press(page, key: str) -> None:
-    """A key as a clicker or a keyboard sends it, with the page (not a text box) focused."""
+    """A key as a clicker or a keyboard sends it, with the page (not a text box) focused, once the page has
+    answered the key before."""
+    settle(page)
     page.locator('[data-testid="stMain"] [data-testid="stCaptionContainer"]').first.click()  # not a text box
     page.keyboard.press(key)
 
@@ -69,8 +71,12 @@ def test_keys_step_through_heads_and_layers(server_url, projector):
     wait_for_url(page, "layer=1", "head=1")
     press(page, "PageDown")  # what a presentation clicker sends
     wait_for_url(page, "layer=1", "head=2")
+    # One key at a time, each waited for: a key pressed while the page is still answering the one before
+    # may be merged with it (Streamlit keeps the last click of a button per rerun).
     press(page, "ArrowLeft")
+    wait_for_url(page, "layer=1", "head=1")
     press(page, "ArrowLeft")
+    wait_for_url(page, "layer=1", "head=0")
     press(page, "ArrowLeft")  # before head 0: the last head of the layer before
     wait_for_url(page, "layer=0", "head=11")
     wait_for_text(page, "Heatmap · layer 0, head 11")
