@@ -32,7 +32,7 @@ DECK_FORMAT = "tformer-deck"
 # `chart_fonts`), compact widgets for the lecturer, no toolbar or Deploy button, the page at full width.
 PRESENTER_CSS = """<style>
 [data-testid="stToolbar"], [data-testid="stAppDeployButton"], [data-testid="stDecoration"] { display: none; }
-[data-testid="stMainBlockContainer"] { padding: 1rem 2rem; max-width: 100%; }
+[data-testid="stMainBlockContainer"] { padding: 3.5rem 2rem 1rem; max-width: 100%; }  /* below the header bar */
 [data-testid="stVerticalBlock"] { gap: 0.5rem; }
 [data-testid="stMain"] [data-testid="stMarkdown"] p,
 [data-testid="stMain"] [data-testid="stMarkdown"] li { font-size: 24px; line-height: 1.35; }
