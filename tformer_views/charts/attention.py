@@ -40,7 +40,7 @@ def head_colour_scale(n_heads: int) -> dict:
     return {"domain": list(range(n_heads)), "range": [HEAD_COLOURS[h % len(HEAD_COLOURS)] for h in range(n_heads)]}
 
 
-def _token_labels(data: dict, side: str, x: float, y_scale: dict, font: float) -> dict:
+def _token_labels(data: dict, side: str, x: dict, y_scale: dict, font: float) -> dict:
     """The tokens of one side of the head view: queries on the left (hovered to focus), keys on the right."""
     query = side == "query"
     layer = {
@@ -48,7 +48,7 @@ def _token_labels(data: dict, side: str, x: float, y_scale: dict, font: float) -
         "mark": {"type": "text", "align": "right" if query else "left", "baseline": "middle", "dx": -6 if query else 6}
         | {"fontSize": font},
         "encoding": {
-            "x": {"value": x},
+            "x": x,
             "y": channel("y", "quantitative", scale=y_scale, axis=None),
             "text": channel("token", "nominal"),
             "tooltip": [channel("token", "nominal", title=side), channel(side, "quantitative", title="position")],
@@ -83,7 +83,9 @@ def head_view_chart(view: HeadView, n_heads: int, title: str = "", row_px: int =
     overlap the strongest is drawn on top, so it is the one a pointer over them reports. scale: sizes and
     type (1.5 in presenter mode)."""
     n = max(len(view.queries), len(view.keys), 1)
-    left_x, right_x, width = 150 * scale, 450 * scale, 600 * scale
+    # The two columns at a quarter and three quarters of the plot's width, whatever that width is: the chart
+    # fits its column (autosize "fit-x"), 600 px where there is room, a phone's width on a phone.
+    left_x, right_x, width = {"value": {"expr": "width * 0.25"}}, {"value": {"expr": "width * 0.75"}}, 600 * scale
     y_scale = {"domain": [-0.5, n - 0.5], "reverse": True, "nice": False, "zero": False}  # first token on top
     datasets: dict[str, Any] = {}
     shown = {"and": [{"param": "focus", "empty": True}, {"param": "heads", "empty": True}]}  # hovered query, legend
@@ -99,8 +101,8 @@ def head_view_chart(view: HeadView, n_heads: int, title: str = "", row_px: int =
         "transform": tokens,
         "mark": {"type": "rule", "strokeWidth": 2 * scale},
         "encoding": {
-            "x": {"value": left_x},
-            "x2": {"value": right_x},
+            "x": left_x,
+            "x2": right_x,
             "y": channel("y_query", "quantitative", scale=y_scale, axis=None),
             "y2": {"field": "y_key"},
             "color": channel("head", "nominal", scale=head_colour_scale(n_heads), title="head"),
@@ -126,7 +128,8 @@ def head_view_chart(view: HeadView, n_heads: int, title: str = "", row_px: int =
         _token_labels(query_data, "query", left_x, y_scale, 12 * scale),
         _token_labels(key_data, "key", right_x, y_scale, 12 * scale),
     ]
-    return layered([lines, *labels], datasets, title, width=width, height=row_px * scale * n, params=[focus, heads])
+    spec = layered([lines, *labels], datasets, title, width=width, height=row_px * scale * n, params=[focus, heads])
+    return spec | {"autosize": {"type": "fit-x", "contains": "padding"}}
 
 
 def distance_frame(values: np.ndarray) -> pd.DataFrame:
