@@ -8,7 +8,6 @@ The encoder's self-attention uses the Text attention page's views (tformer_app.a
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
@@ -179,25 +178,19 @@ def show_translation(key: tuple, translation: sv.Translation) -> None:
 def step_keys(url: UrlState, n_steps: int, n_layers: int, n_heads: int) -> None:
     """← → (and a clicker's Page Up / Page Down) step through the decoding steps; ↑ ↓ the decoder's layers,
     Shift with ← → its heads."""
-
-    def step(by: int) -> Callable[[], None]:
-        def act() -> None:
-            url.set("step", min(max(int(url.value("step")) + by, 1), n_steps))
-
-        return act
-
+    before, after = (presenter.clamped(url, "step", by, 1, n_steps) for by in (-1, 1))
     presenter.stepper(
         url,
         "keys",
         [
-            presenter.Step("step", "Left", step(-1), "The step before"),
-            presenter.Step("step", "Right", step(1), "The next step: the next token written"),
+            presenter.Step("step", "Left", before, "The step before"),
+            presenter.Step("step", "Right", after, "The next step: the next token written"),
             presenter.Step("layer", "Up", presenter.cycle(url, "layer", n_layers, -1), "The decoder layer before"),
             presenter.Step("layer", "Down", presenter.cycle(url, "layer", n_layers, 1), "The next decoder layer"),
             presenter.Step("head", "Shift+Left", presenter.cycle(url, "head", n_heads, -1), "The head before"),
             presenter.Step("head", "Shift+Right", presenter.cycle(url, "head", n_heads, 1), "The next head"),
         ],
-        paging=(step(-1), step(1)),
+        paging=(before, after),
     )
 
 

@@ -9,8 +9,6 @@ classifier shows its labels and where its first token looked.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import pandas as pd
 import streamlit as st
 
@@ -366,19 +364,13 @@ def show_written(c: gen.Continuation, chat: bool) -> None:
 
 def step_keys(url: UrlState, n_steps: int) -> None:
     """Shift+← / Shift+→ step through the new tokens (the arrows alone move the heads and layers above)."""
-
-    def step(by: int) -> Callable[[], None]:
-        def act() -> None:
-            url.set("step", min(max(int(url.value("step")) + by, 1), n_steps))
-
-        return act
-
+    before, after = (presenter.clamped(url, "step", by, 1, n_steps) for by in (-1, 1))
     presenter.stepper(
         url,
         "gen_keys",
         [
-            presenter.Step("step", "Shift+Left", step(-1), "The step before"),
-            presenter.Step("step", "Shift+Right", step(1), "The next step: the next token written"),
+            presenter.Step("step", "Shift+Left", before, "The step before"),
+            presenter.Step("step", "Shift+Right", after, "The next step: the next token written"),
         ],
     )
 

@@ -133,6 +133,15 @@ def _css_key(key: str) -> str:
     return "".join(c if c.isalnum() or c in "_-" else "-" for c in key)
 
 
+def clamped(url: UrlState, name: str, step: int, low: int, high: int) -> Callable[[], None]:
+    """A callback moving the URL value `name` by `step`, kept within low..high (a decoding step: no wrapping)."""
+
+    def act() -> None:
+        url.set(name, min(max(int(url.value(name)) + step, low), high))
+
+    return act
+
+
 def cycle(url: UrlState, name: str, n: int, step: int, carry: tuple[str, int] | None = None) -> Callable[[], None]:
     """A callback moving the URL value `name` by `step` within 0..n-1; past either end it wraps, and with
     `carry` = (other name, its count) it moves the other value too (the next head after the last one is

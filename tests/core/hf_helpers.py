@@ -84,3 +84,66 @@ def save_tiny_t5(folder: Path, seed: int = 0, **size) -> Path:
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
+
+
+# ---- tiny models of architectures the core does not implement (run through transformers) ----------------
+WORDS = ["the", "a", "cat", "dog", "sat", "ran", "on", "under", "mat", "rug", "big", "small", "red", "blue", "is"]
+WORDS += ["was", "and"]
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS]
+EAGER = dict(attn_implementation="eager")  # the reference hands out its attention weights too
+
+
+def save_with_words(hf_model, folder: Path, tokenizer: bool = True) -> Path:
+    """The model saved in the Hugging Face layout, with a WordPiece tokenizer over VOCAB (unless tokenizer=False)."""
+    import transformers as T
+
+    hf_model.save_pretrained(folder)
+    if tokenizer:
+        (folder / "vocab.txt").write_text("\n".join(VOCAB) + "\n")
+        T.BertTokenizerFast(str(folder / "vocab.txt"), do_lower_case=True).save_pretrained(folder)
+    return folder
+
+
+def tiny_opt():
+    """A tiny random OPT (2 layers x 4 heads): a decoder-only architecture the core does not implement."""
+    import transformers as T
+
+    torch.manual_seed(2)
+    config = T.OPTConfig(
+        vocab_size=len(VOCAB),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        ffn_dim=37,
+        max_position_embeddings=64,
+        word_embed_proj_dim=32,
+        pad_token_id=0,
+        bos_token_id=2,
+        eos_token_id=3,
+        **EAGER,
+    )
+    return perturbed(T.OPTForCausalLM(config), scale=0.3)
+
+
+def tiny_pegasus():
+    """A tiny random Pegasus (2 + 2 layers x 4 heads): an encoder-decoder the core does not implement."""
+    import transformers as T
+
+    torch.manual_seed(3)
+    config = T.PegasusConfig(
+        vocab_size=len(VOCAB),
+        d_model=32,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=37,
+        decoder_ffn_dim=37,
+        max_position_embeddings=64,
+        pad_token_id=0,
+        eos_token_id=3,
+        decoder_start_token_id=0,
+        forced_eos_token_id=3,
+        **EAGER,
+    )
+    return perturbed(T.PegasusForConditionalGeneration(config), scale=0.3)

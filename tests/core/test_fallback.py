@@ -11,41 +11,13 @@ import torch
 import transformers as T
 
 import tformer_core as tc
-from tests.core.hf_helpers import assert_close, perturbed
+from tests.core.hf_helpers import EAGER, VOCAB, assert_close, perturbed, save_with_words, tiny_opt, tiny_pegasus
 from tformer_core.checkpoints.fallback import TRACE_MAX_TOKENS, handles, load_transformers, transformers_implements
 from tformer_core.models.encoder import class_scores
 from tformer_core.models.fallback import TransformersDecoder, TransformersEncoder, TransformersSeq2Seq
 
-WORDS = [
-    "the",
-    "a",
-    "cat",
-    "dog",
-    "sat",
-    "ran",
-    "on",
-    "under",
-    "mat",
-    "rug",
-    "big",
-    "small",
-    "red",
-    "blue",
-    "is",
-    "was",
-    "and",
-]
-VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS]
 SMALL = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37)
-EAGER = dict(attn_implementation="eager")  # the reference hands out its attention weights too
-
-
-def _save(hf_model, folder, tokenizer=True):
-    hf_model.save_pretrained(folder)
-    if tokenizer:
-        (folder / "vocab.txt").write_text("\n".join(VOCAB) + "\n")
-        T.BertTokenizerFast(str(folder / "vocab.txt"), do_lower_case=True).save_pretrained(folder)
-    return folder
+_save = save_with_words
 
 
 def _electra(head="mlm", **extra):
@@ -120,22 +92,7 @@ def test_a_base_model_with_segments_and_padding(tmp_path):
     np.testing.assert_allclose(padded.attention(0)[:, :, 7:], 0.0, atol=1e-6)
 
 
-def _opt():
-    torch.manual_seed(2)
-    config = T.OPTConfig(
-        vocab_size=len(VOCAB),
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        ffn_dim=37,
-        max_position_embeddings=64,
-        word_embed_proj_dim=32,
-        pad_token_id=0,
-        bos_token_id=2,
-        eos_token_id=3,
-        **EAGER,
-    )
-    return perturbed(T.OPTForCausalLM(config), scale=0.3)
+_opt = tiny_opt
 
 
 def test_a_decoder_is_recognised_by_its_causal_attention_and_generates_as_transformers(tmp_path):
@@ -158,24 +115,7 @@ def test_a_decoder_is_recognised_by_its_causal_attention_and_generates_as_transf
 
 
 def test_an_encoder_decoder_traces_its_three_attentions_and_translates_as_transformers(tmp_path):
-    torch.manual_seed(3)
-    config = T.PegasusConfig(
-        vocab_size=len(VOCAB),
-        d_model=32,
-        encoder_layers=2,
-        decoder_layers=2,
-        encoder_attention_heads=4,
-        decoder_attention_heads=4,
-        encoder_ffn_dim=37,
-        decoder_ffn_dim=37,
-        max_position_embeddings=64,
-        pad_token_id=0,
-        eos_token_id=3,
-        decoder_start_token_id=0,
-        forced_eos_token_id=3,
-        **EAGER,
-    )
-    hf = perturbed(T.PegasusForConditionalGeneration(config), scale=0.3)
+    hf = tiny_pegasus()
     model = load_transformers(_save(hf, tmp_path / "pegasus", tokenizer=False))
     assert isinstance(model, TransformersSeq2Seq) and model.kind == "encoder-decoder"
     source, target = [5, 9, 6, 7, 3], [0, 12, 8]

@@ -13,7 +13,7 @@ import torch
 import transformers as T
 
 import tformer_core as tc
-from tests.core.hf_helpers import perturbed
+from tests.core.hf_helpers import VOCAB, perturbed, save_with_words, tiny_opt, tiny_pegasus
 from tformer_core.checkpoints.fallback import load_transformers
 from tformer_views import generation as gen
 from tformer_views import seq2seq as sv
@@ -22,8 +22,6 @@ from tformer_views.tokens import display_token
 
 SENTENCE = "The animal didn't cross the street because it was too tired."
 CORPUS = [SENTENCE, "The cat sat on the mat.", "Attention is all you need.", "It was too tired to cross."] * 5
-WORDS = ["the", "a", "cat", "dog", "sat", "ran", "on", "under", "mat", "rug", "big", "small", "is", "was", "and"]
-VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS]
 LABELS = {0: "negative", 1: "neutral", 2: "positive"}
 SMALL = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37)
 
@@ -52,11 +50,6 @@ def save_tiny_gpt2(folder: Path, n_positions: int = 64) -> Path:
     return folder
 
 
-def _word_tokenizer(folder: Path) -> None:
-    (folder / "vocab.txt").write_text("\n".join(VOCAB) + "\n")
-    T.BertTokenizerFast(str(folder / "vocab.txt"), do_lower_case=True).save_pretrained(folder)
-
-
 def save_classifier(folder: Path, kind: str = "bert") -> Path:
     """A tiny random sequence classifier (labels negative / neutral / positive) with a small word tokenizer:
     "bert" runs in the core's Encoder (path tformer), "electra" through transformers (path transformers)."""
@@ -66,9 +59,7 @@ def save_classifier(folder: Path, kind: str = "bert") -> Path:
         hf = T.BertForSequenceClassification(T.BertConfig(**common, max_position_embeddings=64))
     else:
         hf = T.ElectraForSequenceClassification(T.ElectraConfig(**common, embedding_size=16))
-    perturbed(hf, scale=0.3).save_pretrained(folder)
-    _word_tokenizer(folder)
-    return folder
+    return save_with_words(perturbed(hf, scale=0.3), folder)
 
 
 @pytest.fixture(scope="module")
@@ -150,24 +141,7 @@ def test_only_decoders_continue(tmp_path):
 
 
 def test_a_decoder_transformers_runs_continues_greedily_only(tmp_path):
-    torch.manual_seed(2)
-    config = T.OPTConfig(
-        vocab_size=len(VOCAB),
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        ffn_dim=37,
-        max_position_embeddings=64,
-        word_embed_proj_dim=32,
-        pad_token_id=0,
-        bos_token_id=2,
-        eos_token_id=3,
-        attn_implementation="eager",
-    )
-    folder = tmp_path / "opt"
-    perturbed(T.OPTForCausalLM(config), scale=0.3).save_pretrained(folder)
-    _word_tokenizer(folder)
-    model = load_transformers(folder)
+    model = load_transformers(save_with_words(tiny_opt(), tmp_path / "opt"))
     assert model.kind == "decoder" and not gen.supports_sampling(model)
     c = gen.continue_text(model, "the cat sat on", 4)
     assert c.path == "transformers" and 1 <= c.n_steps <= 4
@@ -224,26 +198,7 @@ def test_other_heads_keep_their_kind(gpt2):
 
 # ---- encoder-decoder models transformers runs --------------------------------------------------------------
 def test_the_encoder_decoder_page_accepts_an_encoder_decoder_transformers_runs(tmp_path):
-    torch.manual_seed(3)
-    config = T.PegasusConfig(
-        vocab_size=len(VOCAB),
-        d_model=32,
-        encoder_layers=2,
-        decoder_layers=2,
-        encoder_attention_heads=4,
-        decoder_attention_heads=4,
-        encoder_ffn_dim=37,
-        decoder_ffn_dim=37,
-        max_position_embeddings=64,
-        pad_token_id=0,
-        eos_token_id=3,
-        decoder_start_token_id=0,
-        attn_implementation="eager",
-    )
-    folder = tmp_path / "pegasus"
-    perturbed(T.PegasusForConditionalGeneration(config), scale=0.3).save_pretrained(folder)
-    _word_tokenizer(folder)
-    model = load_transformers(folder)
+    model = load_transformers(save_with_words(tiny_pegasus(), tmp_path / "pegasus"))
     assert model.kind == "encoder-decoder" and not isinstance(model, tc.EncoderDecoder)
     assert sv.require_seq2seq(model) is model
     translation = sv.translate(model, "the big cat sat", 4)
