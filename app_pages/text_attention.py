@@ -181,7 +181,7 @@ def show_path(trace: tc.Trace, model: tc.TracedModel) -> None:
     path = str(trace.meta.get("path", ""))
     if path in PATHS:
         st.caption(f"Path: **{path}**. {PATHS[path]}")
-    note = getattr(model, "weights_note", "")
+    note = model.weights_note
     if note:
         st.caption(f"Weights: {escape(note)}.")
 
@@ -300,7 +300,7 @@ def generation_settings(url: UrlState, model: tc.TracedModel) -> tuple[int, floa
         "Seed", 0, 2**31 - 1, key=url.key("seed", 0, lo=0, hi=2**31 - 1, omit_default=True), disabled=not sampling
     )
     chat = False
-    if getattr(model, "chat_template", None):
+    if model.capabilities.chat_template:
         chat = st.checkbox(
             "As a chat answer: the text as the user's message, in the model's chat template",
             key=url.key("chat", False, omit_default=True),

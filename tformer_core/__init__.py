@@ -27,10 +27,11 @@ from .inputs.image_file import ImageError, LoadedImage, read_image
 from .inputs.preprocessing import ImagePreprocessing
 from .inputs.text import FittedInput, fit_to_model
 from .metrics import mean_attention_distance, mean_token_distance, patch_centre_distances, uniform_attention
-from .models.base import TracedModel, default_device, resolve_dtype
+from .models.base import Capabilities, TracedModel, default_device, resolve_dtype
 from .models.decoder import Decoder, DecoderConfig
 from .models.encoder import Encoder, EncoderConfig, class_scores, first_token_attention
 from .models.fallback import TransformersModel
+from .models.kinds import CausalLM, EncoderDecoderModel, EncoderModel, VisionModel
 from .models.layers import BlockConfig, MultiHeadAttention, causal_mask
 from .models.llama import Llama, LlamaConfig
 from .models.positional import (
@@ -55,12 +56,16 @@ from .trace import Trace
 __all__ = [
     "AttentionSteps",
     "BlockConfig",
+    "Capabilities",
+    "CausalLM",
     "CheckpointError",
     "Decoder",
     "DecoderConfig",
     "Encoder",
     "EncoderConfig",
     "EncoderDecoder",
+    "EncoderDecoderModel",
+    "EncoderModel",
     "FFNSteps",
     "FittedInput",
     "Generation",
@@ -86,6 +91,7 @@ __all__ = [
     "TransformersModel",
     "ViT",
     "ViTConfig",
+    "VisionModel",
     "attention_from_qkv",
     "attention_steps",
     "capture",

@@ -14,6 +14,7 @@ mutated.
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 
@@ -21,6 +22,36 @@ import torch
 from torch import nn
 
 NameFilter = Callable[[str], bool]
+
+
+def _pattern_regex(pattern: str) -> str:
+    segments = pattern.split(".")
+    head = tail = ""
+    if segments[0] == "**":
+        head, segments = r"(?:.+\.)?", segments[1:]
+    if segments and segments[-1] == "**":
+        tail, segments = r"(?:\..+)?", segments[:-1]
+    if not segments or "**" in segments:
+        raise ValueError(f"{pattern!r}: '**' stands first or last, beside at least one other part")
+    return head + r"\.".join("[^.]+" if s == "*" else re.escape(s) for s in segments) + tail
+
+
+def matching(*patterns: str) -> NameFilter:
+    """A capture filter keeping the activations whose names match one of `patterns`.
+
+    A pattern is a dotted name whose parts match whole parts of a name: "*" any one part, "**" (first or
+    last) any number of them. "**.attn.weights" keeps every self-attention's weights ("encoder.3.attn.weights",
+    not "decoder.0.cross_attn.weights"); "head.*" the head's outputs; "decoder.**" everything of the decoder.
+    """
+    if not patterns:
+        raise ValueError("give at least one pattern")
+    regex = re.compile("|".join(f"(?:{_pattern_regex(p)})" for p in patterns))
+    return lambda name: regex.fullmatch(name) is not None
+
+
+def any_of(*filters: NameFilter) -> NameFilter:
+    """A capture filter keeping what any of `filters` keeps."""
+    return lambda name: any(keep(name) for keep in filters)
 
 
 class CaptureSink:

@@ -58,6 +58,14 @@ class Tokenizer(Protocol):
     def labels(self, vocab_size: int) -> list[str]:
         """A label for every output id of a model with `vocab_size` outputs (ids past the vocabulary: "<id>")."""
 
+    @property
+    def chat_template(self) -> str | None:
+        """The checkpoint's chat template (Jinja), or None when it has none."""
+
+    def apply_chat_template(self, messages: Sequence[dict[str, str]]) -> str:
+        """The conversation `messages` ([{"role": "user", "content": "..."}, ...]) as the text the model
+        continues, the assistant's turn opened. ValueError without a chat template."""
+
 
 def word_ends(text: str) -> list[int]:
     """Offsets just after each word (and len(text)): where a tokenizer without offsets may be cut."""
@@ -132,6 +140,16 @@ class HFTokenizer:
     def labels(self, vocab_size: int) -> list[str]:
         n = min(len(self.hf), vocab_size)
         return self.convert_ids_to_tokens(range(n)) + [f"<{i}>" for i in range(n, vocab_size)]
+
+    @property
+    def chat_template(self) -> str | None:
+        template = getattr(self.hf, "chat_template", None)  # transformers' tokenizers without one lack it
+        return template if isinstance(template, str) and template else None
+
+    def apply_chat_template(self, messages: Sequence[dict[str, str]]) -> str:
+        if self.chat_template is None:
+            raise ValueError("this tokenizer has no chat template: give the prompt as plain text")
+        return str(self.hf.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True))
 
 
 def readable(text: str) -> bool:

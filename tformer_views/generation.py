@@ -21,14 +21,16 @@ for smollm2 (30 layers x 9 heads) 20 new tokens after a 13-token prompt are unde
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
+from tformer_core.capture import matching
 from tformer_core.generation import Sampling, next_token_table
 from tformer_core.models.base import TracedModel
+from tformer_core.models.kinds import CausalLM
+from tformer_core.numerics import softmax
 from tformer_core.trace import Trace
 
 from .tokens import display_token, display_tokens
@@ -38,16 +40,14 @@ MAX_PROMPT_TOKENS = 256  # a longer prompt is refused: every step's attention ro
 STEP_TOP_K = 10  # predictions kept per step
 
 
-def step_keep(name: str) -> bool:
-    """What a step's trace keeps: the attention weights (a cached step's are one row per head) and the logits."""
-    return name.endswith(".attn.weights") or name == "head.logits"
+# What a step's trace keeps: the attention weights (a cached step's are one row per head) and the logits.
+step_keep = matching("**.attn.weights", "head.logits")
 
 
 def supports_sampling(model: TracedModel) -> bool:
     """True when the model's generate() draws with a temperature and a top-k (the core's own decoders);
-    the decoders transformers runs decode greedily only."""
-    generate = getattr(model, "generate", None)
-    return generate is not None and "sampling" in inspect.signature(generate).parameters
+    the decoders transformers runs decode greedily only. Declared by the model: `capabilities.sampling`."""
+    return model.capabilities.sampling
 
 
 def sampling_of(temperature: float, top_k: int | None, seed: int) -> Sampling | None:
@@ -157,19 +157,13 @@ class Continuation:
         )
 
 
-def _softmax(row: np.ndarray) -> np.ndarray:
-    row = np.asarray(row, dtype=np.float64)
-    e = np.exp(row - row.max())
-    return e / e.sum()
-
-
 def continue_text(
     model: TracedModel, prompt: str, max_new_tokens: int, sampling: Sampling | None = None
 ) -> Continuation:
     """Let a decoder-only model continue `prompt` for at most `max_new_tokens` tokens (greedy, or drawn with
     `sampling`), keeping each step's attention rows and top-k. ValueError with a message for the page for a
     model that cannot, an empty or over-long prompt, or a number of tokens outside 1..MAX_NEW_TOKENS."""
-    if model.kind != "decoder" or model.tokenizer is None:
+    if not isinstance(model, CausalLM) or model.tokenizer is None:
         raise ValueError("only a decoder-only model with a tokenizer continues a text")
     if isinstance(max_new_tokens, bool) or not 1 <= int(max_new_tokens) <= MAX_NEW_TOKENS:
         raise ValueError(f"the number of new tokens must be 1 to {MAX_NEW_TOKENS}, got {max_new_tokens}")
@@ -183,16 +177,13 @@ def continue_text(
         )
     if sampling is not None and sampling.greedy:
         sampling = None
-    if supports_sampling(model):
-        gen = model.generate(prompt, int(max_new_tokens), sampling=sampling, keep=step_keep)
-    elif sampling is not None:
+    if sampling is not None and not model.capabilities.sampling:
         raise ValueError("this model runs through transformers' own code, which tformer decodes greedily only")
-    else:
-        gen = model.generate(prompt, int(max_new_tokens))
+    gen = model.generate(prompt, int(max_new_tokens), sampling=sampling, keep=step_keep)
     rows, top_ids, top_probs, top_labels, model_probs = [], [], [], [], []
     for t, trace in enumerate(gen.steps):
         rows.append(np.stack([trace.attention(layer)[:, -1, :] for layer in range(trace.n_layers)]).astype(np.float32))
-        p = _softmax(trace["head.logits"][-1])
+        p = softmax(trace["head.logits"][-1])
         top = np.argsort(-p, kind="stable")[:STEP_TOP_K]
         labels = trace.meta.get("labels")
         top_ids.append(top)

@@ -88,3 +88,8 @@ class WordTokenizer:
 
     def labels(self, vocab_size: int) -> list[str]:
         return self.vocab[:vocab_size] + [f"<{i}>" for i in range(len(self.vocab), vocab_size)]
+
+    chat_template = None  # the translator reads sentences, not conversations
+
+    def apply_chat_template(self, messages: Sequence[dict[str, str]]) -> str:
+        raise ValueError("the bundled translator has no chat template")

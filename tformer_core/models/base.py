@@ -1,19 +1,24 @@
 """What every model family shares: device and dtype placement, input checks, and tracing.
 
 `TracedModel` declares everything a loaded model offers the rest of the project (its kind, config,
-tokenizer, output labels, where it came from, its stacks); code that receives a model reads these
-attributes and never probes for others.
+tokenizer, output labels, where it came from, its stacks, its `capabilities`); code that receives a model
+reads these attributes and never probes for others. What each kind adds (`trace`'s arguments, `generate`)
+is declared by the kinds in `kinds.py`, which every family derives from: a view narrows a model with
+`isinstance(model, CausalLM)` and the type checker holds it to that contract.
 """
 
 from __future__ import annotations
 
 import os
+from abc import ABCMeta
 from collections.abc import Callable, Sequence
-from typing import Any, ClassVar
+from dataclasses import dataclass
+from typing import Any, ClassVar, Generic, Literal, Self
 
 import numpy as np
 import torch
 from torch import nn
+from typing_extensions import TypeVar
 
 from ..capture import NameFilter, capture, name_hook_points
 from ..tokenizers import Tokenizer, require_readable
@@ -21,6 +26,32 @@ from ..trace import Trace, stored_by_default, to_numpy
 from .layers import BlockConfig, Stack
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+ModelKind = Literal["encoder", "decoder", "encoder-decoder", "vit"]
+# A family's config: TracedModel[EncoderConfig] reads EncoderConfig's fields; a bare TracedModel only BlockConfig's.
+ConfigT = TypeVar("ConfigT", bound=BlockConfig, default=BlockConfig, covariant=True)
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a model offers beyond tracing, declared by its family (nothing is found out by probing).
+
+    qkv: traces hold each attention block's Q, K and V (the core's own modules); False for a model that
+    transformers runs, whose traces hold the attention weights only. weights: `model.weights()` gives its
+    weight matrices (the core's own modules). head: the head the model ran with, "masked-word",
+    "next-token", "classification" or None. generates: it has `generate`. sampling: `generate` draws with
+    a temperature and a top-k (else greedy only). kv_cache: `generate` keeps keys and values between steps.
+    chat_template: its tokenizer has a chat template (`chat_prompt` applies it).
+    """
+
+    qkv: bool = True
+    weights: bool = True
+    head: str | None = None
+    generates: bool = False
+    sampling: bool = False
+    kv_cache: bool = False
+    chat_template: bool = False
 
 
 def default_device() -> torch.device:
@@ -52,26 +83,37 @@ def per_token(values: Sequence[int] | None, ids: torch.Tensor, what: str) -> tor
     return t
 
 
-class TracedModel(nn.Module):
+TokenInput = str | Sequence[int] | np.ndarray | torch.Tensor  # text, or the token ids of one sequence
+
+
+class TracedModel(nn.Module, Generic[ConfigT], metaclass=ABCMeta):
     """Base of the model families. Subclasses build their modules, then call `_finish_init()`.
 
-    kind: "encoder" | "decoder" | "encoder-decoder" | "vit". main_stack: the stack a trace shows
-    first ("encoder", or "decoder" for decoder-only models). tokenizer: reads text (None for a ViT,
-    or a model built without one: it then takes token ids). output_labels: a display label per
-    output of the model's head (vocabulary tokens as the tokenizer writes them, or class names).
-    source: where the weights came from ("minilm", a hub id, a folder), for display.
+    kind: "encoder" | "decoder" | "encoder-decoder" | "vit" (each kind's contract: `kinds.py`).
+    main_stack: the stack a trace shows first ("encoder", or "decoder" for decoder-only models).
+    tokenizer: reads text (None for a ViT, or a model built without one: it then takes token ids).
+    output_labels: a display label per output of the model's head (vocabulary tokens as the tokenizer
+    writes them, or class names).
+    source: where the weights came from ("minilm", a hub id, a folder), for display. weights_note: a line
+    about the weights for display (e.g. that they were 4-bit quantised), or "".
     """
 
-    kind: ClassVar[str] = ""
+    kind: ClassVar[ModelKind]
     main_stack: ClassVar[str] = "encoder"
     path: ClassVar[str] = "tformer"  # who runs it: "tformer" (the core's own modules) or "transformers" (fallback)
 
-    def __init__(self, config: BlockConfig) -> None:
+    def __init__(self, config: ConfigT) -> None:
         super().__init__()
-        self.config = config
+        self.config: ConfigT = config
         self.tokenizer: Tokenizer | None = None
         self.output_labels: Sequence[str] | None = None
         self.source: str = ""
+        self.weights_note: str = ""
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """What this model offers beyond `trace` (see `Capabilities`)."""
+        return Capabilities()
 
     def attach_tokenizer(self, tokenizer: Tokenizer) -> None:
         """Read text with `tokenizer`; the head's outputs are then labelled with its tokens."""
@@ -108,7 +150,7 @@ class TracedModel(nn.Module):
     def dtype(self) -> torch.dtype:
         return next(self.parameters()).dtype
 
-    def place(self, device: str | torch.device | None = None, dtype: str | torch.dtype | None = None) -> TracedModel:
+    def place(self, device: str | torch.device | None = None, dtype: str | torch.dtype | None = None) -> Self:
         """Move to `device` (default: CUDA when available) in `dtype` (default float32); returns self."""
         return self.to(
             device=torch.device(device) if device is not None else default_device(), dtype=resolve_dtype(dtype)

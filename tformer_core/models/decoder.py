@@ -11,16 +11,16 @@ layers) also hide the keys `sliding_window` or more positions back.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-import numpy as np
 import torch
 from torch import nn
 
 from ..capture import HookPoint, NameFilter
 from ..generation import Generation, GenerationSettings, Sampling, decode_steps
 from ..trace import Trace
-from .base import TracedModel, per_token
+from .base import Capabilities, TokenInput, per_token
+from .kinds import CausalLM
 from .layers import BlockConfig, KVCache, Stack, TextEmbedding, causal_window_mask, key_padding_mask
 
 
@@ -63,14 +63,8 @@ class DecoderConfig(BlockConfig):
         return self.sliding_layers is None or layer in self.sliding_layers
 
 
-class Decoder(TracedModel):
-    """ids (B, T) -> next-token logits (B, T, vocab). Activations under `decoder.*` and `head.logits`.
-
-    weights_note: a line about the weights for display (e.g. that they were 4-bit quantised), or "".
-    """
-
-    kind = "decoder"
-    main_stack = "decoder"
+class Decoder(CausalLM[DecoderConfig]):
+    """ids (B, T) -> next-token logits (B, T, vocab). Activations under `decoder.*` and `head.logits`."""
 
     def __init__(self, config: DecoderConfig) -> None:
         super().__init__(config)
@@ -92,8 +86,11 @@ class Decoder(TracedModel):
             self.head.unembed.weight = embed.tok.weight
         self.head.hook_logits = HookPoint()
         self.generation = GenerationSettings()
-        self.weights_note = ""
         self._finish_init()
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return replace(super().capabilities, sampling=True, kv_cache=True)
 
     @property
     def output_vocab_size(self) -> int:
@@ -137,10 +134,7 @@ class Decoder(TracedModel):
         return {**super()._trace_meta(), "n_kv_heads": self.config.kv_heads}
 
     def trace(
-        self,
-        inputs: str | Sequence[int] | np.ndarray | torch.Tensor,
-        attention_mask: Sequence[int] | None = None,
-        keep: NameFilter | None = None,
+        self, inputs: TokenInput, attention_mask: Sequence[int] | None = None, keep: NameFilter | None = None
     ) -> Trace:
         """Trace one sequence: text (needs a tokenizer) or token ids. head.logits [T, vocab] holds the
         next-token scores after every position (`generation.next_token_table` ranks them)."""
@@ -173,12 +167,12 @@ class Decoder(TracedModel):
 
     def generate(
         self,
-        prompt: str | Sequence[int] | np.ndarray | torch.Tensor,
+        prompt: TokenInput,
         max_new_tokens: int | None = None,
         *,
         sampling: Sampling | None = None,
-        use_cache: bool = True,
         keep: NameFilter | None = None,
+        use_cache: bool = True,
     ) -> Generation:
         """Continue `prompt`, one traced pass per new token, until EOS or the limit (the model's
         generation.max_new_tokens by default, and never past max_positions).

@@ -19,7 +19,8 @@ from torch import nn
 from ..capture import HookPoint, NameFilter
 from ..tokenizers import Tokenizer
 from ..trace import Trace
-from .base import TracedModel, per_token
+from .base import Capabilities, TokenInput, per_token
+from .kinds import EncoderModel
 from .layers import ACTIVATIONS, BlockConfig, Stack, TextEmbedding, key_padding_mask
 
 POOL_ACTIVATIONS = {"tanh": torch.tanh, "relu": F.relu}
@@ -83,10 +84,8 @@ class EncoderConfig(BlockConfig):
         return classifier_scoring(self.problem_type, self.n_labels)
 
 
-class Encoder(TracedModel):
+class Encoder(EncoderModel[EncoderConfig]):
     """ids (B, T) -> final hidden states (B, T, D). Activations under `encoder.*`."""
-
-    kind = "encoder"
 
     def __init__(self, config: EncoderConfig) -> None:
         super().__init__(config)
@@ -147,9 +146,14 @@ class Encoder(TracedModel):
         """True when the encoder has a masked-word head or a classifier."""
         return self.config.mlm_head or self.config.n_labels > 0
 
+    @property
+    def capabilities(self) -> Capabilities:
+        head = "classification" if self.config.n_labels else "masked-word" if self.config.mlm_head else None
+        return Capabilities(head=head)
+
     def trace(
         self,
-        inputs: str | Sequence[int] | np.ndarray | torch.Tensor,
+        inputs: TokenInput,
         attention_mask: Sequence[int] | None = None,
         token_type_ids: Sequence[int] | None = None,
         keep: NameFilter | None = None,

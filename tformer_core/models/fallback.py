@@ -23,18 +23,19 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 import numpy as np
 import torch
 from torch import nn
 
-from ..capture import NameFilter
-from ..generation import Generation, GenerationSettings, traced_steps
+from ..capture import NameFilter, any_of, matching
+from ..generation import Generation, GenerationSettings, Sampling, traced_steps
 from ..tokenizers import Tokenizer
 from ..trace import Trace, to_numpy
-from .base import TracedModel, per_token
+from .base import Capabilities, TokenInput, TracedModel, per_token
+from .kinds import CausalLM, EncoderDecoderModel, EncoderModel
 from .layers import BlockConfig
 
 # What a transformers-run trace cannot hold, by activation part; `absent_reason` says why.
@@ -74,7 +75,7 @@ def absent_reason(config: TransformersConfig) -> str:
     )
 
 
-class TransformersModel(TracedModel):
+class TransformersModel(TracedModel[TransformersConfig]):
     """A transformers model behind the core's interface (kind, tokenizer, trace). Subclasses per kind."""
 
     path: ClassVar[str] = "transformers"
@@ -92,6 +93,11 @@ class TransformersModel(TracedModel):
     def attach_tokenizer(self, tokenizer: Tokenizer) -> None:
         super().attach_tokenizer(tokenizer)
         self.mask_token_id = tokenizer.mask_token_id if self.config.head == "masked-word" else None
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """No Q, K, V and no weight matrices (transformers' modules hand out neither); the checkpoint's head."""
+        return replace(super().capabilities, qkv=False, weights=False, head=self.config.head)
 
     @property
     def output_vocab_size(self) -> int:
@@ -188,15 +194,12 @@ def head_logits(out: Any, config: TransformersConfig) -> dict[str, np.ndarray]:
     return {"head.logits": to_numpy(out.logits[0])}
 
 
-class TransformersEncoder(TransformersModel):
+class TransformersEncoder(TransformersModel, EncoderModel[TransformersConfig]):
     """A bidirectional text encoder run by transformers (ELECTRA, ALBERT, XLM-R, DeBERTa, ...)."""
-
-    kind = "encoder"
-    main_stack = "encoder"
 
     def trace(
         self,
-        inputs: str | Sequence[int] | np.ndarray | torch.Tensor,
+        inputs: TokenInput,
         attention_mask: Sequence[int] | None = None,
         token_type_ids: Sequence[int] | None = None,
         keep: NameFilter | None = None,
@@ -235,17 +238,12 @@ def _last_hidden(out: Any) -> torch.Tensor | None:
     return last
 
 
-class TransformersDecoder(TransformersModel):
-    """A decoder-only (causal) language model run by transformers (Qwen, Phi, GPT-NeoX, OPT, ...)."""
-
-    kind = "decoder"
-    main_stack = "decoder"
+class TransformersDecoder(TransformersModel, CausalLM[TransformersConfig]):
+    """A decoder-only (causal) language model run by transformers (Qwen, Phi, GPT-NeoX, OPT, ...). It decodes
+    greedily only (`capabilities.sampling` is False)."""
 
     def trace(
-        self,
-        inputs: str | Sequence[int] | np.ndarray | torch.Tensor,
-        attention_mask: Sequence[int] | None = None,
-        keep: NameFilter | None = None,
+        self, inputs: TokenInput, attention_mask: Sequence[int] | None = None, keep: NameFilter | None = None
     ) -> Trace:
         """Trace one sequence (text or token ids); head.logits' last row scores the next token."""
         ids, tokens = self._ids(inputs, self.config.vocab_size, self.config.max_positions)
@@ -263,9 +261,17 @@ class TransformersDecoder(TransformersModel):
         )
 
     def generate(
-        self, prompt: str | Sequence[int] | np.ndarray | torch.Tensor, max_new_tokens: int | None = None
+        self,
+        prompt: TokenInput,
+        max_new_tokens: int | None = None,
+        *,
+        sampling: Sampling | None = None,
+        keep: NameFilter | None = None,
     ) -> Generation:
-        """Greedy continuation of `prompt`, one traced pass per new token, until EOS or the limit."""
+        """Greedy continuation of `prompt`, one traced pass per new token, until EOS or the limit. Steps keep the
+        attention weights and masks, head.logits, and what `keep` names."""
+        if sampling is not None and not sampling.greedy:
+            raise ValueError("this model runs through transformers' own code, which tformer decodes greedily only")
         if self.config.head != "next-token":
             raise ValueError(f"{self.config.architecture} has no language-model head: it cannot generate")
         settings = self.generation
@@ -274,18 +280,15 @@ class TransformersDecoder(TransformersModel):
         sequence = ids[0].tolist()
         if self.config.max_positions is not None:
             budget = min(budget, self.config.max_positions - len(sequence))
-        keep = lambda name: name.startswith("head.")  # noqa: E731  (steps keep the weights and the logits)
-        sequence, steps, finished = traced_steps(lambda s: self.trace(s, keep=keep), sequence, settings, budget)
+        step_keep = matching("head.*") if keep is None else any_of(matching("head.*"), keep)
+        sequence, steps, finished = traced_steps(lambda s: self.trace(s, keep=step_keep), sequence, settings, budget)
         final = self.trace(sequence)
         return Generation(tuple(sequence), final.tokens, ids.shape[1], steps, final, finished)
 
 
-class TransformersSeq2Seq(TransformersModel):
+class TransformersSeq2Seq(TransformersModel, EncoderDecoderModel[TransformersConfig]):
     """An encoder-decoder model run by transformers (Pegasus, mBART, M2M100, LED, ...): the encoder reads the
     source, the decoder its own prefix (causal) and the source (cross-attention)."""
-
-    kind = "encoder-decoder"
-    main_stack = "encoder"
 
     def __init__(self, hf: nn.Module, config: TransformersConfig) -> None:
         super().__init__(hf, config)
@@ -293,8 +296,8 @@ class TransformersSeq2Seq(TransformersModel):
 
     def trace(
         self,
-        source: str | Sequence[int] | np.ndarray | torch.Tensor,
-        target: str | Sequence[int] | np.ndarray | torch.Tensor,
+        source: TokenInput,
+        target: TokenInput,
         source_mask: Sequence[int] | None = None,
         keep: NameFilter | None = None,
     ) -> Trace:
@@ -339,9 +342,7 @@ class TransformersSeq2Seq(TransformersModel):
         arrays.update(head_logits(out, self.config))
         return arrays
 
-    def generate(
-        self, source: str | Sequence[int] | np.ndarray | torch.Tensor, max_new_tokens: int | None = None
-    ) -> Generation:
+    def generate(self, source: TokenInput, max_new_tokens: int | None = None) -> Generation:
         """Greedy output for `source`: the encoder runs once, then one traced decoder pass per new token.
 
         Step traces hold the decoder (its cross-attention included) and head.logits; `Generation.trace` is

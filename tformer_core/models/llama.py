@@ -18,7 +18,6 @@ encoder and the other families can use them too.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -63,18 +62,3 @@ class Llama(Decoder):
     def rope_attention_factor(self) -> float:
         """What cos and sin are multiplied by (1 except with YaRN scaling)."""
         return rope_attention_factor(self.config.rope)
-
-    @property
-    def chat_template(self) -> str | None:
-        """The checkpoint's chat template (Jinja), or None when its tokenizer has none."""
-        hf = getattr(self.tokenizer, "hf", None)
-        template = getattr(hf, "chat_template", None)
-        return template if isinstance(template, str) and template else None
-
-    def chat_prompt(self, messages: Sequence[dict[str, str]]) -> str:
-        """The text the model is trained to continue for a conversation: messages [{"role": "user",
-        "content": "..."}, ...] through the checkpoint's chat template, with the assistant's turn opened."""
-        if self.chat_template is None:
-            raise ValueError("this model's tokenizer has no chat template: give the prompt as plain text")
-        text = self.tokenizer.hf.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
-        return str(text)

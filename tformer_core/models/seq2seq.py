@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 from torch import nn
 
@@ -18,7 +17,8 @@ from ..capture import HookPoint, NameFilter
 from ..generation import Generation, GenerationSettings, choose_next, traced_steps
 from ..tokenizers import Tokenizer
 from ..trace import Trace, stored_by_default
-from .base import TracedModel, per_token
+from .base import TokenInput, per_token
+from .kinds import EncoderDecoderModel
 from .layers import BlockConfig, Stack, TextEmbedding, causal_mask, key_padding_mask
 
 
@@ -44,14 +44,12 @@ class Seq2SeqConfig(BlockConfig):
     position_first_row: int = 0  # BART: position p uses row p + 2
 
 
-class EncoderDecoder(TracedModel):
+class EncoderDecoder(EncoderDecoderModel[Seq2SeqConfig]):
     """(src ids (B, S), tgt ids (B, T)) -> logits (B, T, tgt_vocab) for the token after each target position.
 
     Activations under `encoder.*`, `decoder.*` (self-attention `decoder.{l}.attn`, cross-attention
     `decoder.{l}.cross_attn`) and `head.logits`.
     """
-
-    kind = "encoder-decoder"
 
     def __init__(self, config: Seq2SeqConfig) -> None:
         super().__init__(config)
@@ -115,8 +113,8 @@ class EncoderDecoder(TracedModel):
 
     def trace(
         self,
-        source: str | Sequence[int] | np.ndarray | torch.Tensor,
-        target: str | Sequence[int] | np.ndarray | torch.Tensor,
+        source: TokenInput,
+        target: TokenInput,
         source_mask: Sequence[int] | None = None,
         keep: NameFilter | None = None,
     ) -> Trace:
@@ -134,9 +132,7 @@ class EncoderDecoder(TracedModel):
             stack_layers={"encoder": c.n_encoder_layers, "decoder": c.n_decoder_layers},
         )
 
-    def generate(
-        self, source: str | Sequence[int] | np.ndarray | torch.Tensor, max_new_tokens: int | None = None
-    ) -> Generation:
+    def generate(self, source: TokenInput, max_new_tokens: int | None = None) -> Generation:
         """Greedy translation of `source`: the encoder runs once, then one traced decoder pass per token.
 
         Step traces hold the decoder stack (`decoder.*`, its cross-attention included) and `head.logits`,

@@ -18,7 +18,8 @@ from torch import nn
 from ..capture import HookPoint, NameFilter
 from ..inputs.preprocessing import ImagePreprocessing
 from ..trace import Trace
-from .base import TracedModel
+from .base import Capabilities
+from .kinds import VisionModel
 from .layers import BlockConfig, Stack
 
 
@@ -110,13 +111,11 @@ class PatchEmbedding(nn.Module):
         return self.hook_out(x + pos)
 
 
-class ViT(TracedModel):
+class ViT(VisionModel[ViTConfig]):
     """images (B, C, H, W), already resized and normalised -> class logits (B, n_classes).
 
     Activations under `encoder.*` (embedding: `encoder.embed.*`) and `head.logits`.
     """
-
-    kind = "vit"
 
     def __init__(self, config: ViTConfig) -> None:
         super().__init__(config)
@@ -130,6 +129,10 @@ class ViT(TracedModel):
             self.head.hook_logits = HookPoint()
         self.preprocessing: ImagePreprocessing | None = None  # set by loaders: photo -> input tensor
         self._finish_init()
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return Capabilities(head="classification" if self.config.n_classes else None)
 
     @property
     def class_names(self) -> Sequence[str] | None:
