@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .numerics import softmax
+from .attention import attend_float64
 
 
 @dataclass(frozen=True)
@@ -163,12 +163,8 @@ def _steps(Q: np.ndarray, K: np.ndarray, V: np.ndarray, mask: object, h: int, W_
     k_heads = K.reshape(n_k, h, d_k).transpose(1, 0, 2)
     v_heads = V.reshape(n_k, h, d_v).transpose(1, 0, 2)  # [h, n_k, d_v]
     scale = 1.0 / np.sqrt(d_k)
-    scores = q_heads @ k_heads.transpose(0, 2, 1)  # [h, n, n_k]
-    scaled = scores * scale
-    if allowed is not None:
-        scaled = np.where(allowed, scaled, -np.inf)
-    weights = softmax(scaled)
-    z = weights @ v_heads  # [h, n, d_v]
+    parts = attend_float64(q_heads, k_heads, v_heads, float(scale), allowed=allowed)  # the model's own rule
+    scores, scaled, weights, z = parts.scores, parts.logits, parts.weights, parts.z
     concat = z.transpose(1, 0, 2).reshape(n, h * d_v)  # [n, h*d_v]
     output = concat if W_o is None else concat @ _output_matrix(W_o, h * d_v)
 

@@ -53,6 +53,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import torch
 
+from .attention import attention_logits, attention_weights, grouped_matmul
 from .numerics import softmax
 
 # Attention stacks a trace may hold, and the activation prefix of each.
@@ -196,37 +197,36 @@ class Trace:
         (its row-wise softmax; a query that may attend to nothing gets 0); z = weights V.
         With `head`, only that head is computed (a view change reads one head of a long input)."""
         prefix, _, part = name.rpartition(".")
-        if part == "z":
-            weights = self._get(f"{prefix}.weights", head)
-            v = self._get(f"{prefix}.v", head)
-            if head is None and v.shape[0] != weights.shape[0]:  # grouped-query: each V head serves a group
-                v = np.repeat(v, weights.shape[0] // v.shape[0], axis=0)
-            return _read_only(weights @ v)
-        # In torch, as the model computes it (and several times faster than numpy for the softmax).
-        q, k = _tensor(self._get(f"{prefix}.q", head)), _tensor(self._get(f"{prefix}.k", head))
+        # In torch, by the model's own rule (tformer_core.attention), and several times faster than numpy.
         with torch.inference_mode():
-            if head is None and k.shape[0] != q.shape[0]:  # grouped-query: each K head serves a group
-                k = k.repeat_interleave(q.shape[0] // k.shape[0], dim=0)
-            scores = q @ k.transpose(-2, -1)  # [h, n_q, n_k], or [n_q, n_k] for one head
+            if part == "z":
+                weights = _tensor(self._get(f"{prefix}.weights", head))
+                return to_numpy(grouped_matmul(weights, _tensor(self._get(f"{prefix}.v", head))))
+            q, k = _tensor(self._get(f"{prefix}.q", head)), _tensor(self._get(f"{prefix}.k", head))
+            scores = grouped_matmul(q, k.transpose(-2, -1))  # [h, n_q, n_k], or [n_q, n_k] for one head
             if part == "scores":
                 return to_numpy(scores)
-            scale = float(self.meta.get("attention_scale", 1.0))
-            scaled = scores * scale if scale != 1.0 else scores
-            stack = prefix.split(".")[0]
-            bias = self.activations.get(f"{stack}.position_bias")
-            if bias is not None and not prefix.endswith("cross_attn"):  # T5 biases self-attention only
-                scaled = scaled + _tensor(bias if head is None else bias[head])
+            bias = self._bias(prefix, head)
             mask = self.activations.get(f"{prefix}.mask")
-            allowed = None
-            if mask is not None:
-                allowed = _tensor(mask if head is None else mask[0])  # [1, n_q, n_k] is shared by the heads
-                scaled = scaled.masked_fill(~allowed, float("-inf"))
+            allowed = None if mask is None else _tensor(mask if head is None else mask[0])  # [1, n_q, n_k]: shared
+            scale = float(self.meta.get("attention_scale", 1.0))
+            logits = attention_logits(scores, scale, None if bias is None else _tensor(bias), allowed)
             if part == "scaled":
-                return to_numpy(scaled)
-            weights = torch.softmax(scaled, dim=-1)
-            if allowed is not None:  # a query that may attend to nothing: 0, as in the model (not 0/0)
-                weights = weights.masked_fill(~allowed.any(dim=-1, keepdim=True), 0.0)
-            return to_numpy(weights)
+                return to_numpy(logits)
+            return to_numpy(attention_weights(logits, allowed))
+
+    def _bias(self, prefix: str, head: int | None = None) -> np.ndarray | None:
+        """T5's relative position bias of the attention block `prefix`: self-attention only, never cross-attention."""
+        bias = self.activations.get(f"{prefix.split('.')[0]}.position_bias")
+        if bias is None or prefix.endswith("cross_attn"):
+            return None
+        return bias if head is None else bias[head]
+
+    def attention_bias(self, layer: int, head: int | None = None, stack: str | None = None) -> np.ndarray | None:
+        """What is added to the scaled scores of an attention block besides the mask: T5's relative position bias
+        [heads, n_q, n_k] (one head's [n_q, n_k]) for self-attention; None for cross-attention (T5 biases
+        self-attention only) and for a model without one."""
+        return self._bias(self._block(stack, layer), None if head is None else self._check_head(head))
 
     @property
     def n_kv_heads(self) -> int:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from tformer_core.numerics import softmax
+from tformer_core.attention import attend_float64
 from tformer_core.trace import Trace
 
 from .text import allowed_mask
@@ -93,17 +93,12 @@ def why_this_weight(trace: Trace, layer: int, head: int, query: int, stack: str 
     v = np.asarray(trace.v(layer, head, stack), dtype=np.float64)
     dots = k @ q
     scale = float(trace.meta.get("attention_scale", 1.0))
-    logits = dots * scale
-    bias = None
-    position_bias = trace.activations.get(f"{'decoder' if stack == 'cross' else stack}.position_bias")
-    if position_bias is not None and stack != "cross":  # T5 biases self-attention only
-        bias = np.asarray(position_bias[head % trace.n_heads, query], dtype=np.float64)
-        logits = logits + bias
+    bias = trace.attention_bias(layer, head, stack)  # T5's, for self-attention only
+    bias = None if bias is None else np.asarray(bias[query], dtype=np.float64)
     allowed = allowed_mask(trace, layer, stack)
     allowed = None if allowed is None else allowed[query]
-    if allowed is not None:
-        logits = np.where(allowed, logits, -np.inf)
-    weights = softmax(logits)
+    exact = attend_float64(q[None], k, v, scale, bias, allowed)  # the model's own rule, in float64
+    logits, weights = exact.logits[0], exact.weights[0]
     return WhyWeight(
         query,
         display_token(q_tokens[query]),

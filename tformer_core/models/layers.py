@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..attention import attention_logits, attention_weights, grouped_matmul
 from ..capture import HookPoint
 from .positional import RelativePositionBias, Rope, RotaryEmbedding, apply_rotary, make_positions
 
@@ -185,18 +186,6 @@ class MultiHeadAttention(nn.Module):
         B, T, _ = x.shape
         return x.view(B, T, heads, self.d_head).transpose(1, 2)  # (B, heads, T, dh)
 
-    def _grouped(self, per_query_head: torch.Tensor, per_kv_head: torch.Tensor) -> torch.Tensor:
-        """a (B, h, Tq, m) @ b (B, h_kv, m, n) -> (B, h, Tq, n), query head i using key/value head i // group.
-
-        The query heads of a group are stacked as rows of one matrix, so K and V are never copied per query
-        head (transformers' repeat_kv copies them): the same products, in fewer, larger multiplications.
-        """
-        if self.group == 1:
-            return per_query_head @ per_kv_head
-        B, h, Tq, m = per_query_head.shape
-        stacked = per_query_head.reshape(B, self.n_kv_heads, self.group * Tq, m)  # heads i*g .. i*g+g-1 together
-        return (stacked @ per_kv_head).view(B, h, Tq, per_kv_head.shape[-1])
-
     def _qkv(
         self,
         x: torch.Tensor,
@@ -232,24 +221,13 @@ class MultiHeadAttention(nn.Module):
         rotary: (cos, sin) of the new positions, (1, 1, Tq, dh); cache: this layer's keys and values of
         earlier positions (the mask then covers them: (.., Tq, T_cached + Tq))."""
         q, k, v = self._qkv(x, x if memory is None else memory, rotary, cache)
-        scores = self.hook_scores(self._grouped(q, k.transpose(-2, -1)))  # (B, h, Tq, Tk)
-        scaled = scores * self.scale if self.scale != 1.0 else scores
-        if position_bias is not None:
-            scaled = scaled + position_bias
+        # The rule of tformer_core.attention, step by step, each step through its hook point.
+        scores = self.hook_scores(grouped_matmul(q, k.transpose(-2, -1)))  # (B, h, Tq, Tk)
         if mask is not None:
-            scaled = scaled.masked_fill(~mask, float("-inf"))
             self.hook_mask(mask.expand(q.shape[0], 1, q.shape[2], k.shape[2]))  # a view, for the trace
-        scaled = self.hook_scaled(scaled)
-        weights = torch.softmax(scaled, dim=-1)
-        if mask is not None:
-            # A query that may attend to nothing (e.g. a padding query under a causal+padding mask)
-            # would get 0/0 = NaN; it contributes nothing instead.
-            attends_nothing = ~mask.any(dim=-1, keepdim=True)
-            if bool(attends_nothing.any()):
-                weights = weights.masked_fill(attends_nothing, 0.0)
-        weights = self.hook_weights(weights)
-
-        z = self.hook_z(self._grouped(weights, v))  # (B, h, Tq, dh)
+        scaled = self.hook_scaled(attention_logits(scores, self.scale, position_bias, mask))
+        weights = self.hook_weights(attention_weights(scaled, mask))
+        z = self.hook_z(grouped_matmul(weights, v))  # (B, h, Tq, dh)
         B, _, Tq, _ = z.shape
         concat = z.transpose(1, 2).reshape(B, Tq, self.n_heads * self.d_head)  # (B, Tq, h*dh)
         return self.hook_out(self.W_o(concat))  # (B, Tq, D)

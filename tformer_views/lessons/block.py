@@ -20,9 +20,9 @@ import numpy as np
 import pandas as pd
 import torch
 
+from tformer_core.attention import attend_float64
 from tformer_core.block_steps import FFNSteps, LayerNormSteps, RMSNormSteps, ffn_steps, layer_norm_steps, rms_norm_steps
 from tformer_core.models.base import TracedModel
-from tformer_core.numerics import softmax
 from tformer_core.trace import Trace, to_numpy
 
 from ..seq2seq import Translation, translate
@@ -235,16 +235,15 @@ def attention_row(
     def project(linear: torch.nn.Module, x: np.ndarray) -> np.ndarray:
         return x @ _param(linear.weight).T + _param(linear.bias, inner)
 
-    q = project(attn.W_q, q_in).reshape(h, dh)  # [h, dh]
+    q = project(attn.W_q, q_in).reshape(h, 1, dh)  # [h, 1, dh]: one query per head
     k = project(attn.W_k, kv_in).reshape(-1, h, dh).transpose(1, 0, 2)  # [h, n_k, dh]
     v = project(attn.W_v, kv_in).reshape(-1, h, dh).transpose(1, 0, 2)
-    scores = np.einsum("hd,hkd->hk", q, k) * attn.scale  # [h, n_k]
-    if bias is not None:
-        scores = scores + bias
-    if allowed is not None:
-        scores = np.where(allowed[None, :], scores, -np.inf)
-    weights = softmax(scores)  # a query that may attend to nothing gets 0, as in the model
-    concat = np.einsum("hk,hkd->hd", weights, v).reshape(inner)  # [h*dh]
+    # The model's own rule (tformer_core.attention), in float64: a query that may attend to nothing gets 0.
+    parts = attend_float64(
+        q, k, v, attn.scale, None if bias is None else bias[:, None, :], None if allowed is None else allowed[None, :]
+    )
+    weights = parts.weights[:, 0]  # [h, n_k]
+    concat = parts.z[:, 0].reshape(inner)  # [h*dh]
     d_model = attn.W_o.out_features
     return concat @ _param(attn.W_o.weight).T + _param(attn.W_o.bias, d_model), weights
 
