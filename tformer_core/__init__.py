@@ -46,6 +46,7 @@ from .models.positional import (
 )
 from .models.seq2seq import EncoderDecoder, Seq2SeqConfig
 from .models.vit import ViT, ViTConfig, patchify
+from .models.weights import AttentionWeights, BlockWeights, FFNWeights, NormWeights, PatchWeights, StackWeights
 from .numerics import softmax
 from .projection import QKProjection, project_qk, qk_projection
 from .runtime import limit_malloc_arenas, release_freed_memory, retain_freed_memory
@@ -55,7 +56,9 @@ from .trace import Trace
 
 __all__ = [
     "AttentionSteps",
+    "AttentionWeights",
     "BlockConfig",
+    "BlockWeights",
     "Capabilities",
     "CausalLM",
     "CheckpointError",
@@ -67,6 +70,7 @@ __all__ = [
     "EncoderDecoderModel",
     "EncoderModel",
     "FFNSteps",
+    "FFNWeights",
     "FittedInput",
     "Generation",
     "GenerationSettings",
@@ -79,12 +83,15 @@ __all__ = [
     "LlamaConfig",
     "LoadedImage",
     "MultiHeadAttention",
+    "NormWeights",
     "PatchEmbeddingSteps",
+    "PatchWeights",
     "QKProjection",
     "RMSNormSteps",
     "Rope",
     "Sampling",
     "Seq2SeqConfig",
+    "StackWeights",
     "Tokenizer",
     "Trace",
     "TracedModel",

@@ -26,7 +26,7 @@ import numpy as np
 from tformer_core.bundled import data as td
 from tformer_core.generation import Generation
 from tformer_core.models.base import TracedModel
-from tformer_core.models.seq2seq import EncoderDecoder
+from tformer_core.models.kinds import EncoderDecoderModel
 from tformer_core.tokenizers import Tokenizer
 from tformer_core.trace import Trace
 
@@ -75,23 +75,23 @@ class Translation:
         return len(self.decoder_tokens) - 1
 
 
-def require_seq2seq(model: TracedModel) -> EncoderDecoder:
-    """`model` as an encoder-decoder with a tokenizer (the core's own, or one transformers runs: kind
-    "encoder-decoder", the same trace / generate interface); ValueError with a message for the page otherwise."""
-    if not isinstance(model, EncoderDecoder) and getattr(model, "kind", None) != "encoder-decoder":
+def require_seq2seq(model: TracedModel) -> EncoderDecoderModel:
+    """`model` as an encoder-decoder with a tokenizer (the core's own, or one transformers runs: both are an
+    `EncoderDecoderModel`, the same trace / generate interface); ValueError with a message for the page otherwise."""
+    if not isinstance(model, EncoderDecoderModel):
         raise ValueError("this page shows encoder-decoder models (translation); this one is not")
     if model.tokenizer is None:
         raise ValueError("this model has no tokenizer, so it cannot read a sentence")
     return model
 
 
-def _target_tokenizer(model: EncoderDecoder) -> Tokenizer:
+def _target_tokenizer(model: EncoderDecoderModel) -> Tokenizer:
     tokenizer = model.target_tokenizer or model.tokenizer
     assert tokenizer is not None  # require_seq2seq checked
     return tokenizer
 
 
-def output_text(model: EncoderDecoder, ids: tuple[int, ...]) -> str:
+def output_text(model: EncoderDecoderModel, ids: tuple[int, ...]) -> str:
     """Produced ids (after the start token) as text, without special tokens (<unk> stays visible)."""
     return _target_tokenizer(model).decode(list(ids))
 
@@ -115,7 +115,7 @@ def translate(model: TracedModel, source: str, max_new_tokens: int | None = None
     )
 
 
-def target_ids(model: EncoderDecoder, target: str) -> list[int]:
+def target_ids(model: EncoderDecoderModel, target: str) -> list[int]:
     """The decoder's input for teacher forcing: the start token, the target's tokens, the end token."""
     if not isinstance(target, str) or not target.strip():
         raise ValueError("the target is empty: type the translation to check, or leave it empty for the model's own")

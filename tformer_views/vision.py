@@ -18,7 +18,7 @@ from PIL import Image
 from tformer_core.inputs.image_file import ImageError, read_image
 from tformer_core.models.base import TracedModel
 from tformer_core.models.vit import ViT
-from tformer_core.trace import Trace
+from tformer_core.trace import Trace, to_numpy
 
 from .colour import colourise
 from .pictures import overlay, tiles
@@ -131,7 +131,9 @@ def embedding_filter_pcs(
     """
     model = require_vit(model)
     c = model.config
-    w = model.encoder.embed.project.weight.detach().float().cpu().numpy()  # [D, C*P*P]
+    patch = model.weights().patch
+    assert patch is not None  # a ViT's stack embeds patches
+    w = to_numpy(patch.W).reshape(patch.W.shape[0], -1).astype(np.float64)  # [D, C*P*P], channel first
     centred = w - w.mean(0, keepdims=True)
     _, s, vt = np.linalg.svd(centred, full_matrices=False)
     n = min(n, vt.shape[0])
@@ -150,7 +152,9 @@ def embedding_filter_pcs(
 def position_similarity(model: TracedModel) -> np.ndarray:
     """[N, N] cosine similarity between the position embeddings of the patches (prefix tokens left out)."""
     model = require_vit(model)
-    pos = model.encoder.embed.pos.detach().float().cpu().numpy()[0, model.config.n_prefix_tokens :]  # [N, D]
+    positions = model.weights().W_pos
+    assert positions is not None  # a ViT's positions are learned
+    pos = to_numpy(positions)[model.config.n_prefix_tokens :].astype(np.float64)  # [N, D]
     unit = pos / np.maximum(np.linalg.norm(pos, axis=1, keepdims=True), 1e-12)
     return unit @ unit.T
 

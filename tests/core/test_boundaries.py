@@ -86,3 +86,80 @@ def test_one_cache_layer():
     )
     users += ["app.py"] if "st.cache_" in (ROOT / "app.py").read_text() else []
     assert users == ["tformer_app/budget.py", "tformer_app/caches.py"]
+
+
+# ---- the views and the app read the core's public API, never its modules ------------------------------
+# Attribute names of the core's nn.Modules that nothing outside the core may reach for: the weights are read
+# through `model.weights()` (TransformerLens's shapes), what a model offers through its kind and capabilities.
+MODULE_INTERNALS = {"blocks", "block_list", "embed", "project", "unembed", "rel_pos", "hf", "get_submodule"}
+# Names that are module internals only on their owner (an attention module's W_q; an Example's W_q is the
+# lesson's own matrix).
+OWNED = {name: {"attn", "cross_attn"} for name in ("W_q", "W_k", "W_v", "W_o")}
+# A parameter read off a submodule (`mlp.W_in.weight`, `ln_attn.bias`): what the accessors replace.
+PARAMETER_OWNERS = {
+    *("W_q", "W_k", "W_v", "W_o", "W_in", "W_out", "W_gate", "project", "linear", "tok", "pos", "segment"),
+    *("ln_attn", "ln_cross", "ln_mlp", "ln_final", "ln", "q_norm", "k_norm"),
+    *("classifier", "dist_classifier", "pool", "classify", "transform"),
+}
+
+
+def _name(node: ast.expr) -> str | None:
+    return node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else None
+
+
+OUTSIDE_THE_CORE = ["tformer_views", "tformer_app", "app_pages"]
+
+
+def _reach_ins(path: Path) -> list[str]:
+    """ "line: what" for every reach into the core's modules in a file."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Attribute):
+            owner = _name(node.value)
+            if (
+                node.attr in MODULE_INTERNALS
+                or owner in OWNED.get(node.attr, ())
+                or (node.attr in ("weight", "bias") and owner in PARAMETER_OWNERS)
+            ):
+                found.append(f"{node.lineno}: .{node.attr}")
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "stack":
+            base = node.func.value
+            if not (isinstance(base, ast.Name) and base.id in ("np", "torch", "pd")):
+                found.append(f"{node.lineno}: .stack()")  # TracedModel.stack hands out a module
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("getattr", "hasattr")
+            and node.args
+            and _name(node.args[0]) == "model"
+        ):
+            found.append(f"{node.lineno}: {node.func.id}(model, ...)")  # probing what a model offers
+    return found
+
+
+@pytest.mark.parametrize("folder", OUTSIDE_THE_CORE)
+def test_views_and_pages_never_reach_into_the_cores_modules(folder):
+    """A rename inside the core's modules must not silently break a page: outside the core, weights come from
+    `model.weights()`, capabilities from `model.capabilities`, nothing from module attributes or probing."""
+    offenders = [
+        f"{path.relative_to(ROOT)}:{hit}" for path in sorted((ROOT / folder).rglob("*.py")) for hit in _reach_ins(path)
+    ]
+    assert not offenders
+
+
+def test_the_reach_in_check_catches_what_it_is_for(tmp_path):
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        "w = model.stack('encoder').blocks[0].attn.W_q.weight.T\n"
+        "g = block.mlp.W_in.weight\n"
+        "note = getattr(model, 'weights_note', '')\n"
+        "fine = np.stack([steps.weight, model.weights().block(0).mlp.W_in, trace['encoder.0.attn.q']])\n"
+    )
+    assert sorted(_reach_ins(sample)) == [
+        "1: .W_q",
+        "1: .blocks",
+        "1: .stack()",
+        "1: .weight",
+        "2: .weight",
+        "3: getattr(model, ...)",
+    ]

@@ -5,8 +5,6 @@ intermediate matches the trace, and the diagrams follow the model's norm placeme
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import numpy as np
 import pytest
 import torch
@@ -162,10 +160,10 @@ def test_the_trace_the_page_caches_keeps_what_the_walk_reads_and_no_attention_in
 
 
 def test_models_whose_attention_is_not_the_lectures_are_read_from_the_trace():
-    assert lb._plain_attention(SimpleNamespace(n_heads=4))
-    assert not lb._plain_attention(SimpleNamespace(n_heads=4, rope=object()))
-    assert not lb._plain_attention(SimpleNamespace(n_heads=4, n_kv_heads=2))
-    assert not lb._plain_attention(SimpleNamespace(n_heads=4, qk_norm=True))
+    assert lb._plain_attention(tc.BlockConfig(n_heads=4))
+    assert not lb._plain_attention(tc.BlockConfig(n_heads=4, rope=tc.Rope()))
+    assert not lb._plain_attention(tc.BlockConfig(n_heads=4, n_kv_heads=2))
+    assert not lb._plain_attention(tc.BlockConfig(n_heads=4, qk_norm=True))
 
 
 def test_out_of_range_choices_are_refused(minilm):

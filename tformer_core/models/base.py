@@ -24,6 +24,7 @@ from ..capture import NameFilter, capture, name_hook_points
 from ..tokenizers import Tokenizer, require_readable
 from ..trace import Trace, stored_by_default, to_numpy
 from .layers import BlockConfig, Stack
+from .weights import StackWeights, stack_weights
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -137,6 +138,12 @@ class TracedModel(nn.Module, Generic[ConfigT], metaclass=ABCMeta):
         if not isinstance(module, Stack):
             raise ValueError(f"this {self.kind} model has no {name!r} stack")
         return module
+
+    def weights(self, stack: str | None = None) -> StackWeights:
+        """The weights of `stack` (default: the main stack) by meaning, in TransformerLens's shapes: W_Q, W_K,
+        W_V, W_O per head, biases, the FFN, the norms, the embeddings (see `tformer_core.models.weights`)."""
+        name = stack or self.main_stack
+        return stack_weights(name, self.stack(name), self.config.activation)
 
     def _finish_init(self) -> None:
         self.hook_names: tuple[str, ...] = tuple(name_hook_points(self))

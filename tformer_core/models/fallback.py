@@ -37,6 +37,7 @@ from ..trace import Trace, to_numpy
 from .base import Capabilities, TokenInput, TracedModel, per_token
 from .kinds import CausalLM, EncoderDecoderModel, EncoderModel
 from .layers import BlockConfig
+from .weights import StackWeights
 
 # What a transformers-run trace cannot hold, by activation part; `absent_reason` says why.
 ABSENT = ("attn.q", "attn.k", "attn.v", "attn.scores", "attn.scaled", "attn.z", "attn.out", "mlp", "ln")
@@ -111,6 +112,13 @@ class TransformersModel(TracedModel[TransformersConfig]):
     def absent(self) -> str:
         """Why the views that need Q, K or V have nothing to show for this model (one sentence)."""
         return absent_reason(self.config)
+
+    def weights(self, stack: str | None = None) -> StackWeights:
+        """Not offered: transformers' modules are not the core's (`capabilities.weights` is False)."""
+        raise ValueError(
+            f"{self.config.architecture} runs through transformers' own code: its weight matrices are "
+            "not read by tformer (only the core's own architectures offer them)"
+        )
 
     def _run(self, **inputs: Any) -> Any:
         """One forward pass of the wrapped model with every attention matrix and hidden state returned."""

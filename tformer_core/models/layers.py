@@ -284,13 +284,13 @@ class Block(nn.Module):
         self.ln_attn = make_norm(cfg)
         self.hook_ln_attn = HookPoint()
         self.hook_resid_after_attn = HookPoint()
+        self.cross_attn: MultiHeadAttention | None = None
+        self.ln_cross: nn.Module | None = None
         if cross_attention:
             self.cross_attn = MultiHeadAttention(D, h, dh, cfg.bias, cfg.scale_attention)
             self.ln_cross = make_norm(cfg)
             self.hook_ln_cross = HookPoint()
             self.hook_resid_after_cross = HookPoint()
-        else:
-            self.cross_attn = None
         self.mlp = FeedForward(D, cfg.d_ff, cfg.activation, cfg.bias, cfg.ffn_gated)
         self.ln_mlp = make_norm(cfg)
         self.hook_ln_mlp = HookPoint()
@@ -409,6 +409,7 @@ class Stack(nn.Module):
             self.rel_pos = None
         self.rotary = RotaryEmbedding(cfg.head_dim, cfg.rope) if cfg.rope is not None else None
         self.blocks = nn.ModuleList(Block(cfg, cross_attention) for _ in range(n_layers))
+        self.block_list: list[Block] = list(self.blocks)  # the same modules, typed (a plain list registers nothing)
         self.ln_final = make_norm(cfg) if cfg.norm == "pre" else None
         self.hook_out = HookPoint()
 

@@ -16,10 +16,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
 
 import numpy as np
 import pandas as pd
+import torch
 
 from tformer_core.models.base import TracedModel
 from tformer_core.steps import AttentionSteps, attention_from_qkv, attention_steps
@@ -180,7 +180,7 @@ def _heads(n_heads: int) -> int:
     return int(n_heads)
 
 
-def _param(tensor: Any) -> np.ndarray:
+def _param(tensor: torch.Tensor) -> np.ndarray:
     """A model parameter as a float64 numpy array (a copy: the lesson may edit it)."""
     return np.array(to_numpy(tensor), dtype=np.float64)
 
@@ -218,47 +218,47 @@ def real_model_example(
 ) -> Example:
     """A slice of a real model's attention: X = the layer's input, W's = the head's columns of W^Q, W^K, W^V.
 
-    model: an encoder or decoder-only `TracedModel` (its `W_q` etc. are Linear layers whose output
-    columns hold the heads one after another: head j = columns j*d_head .. (j+1)*d_head).
+    model: an encoder or decoder-only `TracedModel`; its weights are read per head (`model.weights()`): the
+    example's W^Q is the chosen heads' [d_model, d_head] matrices side by side, as the lecture writes them.
     trace: that model's trace of the sentence. Heads head, head+1, ... (mod the model's heads) give
-    the example's n_heads heads. Keeps the first n_dims of d_model and the first n_head_dims of each
-    head: X [n, n_dims], W [n_dims, h*n_head_dims], b [h*n_head_dims], W_o [h*n_head_dims, n_dims].
+    the example's n_heads heads (with grouped-query attention, W^K and W^V are those of the key/value head each
+    reads). Keeps the first n_dims of d_model and the first n_head_dims of each head: X [n, n_dims],
+    W [n_dims, h*n_head_dims], b [h*n_head_dims], W_o [h*n_head_dims, n_dims].
     With n_dims = d_model and n_head_dims = d_head, Q = X W^Q + b^Q is exactly the model's q.
     """
-    stack = model.stack(trace.main_stack)
-    n_layers, model_heads = len(stack.blocks), trace.n_heads
+    weights = model.weights(trace.main_stack)
+    n_layers, model_heads = weights.n_layers, trace.n_heads
     if not 0 <= layer < n_layers:
         raise ValueError(f"layer {layer} is out of range: the model has {n_layers} layers (0..{n_layers - 1})")
     if not 0 <= head < model_heads:
         raise ValueError(f"head {head} is out of range: the model has {model_heads} heads (0..{model_heads - 1})")
-    attn = stack.blocks[layer].attn
-    d_model, d_head = attn.W_q.in_features, attn.d_head
+    attn = weights.block(layer).attn
+    d_model, d_head = attn.W_Q.shape[1], attn.d_head
     if not 1 <= n_dims <= d_model:
         raise ValueError(f"the slice of d_model must keep 1..{d_model} dimensions, got {n_dims}")
     if not 1 <= n_head_dims <= d_head:
         raise ValueError(f"the slice of d_head must keep 1..{d_head} dimensions, got {n_head_dims}")
     h = _heads(n_heads)
     heads = [(head + j) % model_heads for j in range(h)]
-    cols = np.concatenate([np.arange(j * d_head, j * d_head + n_head_dims) for j in heads])  # [h*n_head_dims]
 
-    def weight(linear: Any) -> np.ndarray:  # nn.Linear stores [out, in]; the lecture's W is [in, out]
-        return _param(linear.weight).T[:n_dims, cols]
+    def weight(W: torch.Tensor, kv: bool = False) -> np.ndarray:  # [heads, D, dh] -> [n_dims, h*n_head_dims]
+        return np.hstack([_param(W[attn.kv_head(j) if kv else j])[:n_dims, :n_head_dims] for j in heads])
 
-    def bias(linear: Any) -> np.ndarray:
-        return _param(linear.bias)[cols] if linear.bias is not None else np.zeros(len(cols))
+    def bias(b: torch.Tensor, kv: bool = False) -> np.ndarray:  # [heads, dh] -> [h*n_head_dims]
+        return np.concatenate([_param(b[attn.kv_head(j) if kv else j])[:n_head_dims] for j in heads])
 
     X = np.asarray(trace[attention_input_name(model, trace, layer)], dtype=np.float64)[:, :n_dims]
-    W_o = _param(attn.W_o.weight).T[cols][:, :n_dims]  # [inner, d_model] rows of the chosen heads
+    W_o = np.vstack([_param(attn.W_O[j])[:n_head_dims, :n_dims] for j in heads])  # rows of the chosen heads
     note = _slice_note(layer, heads, attention_input_name(model, trace, layer), n_dims, d_model, n_head_dims, d_head)
     return Example(
         tuple(trace.tokens),
         X,
-        weight(attn.W_q),
-        weight(attn.W_k),
-        weight(attn.W_v),
-        bias(attn.W_q),
-        bias(attn.W_k),
-        bias(attn.W_v),
+        weight(attn.W_Q),
+        weight(attn.W_K, kv=True),
+        weight(attn.W_V, kv=True),
+        bias(attn.b_Q),
+        bias(attn.b_K, kv=True),
+        bias(attn.b_V, kv=True),
         W_o,
         note,
     )

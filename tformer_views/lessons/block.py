@@ -23,6 +23,8 @@ import torch
 from tformer_core.attention import attend_float64
 from tformer_core.block_steps import FFNSteps, LayerNormSteps, RMSNormSteps, ffn_steps, layer_norm_steps, rms_norm_steps
 from tformer_core.models.base import TracedModel
+from tformer_core.models.layers import BlockConfig
+from tformer_core.models.weights import AttentionWeights, NormWeights
 from tformer_core.trace import Trace, to_numpy
 
 from ..seq2seq import Translation, translate
@@ -79,14 +81,9 @@ def stacks_of(model: TracedModel) -> tuple[str, ...]:
     return {"encoder-decoder": ("encoder", "decoder"), "decoder": ("decoder",)}.get(model.kind, ("encoder",))
 
 
-def _eps(norm: torch.nn.Module) -> float:
-    eps = getattr(norm, "eps", None)
-    return float(eps) if eps is not None else float(torch.finfo(norm.weight.dtype).eps)  # RMSNorm's default
-
-
 def block_layout(model: TracedModel, stack: str) -> BlockLayout:
     """The layout of `stack`'s blocks (all blocks of a stack are built alike)."""
-    block = model.stack(stack).blocks[0]
+    block = model.weights(stack).block(0)
     c = model.config
     return BlockLayout(
         stack=stack,
@@ -97,7 +94,7 @@ def block_layout(model: TracedModel, stack: str) -> BlockLayout:
         d_ff=c.d_ff,
         n_heads=c.n_heads,
         d_head=c.head_dim,
-        eps=_eps(block.ln_attn),
+        eps=block.ln_attn.eps,
         cross=block.cross_attn is not None,
         gated=block.mlp.W_gate is not None,
         causal=model.kind == "decoder" or (model.kind == "encoder-decoder" and stack == "decoder"),
@@ -105,15 +102,10 @@ def block_layout(model: TracedModel, stack: str) -> BlockLayout:
     )
 
 
-def _plain_attention(config: object) -> bool:
+def _plain_attention(config: BlockConfig) -> bool:
     """True when attention is the lecture's: one K and V per head, no rotary positions, no norm on q and k.
     Other attention (Llama's, Qwen's) is read from the trace rather than recomputed by `attention_row`."""
-    n_kv = getattr(config, "n_kv_heads", None)
-    return (
-        getattr(config, "rope", None) is None
-        and n_kv in (None, getattr(config, "n_heads", None))
-        and not getattr(config, "qk_norm", False)
-    )
+    return config.rope is None and config.kv_heads == config.n_heads and not config.qk_norm
 
 
 # ---- what the page traces -------------------------------------------------------------------------------
@@ -192,10 +184,8 @@ def flow_nodes(layout: BlockLayout, norm: str | None = None) -> list[FlowNode]:
 
 
 # ---- one token through one block ---------------------------------------------------------------------
-def _param(tensor: torch.Tensor | None, size: int | None = None) -> np.ndarray:
-    """A parameter as float64 numpy (zeros of `size` for a missing bias)."""
-    if tensor is None:
-        return np.zeros(size or 0)
+def _exact(tensor: torch.Tensor) -> np.ndarray:
+    """A weight as float64 numpy (a copy: the lesson computes in float64 what the model did in its dtype)."""
     return np.array(to_numpy(tensor), dtype=np.float64)
 
 
@@ -222,36 +212,34 @@ class AttentionRow:
 
 
 def attention_row(
-    attn: torch.nn.Module, q_in: np.ndarray, kv_in: np.ndarray, allowed: np.ndarray | None, bias: np.ndarray | None
+    attn: AttentionWeights, q_in: np.ndarray, kv_in: np.ndarray, allowed: np.ndarray | None, bias: np.ndarray | None
 ) -> tuple[np.ndarray, np.ndarray]:
     """One query through multi-head attention in float64: (output [d_model], weights [heads, n_keys]).
 
-    q_in [d_model]: the query token's input; kv_in [n_keys, d_model]: the keys' and values' input;
-    allowed [n_keys] (True = may attend) or None; bias [heads, n_keys] (T5's position bias) or None.
+    attn: the layer's weights (`model.weights(stack).block(layer).attn`); q_in [d_model]: the query token's
+    input; kv_in [n_keys, d_model]: the keys' and values' input; allowed [n_keys] (True = may attend) or None;
+    bias [heads, n_keys] (T5's position bias) or None.
     """
-    h, dh = attn.n_heads, attn.d_head
-    inner = h * dh
-
-    def project(linear: torch.nn.Module, x: np.ndarray) -> np.ndarray:
-        return x @ _param(linear.weight).T + _param(linear.bias, inner)
-
-    q = project(attn.W_q, q_in).reshape(h, 1, dh)  # [h, 1, dh]: one query per head
-    k = project(attn.W_k, kv_in).reshape(-1, h, dh).transpose(1, 0, 2)  # [h, n_k, dh]
-    v = project(attn.W_v, kv_in).reshape(-1, h, dh).transpose(1, 0, 2)
+    q = np.einsum("d,hde->he", q_in, _exact(attn.W_Q)) + _exact(attn.b_Q)  # [h, dh]: one query per head
+    k = np.einsum("nd,hde->hne", kv_in, _exact(attn.W_K)) + _exact(attn.b_K)[:, None, :]  # [h_kv, n_k, dh]
+    v = np.einsum("nd,hde->hne", kv_in, _exact(attn.W_V)) + _exact(attn.b_V)[:, None, :]
     # The model's own rule (tformer_core.attention), in float64: a query that may attend to nothing gets 0.
     parts = attend_float64(
-        q, k, v, attn.scale, None if bias is None else bias[:, None, :], None if allowed is None else allowed[None, :]
+        q[:, None],
+        k,
+        v,
+        attn.scale,
+        None if bias is None else bias[:, None, :],
+        None if allowed is None else allowed[None, :],
     )
-    weights = parts.weights[:, 0]  # [h, n_k]
-    concat = parts.z[:, 0].reshape(inner)  # [h*dh]
-    d_model = attn.W_o.out_features
-    return concat @ _param(attn.W_o.weight).T + _param(attn.W_o.bias, d_model), weights
+    z = parts.z[:, 0]  # [h, dh]
+    return np.einsum("he,hed->d", z, _exact(attn.W_O)) + _exact(attn.b_O), parts.weights[:, 0]
 
 
-def _norm(module: torch.nn.Module, x: np.ndarray, norm_type: str) -> LayerNormSteps | RMSNormSteps:
-    if norm_type == "rmsnorm":
-        return rms_norm_steps(x, _param(module.weight), _eps(module))
-    return layer_norm_steps(x, _param(module.weight), _param(module.bias, x.shape[-1]), _eps(module))
+def _norm(norm: NormWeights, x: np.ndarray) -> LayerNormSteps | RMSNormSteps:
+    if norm.b is None:  # RMSNorm: no mean, no beta
+        return rms_norm_steps(x, _exact(norm.w), norm.eps)
+    return layer_norm_steps(x, _exact(norm.w), _exact(norm.b), norm.eps)
 
 
 @dataclass(frozen=True, eq=False)
@@ -364,41 +352,45 @@ def _attention_inputs(
     if part == "cross":
         return stream_in, _rows(trace, "encoder.out"), allowed, None, "the encoder's output"
     keys = norm_of(_rows(trace, f"{stack}.{layer}.resid_pre"))  # every token's input, normed for pre-norm
-    bias = trace.activations.get(f"{stack}.position_bias")
+    bias = trace.attention_bias(layer, stack=stack)  # T5's, for self-attention only
     bias = None if bias is None else np.asarray(bias, dtype=np.float64)[:, token]
     return stream_in, keys, allowed, bias, f"every {stack} token (this layer's input)"
 
 
-def _sublayer(model, trace, layout, layer, token, part, stream_in) -> SubLayerWalk:
+def _sublayer(
+    model: TracedModel, trace: Trace, layout: BlockLayout, layer: int, token: int, part: str, stream_in: np.ndarray
+) -> SubLayerWalk:
     """One sub-layer of the walk for the token whose residual stream is `stream_in` [d]."""
-    block = model.stack(layout.stack).blocks[layer]
-    ln = {"attn": block.ln_attn, "cross": getattr(block, "ln_cross", None), "mlp": block.ln_mlp}[part]
+    block = model.weights(layout.stack).block(layer)
+    ln = {"attn": block.ln_attn, "cross": block.ln_cross, "mlp": block.ln_mlp}[part]
+    if ln is None:
+        raise ValueError(f"the {layout.stack}'s blocks have no {SUBLAYERS[part]}")
     pre = layout.norm == "pre"
-    attention = ffn = None
-    pre_norm = _norm(ln, stream_in, layout.norm_type) if pre else None
-    read = pre_norm.output[0] if pre else stream_in
+    attention, ffn, pre_norm = None, None, _norm(ln, stream_in) if pre else None
+    read = pre_norm.output[0] if pre_norm is not None else stream_in
     if part == "mlp":
         mlp = block.mlp
         gate = (
             {}
-            if mlp.W_gate is None
-            else {"W_gate": _param(mlp.W_gate.weight).T, "b_gate": _param(mlp.W_gate.bias, layout.d_ff)}
+            if mlp.W_gate is None or mlp.b_gate is None
+            else {"W_gate": _exact(mlp.W_gate), "b_gate": _exact(mlp.b_gate)}
         )
-        W1, b1 = _param(mlp.W_in.weight).T, _param(mlp.W_in.bias, layout.d_ff)
-        W2, b2 = _param(mlp.W_out.weight).T, _param(mlp.W_out.bias, layout.d_model)
+        W1, b1, W2, b2 = (_exact(a) for a in (mlp.W_in, mlp.b_in, mlp.W_out, mlp.b_out))
         ffn = ffn_steps(read, W1, b1, W2, b2, layout.activation, **gate)
         out = ffn.output[0]
     elif not layout.attention_recomputed:
         out = _rows(trace, f"{layout.stack}.{layer}.{TRACE_PARTS[part][0]}")[token]
     else:
-        norm_all = (lambda x: _norm(ln, x, layout.norm_type).output) if pre else (lambda x: x)
+        attn = block.attn if part == "attn" else block.cross_attn
+        assert attn is not None  # layout.parts has "cross" only where the blocks have cross-attention
+        norm_all = (lambda x: _norm(ln, x).output) if pre else (lambda x: x)
         q_in, kv, allowed, bias, source = _attention_inputs(trace, layout.stack, layer, token, part, read, norm_all)
-        out, weights = attention_row(block.attn if part == "attn" else block.cross_attn, q_in, kv, allowed, bias)
+        out, weights = attention_row(attn, q_in, kv, allowed, bias)
         queries, source_labels = _labels(trace, layout.stack)
         keys = source_labels if part == "cross" else queries
         attention = AttentionRow(weights, keys, f"the {layout.stack} (this token)", source, allowed)
     total = stream_in + out
-    norm = pre_norm if pre else _norm(ln, total, layout.norm_type)
+    norm = pre_norm if pre_norm is not None else _norm(ln, total)
     names = [f"{layout.stack}.{layer}.{p}" for p in TRACE_PARTS[part]]
     model_out, model_norm, model_stream = (_rows(trace, n)[token] for n in names)
     stream_out = total if pre else norm.output[0]

@@ -190,10 +190,11 @@ def real_patch(model: TracedModel, trace: Trace, patch: int) -> RealPatch:
     rows, cols = trace.grid_hw
     if not 0 <= patch < rows * cols:
         raise ValueError(f"patch {patch} is out of range: the picture has {rows * cols} patches (0..{rows * cols - 1})")
-    project = vit.encoder.embed.project
-    D, P, C = project.out_features, c.patch_size, c.n_channels
-    kernels = np.array(to_numpy(project.weight), dtype=np.float64).reshape(D, C, P, P)
-    bias = np.array(to_numpy(project.bias), dtype=np.float64) if project.bias is not None else np.zeros(D)
+    patch_weights = vit.weights().patch
+    assert patch_weights is not None  # a ViT's stack embeds patches
+    P, C = c.patch_size, c.n_channels
+    kernels = np.array(to_numpy(patch_weights.W), dtype=np.float64)  # [D, C, P, P]
+    bias = np.array(to_numpy(patch_weights.b), dtype=np.float64)
     image = unpatchify(trace["encoder.embed.patches"], (rows, cols), P, C)
     steps = patch_embedding_steps(image, kernels, P, bias)
     model_all = np.asarray(trace["encoder.embed.patch"], dtype=np.float64)

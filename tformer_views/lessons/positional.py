@@ -23,7 +23,6 @@ import pandas as pd
 from tformer_core.models.base import TracedModel
 from tformer_core.models.llama import Llama
 from tformer_core.models.positional import (
-    LearnedPositions,
     Rope,
     rope_attention_factor,
     rope_frequencies,
@@ -128,12 +127,13 @@ def learned_positions(model: TracedModel, n_positions: int) -> np.ndarray:
 
     Raises ValueError when the model's positions are not learned (sinusoidal, or T5's relative bias).
     """
-    pos = model.stack(model.main_stack).embed.pos
-    if not isinstance(pos, LearnedPositions):
+    weights = model.weights()
+    if weights.positional != "learned" or weights.W_pos is None:
         raise ValueError("this model has no learned position embeddings")
-    if not 1 <= n_positions <= pos.max_positions:
-        raise ValueError(f"the model has {pos.max_positions} positions; asked for {n_positions}")
-    return np.array(to_numpy(pos.weight), dtype=np.float64)[pos.first_row : pos.first_row + n_positions]
+    n_learned = weights.W_pos.shape[0]
+    if not 1 <= n_positions <= n_learned:
+        raise ValueError(f"the model has {n_learned} positions; asked for {n_positions}")
+    return np.array(to_numpy(weights.W_pos[:n_positions]), dtype=np.float64)
 
 
 @dataclass(frozen=True, eq=False)
@@ -239,10 +239,10 @@ def rotary_setting(
     Raises ValueError for a model that does not rotate q and k, or a default setting `rope_problems` refuses.
     """
     if model is not None:
-        config = getattr(model, "config", None)
-        rope = getattr(config, "rope", None)
+        rope = model.config.rope if isinstance(model, Llama) else None
         if not isinstance(model, Llama) or rope is None:
             raise ValueError(f"{model.source or 'this model'} does not rotate q and k (no rotary position embedding)")
+        config = model.config
         return RotarySetting(
             source=model.source or "",
             head_dim=int(config.head_dim),
