@@ -19,7 +19,7 @@ from tformer_app import vision_inputs as vi
 from tformer_app.markdown import escape
 from tformer_app.page import DEFAULT_TEXT_MODEL, run_page, run_safely
 from tformer_app.tables import Inputs, matrix_panel
-from tformer_app.url import UrlState, int_key
+from tformer_app.url import UrlState, finite_float, int_key
 from tformer_app.widgets import choose_model
 from tformer_core.block_steps import LayerNormSteps, layer_norm_steps, rms_norm_steps
 from tformer_core.models.base import TracedModel
@@ -176,7 +176,7 @@ def vectors(name: str, rows: dict[str, np.ndarray], n_dims: int, key: str) -> No
 
 def show_norm(norm, model_norm: np.ndarray, n_dims: int, key: str, name: str) -> None:
     """One norm of the walk: the lecture's formulas with this token's numbers, then the vectors."""
-    d, eps = norm.x.shape[1], lb.latex_number(norm.eps)
+    d, eps = norm.x.shape[1], lb.tex(norm.eps)
     if isinstance(norm, LayerNormSteps):
         st.latex(
             rf"\mu = \frac{{1}}{{d}}\sum_{{i=1}}^{{d}} x_i = {fmt(norm.mean[0])},\qquad "
@@ -367,7 +367,7 @@ def layer_norm_example(url: UrlState) -> None:
         horizontal=True,
         key=url.key("lnorm", "layernorm", choices=list(NORMS)),
     )
-    eps = c[1].number_input("ε", key=url.key("eps", lb.EXAMPLE_EPS, cast=lt_finite), format="%g", step=1e-5)
+    eps = c[1].number_input("ε", key=url.key("eps", lb.EXAMPLE_EPS, cast=finite_float), format="%g", step=1e-5)
     dims = c[2].number_input("Dimensions d", 1, 8, key=int_key(url, "lnd", 4, 1, 8))
     st.caption(
         "Small whole numbers whose μ and σ² come out whole, so every step can be checked by hand. Edit any cell, "
@@ -386,13 +386,6 @@ def layer_norm_example(url: UrlState) -> None:
     gamma, beta = params[0], params[1]
     norm = layer_norm_steps(X, gamma, beta, eps) if kind == "layernorm" else rms_norm_steps(X, gamma, eps)
     show_norm_example(url, norm, inputs.tokens)
-
-
-def lt_finite(raw: str) -> float:
-    value = float(raw)
-    if not np.isfinite(value):
-        raise ValueError(raw)  # UrlState falls back to the default
-    return value
 
 
 def edit_norm_tables(d: int) -> Inputs:
@@ -448,7 +441,7 @@ def show_norm_example(url: UrlState, norm, tokens: list[str]) -> None:
         format_func=lambda i: f"{i}: {tokens[i]}",
         key=url.key("lnrow", 0, choices=list(range(n))),
     )
-    x, eps = norm.x[row], lb.latex_number(norm.eps)
+    x, eps = norm.x[row], lb.tex(norm.eps)
     if isinstance(norm, LayerNormSteps):
         st.latex(lb.written_mean(x))
         st.latex(lb.written_variance(x))

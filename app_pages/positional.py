@@ -16,7 +16,7 @@ import tformer_core as tc
 from tformer_app import caches, downloads
 from tformer_app.markdown import escape
 from tformer_app.page import DEFAULT_DECODER_MODEL, DEFAULT_TEXT_MODEL, run_page, run_safely
-from tformer_app.url import UrlState, int_key, int_list
+from tformer_app.url import UrlState, finite_float, int_key, int_list
 from tformer_app.widgets import following_choice
 from tformer_views.charts import rotary
 from tformer_views.charts.spec import grid_heatmap, line_chart, thin, unique_labels
@@ -37,13 +37,6 @@ INTRO = (
     "Attention alone does not know word order: shuffle the tokens and every output is shuffled the same way. "
     "A position vector added to each token's embedding tells the model where the token is."
 )
-
-
-def finite_float(raw: str) -> float:
-    value = float(raw)
-    if not np.isfinite(value):
-        raise ValueError(raw)  # UrlState falls back to the default
-    return value
 
 
 def corner(name: str, matrix: np.ndarray, rows: list[str], cols: list[str]) -> None:

@@ -198,11 +198,16 @@ def int_list(raw: str) -> list[int]:
     return [int(s) for s in raw.split(",") if s.strip()]
 
 
-def _whole(raw: str) -> int:
+def finite_float(raw: str) -> float:
+    """A URL value as a finite number (UrlState's `cast`): "inf" or "nan" raise ValueError, so the default is used."""
     value = float(raw)
     if not math.isfinite(value):
         raise ValueError(raw)
-    return round(value)
+    return value
+
+
+def _whole(raw: str) -> int:
+    return round(finite_float(raw))
 
 
 def _allowed(value: Any, choices: Sequence[Any]) -> bool:

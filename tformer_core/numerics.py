@@ -1,4 +1,5 @@
-"""The softmax every part of the project uses: the model's weights recomputed, predictions, the lessons."""
+"""The softmax every part of the project uses (predictions, the lessons), and how a head's logits become the
+scores shown."""
 
 from __future__ import annotations
 
@@ -16,3 +17,18 @@ def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
     e = np.exp(x - np.where(empty, 0.0, top))
     total = e.sum(axis=axis, keepdims=True)
     return np.divide(e, total, out=np.zeros_like(e), where=total > 0)
+
+
+SCORINGS = ("softmax", "sigmoid", "none")
+
+
+def head_scores(logits: np.ndarray, how: str = "softmax") -> np.ndarray:
+    """A head's logits as the scores shown, float64 (as transformers' pipelines turn them): "softmax" over the
+    last axis (a vocabulary, or single-label classes), "sigmoid" of each (multi-label classes: they need not
+    sum to 1), "none" (a regression head: the numbers themselves)."""
+    if how not in SCORINGS:
+        raise ValueError(f"scores are one of {SCORINGS}, not {how!r}")
+    x = np.asarray(logits, dtype=np.float64)
+    if how == "sigmoid":
+        return 1.0 / (1.0 + np.exp(-x))
+    return softmax(x) if how == "softmax" else x

@@ -54,7 +54,7 @@ import numpy as np
 import torch
 
 from .attention import attention_logits, attention_weights, grouped_matmul
-from .numerics import softmax
+from .numerics import head_scores, softmax
 
 # Attention stacks a trace may hold, and the activation prefix of each.
 ATTENTION_STACKS = {
@@ -299,8 +299,7 @@ class Trace:
             return self.activations["head.top_ids"][position, :k], self.activations["head.top_probs"][position, :k]
         logits = self.activations["head.logits"]
         row = np.asarray(logits if logits.ndim == 1 else logits[position], dtype=np.float64)
-        how = self.meta.get("probabilities", "softmax")  # a multi-label classifier: sigmoid; a regression: none
-        p = softmax(row) if how == "softmax" else 1.0 / (1.0 + np.exp(-row)) if how == "sigmoid" else row
+        p = head_scores(row, str(self.meta.get("probabilities", "softmax")))  # multi-label: sigmoid; regression: none
         top = np.argsort(-p, kind="stable")[:k]
         return top, p[top]
 

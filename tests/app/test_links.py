@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from tests.app.pages import messages, no_exception, run, widget
-from tformer_app.url import MAX_LINK_VALUE
+from tformer_app.url import MAX_LINK_VALUE, finite_float
 
 
 def link_line(at) -> str:
@@ -74,3 +74,10 @@ def test_a_text_too_long_for_a_link_stays_out_of_it_with_a_note():
     assert "text" not in at.query_params and "layer" in at.query_params
     assert "Not in the link (too long to share in an address): text" in link_line(at)
     assert len(long_text) > MAX_LINK_VALUE
+
+
+def test_a_number_from_a_link_is_finite_or_refused():
+    assert finite_float("2.5") == 2.5 and finite_float("1e-5") == 1e-5
+    for raw in ("inf", "-inf", "nan", "ten"):
+        with pytest.raises(ValueError):
+            finite_float(raw)

@@ -106,3 +106,13 @@ def test_no_copy_of_the_rule_is_left(path):
         assert "softmax" not in {f.id for f in calls if isinstance(f, ast.Name)}, path
     imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) for alias in node.names}
     assert imported & {"attention_logits", "attention_weights", "grouped_matmul", "attend", "attend_float64"}, path
+
+
+def test_a_heads_logits_become_the_scores_shown_by_one_rule():
+    from tformer_core.numerics import head_scores
+
+    np.testing.assert_allclose(head_scores([0.0, np.log(3.0)]), [0.25, 0.75])
+    np.testing.assert_allclose(head_scores([0.0, np.log(3.0)], "sigmoid"), [0.5, 0.75])
+    np.testing.assert_array_equal(head_scores([1.5, -2.0], "none"), [1.5, -2.0])
+    with pytest.raises(ValueError, match="one of"):
+        head_scores([1.0], "tanh")

@@ -163,3 +163,30 @@ def test_the_reach_in_check_catches_what_it_is_for(tmp_path):
         "2: .weight",
         "3: getattr(model, ...)",
     ]
+
+
+# ---- one definition of each shared helper --------------------------------------------------------------
+HOMES = {
+    "softmax": ["tformer_core/numerics.py"],
+    "head_scores": ["tformer_core/numerics.py"],
+    "tex": ["tformer_views/lessons/attention.py"],
+    "_factor": ["tformer_views/lessons/attention.py"],
+    "finite_float": ["tformer_app/url.py"],
+    "text_embedding": ["tformer_core/models/layers.py"],
+}
+COPIES = {"_softmax", "latex_number", "lt_finite"}  # names the copies had
+
+
+def test_each_shared_helper_is_written_once():
+    defined: dict[str, list[str]] = {}
+    built: list[str] = []  # where a TextEmbedding is constructed
+    for folder in ("tformer_core", "tformer_views", "tformer_app", "app_pages"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.FunctionDef):
+                    defined.setdefault(node.name, []).append(str(path.relative_to(ROOT)))
+                elif isinstance(node, ast.Call) and _name(node.func) == "TextEmbedding":
+                    built.append(str(path.relative_to(ROOT)))
+    assert {name: defined.get(name) for name in HOMES} == HOMES
+    assert not COPIES & defined.keys()
+    assert built == ["tformer_core/models/layers.py"]

@@ -6,7 +6,7 @@ import torch
 
 import tformer_core as tc
 from tests.core.tiny_models import image, tiny_decoder, tiny_encoder, tiny_seq2seq, tiny_vit
-from tformer_core.capture import capture_active
+from tformer_core.capture import any_of, capture_active, matching
 
 SRC = [3, 7, 1, 12, 9, 4, 0, 0]  # the last two are padding
 SRC_MASK = [1, 1, 1, 1, 1, 1, 0, 0]
@@ -314,3 +314,23 @@ def test_a_generation_step_trace_says_it_holds_the_decoder_only():
     assert step.attention(2, 1, "cross").shape == (1, 3)  # the new position's row over the 3 source tokens
     with pytest.raises(ValueError, match="no 'encoder' attention"):
         step.attention(0, 0, stack="encoder")
+
+
+def test_name_patterns_match_whole_parts():
+    weights = matching("**.attn.weights")
+    assert weights("encoder.3.attn.weights") and weights("decoder.0.attn.weights")
+    assert not weights("decoder.0.cross_attn.weights") and not weights("encoder.3.attn.weights_x")
+    head, decoder = matching("head.*"), matching("decoder.**")
+    assert head("head.logits") and not head("head") and not head("decoder.head.logits")
+    assert decoder("decoder.0.attn.q") and decoder("decoder") and not decoder("decoders.0")
+    layer_q = matching("encoder.*.attn.q")
+    assert layer_q("encoder.11.attn.q") and not layer_q("encoder.1.2.attn.q")
+    assert any_of(head, layer_q)("head.logits") and not any_of(head, layer_q)("encoder.out")
+    with pytest.raises(ValueError):
+        matching("encoder.**.q")
+
+
+def test_a_pattern_filter_captures_what_it_names():
+    model = tiny_decoder()
+    trace = model.trace([1, 2, 3], keep=matching("**.attn.weights", "head.logits"))
+    assert sorted(trace.activations) == ["decoder.0.attn.weights", "decoder.1.attn.weights", "head.logits"]

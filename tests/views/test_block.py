@@ -233,8 +233,7 @@ def test_the_layer_norm_example_has_whole_means_and_variances():
     assert lb.written_mean(lb.EXAMPLE_X[0]) == r"\mu = \frac{1 + 5 + 1 + 5}{4} = 3"
     assert lb.written_variance(lb.EXAMPLE_X[2]).endswith("{4} = 3")
     assert lb.written_output(ln, 0).startswith(r"y = [1\cdot(-1) + 0, 1\cdot1 + 0, 2\cdot(-1) + 1, 0.5\cdot1 + (-1)]")
-    assert lb.latex_number(1e-5) == "10^{-5}" and lb.latex_number(2.5e-12) == r"2.5 \times 10^{-12}"
-    assert lb.latex_number(0.5) == "0.5"
+    assert lb.tex(1e-5) == "10^{-5}" and lb.tex(2.5e-12) == r"2.5 \times 10^{-12}" and lb.tex(0.5) == "0.5"
     frame = lb.vectors_frame(lb.norm_rows(ln), 2)
     assert list(frame.columns) == ["x1", "x2"] and list(frame.index)[:2] == ["input x", "x − μ"]
 

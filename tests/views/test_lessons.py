@@ -311,3 +311,8 @@ def test_numbers_in_formulas_use_powers_of_ten_not_e_notation():
     assert ls.tex(11308.7) == r"1.131 \times 10^{4}" and ls.tex(11310.0) == "11310"
     assert ls.tex(0.000012345) == r"1.234 \times 10^{-5}" or ls.tex(0.000012345) == r"1.235 \times 10^{-5}"
     assert ls.tex(12.5) == "12.5" and ls.tex(3.0) == "3" and ls.tex(-np.inf) == r"-\infty"
+
+
+def test_one_latex_number_format_for_every_page():
+    assert ls.tex(1e-5) == "10^{-5}" and ls.tex(1e-6) == "10^{-6}"  # an epsilon, as the block lesson writes it
+    assert ls.tex(2.5e-12) == r"2.5 \times 10^{-12}"

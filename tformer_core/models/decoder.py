@@ -21,7 +21,7 @@ from ..generation import Generation, GenerationSettings, Sampling, decode_steps
 from ..trace import Trace
 from .base import Capabilities, TokenInput, per_token
 from .kinds import CausalLM
-from .layers import BlockConfig, KVCache, Stack, TextEmbedding, causal_window_mask, key_padding_mask
+from .layers import BlockConfig, KVCache, Stack, causal_window_mask, key_padding_mask, text_embedding
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -69,16 +69,7 @@ class Decoder(CausalLM[DecoderConfig]):
     def __init__(self, config: DecoderConfig) -> None:
         super().__init__(config)
         c = config
-        embed = TextEmbedding(
-            c.vocab_size,
-            c.d_model,
-            c.max_positions,
-            c.positional,
-            c.pe_base,
-            ln_eps=c.ln_eps,
-            pe_layout=c.pe_layout,
-            position_first_row=c.position_first_row,
-        )
+        embed = text_embedding(c, c.vocab_size)
         self.decoder = Stack(c, c.n_layers, embed)
         self.head = nn.Module()
         self.head.unembed = nn.Linear(c.d_model, c.vocab_size, bias=False)

@@ -17,11 +17,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..capture import HookPoint, NameFilter
+from ..numerics import head_scores
 from ..tokenizers import Tokenizer
 from ..trace import Trace
 from .base import Capabilities, TokenInput, per_token
 from .kinds import EncoderModel
-from .layers import ACTIVATIONS, BlockConfig, Stack, TextEmbedding, key_padding_mask
+from .layers import ACTIVATIONS, BlockConfig, Stack, key_padding_mask, text_embedding
 
 POOL_ACTIVATIONS = {"tanh": torch.tanh, "relu": F.relu}
 # transformers' problem_type values; "" when config.json names none.
@@ -90,19 +91,7 @@ class Encoder(EncoderModel[EncoderConfig]):
     def __init__(self, config: EncoderConfig) -> None:
         super().__init__(config)
         c = config
-        embed = TextEmbedding(
-            c.vocab_size,
-            c.d_model,
-            c.max_positions,
-            c.positional,
-            c.pe_base,
-            n_token_types=c.n_token_types,
-            scale=c.embed_scale,
-            norm=c.embed_norm,
-            ln_eps=c.ln_eps,
-            pe_layout=c.pe_layout,
-            position_first_row=c.position_first_row,
-        )
+        embed = text_embedding(c, c.vocab_size, n_token_types=c.n_token_types, scale=c.embed_scale, norm=c.embed_norm)
         self.encoder = Stack(c, c.n_layers, embed)
         if c.mlm_head:
             self.head = MaskedLMHead(c, embed.tok.weight)
@@ -241,14 +230,7 @@ def class_scores(trace: Trace) -> list[tuple[str, float]]:
     if trace.meta.get("head") != "classification" or "head.logits" not in trace:
         raise ValueError("this trace has no sequence classifier (no *ForSequenceClassification head)")
     logits = np.asarray(trace["head.logits"], dtype=np.float64)  # [n_labels]
-    how = trace.meta.get("probabilities", "softmax")
-    if how == "sigmoid":
-        scores = 1.0 / (1.0 + np.exp(-logits))
-    elif how == "none":
-        scores = logits
-    else:
-        scores = np.exp(logits - logits.max())
-        scores /= scores.sum()
+    scores = head_scores(logits, str(trace.meta.get("probabilities", "softmax")))
     labels = trace.meta.get("labels") or [f"LABEL_{i}" for i in range(len(logits))]
     order = np.argsort(-scores, kind="stable")
     return [(str(labels[i]), float(scores[i])) for i in order]

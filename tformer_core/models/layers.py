@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
@@ -383,6 +384,45 @@ class TextEmbedding(nn.Module):
         if self.ln is not None:
             x = self.ln(x)
         return self.hook_out(x)
+
+
+class TextInputConfig(Protocol):
+    """The fields of a text model's config that its token embedding reads (Encoder, Decoder, Seq2Seq configs)."""
+
+    @property
+    def d_model(self) -> int: ...
+    @property
+    def max_positions(self) -> int: ...
+    @property
+    def positional(self) -> str: ...
+    @property
+    def pe_base(self) -> float: ...
+    @property
+    def ln_eps(self) -> float: ...
+    @property
+    def pe_layout(self) -> str: ...
+    @property
+    def position_first_row(self) -> int: ...
+
+
+def text_embedding(
+    c: TextInputConfig, vocab_size: int, *, n_token_types: int = 0, scale: bool = False, norm: bool = False
+) -> TextEmbedding:
+    """The token embedding (+ positions, + segments, LayerNorm) of a text model with config `c`: the one place
+    the three text families build theirs. scale: * sqrt(d_model); norm: a LayerNorm after the sum (BERT)."""
+    return TextEmbedding(
+        vocab_size,
+        c.d_model,
+        c.max_positions,
+        c.positional,
+        c.pe_base,
+        n_token_types=n_token_types,
+        scale=scale,
+        norm=norm,
+        ln_eps=c.ln_eps,
+        pe_layout=c.pe_layout,
+        position_first_row=c.position_first_row,
+    )
 
 
 class Stack(nn.Module):

@@ -19,7 +19,7 @@ from ..tokenizers import Tokenizer
 from ..trace import Trace, stored_by_default
 from .base import TokenInput, per_token
 from .kinds import EncoderDecoderModel
-from .layers import BlockConfig, Stack, TextEmbedding, causal_mask, key_padding_mask
+from .layers import BlockConfig, Stack, TextEmbedding, causal_mask, key_padding_mask, text_embedding
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,18 +56,7 @@ class EncoderDecoder(EncoderDecoderModel[Seq2SeqConfig]):
         c = config
 
         def embedding(vocab_size: int) -> TextEmbedding:
-            return TextEmbedding(
-                vocab_size,
-                c.d_model,
-                c.max_positions,
-                c.positional,
-                c.pe_base,
-                scale=c.embed_scale,
-                norm=c.embed_norm,
-                ln_eps=c.ln_eps,
-                pe_layout=c.pe_layout,
-                position_first_row=c.position_first_row,
-            )
+            return text_embedding(c, vocab_size, scale=c.embed_scale, norm=c.embed_norm)
 
         if c.share_embeddings and c.src_vocab_size != c.tgt_vocab_size:
             raise ValueError("share_embeddings needs src_vocab_size == tgt_vocab_size")

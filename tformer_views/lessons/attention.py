@@ -550,12 +550,13 @@ def fmt(x: float, digits: int = 4) -> str:
 
 def tex(x: float, digits: int = 4) -> str:
     """A number for a LaTeX formula: as `fmt`, with powers of ten written 1.131 \\times 10^{4} (LaTeX
-    typesets "1.131e+04" as "1.131e + 04")."""
+    typesets "1.131e+04" as "1.131e + 04"), and 10^{-5} alone where the mantissa is 1 (an epsilon)."""
     s = fmt(x, digits)
     if "e" not in s:
         return s.replace("inf", r"\infty")
     mantissa, exponent = s.split("e")
-    return rf"{mantissa} \times 10^{{{int(exponent)}}}"
+    power = f"10^{{{int(exponent)}}}"
+    return power if mantissa == "1" else rf"{mantissa} \times {power}"
 
 
 def _factor(x: float) -> str:

@@ -30,7 +30,7 @@ from tformer_core.trace import Trace, to_numpy
 from ..seq2seq import Translation, translate
 from ..tokens import display_tokens
 from ..vision import VisionResult, analyse
-from .attention import fmt
+from .attention import _factor, fmt, tex
 
 NORM_NAMES = {"layernorm": "LayerNorm", "rmsnorm": "RMSNorm"}
 ACTIVATION_NAMES = {"relu": "ReLU", "gelu": "GELU", "gelu_tanh": "GELU (tanh approximation)", "silu": "SiLU"}
@@ -601,16 +601,6 @@ def written_variance(x: np.ndarray) -> str:
     return rf"\sigma^2 = \frac{{{terms}}}{{{len(x)}}} = {fmt(float(np.mean((x - mu) ** 2)))}"
 
 
-def latex_number(value: float) -> str:
-    """A number for LaTeX: 1e-05 as 10^{-5}, 2.5e-12 as 2.5 \\times 10^{-12}, others as fmt writes them."""
-    text = f"{value:g}"
-    if "e" not in text:
-        return fmt(value)
-    mantissa, exponent = text.split("e")
-    power = f"10^{{{int(exponent)}}}"
-    return power if mantissa == "1" else rf"{mantissa} \times {power}"
-
-
 def written_output(norm: LayerNormSteps | RMSNormSteps, row: int) -> str:
     """y = γ ⊙ x̂ (+ β) element by element for one row, LaTeX: [1·(−1) + 0, ...] = [...]."""
     gamma, x_hat = norm.gamma, norm.normalized[row]
@@ -624,16 +614,11 @@ def written_output(norm: LayerNormSteps | RMSNormSteps, row: int) -> str:
     return rf"y = [{terms}] = [{', '.join(fmt(v) for v in norm.output[row])}]"
 
 
-def _factor(x: float) -> str:
-    s = fmt(x)
-    return f"({s})" if s.startswith("-") else s
-
-
 def written_rms(x: np.ndarray, eps: float) -> str:
     """RMS(x) = √((x1² + x2² + ...) / d + ε) as numbers, LaTeX."""
     terms = " + ".join(f"{fmt(v)}^2" if v >= 0 else f"({fmt(v)})^2" for v in x)
     value = float(np.sqrt(np.mean(x**2) + eps))
-    return rf"\mathrm{{RMS}}(x) = \sqrt{{\frac{{{terms}}}{{{len(x)}}} + {latex_number(eps)}}} = {fmt(value)}"
+    return rf"\mathrm{{RMS}}(x) = \sqrt{{\frac{{{terms}}}{{{len(x)}}} + {tex(eps)}}} = {fmt(value)}"
 
 
 def norm_summary(norm: LayerNormSteps | RMSNormSteps, tokens: list[str]) -> pd.DataFrame:
