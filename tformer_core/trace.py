@@ -54,6 +54,7 @@ import numpy as np
 import torch
 
 from .attention import attention_logits, attention_weights, grouped_matmul
+from .capture import matching
 from .numerics import head_scores, softmax
 
 # Attention stacks a trace may hold, and the activation prefix of each.
@@ -67,18 +68,23 @@ KV_PARTS = ("k", "v", "k_pre_rope")  # one per key/value head: fewer than the qu
 TOP_K = 50  # predictions a compact trace keeps per position
 
 
+_SCORES = matching("**.scores", "**.scaled")
+
+
 def stored_by_default(name: str) -> bool:
     """The default capture filter: everything except what the trace can recompute from Q and K."""
-    return not name.endswith((".scores", ".scaled"))
+    return not _SCORES(name)
 
 
 QUADRATIC_PARTS = ("scores", "scaled", "weights")  # [heads, n_q, n_k]: what grows with the input's square
+_QUADRATIC = matching(*(f"**.{part}" for part in QUADRATIC_PARTS))
+_ATTENTION_V = matching("**.attn.v", "**.cross_attn.v")
 
 
 def lean(name: str) -> bool:
     """A capture filter for traces that will be cached: none of the [heads, n, n] parts of attention
     (scores, softmax input, weights), which the trace recomputes from Q and K when they are read."""
-    return not name.endswith(tuple(f".{p}" for p in QUADRATIC_PARTS))
+    return not _QUADRATIC(name)
 
 
 def array_bytes(arrays: Mapping[str, np.ndarray]) -> int:
@@ -172,7 +178,7 @@ class Trace:
         names = []
         for name in self.activations:
             names.append(name)
-            if name.endswith("attn.v"):
+            if _ATTENTION_V(name):
                 prefix = name[: -len(".v")]
                 names += [f"{prefix}.{p}" for p in DERIVED_PARTS if f"{prefix}.{p}" not in self.activations]
         return names

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from PIL import Image
 
+from tformer_core.capture import matching
 from tformer_core.metrics import mean_attention_distance, mean_token_distance, uniform_attention
 from tformer_core.models.vit import ViT
 from tformer_core.trace import Trace
@@ -96,7 +97,7 @@ def distances_over_images(
     c = model.config
     out, done, pictures = [], 0, iter(images)
     while batch := [model.preprocessing(image) for image in itertools.islice(pictures, batch_size)]:
-        traces = model.trace_batch(torch.stack(batch), keep=lambda name: name.endswith(".weights"))
+        traces = model.trace_batch(torch.stack(batch), keep=matching("**.weights"))
         per_layer = [
             mean_attention_distance(
                 np.stack([t.attention(layer) for t in traces]), c.grid_hw, c.patch_size, c.n_prefix_tokens, renormalize

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import torch
 
-from ..capture import capture
+from ..capture import capture, matching
 from ..models.seq2seq import EncoderDecoder
 from ..models.vit import ViT
 from . import data as td
@@ -90,7 +90,7 @@ def cross_attention(model: EncoderDecoder, pair: td.Pair) -> np.ndarray:
     src_tok, tgt_tok = _tokenizers(model)
     src = src_tok.encode(pair.source_text)
     tgt = tgt_tok.encode(pair.target_text)  # starts with <bos>
-    trace = model.trace(src, tgt, keep=lambda n: n.endswith("cross_attn.weights"))
+    trace = model.trace(src, tgt, keep=matching("**.cross_attn.weights"))
     return trace.all_attention("cross")
 
 

@@ -39,6 +39,8 @@ from .kinds import CausalLM, EncoderDecoderModel, EncoderModel
 from .layers import BlockConfig
 from .weights import StackWeights
 
+_WEIGHTS = matching("**.weights")
+_KEPT_ALWAYS = matching("**.weights", "**.mask")  # with no Q and K, nothing recomputes them
 # What a transformers-run trace cannot hold, by activation part; `absent_reason` says why.
 ABSENT = ("attn.q", "attn.k", "attn.v", "attn.scores", "attn.scaled", "attn.z", "attn.out", "mlp", "ln")
 
@@ -144,13 +146,9 @@ class TransformersModel(TracedModel[TransformersConfig]):
     def _make_trace(self, activations: dict, keep: NameFilter | None, **fields: Any) -> Trace:
         """A Trace of `activations` (batch dimension already gone). `keep` drops what the caller does not read,
         except the attention weights and masks: with no Q and K they cannot be recomputed."""
-        kept = {
-            name: array
-            for name, array in activations.items()
-            if keep is None or keep(name) or name.endswith((".weights", ".mask"))
-        }
+        kept = {name: array for name, array in activations.items() if keep is None or keep(name) or _KEPT_ALWAYS(name)}
         meta = {**self._trace_meta(), **fields.pop("meta", {})}
-        n_heads = next(a.shape[0] for n, a in activations.items() if n.endswith(".weights"))
+        n_heads = next(a.shape[0] for n, a in activations.items() if _WEIGHTS(n))
         return Trace(kind=self.kind, activations=kept, n_heads=n_heads, meta=meta, **fields)
 
     def _predict_meta(self, ids: list[int]) -> dict:
@@ -372,7 +370,7 @@ class TransformersSeq2Seq(TransformersModel, EncoderDecoderModel[TransformersCon
             out = self._run(encoder_outputs=encoded, decoder_input_ids=tgt)
             return self._make_trace(
                 self._decoder_arrays(out, tgt.shape[1], None),
-                lambda name: name.startswith("head."),
+                matching("head.*"),
                 tokens=src_tokens,
                 target_tokens=tgt_tokens,
                 stack_layers={"decoder": len(out.decoder_attentions)},

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ..capture import HookPoint, NameFilter
+from ..capture import HookPoint, NameFilter, matching
 from ..generation import Generation, GenerationSettings, choose_next, traced_steps
 from ..tokenizers import Tokenizer
 from ..trace import Trace, stored_by_default
@@ -135,7 +135,8 @@ class EncoderDecoder(EncoderDecoderModel[Seq2SeqConfig]):
         with torch.inference_mode():
             memory = self.encode(src)
         target_tokenizer = self.target_tokenizer or self.tokenizer
-        decoder_only = lambda name: name.startswith(("decoder.", "head.")) and stored_by_default(name)  # noqa: E731
+        decoder_part = matching("decoder.**", "head.**")
+        decoder_only = lambda name: decoder_part(name) and stored_by_default(name)  # noqa: E731
 
         def trace_step(sequence: list[int]) -> Trace:
             tgt, tgt_tokens = self._ids(sequence, c.tgt_vocab_size, None, target_tokenizer, "target")

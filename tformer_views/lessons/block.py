@@ -22,6 +22,7 @@ import torch
 
 from tformer_core.attention import attend_float64
 from tformer_core.block_steps import FFNSteps, LayerNormSteps, RMSNormSteps, ffn_steps, layer_norm_steps, rms_norm_steps
+from tformer_core.capture import matching
 from tformer_core.models.base import TracedModel
 from tformer_core.models.layers import BlockConfig
 from tformer_core.models.weights import AttentionWeights, NormWeights
@@ -110,6 +111,12 @@ def _plain_attention(config: BlockConfig) -> bool:
 
 # ---- what the page traces -------------------------------------------------------------------------------
 _RECOMPUTED = ("q", "k", "v", "q_pre_rope", "k_pre_rope", "scores", "scaled", "weights", "z")
+_NOT_READ = matching(
+    *(f"**.{block}.{part}" for block in ("attn", "cross_attn") for part in _RECOMPUTED),
+    "head.**",
+    "*.embed.**",
+    "**.mlp.hidden",
+)
 
 
 def block_read(name: str) -> bool:
@@ -117,10 +124,7 @@ def block_read(name: str) -> bool:
     T5's position bias and the encoder's output. Not what the walk recomputes for its one token from the
     model's weights (Q, K, V, attention weights, head outputs, the FFN's hidden layer: at 512 tokens
     MiniLM's hidden layers alone take 19 MB), nor the embeddings and the head, which the page does not show."""
-    prefix, _, part = name.rpartition(".")
-    if prefix.endswith("attn") and part in _RECOMPUTED:
-        return False
-    return not (name.startswith("head.") or ".embed." in name or name.endswith(".mlp.hidden"))
+    return not _NOT_READ(name)
 
 
 def trace_text(model: TracedModel, text: str) -> Trace:
