@@ -52,7 +52,7 @@ from .projection import QKProjection, project_qk, qk_projection
 from .runtime import limit_malloc_arenas, release_freed_memory, retain_freed_memory
 from .steps import AttentionSteps, attention_from_qkv, attention_steps
 from .tokenizers import HFTokenizer, Tokenizer
-from .trace import Trace
+from .trace import Trace, TraceMeta
 
 __all__ = [
     "AttentionSteps",
@@ -94,6 +94,7 @@ __all__ = [
     "StackWeights",
     "Tokenizer",
     "Trace",
+    "TraceMeta",
     "TracedModel",
     "TransformersModel",
     "ViT",

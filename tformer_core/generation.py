@@ -77,7 +77,7 @@ class Generation:
     key/value cache (decoder-only models, by default), steps[0] is the prompt's own pass (attention
     [heads, n_prompt, n_prompt], next-token logits after every prompt position) and steps[t > 0] the pass
     of token n_prompt + t - 1 alone: attention [heads, 1, n_prompt + t] in every layer, K and V of every
-    position so far, `meta["query_start"]` = its position. Without a cache, every step runs the whole prefix.
+    position so far, `meta.query_start` = its position. Without a cache, every step runs the whole prefix.
     trace: one teacher-forced pass over the final sequence (with the encoder, for seq2seq); by the
     causal mask, its row n_prompt - 1 + t equals step t's last row.
     finished: True when EOS was generated, False when the length limit stopped it.
@@ -211,7 +211,7 @@ def next_token_table(trace: Trace, k: int = 5) -> tuple[np.ndarray, np.ndarray]:
     """The model's top-k next tokens after every position of one traced pass of a decoder:
     (ids [positions, k] int64, probabilities [positions, k] float32), most probable first.
 
-    Reads full logits or a compact trace's kept top tokens (at most its TOP_K); labels: trace.meta["labels"].
+    Reads full logits or a compact trace's kept top tokens (at most its TOP_K); labels: trace.meta.labels.
     """
     if "head.top_ids" in trace.activations:
         k = min(int(k), trace["head.top_ids"].shape[1])

@@ -155,5 +155,5 @@ def qk_projection(
         q = q[np.asarray(queries, dtype=np.int64)]
     if keys is not None:
         k = k[np.asarray(keys, dtype=np.int64)]
-    scale = float(trace.meta.get("attention_scale", 1.0))
+    scale = trace.meta.attention_scale
     return project_qk(q, k, n_components, scale=scale, align_means=align_means)

@@ -33,7 +33,7 @@ computes them, one per key/value head ([kv_heads, tokens, d_head]); query head h
 head's. `trace.query_heads(g)` lists the query heads that share key/value head g.
 
 A decoder step run against a key/value cache (generation) has queries for its new token only:
-`meta["query_start"]` is that token's position, attention is [heads, 1, n_keys], and `tokens` names every
+`meta.query_start` is that token's position, attention is [heads, 1, n_keys], and `tokens` names every
 key position (`tokens_for` gives (new token, all tokens)). Its attn.mask is there only where something is
 hidden from it (a sliding window): the newest token may attend to every earlier one.
 
@@ -47,8 +47,9 @@ outputs z stay stored: they are linear in the input, and a view compares them wi
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
 
 import numpy as np
 import torch
@@ -128,6 +129,63 @@ def to_numpy(t: torch.Tensor) -> np.ndarray:
     return a
 
 
+@dataclass(frozen=True)
+class TraceMeta:
+    """What a trace says about its pass besides the arrays, typed.
+
+    path: who ran the model, "tformer" (the core's modules) or "transformers". labels: a label per output of
+    the head (vocabulary tokens or class names), or None. attention_scale: what Q K^T is multiplied by before
+    the softmax. n_kv_heads: key/value heads per layer (grouped-query attention), None for as many as the query
+    heads. predict_position: the position whose prediction `Trace.predictions` shows by default (-1: the last;
+    an encoder's first [MASK]; None: none). mask_positions: every [MASK] of an encoder's input. query_start:
+    the first query position (a generation step against a key/value cache has its new token only). head:
+    "masked-word", "next-token", "classification" or None. problem_type: a classifier's (transformers'
+    problem_type), probabilities: how its logits become scores ("softmax", "sigmoid", "none"). architecture,
+    absent, absent_parts, dropped_head: a model transformers runs: its class, what its traces cannot hold
+    (a sentence and the activation parts), an architecture whose head was left out.
+
+    Read by attribute (`trace.meta.query_start`); `meta["path"]` and `meta.get("path", default)` also work,
+    for code written when meta was a dict (`get` gives `default` for a field left at None).
+    """
+
+    path: str = "tformer"
+    labels: Sequence[str] | None = None
+    attention_scale: float = 1.0
+    n_kv_heads: int | None = None
+    predict_position: int | None = None
+    mask_positions: Sequence[int] = ()
+    query_start: int = 0
+    head: str | None = None
+    problem_type: str | None = None
+    probabilities: str = "softmax"
+    architecture: str | None = None
+    absent: str | None = None
+    absent_parts: tuple[str, ...] = ()
+    dropped_head: str | None = None
+
+    @classmethod
+    def of(cls, meta: TraceMeta | Mapping[str, Any] | None) -> TraceMeta:
+        """`meta` itself, or a TraceMeta of the fields a mapping names (TypeError for a name that is not one)."""
+        if isinstance(meta, TraceMeta):
+            return meta
+        return cls(**dict(meta or {}))
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in self:
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and key in _META_FIELDS
+
+    def get(self, key: str, default: Any = None) -> Any:
+        value = getattr(self, key, None) if key in self else None
+        return default if value is None else value
+
+
+_META_FIELDS = frozenset(f.name for f in fields(TraceMeta))
+
+
 @dataclass(frozen=True, eq=False)
 class Trace:
     """Captured activations of one input.
@@ -139,6 +197,7 @@ class Trace:
     stack_layers: number of layers per stack, e.g. {"encoder": 6, "decoder": 6}.
     grid_hw, patch_size, n_prefix_tokens: the ViT patch grid (rows, cols), patch side in pixels
         and the number of tokens before the patches (class token, distillation token).
+    meta: what the pass says besides its arrays (`TraceMeta`; a mapping of its fields is converted).
     """
 
     kind: str
@@ -150,7 +209,11 @@ class Trace:
     grid_hw: tuple[int, int] | None = None
     patch_size: int | None = None
     n_prefix_tokens: int = 0
-    meta: Mapping[str, object] = field(default_factory=dict)
+    meta: TraceMeta = field(default_factory=TraceMeta)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.meta, TraceMeta):
+            object.__setattr__(self, "meta", TraceMeta.of(self.meta))
 
     # ---- generic access -------------------------------------------------------------------
     def __getitem__(self, name: str) -> np.ndarray:
@@ -215,7 +278,7 @@ class Trace:
             bias = self._bias(prefix, head)
             mask = self.activations.get(f"{prefix}.mask")
             allowed = None if mask is None else _tensor(mask if head is None else mask[0])  # [1, n_q, n_k]: shared
-            scale = float(self.meta.get("attention_scale", 1.0))
+            scale = self.meta.attention_scale
             logits = attention_logits(scores, scale, None if bias is None else _tensor(bias), allowed)
             if part == "scaled":
                 return to_numpy(logits)
@@ -237,7 +300,7 @@ class Trace:
     @property
     def n_kv_heads(self) -> int:
         """Key/value heads per layer: fewer than n_heads with grouped-query attention, else n_heads."""
-        return int(self.meta.get("n_kv_heads", self.n_heads))
+        return self.meta.n_kv_heads or self.n_heads
 
     def kv_head(self, head: int) -> int:
         """The key/value head query head `head` reads (itself unless the attention is grouped-query)."""
@@ -297,7 +360,7 @@ class Trace:
         per_position = self.activations.get("head.logits", self.activations.get("head.top_ids"))
         if per_position.ndim == 2:
             if position is None:
-                position = self.meta.get("predict_position")
+                position = self.meta.predict_position
             if position is None:
                 raise ValueError("no [MASK] token in the input: put [MASK] where a word should be guessed")
         k = max(int(k), 0)
@@ -305,7 +368,7 @@ class Trace:
             return self.activations["head.top_ids"][position, :k], self.activations["head.top_probs"][position, :k]
         logits = self.activations["head.logits"]
         row = np.asarray(logits if logits.ndim == 1 else logits[position], dtype=np.float64)
-        p = head_scores(row, str(self.meta.get("probabilities", "softmax")))  # multi-label: sigmoid; regression: none
+        p = head_scores(row, self.meta.probabilities)  # multi-label: sigmoid; regression: none
         top = np.argsort(-p, kind="stable")[:k]
         return top, p[top]
 
@@ -317,7 +380,7 @@ class Trace:
         `position` (default: the first [MASK] of the input).
         """
         ids, probs = self.ranked(k, position)
-        labels = self.meta.get("labels")
+        labels = self.meta.labels
         return [(str(labels[i]) if labels is not None else str(i), float(p)) for i, p in zip(ids, probs)]
 
     def compact(self, keep: Callable[[str], bool] | None = None, top_k: int = TOP_K) -> Trace:
@@ -400,7 +463,7 @@ class Trace:
         """(query labels, key labels) of an attention stack: cross-attention is target x source."""
         stack = stack or self.main_stack
         if self.kind != "encoder-decoder":
-            start = int(self.meta.get("query_start", 0))  # a cached generation step: its new token only
+            start = self.meta.query_start  # a cached generation step: its new token only
             return self.tokens[start:], self.tokens
         target = self.target_tokens or ()
         if stack == "encoder":

@@ -185,7 +185,7 @@ def continue_text(
         rows.append(np.stack([trace.attention(layer)[:, -1, :] for layer in range(trace.n_layers)]).astype(np.float32))
         p = softmax(trace["head.logits"][-1])
         top = np.argsort(-p, kind="stable")[:STEP_TOP_K]
-        labels = trace.meta.get("labels")
+        labels = trace.meta.labels
         top_ids.append(top)
         top_probs.append(p[top].astype(np.float32))
         top_labels.append(tuple(str(labels[i]) if labels is not None else str(i) for i in top))
@@ -206,7 +206,7 @@ def continue_text(
         tuple(model_probs),
         bool(gen.finished),
         sampling,
-        str(gen.trace.meta.get("path", "")),
+        gen.trace.meta.path,
     )
 
 
@@ -214,8 +214,8 @@ def next_token_frame(trace: Trace, k: int = 5) -> pd.DataFrame:
     """The model's top-k next tokens after every position of one decoder pass: a row per position with the
     position, its token and k cells "token  probability" (most probable first)."""
     ids, probs = next_token_table(trace, k)
-    labels = trace.meta.get("labels")
-    start = int(trace.meta.get("query_start", 0))
+    labels = trace.meta.labels
+    start = trace.meta.query_start
     tokens = display_tokens(trace.tokens[start:])
     frame = pd.DataFrame({"position": np.arange(start, start + len(tokens)), "token": tokens})
     for j in range(ids.shape[1]):

@@ -277,7 +277,7 @@ def prediction_kind(trace: Trace) -> str | None:
     sequence classifier: one set of labels for the whole input), or None (no head)."""
     if not trace.has_head:
         return None
-    if trace.meta.get("head") == "classification":
+    if trace.meta.head == "classification":
         return "classification"
     return "next-token" if trace.kind == "decoder" else "masked-word" if trace.kind == "encoder" else None
 
@@ -286,7 +286,7 @@ def class_scores(trace: Trace) -> tuple[list[tuple[str, float]], str]:
     """A sequence classifier's labels with their scores, highest first, and what the scores are: "probability"
     (a softmax over the labels), "probability of each label" (multi-label: a sigmoid each, they need not sum
     to 1) or "score" (a regression head's number)."""
-    how = trace.meta.get("probabilities", "softmax")
+    how = trace.meta.probabilities
     name = {"sigmoid": "probability of each label", "none": "score"}.get(how, "probability")
     return tc_class_scores(trace), name
 

@@ -92,7 +92,7 @@ def why_this_weight(trace: Trace, layer: int, head: int, query: int, stack: str 
     k = np.asarray(trace.k(layer, head, stack), dtype=np.float64)
     v = np.asarray(trace.v(layer, head, stack), dtype=np.float64)
     dots = k @ q
-    scale = float(trace.meta.get("attention_scale", 1.0))
+    scale = trace.meta.attention_scale
     bias = trace.attention_bias(layer, head, stack)  # T5's, for self-attention only
     bias = None if bias is None else np.asarray(bias[query], dtype=np.float64)
     allowed = allowed_mask(trace, layer, stack)

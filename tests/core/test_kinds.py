@@ -70,3 +70,18 @@ def test_a_chat_template_comes_from_the_tokenizer_for_every_causal_lm(tmp_path):
     decoder.tokenizer.hf.chat_template = "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}{% endfor %}<bot>"
     assert decoder.capabilities.chat_template
     assert decoder.chat_prompt([{"role": "user", "content": "the cat"}]) == "<user>the cat<bot>"
+
+
+def test_a_traces_meta_is_typed_and_still_reads_like_the_old_dict():
+    model = tiny_llama()
+    step = model.generate([1, 2, 3], 2).steps[1]
+    meta = step.meta
+    assert isinstance(meta, tc.TraceMeta) and meta.query_start == 3 and meta.n_kv_heads == 2
+    assert meta.path == "tformer" and meta.predict_position == -1 and meta.attention_scale == 0.5
+    assert meta["query_start"] == 3 and meta.get("absent", "none") == "none" and "labels" in meta
+    with pytest.raises(KeyError):
+        meta["colour"]
+    with pytest.raises(TypeError):
+        tc.TraceMeta.of({"colour": "red"})  # a key no field names is refused, not carried along
+    trace = tc.Trace("encoder", {}, ("a",), 2, {"encoder": 1}, meta={"head": "masked-word"})
+    assert trace.meta == tc.TraceMeta(head="masked-word") and trace.meta.probabilities == "softmax"

@@ -227,11 +227,11 @@ def class_scores(trace: Trace) -> list[tuple[str, float]]:
     """Every class of a sequence classifier's trace with its score, highest first: the softmax over the
     classes (single-label), each class's own sigmoid (multi-label: the scores need not sum to 1), or the
     raw output of a regression head, as the trace's meta["probabilities"] says."""
-    if trace.meta.get("head") != "classification" or "head.logits" not in trace:
+    if trace.meta.head != "classification" or "head.logits" not in trace:
         raise ValueError("this trace has no sequence classifier (no *ForSequenceClassification head)")
     logits = np.asarray(trace["head.logits"], dtype=np.float64)  # [n_labels]
-    scores = head_scores(logits, str(trace.meta.get("probabilities", "softmax")))
-    labels = trace.meta.get("labels") or [f"LABEL_{i}" for i in range(len(logits))]
+    scores = head_scores(logits, trace.meta.probabilities)
+    labels = trace.meta.labels or [f"LABEL_{i}" for i in range(len(logits))]
     order = np.argsort(-scores, kind="stable")
     return [(str(labels[i]), float(scores[i])) for i in order]
 
