@@ -118,7 +118,7 @@ def _completion(axes: np.ndarray, d: int, n: int) -> np.ndarray:
     """n more unit rows orthogonal to `axes` (and to each other), from the identity, deterministically;
     zero rows where d has no room left."""
     found = list(axes)
-    extra = []
+    extra: list[np.ndarray] = []
     for e in np.eye(d):
         if len(extra) == n:
             break

@@ -316,6 +316,20 @@ class Trace:
         return tuple(range(start, start + group))
 
     @property
+    def patch_grid(self) -> tuple[int, int]:
+        """(rows, cols) of an image trace's patch grid; ValueError for a trace of text."""
+        if self.grid_hw is None:
+            raise ValueError(f"this {self.kind} trace is not of an image: it has no patch grid")
+        return self.grid_hw
+
+    @property
+    def patch_side(self) -> int:
+        """The side of an image trace's patches in pixels; ValueError for a trace of text."""
+        if self.patch_size is None:
+            raise ValueError(f"this {self.kind} trace is not of an image: it has no patches")
+        return self.patch_size
+
+    @property
     def main_stack(self) -> str:
         """The stack shown first: the encoder when the trace holds one, else the decoder."""
         return "encoder" if "encoder" in self.stack_layers else "decoder"
@@ -358,7 +372,7 @@ class Trace:
         if not self.has_head:
             raise ValueError("this model has no prediction head (no classifier, language-model or masked-word head)")
         per_position = self.activations.get("head.logits", self.activations.get("head.top_ids"))
-        if per_position.ndim == 2:
+        if per_position is not None and per_position.ndim == 2:
             if position is None:
                 position = self.meta.predict_position
             if position is None:

@@ -51,7 +51,7 @@ def uniform_token_distance(trace: Trace, stack: str | None = None, hide_special:
 def image_distances(trace: Trace, renormalize: bool = False) -> np.ndarray:
     """[layers, heads] mean attention distance in pixels of one traced image."""
     return mean_attention_distance(
-        trace.all_attention(), trace.grid_hw, trace.patch_size, trace.n_prefix_tokens, renormalize
+        trace.all_attention(), trace.patch_grid, trace.patch_side, trace.n_prefix_tokens, renormalize
     )
 
 
@@ -91,12 +91,14 @@ def distances_over_images(
     batch_size: None picks one from the model's size (`auto_batch_size`). progress(done) after every batch.
     """
     model = require_vit(model)
+    preprocessing = model.preprocessing
+    assert preprocessing is not None  # require_vit refuses a ViT without one
     batch_size = auto_batch_size(model) if batch_size is None else batch_size
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     c = model.config
     out, done, pictures = [], 0, iter(images)
-    while batch := [model.preprocessing(image) for image in itertools.islice(pictures, batch_size)]:
+    while batch := [preprocessing(image) for image in itertools.islice(pictures, batch_size)]:
         traces = model.trace_batch(torch.stack(batch), keep=matching("**.weights"))
         per_layer = [
             mean_attention_distance(

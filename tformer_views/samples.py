@@ -47,7 +47,7 @@ def _shape_samples() -> list[tuple[str, bytes]]:
 
 
 def _folder_samples() -> list[tuple[str, bytes]]:
-    out = []
+    out: list[tuple[str, bytes]] = []
     for folder in image_dirs():
         if not folder.is_dir():
             continue

@@ -85,6 +85,12 @@ def require_seq2seq(model: TracedModel) -> EncoderDecoderModel:
     return model
 
 
+def _source_tokenizer(model: EncoderDecoderModel) -> Tokenizer:
+    if model.tokenizer is None:
+        raise ValueError("this model has no tokenizer, so it cannot read a sentence")
+    return model.tokenizer
+
+
 def _target_tokenizer(model: EncoderDecoderModel) -> Tokenizer:
     tokenizer = model.target_tokenizer or model.tokenizer
     assert tokenizer is not None  # require_seq2seq checked
@@ -111,7 +117,7 @@ def translate(model: TracedModel, source: str, max_new_tokens: int | None = None
         gen.steps,
         gen.finished,
         output_text(model, gen.generated_ids),
-        tuple(model.tokenizer.unknown_words(source)),
+        tuple(_source_tokenizer(model).unknown_words(source)),
     )
 
 
@@ -121,6 +127,8 @@ def target_ids(model: EncoderDecoderModel, target: str) -> list[int]:
         raise ValueError("the target is empty: type the translation to check, or leave it empty for the model's own")
     settings = model.generation
     start = settings.start_id if settings.start_id is not None else settings.pad_id
+    if start is None:
+        raise ValueError("this model's generation settings name no decoder start token")
     ids = [start, *_target_tokenizer(model).encode_target(target)]
     if settings.eos_id is not None and ids[-1] != settings.eos_id:
         ids.append(settings.eos_id)
@@ -133,14 +141,14 @@ def teacher_force(model: TracedModel, source: str, target: str) -> Translation:
     """The model's attention when the decoder is given `target` instead of its own output."""
     model = require_seq2seq(model)
     ids = target_ids(model, target)
-    limit = model.config.max_positions
-    if len(ids) > limit:
+    limit = model.max_tokens
+    if limit is not None and len(ids) > limit:
         raise ValueError(
             f"the target has {len(ids)} tokens with its start and end tokens; this model handles at "
             f"most {limit}. Shorten it."
         )
     trace = model.trace(source, ids)
-    unknown = model.tokenizer.unknown_words(source) + _target_tokenizer(model).unknown_words(target)
+    unknown = _source_tokenizer(model).unknown_words(source) + _target_tokenizer(model).unknown_words(target)
     return Translation(
         "teacher",
         trace.tokens,
@@ -233,4 +241,4 @@ def vocabulary(model: TracedModel) -> list[tuple[str, list[tuple[str, str]]]] | 
         ("adverbs", td.ADVERBS),
         ("prepositions", td.PREPOSITIONS),
     ]
-    return [(name, [tuple(pair) for pair in words]) for name, words in classes]
+    return [(name, [(source, target) for source, target in words]) for name, words in classes]

@@ -25,6 +25,7 @@ from tformer_core.inputs.text import FittedInput, fit_to_model
 from tformer_core.models.base import TracedModel
 from tformer_core.models.encoder import class_scores as tc_class_scores
 from tformer_core.models.encoder import first_token_attention as tc_first_token_attention
+from tformer_core.tokenizers import Tokenizer
 from tformer_core.trace import Trace
 
 from .tokens import display_token, display_tokens, visible_positions
@@ -322,7 +323,9 @@ class _Limited:
     """What `fit_to_model` reads of a model (its tokenizer, kind and maximum), with a lower maximum."""
 
     def __init__(self, model: TracedModel, limit: int) -> None:
-        self.tokenizer, self.kind, self.max_tokens = model.tokenizer, model.kind, limit
+        self.tokenizer: Tokenizer | None = model.tokenizer
+        self.kind: str = model.kind
+        self.max_tokens: int | None = limit
 
 
 def fit_text(model: TracedModel, text: str, pair: str | None = None, limit: int = PAGE_MAX_TOKENS) -> FittedInput:
@@ -331,4 +334,4 @@ def fit_text(model: TracedModel, text: str, pair: str | None = None, limit: int 
     most = model.max_tokens
     if most is not None and most <= limit:
         return fit_to_model(model, text, pair)
-    return fit_to_model(_Limited(model, limit), text, pair)  # type: ignore[arg-type]  (duck-typed)
+    return fit_to_model(_Limited(model, limit), text, pair)

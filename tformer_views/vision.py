@@ -52,19 +52,21 @@ class VisionResult:
 
     @property
     def grid_hw(self) -> tuple[int, int]:
-        return self.trace.grid_hw  # type: ignore[return-value]
+        return self.trace.patch_grid
 
     @property
     def patch_size(self) -> int:
-        return int(self.trace.patch_size)  # type: ignore[arg-type]
+        return self.trace.patch_side
 
 
 def analyse(model: TracedModel, data: bytes, name: str = "") -> VisionResult:
     """Read an image file, preprocess it as the checkpoint does, trace it. ImageError / ValueError for bad input."""
-    model = require_vit(model)
+    vit = require_vit(model)
+    preprocessing = vit.preprocessing
+    assert preprocessing is not None  # require_vit refuses a ViT without one
     loaded = read_image(data, name)
-    seen = model.preprocessing.resized(loaded.image)
-    trace = model.trace(model.preprocessing(loaded.image))
+    seen = preprocessing.resized(loaded.image)
+    trace = vit.trace(preprocessing(loaded.image))
     return VisionResult(seen, trace, loaded.original_size, loaded.notes)
 
 
@@ -72,7 +74,8 @@ def query_token(trace: Trace, patch: int | None) -> int:
     """Token index of a query: the class token (patch None) or patch `patch` (row-major) after the prefix tokens."""
     if patch is None:
         return 0
-    n = trace.grid_hw[0] * trace.grid_hw[1]
+    rows, cols = trace.patch_grid
+    n = rows * cols
     if not 0 <= patch < n:
         raise ValueError(f"patch {patch} is out of range: the grid has {n} patches (0..{n - 1})")
     return trace.n_prefix_tokens + int(patch)
@@ -86,7 +89,7 @@ def attention_map(trace: Trace, layer: int, head: int | None, patch: int | None 
     w = trace.attention(layer)  # [heads, n, n]
     row = w[:, query_token(trace, patch), trace.n_prefix_tokens :]  # [heads, N]
     row = row.mean(0) if head is None else row[head]
-    return np.asarray(row, dtype=np.float64).reshape(trace.grid_hw)
+    return np.asarray(row, dtype=np.float64).reshape(trace.patch_grid)
 
 
 def rollout(trace: Trace, head_fusion: str = "mean", discard_ratio: float = 0.9) -> np.ndarray:
@@ -116,7 +119,7 @@ def rollout(trace: Trace, head_fusion: str = "mean", discard_ratio: float = 0.9)
 
 def rollout_map(trace: Trace, head_fusion: str = "mean", discard_ratio: float = 0.9) -> np.ndarray:
     """[rows, cols]: the class token's row of the rollout over the patches."""
-    return rollout(trace, head_fusion, discard_ratio)[0, trace.n_prefix_tokens :].reshape(trace.grid_hw)
+    return rollout(trace, head_fusion, discard_ratio)[0, trace.n_prefix_tokens :].reshape(trace.patch_grid)
 
 
 # ---- the model's own pictures (ViT paper, Fig. 7) --------------------------------------------------

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -97,7 +98,8 @@ def cross_attention(model: EncoderDecoder, pair: td.Pair) -> np.ndarray:
 def alignment_accuracy(model: EncoderDecoder, pairs: Sequence[td.Pair]) -> np.ndarray:
     """For each (decoder layer, head): the share of aligned target words whose cross-attention
     argmax (at the position that predicts the word) is the gold source word. -> [layers, heads]."""
-    hits, total = None, 0
+    hits: np.ndarray | None = None
+    total = 0
     for p in pairs:
         w = cross_attention(model, p)  # (L, H, T+1, S)
         rows = [t for t, a in enumerate(p.alignment) if a is not None]
@@ -106,6 +108,8 @@ def alignment_accuracy(model: EncoderDecoder, pairs: Sequence[td.Pair]) -> np.nd
         h = (argmax == gold).sum(-1)
         hits = h if hits is None else hits + h
         total += len(rows)
+    if hits is None or not total:
+        raise ValueError("no aligned pair to score")
     return hits / total
 
 
@@ -191,7 +195,7 @@ def foreground_figures(model: ViT, scenes: td.Scenes, layer: int = -1) -> dict:
     """
     att = class_token_attention(model, scenes.images, layer)  # (B, N)
     cov = td.patch_coverage(scenes.coverage, model.config.patch_size)  # (B, N)
-    figures = {}
+    figures: dict[str, Any] = {}
     for key, fg in (("any_pixel", cov > 0), ("half_covered", cov >= 0.5)):
         fg = fg.float()
         share = fg.mean(1)  # (B,)

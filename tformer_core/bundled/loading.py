@@ -138,23 +138,20 @@ def _listed_file(folder: Path, meta: dict, key: str, shown: str) -> Path:
 
 def _attach_inputs(model: TracedModel, meta: dict, folder: Path, shown: str, family: str) -> None:
     """Tokenizers, generation rules and labels (encoder-decoder), or labels and preprocessing (ViT)."""
-    if family == "encoder-decoder":
-        model.attach_tokenizer(WordTokenizer(read_lines(_listed_file(folder, meta, "source_vocab", shown))))
-        target = _listed_file(folder, meta, "target_vocab", shown)
-        model.target_tokenizer = WordTokenizer(read_lines(target), prepend_bos=True)
-        for side, tok in (("source", model.tokenizer), ("target", model.target_tokenizer)):
+    if family == "encoder-decoder" and isinstance(model, EncoderDecoder):
+        source = WordTokenizer(read_lines(_listed_file(folder, meta, "source_vocab", shown)))
+        tgt = WordTokenizer(read_lines(_listed_file(folder, meta, "target_vocab", shown)), prepend_bos=True)
+        model.attach_tokenizer(source)
+        model.target_tokenizer = tgt
+        for side, tok in (("source", source), ("target", tgt)):
             expected = meta["special_tokens"]
             got = {"pad": tok.pad_id, "bos": tok.bos_id, "eos": tok.eos_id, "unk": tok.unk_id}
             if got != expected:
                 raise CheckpointError(
                     f"{shown}: the {side} vocabulary's special ids {got} differ from config.json {expected}"
                 )
-        if (
-            len(model.tokenizer) != model.config.src_vocab_size
-            or len(model.target_tokenizer) != model.config.tgt_vocab_size
-        ):
+        if len(source) != model.config.src_vocab_size or len(tgt) != model.config.tgt_vocab_size:
             raise CheckpointError(f"{shown}: vocabulary files do not match the vocabulary sizes in config.json")
-        tgt = model.target_tokenizer
         model.output_labels = tgt.labels(model.output_vocab_size)  # predictions name target words
         # generate() starts from <bos>, stops at <eos>, never emits <pad> or a second <bos>.
         model.generation = GenerationSettings(
@@ -164,11 +161,14 @@ def _attach_inputs(model: TracedModel, meta: dict, folder: Path, shown: str, fam
             suppress_ids=(tgt.pad_id, tgt.bos_id),
             max_new_tokens=int(meta.get("max_target_length", model.config.max_positions - 1)),
         )
-    else:
-        model.class_names = read_lines(_listed_file(folder, meta, "labels", shown))
-        if len(model.class_names) != model.config.n_classes:
-            raise CheckpointError(f"{shown}: {len(model.class_names)} labels for {model.config.n_classes} classes")
+    elif isinstance(model, ViT):
+        names = read_lines(_listed_file(folder, meta, "labels", shown))
+        if len(names) != model.config.n_classes:
+            raise CheckpointError(f"{shown}: {len(names)} labels for {model.config.n_classes} classes")
+        model.class_names = names
         model.preprocessing = preprocessing_from_meta(meta["preprocessing"])
+    else:
+        raise CheckpointError(f"{shown}: a {family} folder holds a {model.kind} model")
 
 
 def load_bundled(

@@ -28,7 +28,7 @@ import platform
 import random
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -37,6 +37,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from safetensors.torch import save_file
+from torch import nn
 
 from ..models.seq2seq import EncoderDecoder, Seq2SeqConfig
 from ..models.vit import ViT, ViTConfig
@@ -170,7 +171,8 @@ def _optimise(
     model: torch.nn.Module, recipe: Recipe, loss_of_batch: Callable[[int], torch.Tensor], log: Log, label: str
 ) -> float:
     """Run `recipe.steps` AdamW steps; loss_of_batch(step) -> scalar loss. Returns the last smoothed loss."""
-    decay, no_decay = [], []
+    decay: list[nn.Parameter] = []
+    no_decay: list[nn.Parameter] = []
     for name, p in model.named_parameters():
         # Norm gains, biases, embeddings and the class token are not weight-decayed (as in ViT / BERT).
         (decay if p.dim() >= 2 and "embed" not in name else no_decay).append(p)
@@ -341,7 +343,7 @@ def _write(
     model: torch.nn.Module,
     out: Path,
     meta: dict,
-    files: dict[str, Sequence[str]],
+    files: Mapping[str, Sequence[str]],
     evaluate: Callable[[Any, Log], dict] | None,
     log: Log,
 ) -> RunResult:

@@ -86,7 +86,7 @@ class _NoFillsOnMeta(TorchFunctionMode):
     reference kernels, whose first use imports torch._dynamo: 3 of the 12 seconds a fresh process took to
     load smollm2."""
 
-    def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[override]
+    def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if getattr(func, "__name__", None) in _FILLS:
             target = args[0] if args else kwargs.get("tensor", kwargs.get("self"))  # nn.init passes tensor=
@@ -175,6 +175,13 @@ def _token_id(value: Any, key: str, file: str) -> int | None:
     return value
 
 
+def _required_id(value: Any, key: str, file: str) -> int:
+    token = _token_id(value, key, file)
+    if token is None:  # only a pad_token_id may be "none"
+        raise CheckpointError(f"{file}: {key} must be a token id (a whole number from 0), got {value!r}")
+    return token
+
+
 def generation_settings(
     hf: dict, generation: dict | None = None, default_start: int | None = None
 ) -> GenerationSettings:
@@ -213,9 +220,9 @@ def generation_settings(
     suppress: list[int] = []
     for words in id_list("bad_words_ids"):
         if isinstance(words, (list, tuple)) and len(words) == 1:
-            suppress.append(_token_id(words[0], "bad_words_ids", file("bad_words_ids")))
+            suppress.append(_required_id(words[0], "bad_words_ids", file("bad_words_ids")))
     for token in id_list("suppress_tokens"):
-        suppress.append(_token_id(token, "suppress_tokens", file("suppress_tokens")))
+        suppress.append(_required_id(token, "suppress_tokens", file("suppress_tokens")))
     forced_eos = g.get("forced_eos_token_id")
     if isinstance(forced_eos, (list, tuple)):
         forced_eos = forced_eos[0] if len(forced_eos) == 1 else None

@@ -39,6 +39,11 @@ from .limits import check_params
 from .sources import Progress
 from .weights import read_tensors
 
+# transformers' model classes and models (imported where a model is loaded: transformers takes seconds to
+# import); their attributes are transformers' own, read dynamically, so they are typed loosely here.
+HFModelClass = Any
+HFModel = Any
+
 # The most tokens a transformers-run model reads in one trace: its attention weights are stored for every
 # layer and head (no Q and K to recompute them from), 600 MB for a 12-layer, 12-head model at 1024 tokens.
 TRACE_MAX_TOKENS = 1024
@@ -92,7 +97,7 @@ def _names(value: object) -> tuple[str, ...]:
     return tuple(v for v in value if isinstance(v, str)) if isinstance(value, (tuple, list)) else ()
 
 
-def choose_class(hf: dict) -> tuple[type, str | None, str]:
+def choose_class(hf: dict) -> tuple[HFModelClass, str | None, str]:
     """(the transformers class to build, the head it has or None, the head left out or "") from config.json.
 
     The class is config.json's first architecture when it is a transformers class of the config's model_type
@@ -123,9 +128,9 @@ def choose_class(hf: dict) -> tuple[type, str | None, str]:
         for mapping, head in HEADS:
             if named in _names(getattr(modeling_auto, mapping).get(model_type)):
                 return cls, head, ""
-    base = _names(modeling_auto.MODEL_MAPPING_NAMES.get(model_type))
+    base = _names(modeling_auto.MODEL_MAPPING_NAMES.get(str(model_type)))
     cls = getattr(transformers, base[0], None) if base else None
-    if not _is_model_class(cls, model_type):
+    if cls is None or not _is_model_class(cls, model_type):
         raise CheckpointError(f"transformers has no text model for {model_type}: tformer cannot show it")
     return cls, None, (str(named) if named and named != cls.__name__ else "")
 
@@ -151,7 +156,7 @@ def check_sizes(hf: dict) -> None:
             c.whole(key, None, low=0)
 
 
-def read_config(folder: Path, cls: type) -> Any:
+def read_config(folder: Path, cls: HFModelClass) -> Any:
     """transformers' config object for the folder (its own JSON reading and checks), eager attention."""
     from transformers import AutoConfig
 
@@ -165,7 +170,7 @@ def read_config(folder: Path, cls: type) -> Any:
     return config
 
 
-def count_on_meta(cls: type, config: Any, name: str) -> int:
+def count_on_meta(cls: HFModelClass, config: Any, name: str) -> int:
     """Parameters (and fixed tables) of `cls(config)` built on the meta device, which allocates nothing;
     CheckpointError when they exceed TFORMER_MAX_PARAMS."""
     with torch.device("meta"):
@@ -176,7 +181,7 @@ def count_on_meta(cls: type, config: Any, name: str) -> int:
     return n
 
 
-def from_pretrained(cls: type, folder: Path, config: Any) -> torch.nn.Module:
+def from_pretrained(cls: HFModelClass, folder: Path, config: Any) -> HFModel:
     """The checkpoint's weights in `cls`, as float32 on the CPU, from files `read_tensors` accepted."""
     read_tensors(folder).close()  # the same checks as the core's converters, before transformers reads them
     has_safetensors = any(folder.glob("model*.safetensors"))
@@ -229,7 +234,7 @@ def _check_attentions(attentions: Any, n: int, where: str) -> None:
         )
 
 
-def describe(model: torch.nn.Module, head: str | None, dropped: str, hf: dict) -> TransformersConfig:
+def describe(model: HFModel, head: str | None, dropped: str, hf: dict) -> TransformersConfig:
     """The core's config of a loaded transformers model, from config.json and one probing pass."""
     config = model.config
     seq2seq = bool(getattr(config, "is_encoder_decoder", False))

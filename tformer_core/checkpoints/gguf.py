@@ -33,7 +33,7 @@ from .sources import Progress
 try:
     import fcntl
 except ImportError:  # not on Windows: conversions in one process are still serialised
-    fcntl = None  # type: ignore[assignment]
+    fcntl = None  # type: ignore[assignment]  # no module there: the lock is skipped
 
 CACHE_FORMAT = 1  # bump when the converted folder's layout changes: older folders are then converted again
 MARKER = "tformer-converted.json"

@@ -263,14 +263,15 @@ def _with_deadline(
     from this thread (the app's progress bar belongs to the page's thread).
     """
     events: queue.SimpleQueue = queue.SimpleQueue()
-    outcome: dict[str, object] = {}
+    values: list[T] = []
+    errors: list[BaseException] = []
     cancelled = threading.Event()
 
     def run() -> None:
         try:
-            outcome["value"] = work(lambda fraction, message: events.put((fraction, message)), cancelled)
+            values.append(work(lambda fraction, message: events.put((fraction, message)), cancelled))
         except BaseException as error:  # handed to the caller's thread, raised there
-            outcome["error"] = error
+            errors.append(error)
         finally:
             events.put(None)
 
@@ -288,9 +289,9 @@ def _with_deadline(
         if event is None:
             break
         _report(progress, *event)
-    if "error" in outcome:
-        raise outcome["error"]  # type: ignore[misc]
-    return outcome["value"]  # type: ignore[return-value]
+    if errors:
+        raise errors[0]
+    return values[0]
 
 
 def _unreachable(repo_id: str, why: str) -> CheckpointError:
@@ -361,7 +362,7 @@ def hub_folder(repo_id: str, progress: Progress | None = None) -> Path:
 
     def download(report: Progress, cancelled: threading.Event) -> Path:
         done, folder = 0, None
-        for name in sorted(files, key=files.get):
+        for name in sorted(files, key=lambda name: files[name]):
             if cancelled.is_set():
                 break
             report(0.05 + 0.6 * done / (total or 1), f"{repo_id}: downloading {name}")
@@ -373,8 +374,9 @@ def hub_folder(repo_id: str, progress: Progress | None = None) -> Path:
                 ) from None
             folder = Path(path).parent
             done += files[name]
-        assert folder is not None or cancelled.is_set()
-        return folder  # type: ignore[return-value]
+        if folder is None:  # cancelled before the first file (the caller has given up already), or none listed
+            raise CheckpointError(f"no file of {repo_id} was downloaded")
+        return folder
 
     limit_s = (2 + len(files)) * 2 * HUB_TIMEOUT_S + total / HUB_MIN_BYTES_PER_S
     late = (

@@ -26,6 +26,7 @@ import zipfile
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import torch
@@ -59,6 +60,15 @@ _DTYPES: dict[str, torch.dtype] = {
     "BOOL": torch.bool,
 }
 _PLAIN_FILE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")  # a file name in the folder, never a path
+
+
+def _contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The strides of a contiguous tensor of `shape`, in elements."""
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= size
+    return tuple(reversed(strides))
 
 
 @dataclass(frozen=True)
@@ -136,7 +146,7 @@ def _tensor_info(name: str, key: str, entry: object, data_start: int = 0) -> Ten
     """One entry of a safetensors header ({dtype, shape, data_offsets}), checked; `data_start`: where the file's
     data section begins."""
     try:
-        dtype_name, shape, (begin, end) = entry["dtype"], entry["shape"], entry["data_offsets"]  # type: ignore[index]
+        dtype_name, shape, (begin, end) = entry["dtype"], entry["shape"], entry["data_offsets"]  # type: ignore[index]  # untrusted JSON: a TypeError is caught below
         shape = tuple(shape)
         valid = len(shape) <= 8 and all(type(d) is int and 0 <= d < 1 << 40 for d in shape)
         valid = valid and all(type(o) is int for o in (begin, end))
@@ -285,9 +295,10 @@ class CheckpointTensors(Mapping[str, torch.Tensor]):
         if info.file not in self._maps:
             path = self.folder / info.file
             # shared=False: MAP_PRIVATE, so a parameter changed in place never writes to the file.
-            self._maps[info.file] = torch.UntypedStorage.from_file(str(path), shared=False, nbytes=path.stat().st_size)
+            storage = torch.UntypedStorage.from_file(str(path), shared=False, nbytes=path.stat().st_size)
+            self._maps[info.file] = cast(torch.UntypedStorage, storage)  # from_file on UntypedStorage gives one
         view = torch.empty(0, dtype=info.dtype)
-        return view.set_(self._maps[info.file], info.start // itemsize, info.shape)
+        return view.set_(self._maps[info.file], info.start // itemsize, info.shape, _contiguous_strides(info.shape))
 
     def _open(self, file: str):
         """safe_open's handle for `file` (it validates the header too); kept until close()."""
@@ -425,8 +436,8 @@ def all_finite(tensor: torch.Tensor) -> bool:
             if np.isfinite(tensor.detach().numpy().sum(dtype=accumulate)):
                 return True
     elif tensor.dtype in (torch.bfloat16, torch.float16, torch.float32, torch.float64):
-        accumulate = torch.float64 if tensor.dtype == torch.float64 else torch.float32
-        if bool(torch.isfinite(tensor.sum(dtype=accumulate))):
+        wide = torch.float64 if tensor.dtype == torch.float64 else torch.float32
+        if bool(torch.isfinite(tensor.sum(dtype=wide))):
             return True
     return bool(torch.isfinite(tensor).all())
 
@@ -463,7 +474,7 @@ def assign(model: nn.Module, mapping: dict[str, torch.Tensor], weights: Weights 
             target = expected[name]
             if tuple(target.shape) != tuple(tensor.shape):
                 key = weights.handed.get(id(tensor), (None,))[0] if weights is not None else None
-                where = f"{weights.file_of(key)}: the tensor {key}" if key else f"{source}: {name}"
+                where = f"{weights.file_of(key)}: the tensor {key}" if key and weights else f"{source}: {name}"
                 raise CheckpointError(
                     f"{where} is {tuple(tensor.shape)}, but config.json implies {tuple(target.shape)}: "
                     "the weights and the config do not belong together"

@@ -173,12 +173,12 @@ def read_image(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", Image.DecompressionBombWarning)
         try:
-            image = Image.open(io.BytesIO(data))  # reads the header only
+            image: Image.Image = Image.open(io.BytesIO(data))  # reads the header only
         except UnidentifiedImageError:
             raise ImageError(f"{label}this is {_describe(data)}") from None
         except Image.DecompressionBombError:
             raise ImageError(
-                f"{label}the image claims more than {2 * Image.MAX_IMAGE_PIXELS / 1e6:.0f} megapixels; "
+                f"{label}the image claims more than {2 * (Image.MAX_IMAGE_PIXELS or 0) / 1e6:.0f} megapixels; "
                 f"the limit is {max_pixels / 1e6:.0f} megapixels. Downscale it first."
             ) from None
         except (OSError, SyntaxError, ValueError) as error:

@@ -32,7 +32,7 @@ class ImagePreprocessing:
     @classmethod
     def from_hf(cls, cfg: dict, default_size: int) -> ImagePreprocessing:
         """From a Hugging Face preprocessor_config.json."""
-        resize = None
+        resize: tuple[str, int | tuple[int, int]] | None = None
         if cfg.get("do_resize", True):
             size = cfg.get("size", default_size)
             if isinstance(size, int):

@@ -9,9 +9,8 @@ and the page says how many tokens were dropped.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
-from ..models.base import TracedModel
 from ..tokenizers import Tokenizer, require_readable
 
 
@@ -52,7 +51,18 @@ def _split_budget(budget: int, n_a: int, n_b: int) -> tuple[int, int]:
     return budget - budget // 2, budget // 2
 
 
-def fit_to_model(model: TracedModel, text: str, pair: str | None = None) -> FittedInput:
+class TextReader(Protocol):
+    """What `fit_to_model` reads of a model: every TracedModel is one (a view may pass a lower maximum)."""
+
+    @property
+    def tokenizer(self) -> Tokenizer | None: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def max_tokens(self) -> int | None: ...
+
+
+def fit_to_model(model: TextReader, text: str, pair: str | None = None) -> FittedInput:
     """`text` (and `pair`, BERT's sentence B) cut at a token boundary so the whole input fits the model.
 
     Decoder-only models take no second segment (it is ignored). Raises ValueError for an empty

@@ -22,7 +22,7 @@ from typing_extensions import TypeVar
 
 from ..capture import NameFilter, capture, name_hook_points
 from ..tokenizers import Tokenizer, require_readable
-from ..trace import Trace, stored_by_default, to_numpy
+from ..trace import Trace, TraceMeta, stored_by_default, to_numpy
 from .layers import BlockConfig, Stack
 from .weights import StackWeights, stack_weights
 
@@ -180,9 +180,9 @@ class TracedModel(nn.Module, Generic[ConfigT], metaclass=ABCMeta):
             require_readable(inputs, what)
             ids = list(tokenizer.encode(inputs))
         elif isinstance(inputs, torch.Tensor):
-            ids = inputs.detach().cpu().reshape(-1).tolist() if inputs.dim() <= 1 or inputs.shape[0] == 1 else None
-            if ids is None:
+            if inputs.dim() > 1 and inputs.shape[0] != 1:
                 raise ValueError(f"trace() takes one sequence; got a batch of shape {tuple(inputs.shape)}")
+            ids = inputs.detach().cpu().reshape(-1).tolist()
         else:
             array = np.asarray(inputs)
             if array.ndim > 1 and array.shape[0] != 1:
@@ -204,7 +204,11 @@ class TracedModel(nn.Module, Generic[ConfigT], metaclass=ABCMeta):
 
     # ---- tracing ---------------------------------------------------------------------------
     def _trace(
-        self, run: Callable[[], torch.Tensor], keep: NameFilter | None, meta: dict | None = None, **trace_fields: Any
+        self,
+        run: Callable[[], torch.Tensor],
+        keep: NameFilter | None,
+        meta: dict[str, Any] | None = None,
+        **trace_fields: Any,
     ) -> Trace:
         """Run `run` once under capture; the first batch element becomes a Trace.
 
@@ -213,10 +217,10 @@ class TracedModel(nn.Module, Generic[ConfigT], metaclass=ABCMeta):
         with torch.inference_mode(), capture(keep or stored_by_default) as sink:
             run()
             activations = {name: to_numpy(t[0]) for name, t in sink.tensors.items()}
-        meta = {**self._trace_meta(), **(meta or {})}
-        return Trace(kind=self.kind, activations=activations, n_heads=self.config.n_heads, meta=meta, **trace_fields)
+        full = TraceMeta.of({**self._trace_meta(), **(meta or {})})
+        return Trace(kind=self.kind, activations=activations, n_heads=self.config.n_heads, meta=full, **trace_fields)
 
-    def _trace_meta(self) -> dict:
+    def _trace_meta(self) -> dict[str, Any]:
         scale = 1.0 / self.config.head_dim**0.5 if self.config.scale_attention else 1.0
         return {"labels": self.output_labels, "attention_scale": scale, "path": self.path}
 
@@ -227,7 +231,7 @@ class TracedModel(nn.Module, Generic[ConfigT], metaclass=ABCMeta):
         with torch.inference_mode(), capture(keep or stored_by_default) as sink:
             run()
             arrays = {name: to_numpy(t) for name, t in sink.tensors.items()}
-        meta = self._trace_meta()
+        meta = TraceMeta.of(self._trace_meta())
         return [
             Trace(
                 kind=self.kind,

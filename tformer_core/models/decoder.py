@@ -14,14 +14,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 import torch
-from torch import nn
 
-from ..capture import HookPoint, NameFilter
+from ..capture import NameFilter
 from ..generation import Generation, GenerationSettings, Sampling, decode_steps
 from ..trace import Trace
 from .base import Capabilities, TokenInput, per_token
 from .kinds import CausalLM
-from .layers import BlockConfig, KVCache, Stack, causal_window_mask, key_padding_mask, text_embedding
+from .layers import BlockConfig, KVCache, LMHead, Stack, causal_window_mask, key_padding_mask, text_embedding
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -71,11 +70,9 @@ class Decoder(CausalLM[DecoderConfig]):
         c = config
         embed = text_embedding(c, c.vocab_size)
         self.decoder = Stack(c, c.n_layers, embed)
-        self.head = nn.Module()
-        self.head.unembed = nn.Linear(c.d_model, c.vocab_size, bias=False)
+        self.head = LMHead(c.d_model, c.vocab_size)
         if c.tie_embeddings:
             self.head.unembed.weight = embed.tok.weight
-        self.head.hook_logits = HookPoint()
         self.generation = GenerationSettings()
         self._finish_init()
 
@@ -97,11 +94,10 @@ class Decoder(CausalLM[DecoderConfig]):
         """The causal mask of the new positions over every key (n_new, n_keys), combined with the padding
         mask (B, 1, n_new, n_keys); one per layer when some layers slide a window. None where nothing is hidden
         (one new token after a cache sees every key): its step trace then has no attn.mask."""
-        causal = causal_window_mask(n_new, n_keys, device=device)
+        full = causal_window_mask(n_new, n_keys, device=device)
         if attention_mask is not None:
-            causal = causal & key_padding_mask(attention_mask)
-        elif n_new == 1:
-            causal = None
+            full = full & key_padding_mask(attention_mask)
+        causal = None if attention_mask is None and n_new == 1 else full
         c = self.config
         if c.sliding_window is None:
             return causal
@@ -119,7 +115,7 @@ class Decoder(CausalLM[DecoderConfig]):
         masks = self._self_masks(ids.shape[1], offset + ids.shape[1], ids.device, attention_mask)
         x = self.decoder.embed(ids, offset=offset)
         x = self.decoder(x, self_mask=masks, cache=cache)
-        return self.head.hook_logits(self.head.unembed(x))  # (B, T, vocab)
+        return self.head(x)  # (B, T, vocab)
 
     def _trace_meta(self) -> dict:
         return {**super()._trace_meta(), "n_kv_heads": self.config.kv_heads}

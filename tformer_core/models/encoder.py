@@ -8,7 +8,7 @@ label for the whole input, read from the first token, [CLS] or <s>, as BERT, RoB
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,7 +24,7 @@ from .base import Capabilities, TokenInput, per_token
 from .kinds import EncoderModel
 from .layers import ACTIVATIONS, BlockConfig, Stack, key_padding_mask, text_embedding
 
-POOL_ACTIVATIONS = {"tanh": torch.tanh, "relu": F.relu}
+POOL_ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {"tanh": torch.tanh, "relu": F.relu}
 # transformers' problem_type values; "" when config.json names none.
 PROBLEM_TYPES = ("", "single_label_classification", "multi_label_classification", "regression")
 
@@ -93,6 +93,7 @@ class Encoder(EncoderModel[EncoderConfig]):
         c = config
         embed = text_embedding(c, c.vocab_size, n_token_types=c.n_token_types, scale=c.embed_scale, norm=c.embed_norm)
         self.encoder = Stack(c, c.n_layers, embed)
+        self.head: MaskedLMHead | SequenceClassifierHead | None = None
         if c.mlm_head:
             self.head = MaskedLMHead(c, embed.tok.weight)
         elif c.n_labels:
@@ -128,7 +129,7 @@ class Encoder(EncoderModel[EncoderConfig]):
         x = self.encoder.embed(ids, token_type_ids)
         mask = key_padding_mask(attention_mask) if attention_mask is not None else None
         hidden = self.encoder(x, self_mask=mask)  # (B, T, D)
-        return self.head(hidden) if with_head and self.has_head else hidden
+        return self.head(hidden) if with_head and self.head is not None else hidden
 
     @property
     def has_head(self) -> bool:
@@ -189,7 +190,7 @@ class Encoder(EncoderModel[EncoderConfig]):
 class MaskedLMHead(nn.Module):
     """BERT's masked-word head: LN(act(h W_t + b_t)) E^T + b, with E the tied token embedding. Hook: logits."""
 
-    def __init__(self, c: EncoderConfig, embedding: nn.Parameter) -> None:
+    def __init__(self, c: EncoderConfig, embedding: torch.Tensor) -> None:
         super().__init__()
         self.transform = nn.Linear(c.d_model, c.d_model)
         self.act = ACTIVATIONS[c.activation]

@@ -33,7 +33,7 @@ from torch import nn
 from ..capture import NameFilter, any_of, matching
 from ..generation import Generation, GenerationSettings, Sampling, traced_steps
 from ..tokenizers import Tokenizer
-from ..trace import Trace, to_numpy
+from ..trace import Trace, TraceMeta, to_numpy
 from .base import Capabilities, TokenInput, TracedModel, per_token
 from .kinds import CausalLM, EncoderDecoderModel, EncoderModel
 from .layers import BlockConfig
@@ -85,7 +85,7 @@ class TransformersModel(TracedModel[TransformersConfig]):
 
     def __init__(self, hf: nn.Module, config: TransformersConfig) -> None:
         super().__init__(config)
-        self.hf = hf
+        self.hf: Any = hf  # transformers' PreTrainedModel: its outputs and methods are typed by transformers alone
         self.generation = GenerationSettings()
         self.mask_token_id: int | None = None
         self._takes_types = "token_type_ids" in inspect.signature(hf.forward).parameters
@@ -147,7 +147,7 @@ class TransformersModel(TracedModel[TransformersConfig]):
         """A Trace of `activations` (batch dimension already gone). `keep` drops what the caller does not read,
         except the attention weights and masks: with no Q and K they cannot be recomputed."""
         kept = {name: array for name, array in activations.items() if keep is None or keep(name) or _KEPT_ALWAYS(name)}
-        meta = {**self._trace_meta(), **fields.pop("meta", {})}
+        meta = TraceMeta.of({**self._trace_meta(), **fields.pop("meta", {})})
         n_heads = next(a.shape[0] for n, a in activations.items() if _WEIGHTS(n))
         return Trace(kind=self.kind, activations=kept, n_heads=n_heads, meta=meta, **fields)
 

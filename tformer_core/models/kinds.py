@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from ..capture import NameFilter
-from ..generation import Generation, Sampling
+from ..generation import Generation, GenerationSettings, Sampling
 from ..inputs.preprocessing import ImagePreprocessing
 from ..tokenizers import Tokenizer
 from ..trace import Trace
@@ -56,6 +56,7 @@ class CausalLM(TracedModel[ConfigT]):
 
     kind: ClassVar[ModelKind] = "decoder"
     main_stack: ClassVar[str] = "decoder"
+    generation: GenerationSettings  # start, stop and forbidden tokens, read from the checkpoint
 
     @abstractmethod
     def trace(
@@ -102,6 +103,7 @@ class EncoderDecoderModel(TracedModel[ConfigT]):
     kind: ClassVar[ModelKind] = "encoder-decoder"
     main_stack: ClassVar[str] = "encoder"
     target_tokenizer: Tokenizer | None
+    generation: GenerationSettings
 
     @abstractmethod
     def trace(

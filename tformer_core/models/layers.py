@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Generic, Protocol, TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -117,14 +117,15 @@ class LayerCache:
         end = self.length + k.shape[2]
         if end > self.capacity:
             raise ValueError(f"the key/value cache holds {self.capacity} positions; {end} were asked for")
-        if self.keys is None:
+        if self.keys is None or self.values is None:
             B, h, _, dh = k.shape
             self.keys = k.new_empty(B, h, self.capacity, dh)
             self.values = v.new_empty(B, v.shape[1], self.capacity, v.shape[3])
-        self.keys[:, :, self.length : end] = k
-        self.values[:, :, self.length : end] = v
+        keys, values = self.keys, self.values
+        keys[:, :, self.length : end] = k
+        values[:, :, self.length : end] = v
         self.length = end
-        return self.keys[:, :, :end], self.values[:, :, :end]
+        return keys[:, :, :end], values[:, :, :end]
 
 
 class KVCache:
@@ -198,7 +199,7 @@ class MultiHeadAttention(nn.Module):
         q = self._split_heads(self.W_q(x), self.n_heads)  # (B, h, Tq, dh)
         k = self._split_heads(self.W_k(kv_input), self.n_kv_heads)  # (B, h_kv, Tk, dh)
         v = self._split_heads(self.W_v(kv_input), self.n_kv_heads)  # (B, h_kv, Tk, dh)
-        if self.q_norm is not None:
+        if self.q_norm is not None and self.k_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         if self.rotary:
             if rotary is None:
@@ -322,12 +323,11 @@ class Block(nn.Module):
             self.hook_ln_attn,
         )
         x = self.hook_resid_after_attn(x)
-        if self.cross_attn is not None:
+        if self.cross_attn is not None and self.ln_cross is not None:
             if memory is None:
                 raise ValueError("a decoder block with cross-attention needs the encoder output")
-            x = self._residual(
-                x, lambda y: self.cross_attn(y, memory=memory, mask=cross_mask), self.ln_cross, self.hook_ln_cross
-            )
+            cross = self.cross_attn
+            x = self._residual(x, lambda y: cross(y, memory=memory, mask=cross_mask), self.ln_cross, self.hook_ln_cross)
             x = self.hook_resid_after_cross(x)
         x = self._residual(x, self.mlp, self.ln_mlp, self.hook_ln_mlp)
         return self.hook_resid_post(x)
@@ -425,7 +425,23 @@ def text_embedding(
     )
 
 
-class Stack(nn.Module):
+class LMHead(nn.Module):
+    """Next-token logits from the final hidden states: h W_U (+ b), W_U often the token embedding itself.
+    Hook: logits (B, T, vocab)."""
+
+    def __init__(self, d_model: int, vocab_size: int, bias: bool = False) -> None:
+        super().__init__()
+        self.unembed = nn.Linear(d_model, vocab_size, bias=bias)
+        self.hook_logits = HookPoint()
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.hook_logits(self.unembed(hidden))
+
+
+EmbeddingT = TypeVar("EmbeddingT", bound=nn.Module)
+
+
+class Stack(nn.Module, Generic[EmbeddingT]):
     """An embedding, N blocks and (for pre-norm) a final LayerNorm. Hook: out (B, T, D).
 
     With cfg.rel_pos_buckets, the stack owns T5's relative position bias, computed once and added
@@ -434,22 +450,22 @@ class Stack(nn.Module):
     and used by every layer's self-attention to turn Q and K.
     """
 
-    def __init__(self, cfg: BlockConfig, n_layers: int, embed: nn.Module, cross_attention: bool = False) -> None:
+    def __init__(self, cfg: BlockConfig, n_layers: int, embed: EmbeddingT, cross_attention: bool = False) -> None:
         super().__init__()
         if n_layers < 1:
             raise ValueError(f"a stack needs at least one layer, got n_layers={n_layers}")
-        self.embed = embed
+        self.embed: EmbeddingT = embed
+        self.rel_pos: RelativePositionBias | None = None
         if cfg.rel_pos_buckets:
             # Decoder stacks (the ones with cross-attention) only look back.
             self.rel_pos = RelativePositionBias(
                 cfg.rel_pos_buckets, cfg.rel_pos_max_distance, cfg.n_heads, bidirectional=not cross_attention
             )
             self.hook_position_bias = HookPoint()
-        else:
-            self.rel_pos = None
         self.rotary = RotaryEmbedding(cfg.head_dim, cfg.rope) if cfg.rope is not None else None
-        self.blocks = nn.ModuleList(Block(cfg, cross_attention) for _ in range(n_layers))
-        self.block_list: list[Block] = list(self.blocks)  # the same modules, typed (a plain list registers nothing)
+        blocks = [Block(cfg, cross_attention) for _ in range(n_layers)]
+        self.blocks = nn.ModuleList(blocks)
+        self.block_list = blocks  # the same modules, typed (a plain list registers nothing)
         self.ln_final = make_norm(cfg) if cfg.norm == "pre" else None
         self.hook_out = HookPoint()
 

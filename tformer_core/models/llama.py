@@ -61,4 +61,5 @@ class Llama(Decoder):
     @property
     def rope_attention_factor(self) -> float:
         """What cos and sin are multiplied by (1 except with YaRN scaling)."""
-        return rope_attention_factor(self.config.rope)
+        rope = self.config.rope
+        return 1.0 if rope is None else rope_attention_factor(rope)

@@ -57,7 +57,9 @@ class SinusoidalPositions(nn.Module):
         table = sinusoidal_encoding(self.max_positions, self.d_model, self.base, layout=self.layout)  # float64
         return torch.from_numpy(table).to(dtype=dtype, device=device)
 
-    def _apply(self, fn, recurse=True):  # type: ignore[override]
+    table: torch.Tensor  # a buffer: (max_positions, d_model)
+
+    def _apply(self, fn, recurse=True):
         # .to(float64) after float32 would keep float32-rounded values; rebuild from float64 instead.
         super()._apply(fn, recurse)
         if self.table.is_floating_point():
@@ -224,10 +226,16 @@ def inverse_frequencies(head_dim: int, rope: Rope, dtype: torch.dtype = torch.fl
     return inv_freq
 
 
+def _original_context(rope: Rope) -> int:
+    if rope.original_max_positions is None:  # Rope.__post_init__ refuses llama3 and yarn without it
+        raise ValueError(f"{rope.type} rotary scaling needs original_max_positions")
+    return rope.original_max_positions
+
+
 def _llama3_frequencies(inv_freq: torch.Tensor, rope: Rope) -> torch.Tensor:
     """Llama 3.1: wavelengths beyond the original context / low_freq_factor are divided by factor, those under
     the original context / high_freq_factor kept, and those between blended smoothly."""
-    context, factor = rope.original_max_positions, rope.factor
+    context, factor = _original_context(rope), rope.factor
     low_wavelen, high_wavelen = context / rope.low_freq_factor, context / rope.high_freq_factor
     wavelen = 2 * math.pi / inv_freq
     scaled = torch.where(wavelen > low_wavelen, inv_freq / factor, inv_freq)
@@ -242,7 +250,7 @@ def _yarn_frequencies(inv_freq: torch.Tensor, head_dim: int, rope: Rope, dtype: 
     (extrapolation), those that turn less than once are divided by factor (interpolation), a ramp between."""
 
     def correction_dim(rotations: float) -> float:
-        context = rope.original_max_positions
+        context = _original_context(rope)
         return head_dim * math.log(context / (rotations * 2 * math.pi)) / (2 * math.log(rope.theta))
 
     low, high = correction_dim(rope.beta_fast), correction_dim(rope.beta_slow)
@@ -346,7 +354,9 @@ class RotaryEmbedding(nn.Module):
         self.attention_factor = rope_attention_factor(rope)
         self.register_buffer("inv_freq", inverse_frequencies(head_dim, rope), persistent=False)
 
-    def _apply(self, fn, recurse=True):  # type: ignore[override]
+    inv_freq: torch.Tensor  # a buffer: (d_head / 2,)
+
+    def _apply(self, fn, recurse=True):
         super()._apply(fn, recurse)
         device = self.inv_freq.device
         self.inv_freq = inverse_frequencies(self.head_dim, self.rope).to(device)  # float32, from the formula

@@ -13,13 +13,13 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ..capture import HookPoint, NameFilter, matching
+from ..capture import NameFilter, matching
 from ..generation import Generation, GenerationSettings, choose_next, traced_steps
 from ..tokenizers import Tokenizer
 from ..trace import Trace, stored_by_default
 from .base import TokenInput, per_token
 from .kinds import EncoderDecoderModel
-from .layers import BlockConfig, Stack, TextEmbedding, causal_mask, key_padding_mask, text_embedding
+from .layers import BlockConfig, LMHead, Stack, TextEmbedding, causal_mask, key_padding_mask, text_embedding
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,13 +64,11 @@ class EncoderDecoder(EncoderDecoderModel[Seq2SeqConfig]):
         self.decoder = Stack(c, c.n_decoder_layers, embedding(c.tgt_vocab_size), cross_attention=True)
         if c.share_embeddings:
             self.decoder.embed.tok.weight = self.encoder.embed.tok.weight
-        self.head = nn.Module()
-        self.head.unembed = nn.Linear(c.d_model, c.tgt_vocab_size, bias=c.output_bias)
+        self.head = LMHead(c.d_model, c.tgt_vocab_size, bias=c.output_bias)
         if c.output_bias:
             nn.init.zeros_(self.head.unembed.bias)
         if c.tie_output:
             self.head.unembed.weight = self.decoder.embed.tok.weight
-        self.head.hook_logits = HookPoint()
         self.target_tokenizer: Tokenizer | None = None
         self.generation = GenerationSettings(start_id=1, eos_id=2, pad_id=0)
         self._finish_init()
@@ -95,7 +93,7 @@ class EncoderDecoder(EncoderDecoderModel[Seq2SeqConfig]):
         x = self.decoder(self.decoder.embed(tgt), self_mask=self_mask, memory=memory, cross_mask=cross_mask)
         if self.config.output_scale != 1.0:
             x = x * self.config.output_scale
-        return self.head.hook_logits(self.head.unembed(x))
+        return self.head(x)
 
     def forward(self, src: torch.Tensor, tgt: torch.Tensor, src_mask: torch.Tensor | None = None) -> torch.Tensor:
         return self.decode(tgt, self.encode(src, src_mask), src_mask)

@@ -111,6 +111,23 @@ class PatchEmbedding(nn.Module):
         return self.hook_out(x + pos)
 
 
+class ClassHead(nn.Module):
+    """Class logits from the class token (B, n_classes); DeiT at inference averages a second head on the
+    distillation token. Hook: logits."""
+
+    def __init__(self, c: ViTConfig) -> None:
+        super().__init__()
+        self.classifier = nn.Linear(c.d_model, c.n_classes)
+        self.dist_classifier = nn.Linear(c.d_model, c.n_classes) if c.has_dist_head else None
+        self.hook_logits = HookPoint()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        logits = self.classifier(x[:, 0])  # (B, n_classes) from the class token
+        if self.dist_classifier is not None:
+            logits = (logits + self.dist_classifier(x[:, 1])) / 2
+        return self.hook_logits(logits)
+
+
 class ViT(VisionModel[ViTConfig]):
     """images (B, C, H, W), already resized and normalised -> class logits (B, n_classes).
 
@@ -121,12 +138,7 @@ class ViT(VisionModel[ViTConfig]):
         super().__init__(config)
         c = config
         self.encoder = Stack(c, c.n_layers, PatchEmbedding(c))
-        self.head = nn.Module()
-        if c.n_classes:
-            self.head.classifier = nn.Linear(c.d_model, c.n_classes)
-            if c.has_dist_head:
-                self.head.dist_classifier = nn.Linear(c.d_model, c.n_classes)
-            self.head.hook_logits = HookPoint()
+        self.head = ClassHead(c) if c.n_classes else None
         self.preprocessing: ImagePreprocessing | None = None  # set by loaders: photo -> input tensor
         self._finish_init()
 
@@ -145,13 +157,7 @@ class ViT(VisionModel[ViTConfig]):
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         x = self.encoder(self.encoder.embed(images))  # (B, n_prefix+N, D)
-        if not self.config.n_classes:
-            return x
-        logits = self.head.classifier(x[:, 0])  # (B, n_classes) from the class token
-        if self.config.has_dist_head:
-            # DeiT at inference: the mean of the class-token and distillation-token heads.
-            logits = (logits + self.head.dist_classifier(x[:, 1])) / 2
-        return self.head.hook_logits(logits)
+        return x if self.head is None else self.head(x)
 
     def _image(self, image: torch.Tensor | np.ndarray) -> torch.Tensor:
         t = torch.as_tensor(np.asarray(image) if not isinstance(image, torch.Tensor) else image)

@@ -43,7 +43,7 @@ def head_colour_scale(n_heads: int) -> dict:
 def _token_labels(data: dict, side: str, x: dict, y_scale: dict, font: float) -> dict:
     """The tokens of one side of the head view: queries on the left (hovered to focus), keys on the right."""
     query = side == "query"
-    layer = {
+    layer: dict[str, Any] = {
         "data": data,
         "mark": {"type": "text", "align": "right" if query else "left", "baseline": "middle", "dx": -6 if query else 6}
         | {"fontSize": font},

@@ -138,8 +138,8 @@ def _size(svg: str) -> tuple[float, float]:
     """The SVG's width and height (its root's attributes), or (0, 0)."""
     m = re.search(r"<svg\b[^>]*>", svg)
     tag = m.group(0) if m else ""
-    values = [re.search(rf'\s{name}="([\d.]+)"', tag) for name in ("width", "height")]
-    return (float(values[0].group(1)), float(values[1].group(1))) if all(values) else (0.0, 0.0)
+    width, height = (re.search(rf'\s{name}="([\d.]+)"', tag) for name in ("width", "height"))
+    return (float(width.group(1)), float(height.group(1))) if width and height else (0.0, 0.0)
 
 
 def _reach_across(half: np.ndarray) -> np.ndarray:

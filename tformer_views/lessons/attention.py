@@ -339,21 +339,19 @@ def available_steps(
     """
     if X is None:
         return None, set()
-    valid = [name for name in ("W_q", "W_k", "W_v") if W.get(name) is not None]
-    if not valid:
+    present = {name: m for name in ("W_q", "W_k", "W_v") if (m := W.get(name)) is not None}
+    if not present:
         return None, set()
     # A missing W is replaced by a valid one of the same kind (Q and K must have equal widths).
-    qk = W.get("W_q") if W.get("W_q") is not None else W.get("W_k")
-    if qk is None:
-        qk = W[valid[0]]
-    W_q = W["W_q"] if W.get("W_q") is not None else qk
-    W_k = W["W_k"] if W.get("W_k") is not None else qk
-    W_v = W["W_v"] if W.get("W_v") is not None else qk
+    qk = present.get("W_q", present.get("W_k", next(iter(present.values()))))
+    W_q, W_k, W_v = (present.get(name, qk) for name in ("W_q", "W_k", "W_v"))
 
-    b_q = np.ravel(b["b_q"]) if W.get("W_q") is not None and b.get("b_q") is not None else np.zeros(W_q.shape[1])
-    b_k = np.ravel(b["b_k"]) if W.get("W_k") is not None and b.get("b_k") is not None else np.zeros(W_k.shape[1])
-    b_v = np.ravel(b["b_v"]) if W.get("W_v") is not None and b.get("b_v") is not None else np.zeros(W_v.shape[1])
-    available = {part for part, name in (("Q", "W_q"), ("K", "W_k"), ("V", "W_v")) if W.get(name) is not None}
+    def bias(name: str, matrix: np.ndarray) -> np.ndarray:
+        given = b.get("b" + name[1:])
+        return np.ravel(given) if name in present and given is not None else np.zeros(matrix.shape[1])
+
+    b_q, b_k, b_v = bias("W_q", W_q), bias("W_k", W_k), bias("W_v", W_v)
+    available = {part for part, name in (("Q", "W_q"), ("K", "W_k"), ("V", "W_v")) if name in present}
     if {"Q", "K"} <= available:
         available.add("scores")
         if "V" in available:
@@ -369,7 +367,7 @@ def available_steps(
         b_q,
         b_k,
         b_v,
-        W_o if "output" in available else np.zeros((W_v.shape[1], 1)),
+        W_o if W_o is not None and "output" in available else np.zeros((W_v.shape[1], 1)),
     )
     return run_example(ex, mask, n_heads, with_output="output" in available), available
 
@@ -505,7 +503,9 @@ def run_example(
         W_o = ex.W_o if (with_output and n_heads > 1) else None
         return attention_from_qkv(ex.Q, ex.K, ex.V, mask, n_heads=n_heads, W_o=W_o)
     X, W_q, W_k, W_v = ex.X, ex.W_q, ex.W_k, ex.W_v
-    if ex.has_bias:
+    if X is None or W_q is None or W_k is None or W_v is None:
+        raise ValueError("the example gives neither Q, K and V nor X and the three W's")
+    if ex.has_bias and ex.b_q is not None and ex.b_k is not None and ex.b_v is not None:
         # One X' for all three: the appended column of ones picks up each W's bias row.
         X_aug, W_q = with_bias(X, W_q, ex.b_q)
         _, W_k = with_bias(X, W_k, ex.b_k)

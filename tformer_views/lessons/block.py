@@ -24,6 +24,7 @@ from tformer_core.attention import attend_float64
 from tformer_core.block_steps import FFNSteps, LayerNormSteps, RMSNormSteps, ffn_steps, layer_norm_steps, rms_norm_steps
 from tformer_core.capture import matching
 from tformer_core.models.base import TracedModel
+from tformer_core.models.kinds import CausalLM, EncoderModel
 from tformer_core.models.layers import BlockConfig
 from tformer_core.models.weights import AttentionWeights, NormWeights
 from tformer_core.trace import Trace, to_numpy
@@ -129,6 +130,8 @@ def block_read(name: str) -> bool:
 
 def trace_text(model: TracedModel, text: str) -> Trace:
     """An encoder's or decoder-only model's trace of `text`, holding what the page reads (`block_read`)."""
+    if not isinstance(model, (EncoderModel, CausalLM)):
+        raise ValueError(f"this page reads text with an encoder or a decoder-only model, not a {model.kind} model")
     return model.trace(text, keep=block_read).compact()
 
 

@@ -187,7 +187,7 @@ def real_patch(model: TracedModel, trace: Trace, patch: int) -> RealPatch:
     """
     vit = require_vit(model)
     c = vit.config
-    rows, cols = trace.grid_hw
+    rows, cols = trace.patch_grid
     if not 0 <= patch < rows * cols:
         raise ValueError(f"patch {patch} is out of range: the picture has {rows * cols} patches (0..{rows * cols - 1})")
     patch_weights = vit.weights().patch
