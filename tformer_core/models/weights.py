@@ -24,7 +24,8 @@ runs says `capabilities.weights` False and raises ValueError.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
@@ -127,7 +128,8 @@ class StackWeights:
     """
 
     stack: str
-    blocks: tuple[BlockWeights, ...]
+    n_layers: int
+    read_block: Callable[[int], BlockWeights] = field(repr=False)  # a layer's weights, read when asked for
     positional: str
     W_pos: torch.Tensor | None
     W_E: torch.Tensor | None = None
@@ -137,15 +139,16 @@ class StackWeights:
     ln_final: NormWeights | None = None
     patch: PatchWeights | None = None
 
-    @property
-    def n_layers(self) -> int:
-        return len(self.blocks)
-
     def block(self, layer: int) -> BlockWeights:
         """Layer `layer`'s weights; ValueError outside 0..n_layers - 1."""
-        if not 0 <= layer < len(self.blocks):
-            raise ValueError(f"layer {layer} is out of range: the {self.stack} has {len(self.blocks)} layers")
-        return self.blocks[layer]
+        if not 0 <= layer < self.n_layers:
+            raise ValueError(f"layer {layer} is out of range: the {self.stack} has {self.n_layers} layers")
+        return self.read_block(layer)
+
+    @property
+    def blocks(self) -> tuple[BlockWeights, ...]:
+        """Every layer's weights, in order."""
+        return tuple(self.read_block(layer) for layer in range(self.n_layers))
 
     def _stacked(self, part: str) -> torch.Tensor:
         return torch.stack([getattr(b.attn, part) for b in self.blocks])  # a copy: one tensor per layer
@@ -262,14 +265,19 @@ def _positions(pos: nn.Module | None) -> tuple[str, torch.Tensor | None]:
 
 def stack_weights(name: str, stack: Stack, activation: str) -> StackWeights:
     """The weights of a stack the core built (its embedding: a TextEmbedding or a ViT's PatchEmbedding)."""
-    blocks = tuple(block_weights(b, activation) for b in stack.block_list)
+    modules = stack.block_list
+
+    def read_block(layer: int) -> BlockWeights:
+        return block_weights(modules[layer], activation)
+
     ln_final = norm_weights(stack.ln_final) if stack.ln_final is not None else None
     embed = stack.embed
     if isinstance(embed, TextEmbedding):
         positional, W_pos = _positions(embed.pos)
         return StackWeights(
             name,
-            blocks,
+            len(modules),
+            read_block,
             positional,
             W_pos,
             embed.tok.weight.detach(),
@@ -289,4 +297,6 @@ def stack_weights(name: str, stack: Stack, activation: str) -> StackWeights:
     patch = PatchWeights(
         kernels, _bias(project), embed.cls_token.detach()[0, 0], None if dist is None else dist.detach()[0, 0]
     )
-    return StackWeights(name, blocks, "learned", embed.pos.detach()[0], ln_final=ln_final, patch=patch)
+    return StackWeights(
+        name, len(modules), read_block, "learned", embed.pos.detach()[0], ln_final=ln_final, patch=patch
+    )
