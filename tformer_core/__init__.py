@@ -5,9 +5,12 @@
     trace = model.trace([5, 17, 42])
     trace.attention(layer=0, head=1)        # [n, n], rows sum to 1
     trace.q(0, 1), trace["encoder.0.attn.scores"]
+    model.weights().block(0).attn.W_Q       # [heads, d_model, d_head], TransformerLens's shapes
+    isinstance(model, tc.EncoderModel), model.capabilities   # its kind's contract, what it offers besides
 
 The engine a notebook imports: torch and numpy, no Streamlit, no charts, no page logic (a test
-checks). The views (tformer_views) and the app (tformer_app) import the core, never the other way.
+checks). The views (tformer_views) and the app (tformer_app) import the core, never the other way,
+and read it through its public API: traces, `model.weights()`, the kinds and their capabilities.
 """
 
 from .block_steps import (
