@@ -118,7 +118,7 @@ class PatchWeights:
 
 @dataclass(frozen=True, eq=False)
 class StackWeights:
-    """One stack: its input embedding and its blocks.
+    """One stack: its input embedding and its blocks (`block(l)` reads one layer's, `blocks` every layer's).
 
     positional: "learned", "sinusoidal" or "none" (T5's relative bias, or rotary models). W_pos: what is added
     per position [n_positions, D] (learned: from the checkpoint's first used row; a ViT's covers the prefix
