@@ -178,7 +178,8 @@ def rnn_section(url: UrlState) -> None:
     cross = sv.alignment(translation, layer, None if head < 0 else head)
     figures = recorded(name)["evaluation"]
     st.caption(
-        f"RNN ({escape(SCORES[score])}): **{escape(' '.join(w for w in rnn.query_labels if w != '<eos>'))}** · Transformer: "
+        f"RNN ({escape(SCORES[score])}): **{escape(' '.join(w for w in rnn.query_labels if w != '<eos>'))}** · "
+        f"Transformer: "
         f"**{escape(translation.output_text)}**. On {figures['held_out_sentences']} held-out sentences the "
         f"RNN translates {figures['held_out_exact_match']:.1%} exactly and puts its largest α on the right "
         f"source word for {figures['alignment_accuracy']:.1%} of the words."

@@ -36,8 +36,11 @@ from tformer_core.bundled import BUNDLED_MODELS
 from tformer_core.checkpoints import BUNDLED_TEXT
 from tformer_core.checkpoints.sources import looks_like_path
 from tformer_core.trace import lean
+from tformer_views import detection as dv
 from tformer_views import distance, overview, pictures, samples, search
 from tformer_views import generation as gen
+from tformer_views import inductive_bias as ib
+from tformer_views import mae as mv
 from tformer_views import seq2seq as sv
 from tformer_views import vision as vv
 from tformer_views.lessons import block as lb
@@ -227,6 +230,12 @@ COMPUTATIONS: dict[str, Callable[..., Any]] = {
     # The small models of attention before Transformers (a sentiment model, an RNN encoder-decoder): their
     # whole trace, a few KB (no [heads, n, n] parts to drop). (text) -> Trace
     "small_trace": lambda model, text: model.trace(text),
+    # Inductive bias: (image bytes, file name, shift in px) -> ShiftStudy; (bytes, name, shifts) -> DataFrame
+    "shift": ib.shift_study,
+    "shift_sweep": lambda model, data, name, shifts: ib.sweep(model, data, name, list(shifts)),
+    # Masked autoencoder: (image bytes, file name, masking seed) -> MAEResult; DETR: (bytes, name) -> DetrResult
+    "mae": mv.analyse,
+    "detr": dv.analyse,
 }
 
 _results = ByteBudgetCache("results", SETTINGS.cache_bytes, on_evict=_give_back.check)

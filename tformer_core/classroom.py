@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
@@ -64,6 +64,7 @@ class Job:
     seed: int = 0
     batch_size: int = 64
     lr: float = 2e-3
+    limit: int | None = None  # train on the first `limit` training items only (quick checks); None: all
     kind = "text"
 
     def __post_init__(self) -> None:
@@ -79,6 +80,8 @@ class Job:
             raise ValueError(f"epochs must be {lo} to {hi} for this model, got {self.epochs}")
         if not 0 <= self.seed < 2**31:
             raise ValueError(f"the seed must be 0 to {2**31 - 1}, got {self.seed}")
+        if self.limit is not None and self.limit < self.batch_size:
+            raise ValueError(f"limit must be at least one batch ({self.batch_size}), got {self.limit}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -292,6 +295,10 @@ def _image_data(job: ImageJob) -> _Data:
 
 
 # ---- training ------------------------------------------------------------------------------------
+def _limited(data: _Data, limit: int | None) -> _Data:
+    return data if limit is None else replace(data, train=tuple(t[:limit] for t in data.train))
+
+
 def _build(job: Job, generator: torch.Generator) -> tuple[nn.Module, _Data, SentenceTokenizer | None]:
     if isinstance(job, ImageJob):
         config = ViTConfig(
@@ -311,7 +318,7 @@ def _build(job: Job, generator: torch.Generator) -> tuple[nn.Module, _Data, Sent
         model = LectureTextClassifier(len(tokenizer), job)
         data = _text_data(tokenizer)
     initialise(model, generator)
-    return model, data, tokenizer
+    return model, _limited(data, job.limit), tokenizer
 
 
 def _logits(model: nn.Module, batch: tuple[torch.Tensor, ...], weights: list | None = None) -> torch.Tensor:
@@ -366,7 +373,7 @@ def _epoch(model, data, job, device, generator, optimiser, state, report, cancel
 
 def steps_per_epoch(job: Job) -> int:
     items = len(corpora.digits("train")[1]) if isinstance(job, ImageJob) else len(corpora.sentences("train"))
-    return items // job.batch_size
+    return min(items, job.limit or items) // job.batch_size
 
 
 def train(

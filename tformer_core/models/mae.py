@@ -82,6 +82,20 @@ def sincos_positions(grid_hw: tuple[int, int], dim: int) -> torch.Tensor:
     return torch.cat([torch.zeros(1, dim, dtype=torch.float64), table]).float()
 
 
+def masking_noise(n_patches: int, seed: int) -> torch.Tensor:
+    """(1, n_patches) uniform numbers drawn from `seed`: the patches with the smallest are kept."""
+    return torch.rand(1, n_patches, generator=torch.Generator().manual_seed(int(seed)))
+
+
+def random_mask(n_patches: int, mask_ratio: float, seed: int) -> np.ndarray:
+    """[n_patches] 1 for a masked patch, 0 for a kept one: the mask an MAE draws for `seed` (no model needed)."""
+    noise = masking_noise(n_patches, seed)[0].numpy()
+    kept = np.argsort(noise, kind="stable")[: int(n_patches * (1 - mask_ratio))]
+    mask = np.ones(n_patches, dtype=np.int8)
+    mask[kept] = 0
+    return mask
+
+
 class MAEEmbedding(nn.Module):
     """images (B, C, H, W), noise (B, N) -> (tokens (B, 1 + kept, D), mask (B, N) 1 = masked, ids_restore (B, N))."""
 
@@ -149,8 +163,7 @@ class MAE(TracedModel):
 
     def noise(self, seed: int) -> torch.Tensor:
         """The masking noise for a seed: (1, N) uniform numbers; the same seed masks the same patches."""
-        generator = torch.Generator().manual_seed(int(seed))
-        return torch.rand(1, self.config.n_patches, generator=generator)
+        return masking_noise(self.config.n_patches, seed)
 
     def trace(
         self,
