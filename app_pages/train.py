@@ -186,7 +186,9 @@ def show_snapshots(url: UrlState, kind: str, result: classroom.Result, image: bo
     """The fixed input's attention after the chosen epoch: watch the heads form."""
     history = result.history
     L, H = history[-1].attention.shape[:2]
-    epoch = st.slider("After epoch", 1, len(history), len(history), key=f"train.{kind}.epoch") - 1
+    epoch = 0  # a one-epoch run has one snapshot (a slider needs two values)
+    if len(history) > 1:
+        epoch = st.slider("After epoch", 1, len(history), len(history), key=f"train.{kind}.epoch") - 1
     c1, c2 = st.columns(2)
     layer = c1.selectbox("Layer", list(range(L)), index=L - 1, key=f"train.{kind}.layer")
     head = c2.selectbox("Head", list(range(H)), key=f"train.{kind}.head")
