@@ -184,6 +184,13 @@ def rnn_section(url: UrlState) -> None:
         f"RNN translates {figures['held_out_exact_match']:.1%} exactly and puts its largest α on the right "
         f"source word for {figures['alignment_accuracy']:.1%} of the words."
     )
+    alignment_charts(rnn, cross, score, layer, head)
+    same, rows = ea.argmax_agreement(rnn.weights, cross.weights)
+    st.caption(f"The two put their largest weight on the same source word for {same} of {rows} output words.")
+
+
+def alignment_charts(rnn, cross, score: str, layer: int, head: int) -> None:
+    """The RNN's alpha and the translator's cross-attention side by side, on one colour scale."""
     left, right = st.columns(2)
     px = cell_px(max(len(rnn.key_labels), len(rnn.query_labels), 1), 420)
     with left:
@@ -211,8 +218,6 @@ def rnn_section(url: UrlState) -> None:
             cell_size=px,
         )
         downloads.chart(spec, "early.cross", "transformer_cross_attention")
-    same, rows = ea.argmax_agreement(rnn.weights, cross.weights)
-    st.caption(f"The two put their largest weight on the same source word for {same} of {rows} output words.")
 
 
 main()

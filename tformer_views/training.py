@@ -16,7 +16,7 @@ from PIL import Image
 from tformer_core import classroom
 from tformer_core.bundled import corpora
 
-from .charts.spec import heatmap, line_chart
+from .charts.spec import cell_px, heatmap, line_chart
 
 
 def curves(epochs: Sequence[classroom.Epoch]) -> pd.DataFrame:
@@ -67,7 +67,10 @@ def snapshot_chart(epoch: classroom.Epoch, layer: int, head: int, image: bool) -
             cell_size=44,
         )
     tokens = list(epoch.tokens)
-    return heatmap(matrix, tokens, tokens, title, domain=(0.0, 1.0), annotate=False)
+    # Its own colour range (0 to its largest weight): early in training the weights are close to uniform, and
+    # on a 0..1 scale every cell would look the same.
+    return heatmap(matrix, tokens, tokens, title, domain=(0.0, float(matrix.max())), annotate=False,
+                   cell_size=cell_px(len(tokens), 360))
 
 
 def fixed_digit(scale: int = 24) -> Image.Image:
