@@ -58,7 +58,7 @@ def show_embeddings(study) -> None:
     if study.moved_by_whole_patches:
         st.success(
             f"Shifted by {study.k} px = {study.k // study.patch_size} whole patches: every patch embedding is "
-            f"the same vector as before, {study.k // study.patch_size} columns further. Largest difference "
+            f"the same vector as before, {study.k // study.patch_size} column(s) further. Largest difference "
             f"{error:.2e} (the embeddings themselves reach {size:.2f}): rounding only."
         )
     else:
@@ -94,17 +94,15 @@ def show_sweep(source: str, data: bytes, name: str, P: int) -> None:
     if frame is None:
         return
     label = frame.attrs["label"]
-    long = frame.melt(id_vars=["shift (px)"], value_vars=["embedding error", f"p({label})"], var_name="series")
-    spec = line_chart(
-        long,
-        "shift (px)",
-        "value",
-        "series",
-        f"patch embedding error and p({label}) against the shift",
-        "shift (px)",
-        "",
-    )
-    downloads.chart(spec, "shift.sweep", "shift_sweep")
+    left, right = st.columns(2)
+    for column, value, title in (
+        (left, "embedding error", "largest patch-embedding difference (0: the same vectors, moved)"),
+        (right, f"p({label})", f"probability of {label}"),
+    ):
+        long = frame.melt(id_vars=["shift (px)"], value_vars=[value], var_name="series")
+        with column:
+            spec = line_chart(long, "shift (px)", "value", "series", title, "shift (px)", "", width=420)
+            downloads.chart(spec, f"shift.sweep.{value}", "shift_sweep")
     downloads.table(frame.set_index("shift (px)"), digits=4, key="shift.sweep_table")
     st.caption(
         f"The error falls to rounding at 0, {P} and {2 * P} px (whole patches); the probability of "

@@ -69,8 +69,15 @@ def snapshot_chart(epoch: classroom.Epoch, layer: int, head: int, image: bool) -
     tokens = list(epoch.tokens)
     # Its own colour range (0 to its largest weight): early in training the weights are close to uniform, and
     # on a 0..1 scale every cell would look the same.
-    return heatmap(matrix, tokens, tokens, title, domain=(0.0, float(matrix.max())), annotate=False,
-                   cell_size=cell_px(len(tokens), 360))
+    return heatmap(
+        matrix,
+        tokens,
+        tokens,
+        title,
+        domain=(0.0, float(matrix.max())),
+        annotate=False,
+        cell_size=cell_px(len(tokens), 360),
+    )
 
 
 def fixed_digit(scale: int = 24) -> Image.Image:
