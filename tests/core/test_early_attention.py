@@ -171,3 +171,10 @@ def test_the_shipped_rnns_translate_held_out_sentences_and_align_their_words(sco
     assert sum(list(o) == list(p.target) for o, p in zip(outputs, pairs)) >= 38
     assert rnn_alignment_accuracy(model, pairs[:20]) > 0.9
     assert recorded(f"rnn-{score}")["evaluation"]["held_out_exact_match"] > 0.95
+
+
+@pytest.mark.parametrize("name", ["sentiment-attention", "sentiment-mean", "rnn-additive", "rnn-dot", "rnn-bilinear"])
+def test_the_new_model_cards_are_rendered_from_their_recorded_figures(name):
+    from tformer_core.bundled import asset_dir, cards, model_card
+
+    assert cards.render(asset_dir(name)) == model_card(name)
