@@ -42,7 +42,9 @@ def test_a_training_is_followed_live_and_opens_in_the_text_page(server_url, page
     page.goto(f"{server_url}/train?layers=2&d=32&epochs_text=2")
     settle(page)
     click(page.get_by_role("button", name="Train", exact=True))
-    wait_for_text(page, "epoch ", timeout=120)  # the progress bar's text, redrawn by the polling fragment
+    wait_for_text(
+        page, ", loss ", timeout=120
+    )  # "epoch 1 of 2, step 5 of 246, loss 0.69": redrawn by the polling fragment
     screenshot(page, screenshots / "train_live.png")
     wait_for_text(page, "Your text classifier", timeout=300)
     settle(page)
