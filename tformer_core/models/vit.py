@@ -83,6 +83,30 @@ def patchify(images: torch.Tensor, patch_size: int) -> torch.Tensor:
     return x.reshape(B, (H // P) * (W // P), C * P * P)  # (B, N, C*P*P)
 
 
+def image_input(
+    image: torch.Tensor | np.ndarray, config: ViTConfig, device: torch.device, dtype: torch.dtype
+) -> torch.Tensor:
+    """One preprocessed image (C, H, W) or (1, C, H, W), checked against `config` -> (1, C, H, W) on `device`."""
+    t = torch.as_tensor(np.asarray(image) if not isinstance(image, torch.Tensor) else image)
+    if t.dim() == 4 and t.shape[0] == 1:
+        t = t[0]
+    expected = (config.n_channels, *config.image_hw)
+    if t.dim() != 3 or tuple(t.shape) != expected:
+        raise ValueError(f"expected one preprocessed image of shape {expected} (C, H, W), got {tuple(t.shape)}")
+    if not t.is_floating_point():
+        raise ValueError("the image tensor must hold floats (normalised pixel values)")
+    if not bool(torch.isfinite(t).all()):
+        raise ValueError("the image tensor holds NaN or infinite values")
+    return t.to(device=device, dtype=dtype).unsqueeze(0)  # (1, C, H, W)
+
+
+def patch_labels(config: ViTConfig) -> tuple[str, ...]:
+    """ "[CLS]" (and DeiT's "[DIST]"), then "r{row}c{col}" for every patch in row-major order."""
+    rows, cols = config.grid_hw
+    prefix = ("[CLS]", "[DIST]")[: config.n_prefix_tokens]
+    return prefix + tuple(f"r{r}c{c}" for r in range(rows) for c in range(cols))
+
+
 class PatchEmbedding(nn.Module):
     """Hooks: patches (B, N, C*P*P), patch (B, N, D) the embedded patches, tokens (B, n_prefix+N, D)
     with the prefix tokens prepended, pos (B, n_prefix+N, D) the position embeddings, out their sum."""
@@ -160,22 +184,10 @@ class ViT(VisionModel[ViTConfig]):
         return x if self.head is None else self.head(x)
 
     def _image(self, image: torch.Tensor | np.ndarray) -> torch.Tensor:
-        t = torch.as_tensor(np.asarray(image) if not isinstance(image, torch.Tensor) else image)
-        if t.dim() == 4 and t.shape[0] == 1:
-            t = t[0]
-        expected = (self.config.n_channels, *self.config.image_hw)
-        if t.dim() != 3 or tuple(t.shape) != expected:
-            raise ValueError(f"expected one preprocessed image of shape {expected} (C, H, W), got {tuple(t.shape)}")
-        if not t.is_floating_point():
-            raise ValueError("the image tensor must hold floats (normalised pixel values)")
-        if not bool(torch.isfinite(t).all()):
-            raise ValueError("the image tensor holds NaN or infinite values")
-        return t.to(device=self.device, dtype=self.dtype).unsqueeze(0)  # (1, C, H, W)
+        return image_input(image, self.config, self.device, self.dtype)
 
     def patch_labels(self) -> tuple[str, ...]:
-        rows, cols = self.config.grid_hw
-        prefix = ("[CLS]", "[DIST]")[: self.config.n_prefix_tokens]
-        return prefix + tuple(f"r{r}c{c}" for r in range(rows) for c in range(cols))
+        return patch_labels(self.config)
 
     def _trace_fields(self) -> dict:
         c = self.config
