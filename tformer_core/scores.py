@@ -1,7 +1,13 @@
-"""The attention score functions of the lectures, on two vectors, with every intermediate number.
+"""The attention score functions of the lectures: written once, in torch, for the models and for the
+calculator that shows them on two vectors with every intermediate number.
 
+    dot_scores(q, keys), bilinear_scores(q, keys, W), additive_scores(W1 q, W2 keys, v)  # [..., d] x [..., J, d]
     steps = score_functions(a, b, W=W, W1=W1, W2=W2, v=v)   # float64, a is the query, b the key
     [s.value for s in steps]                                # dot, scaled dot, cosine, bilinear, additive
+
+The RNN encoder-decoders (models/rnn.py) score with the first three; what turns scores into weights (the
+mask, the softmax) is tformer_core.attention's rule for every score function. The calculator runs the same
+functions in float64 (the scaled dot product through the rule's own scaling).
 
 - dot: a . b = sum_i a_i b_i (Luong's "dot")
 - scaled dot: a . b / sqrt(d) (the Transformer's)
@@ -19,6 +25,9 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
+import torch
+
+from .attention import attention_logits
 
 SCORE_NAMES = ("dot", "scaled dot", "cosine", "bilinear", "additive")
 FORMULAS = {
@@ -28,6 +37,22 @@ FORMULAS = {
     "bilinear": "aᵀ W b",
     "additive": "vᵀ tanh(W₁ a + W₂ b)",
 }
+
+
+def dot_scores(query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+    """q . k_j for every key j (Luong's "dot"): query [..., d], keys [..., J, d] -> [..., J]."""
+    return torch.einsum("...d,...jd->...j", query, keys)
+
+
+def bilinear_scores(query: torch.Tensor, keys: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
+    """q^T W k_j (Luong's "general"), W [d_q, d_k]: W is applied to the query once, then the dot product."""
+    return dot_scores(query @ W, keys)
+
+
+def additive_scores(query_part: torch.Tensor, key_parts: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """v^T tanh(W1 q + W2 k_j) (Bahdanau's), from the projected query W1 q [..., h] and keys W2 k_j [..., J, h]
+    (a model projects the keys once per sentence), v [h] -> [..., J]."""
+    return torch.tanh(query_part.unsqueeze(-2) + key_parts) @ v
 
 
 @dataclass(frozen=True)
@@ -58,36 +83,42 @@ def _matrix(x: object, shape: tuple[int, int], what: str) -> np.ndarray:
     return m
 
 
+def _t(x: np.ndarray) -> torch.Tensor:
+    return torch.from_numpy(np.asarray(x, dtype=np.float64))
+
+
+def _dot(a: np.ndarray, b: np.ndarray) -> float:
+    return float(dot_scores(_t(a), _t(b)[None])[0])
+
+
 def dot(a: np.ndarray, b: np.ndarray) -> ScoreSteps:
-    products = a * b
-    return ScoreSteps("dot", FORMULAS["dot"], float(products.sum()), {"aᵢ bᵢ": products})
+    return ScoreSteps("dot", FORMULAS["dot"], _dot(a, b), {"aᵢ bᵢ": a * b})
 
 
 def scaled_dot(a: np.ndarray, b: np.ndarray) -> ScoreSteps:
-    raw = float((a * b).sum())
-    return ScoreSteps(
-        "scaled dot", FORMULAS["scaled dot"], raw / math.sqrt(a.size), {"a · b": raw, "√d": math.sqrt(a.size)}
-    )
+    raw, root = _dot(a, b), math.sqrt(a.size)
+    value = float(attention_logits(torch.tensor(raw, dtype=torch.float64), 1.0 / root))  # the Transformer's scaling
+    return ScoreSteps("scaled dot", FORMULAS["scaled dot"], value, {"a · b": raw, "√d": root})
 
 
 def cosine(a: np.ndarray, b: np.ndarray) -> ScoreSteps:
     na, nb = float(np.linalg.norm(a)), float(np.linalg.norm(b))
     if na == 0.0 or nb == 0.0:
         raise ValueError("the cosine of a zero vector is not defined: give a and b at least one non-zero number")
-    raw = float((a * b).sum())
+    raw = _dot(a, b)
     return ScoreSteps("cosine", FORMULAS["cosine"], raw / (na * nb), {"a · b": raw, "‖a‖": na, "‖b‖": nb})
 
 
 def bilinear(a: np.ndarray, b: np.ndarray, W: np.ndarray) -> ScoreSteps:
-    Wb = W @ b
-    return ScoreSteps("bilinear", FORMULAS["bilinear"], float(a @ Wb), {"W b": Wb})
+    value = float(bilinear_scores(_t(a), _t(b)[None], _t(W))[0])
+    return ScoreSteps("bilinear", FORMULAS["bilinear"], value, {"W b": W @ b})
 
 
 def additive(a: np.ndarray, b: np.ndarray, W1: np.ndarray, W2: np.ndarray, v: np.ndarray) -> ScoreSteps:
     W1a, W2b = W1 @ a, W2 @ b
-    hidden = np.tanh(W1a + W2b)
-    parts = {"W₁ a": W1a, "W₂ b": W2b, "W₁ a + W₂ b": W1a + W2b, "tanh(·)": hidden}
-    return ScoreSteps("additive", FORMULAS["additive"], float(v @ hidden), parts)
+    value = float(additive_scores(_t(W1a), _t(W2b)[None], _t(v))[0])
+    parts = {"W₁ a": W1a, "W₂ b": W2b, "W₁ a + W₂ b": W1a + W2b, "tanh(·)": np.tanh(W1a + W2b)}
+    return ScoreSteps("additive", FORMULAS["additive"], value, parts)
 
 
 def default_parameters(d_a: int, d_b: int, hidden: int = 2) -> dict[str, np.ndarray]:

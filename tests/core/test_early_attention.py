@@ -88,6 +88,30 @@ def test_padding_gets_no_weight_and_does_not_change_the_prediction():
     torch.testing.assert_close(alone, padded)
 
 
+def test_a_sentence_of_padding_only_gets_no_weights_not_nan():
+    """The attention rule's convention: a row that may attend to nothing gets weights 0 (not 0/0)."""
+    model = _tiny_pooling("attention")
+    with torch.no_grad():
+        logits = model(torch.tensor([[1, 2]]), torch.tensor([[0, 0]]))
+    torch.testing.assert_close(logits, torch.zeros(1, 2))  # c = 0, and the classifier's biases are 0
+
+
+def test_the_models_before_transformers_are_kinds_of_their_own():
+    pooling = _tiny_pooling("attention")
+    rnn = RNNSeq2Seq(RNNConfig(src_vocab_size=10, tgt_vocab_size=12, d_embed=8, d_hidden=8, d_attn=4))
+    assert isinstance(pooling, tc.PoolingModel) and pooling.trace([1, 2]).kind == pooling.kind == "pooling"
+    assert isinstance(rnn, tc.RecurrentSeq2Seq) and rnn.trace([4, 5], [1, 7]).kind == rnn.kind == "rnn-seq2seq"
+    assert pooling.capabilities == tc.Capabilities(qkv=False, weights=False, head="classification")
+    assert rnn.capabilities == tc.Capabilities(qkv=False, weights=False, head="next-token")
+    transformers_kinds = (tc.EncoderModel, tc.CausalLM, tc.EncoderDecoderModel, tc.VisionModel)
+    for model in (pooling, rnn):
+        assert not isinstance(model, transformers_kinds)
+        with pytest.raises(ValueError, match="no 'encoder' stack"):
+            model.weights()
+    with pytest.raises(ValueError, match="no tokenizer"):
+        pooling.words("a film")
+
+
 # ---- the bundled sentiment models ----------------------------------------------------------------
 @pytest.fixture(scope="module")
 def sentiment():

@@ -25,7 +25,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..capture import capture
+from ..capture import capture, matching
+from ..models.kinds import WordTokenizing
 from ..models.pooling import PoolingClassifier, PoolingConfig
 from ..models.rnn import RNNConfig, RNNSeq2Seq
 from . import corpora
@@ -52,7 +53,14 @@ def sentiment_config(pooling: str, vocab_size: int) -> PoolingConfig:
     )
 
 
-def encode_sentences(tokenizer: WordTokenizer, texts: Sequence[str], max_words: int) -> tuple:
+def tokenizer_of(tokenizer: WordTokenizing | None) -> WordTokenizing:
+    """A bundled model's word tokenizer (ValueError for a model built without one)."""
+    if tokenizer is None:
+        raise ValueError("this model has no tokenizer: load it with its vocabulary (tc.load_model)")
+    return tokenizer
+
+
+def encode_sentences(tokenizer: WordTokenizing, texts: Sequence[str], max_words: int) -> tuple:
     """(ids (B, T), mask (B, T)) of sentences, each cut to `max_words`; an empty one reads as `<unk>`."""
     rows = [(tokenizer.encode(t) or [tokenizer.unk_id])[:max_words] for t in texts]
     return pad_batch(rows, tokenizer.pad_id)
@@ -87,8 +95,8 @@ def sentiment_predictions(model: PoolingClassifier, split: str, batch_size: int 
     preds, alphas = [], []
     for start in range(0, len(items), batch_size):
         chunk = items[start : start + batch_size]
-        ids, mask = encode_sentences(model.tokenizer, [s.text for s in chunk], model.config.max_positions)
-        with capture(lambda n: n == "pool.weights") as sink:
+        ids, mask = encode_sentences(tokenizer_of(model.tokenizer), [s.text for s in chunk], model.config.max_positions)
+        with capture(matching("pool.weights")) as sink:
             logits = model(ids.to(model.device), mask.to(model.device))
         preds.append(logits.argmax(-1).cpu())
         weights = sink.tensors["pool.weights"].cpu()
@@ -111,8 +119,9 @@ def evaluate_sentiment(model: PoolingClassifier, log: Log = print) -> dict:
     figures["mean_words"] = float(np.mean([len(a) for a in alphas]))
     figures["mean_top_weight"] = float(np.mean([a.max() for a in alphas]))
     figures["mean_uniform_weight"] = float(np.mean([1 / len(a) for a in alphas]))
-    tokens = [model.tokenizer.encode(s.text) or [model.tokenizer.unk_id] for s in corpora.sentences("test")]
-    top = Counter(model.tokenizer.vocab[row[int(a.argmax())]] for row, a in zip(tokens, alphas))
+    tokenizer = tokenizer_of(model.tokenizer)
+    tokens = [tokenizer.encode(s.text) or [tokenizer.unk_id] for s in corpora.sentences("test")]
+    top = Counter(tokenizer.vocab[row[int(a.argmax())]] for row, a in zip(tokens, alphas))
     figures["most_often_top_word"] = [[w, n] for w, n in top.most_common(12)]
     figures["eval_seconds"] = round(time.perf_counter() - start, 1)
     log(f"[{model.config.pooling} pooling] test accuracy {figures['test_accuracy']:.4f} on {len(gold)} sentences")
@@ -170,7 +179,7 @@ def rnn_loss(model: RNNSeq2Seq, batch_size: int, seed: int, unk_rate: float) -> 
 
 def rnn_translate(model: RNNSeq2Seq, sentences: Sequence[str]) -> list[list[str]]:
     """Greedy translations (target words, without <bos> / <eos>)."""
-    src_tok, tgt_tok = model.tokenizer, model.target_tokenizer
+    src_tok, tgt_tok = tokenizer_of(model.tokenizer), tokenizer_of(model.target_tokenizer)
     src, mask = pad_batch([src_tok.encode(s) for s in sentences], src_tok.pad_id)
     out = model.greedy_batch(src.to(model.device), mask.to(model.device), tgt_tok.bos_id, tgt_tok.eos_id, 24)
     return [tgt_tok.convert_ids_to_tokens(ids) for ids in out]
@@ -181,7 +190,7 @@ def rnn_alignment_accuracy(model: RNNSeq2Seq, pairs: Sequence[td.Pair]) -> float
     gold source word (teacher forcing: step m reads word m-1, <bos> first, and predicts word m)."""
     hits = total = 0
     for p in pairs:
-        trace = model.trace(p.source_text, p.target_text, keep=lambda n: n == "attn.weights")
+        trace = model.trace(p.source_text, p.target_text, keep=matching("attn.weights"))
         alpha = trace["attn.weights"]  # [M, J]
         rows = [t for t, a in enumerate(p.alignment) if a is not None]
         hits += int((alpha[rows].argmax(-1) == np.array([p.alignment[t] for t in rows])).sum())

@@ -140,7 +140,7 @@ def load_from_dir(
             f"{shown}/{WEIGHTS_FILE} is damaged or does not match {CONFIG_FILE} ({scrub(str(error), folder)})"
         ) from None
     try:
-        _attach_inputs(model, meta, folder, shown, family)
+        _attach_inputs(model, meta, folder, shown)
     except CheckpointError:
         raise
     except (KeyError, TypeError, ValueError, OSError) as error:
@@ -167,35 +167,34 @@ def _check_special(tokenizers: dict[str, WordTokenizer], meta: dict, shown: str)
             )
 
 
-def _attach_seq2seq_vocabularies(model: TracedModel, meta: dict, folder: Path, shown: str) -> None:
-    """Source and target word tokenizers (the Transformer translator and the RNN encoder-decoders)."""
-    model.attach_tokenizer(WordTokenizer(read_lines(_listed_file(folder, meta, "source_vocab", shown))))
-    target = _listed_file(folder, meta, "target_vocab", shown)
-    model.target_tokenizer = WordTokenizer(read_lines(target), prepend_bos=True)
-    _check_special({"source": model.tokenizer, "target": model.target_tokenizer}, meta, shown)
-    if (
-        len(model.tokenizer) != model.config.src_vocab_size
-        or len(model.target_tokenizer) != model.config.tgt_vocab_size
-    ):
+def _attach_seq2seq_vocabularies(
+    model: EncoderDecoder | RNNSeq2Seq, meta: dict, folder: Path, shown: str
+) -> WordTokenizer:
+    """Source and target word tokenizers (the Transformer translator and the RNN encoder-decoders); the
+    target's is returned. Its words label the outputs."""
+    source = WordTokenizer(read_lines(_listed_file(folder, meta, "source_vocab", shown)))
+    target = WordTokenizer(read_lines(_listed_file(folder, meta, "target_vocab", shown)), prepend_bos=True)
+    _check_special({"source": source, "target": target}, meta, shown)
+    if len(source) != model.config.src_vocab_size or len(target) != model.config.tgt_vocab_size:
         raise CheckpointError(f"{shown}: vocabulary files do not match the vocabulary sizes in config.json")
+    model.attach_tokenizer(source)
+    model.target_tokenizer = target
+    model.output_labels = target.labels(model.output_vocab_size)  # predictions name target words
+    return target
 
 
-def _attach_inputs(model: TracedModel, meta: dict, folder: Path, shown: str, family: str) -> None:
-    """Tokenizers, generation rules and labels (encoder-decoder), or labels and preprocessing (ViT)."""
-    if family == "pooling":
+def _attach_inputs(model: TracedModel[Any], meta: dict, folder: Path, shown: str) -> None:
+    """Tokenizers, generation rules and labels (text families), or labels and preprocessing (ViT)."""
+    if isinstance(model, PoolingClassifier):
         tokenizer = SentenceTokenizer(read_lines(_listed_file(folder, meta, "vocab", shown)))
         _check_special({"sentence": tokenizer}, meta, shown)
         if len(tokenizer) != model.config.vocab_size:
             raise CheckpointError(f"{shown}: the vocabulary file does not match the vocabulary size in config.json")
         model.attach_tokenizer(tokenizer)
-        return
-    if family in ("encoder-decoder", "rnn-seq2seq"):
+    elif isinstance(model, RNNSeq2Seq):
         _attach_seq2seq_vocabularies(model, meta, folder, shown)
-        if family == "rnn-seq2seq":
-            model.output_labels = model.target_tokenizer.labels(model.output_vocab_size)
-            return
-        tgt = model.target_tokenizer
-        model.output_labels = tgt.labels(model.output_vocab_size)  # predictions name target words
+    elif isinstance(model, EncoderDecoder):
+        tgt = _attach_seq2seq_vocabularies(model, meta, folder, shown)
         # generate() starts from <bos>, stops at <eos>, never emits <pad> or a second <bos>.
         model.generation = GenerationSettings(
             eos_id=tgt.eos_id,
@@ -211,7 +210,7 @@ def _attach_inputs(model: TracedModel, meta: dict, folder: Path, shown: str, fam
         model.class_names = names
         model.preprocessing = preprocessing_from_meta(meta["preprocessing"])
     else:
-        raise CheckpointError(f"{shown}: a {family} folder holds a {model.kind} model")
+        raise CheckpointError(f"{shown}: a {model.kind} model is not one the bundled format holds")
 
 
 def load_bundled(

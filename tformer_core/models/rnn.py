@@ -11,6 +11,9 @@ alpha_m = (alpha_m1, ..., alpha_mJ), and reads the context c_m = sum_j alpha_mj 
 - "dot" and "bilinear" (Luong, Pham and Manning, 2015): e_mj = s_m . h_j or s_m^T W h_j, from the state
   *after* s_m = GRU(y_{m-1}, s_{m-1}); the output reads tanh(W_c [c_m; s_m]).
 
+The score functions are tformer_core.scores'; the scores become weights by tformer_core.attention's rule
+(padding masked, the softmax over the source words).
+
 Hooks (batch first): encoder.states (B, J, H) the annotations, decoder.states (B, M, H), attn.energies
 (B, M, J) (padding at -inf), attn.weights (B, M, J) alpha, attn.context (B, M, H), head.logits (B, M, V).
 Each is recorded once for all steps (stacked), so one capture holds the whole alignment.
@@ -18,16 +21,17 @@ Each is recorded once for all steps (stacked), so one capture holds the whole al
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 from torch import nn
 
+from ..attention import attention_logits, attention_weights
 from ..capture import HookPoint, NameFilter
+from ..scores import additive_scores, bilinear_scores, dot_scores
 from ..trace import Trace
-from .base import TracedModel
+from .base import TokenInput
+from .kinds import RecurrentSeq2Seq
 
 SCORES = ("additive", "dot", "bilinear")
 
@@ -51,7 +55,7 @@ class RNNConfig:
 
 
 class Scorer(nn.Module):
-    """e_mj for one decoder state s (B, H) against every annotation h (B, J, H) -> (B, J)."""
+    """e_mj for one decoder state s (B, H) against every annotation h (B, J, H) -> (B, J); its parameters."""
 
     def __init__(self, c: RNNConfig) -> None:
         super().__init__()
@@ -63,40 +67,80 @@ class Scorer(nn.Module):
         elif c.score == "bilinear":
             self.W = nn.Linear(c.d_hidden, c.d_hidden, bias=False)
 
+    def keys(self, h: torch.Tensor) -> torch.Tensor | None:
+        """What the score needs of the annotations, computed once per sentence: U h_j (additive), else None."""
+        return self.U(h) if self.kind == "additive" else None
+
     def forward(self, s: torch.Tensor, h: torch.Tensor, h_keys: torch.Tensor | None) -> torch.Tensor:
-        if self.kind == "additive":  # h_keys = U h, computed once per sentence
-            return self.v(torch.tanh(self.W(s)[:, None, :] + h_keys)).squeeze(-1)
-        if self.kind == "bilinear":
-            return torch.einsum("bh,bjh->bj", self.W(s), h)  # s^T W h_j (W applied to s: the same sum)
-        return torch.einsum("bh,bjh->bj", s, h)  # s . h_j
+        if self.kind == "additive" and h_keys is not None:  # v^T tanh(W s + U h_j)
+            return additive_scores(self.W(s), h_keys, self.v.weight[0])
+        if self.kind == "bilinear":  # s^T W h_j (nn.Linear holds W transposed)
+            return bilinear_scores(s, h, self.W.weight.T)
+        return dot_scores(s, h)  # s . h_j
 
 
-class RNNSeq2Seq(TracedModel):
+class Alignment(nn.Module):
+    """One output step's attention over the source: scores -> alpha (B, J) -> context (B, H). Hooks (every step
+    stacked, recorded by the model): energies (B, M, J), weights (B, M, J), context (B, M, H)."""
+
+    def __init__(self, c: RNNConfig) -> None:
+        super().__init__()
+        self.score = Scorer(c)
+        self.hook_energies, self.hook_weights, self.hook_context = HookPoint(), HookPoint(), HookPoint()
+
+    def forward(
+        self, s: torch.Tensor, h: torch.Tensor, h_keys: torch.Tensor | None, allowed: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        energies = attention_logits(self.score(s, h, h_keys), 1.0, allowed=allowed)  # padding at -inf
+        alpha = attention_weights(energies, allowed)
+        return energies, alpha, torch.einsum("bj,bjh->bh", alpha, h)  # c_m = sum_j alpha_mj h_j
+
+
+class RNNEncoder(nn.Module):
+    """A bidirectional GRU over the source words. Hook: states (B, J, H), the annotations."""
+
+    def __init__(self, c: RNNConfig) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(c.src_vocab_size, c.d_embed)
+        self.rnn = nn.GRU(c.d_embed, c.d_hidden // 2, batch_first=True, bidirectional=True)
+        self.hook_states = HookPoint()
+
+
+class RNNDecoder(nn.Module):
+    """A GRU cell writing the target; its first state from the encoder's last ones. Hook: states (B, M, H)."""
+
+    def __init__(self, c: RNNConfig) -> None:
+        super().__init__()
+        H = c.d_hidden
+        self.embed = nn.Embedding(c.tgt_vocab_size, c.d_embed)
+        self.init = nn.Linear(H, H)  # s_0 = tanh(W [last forward; last backward])
+        self.cell = nn.GRUCell(c.d_embed + (H if c.score == "additive" else 0), H)
+        self.hook_states = HookPoint()
+
+
+class RNNHead(nn.Module):
+    """Next-word logits from the step's state and context. Hook: logits (B, M, V)."""
+
+    def __init__(self, c: RNNConfig) -> None:
+        super().__init__()
+        H = c.d_hidden
+        self.combine = nn.Linear(2 * H + (c.d_embed if c.score == "additive" else 0), H)
+        self.out = nn.Linear(H, c.tgt_vocab_size)
+        self.hook_logits = HookPoint()
+
+
+Step = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
+
+
+class RNNSeq2Seq(RecurrentSeq2Seq[RNNConfig]):
     """src (B, J), src_mask (B, J), tgt_in (B, M) starting with <bos> -> logits (B, M, V) (teacher forcing)."""
 
-    kind = "rnn-seq2seq"
-
     def __init__(self, config: RNNConfig) -> None:
-        super().__init__(config)  # type: ignore[arg-type]  (no Transformer block)
-        c = config
-        H = c.d_hidden
-        self.encoder = nn.Module()
-        self.encoder.embed = nn.Embedding(c.src_vocab_size, c.d_embed)
-        self.encoder.rnn = nn.GRU(c.d_embed, H // 2, batch_first=True, bidirectional=True)
-        self.encoder.hook_states = HookPoint()
-        self.decoder = nn.Module()
-        self.decoder.embed = nn.Embedding(c.tgt_vocab_size, c.d_embed)
-        self.decoder.init = nn.Linear(H, H)  # s_0 = tanh(W [last forward; last backward])
-        additive = c.score == "additive"
-        self.decoder.cell = nn.GRUCell(c.d_embed + (H if additive else 0), H)
-        self.decoder.hook_states = HookPoint()
-        self.attn = nn.Module()
-        self.attn.score = Scorer(c)
-        self.attn.hook_energies, self.attn.hook_weights, self.attn.hook_context = HookPoint(), HookPoint(), HookPoint()
-        self.head = nn.Module()
-        self.head.combine = nn.Linear(2 * H + (c.d_embed if additive else 0), H)
-        self.head.out = nn.Linear(H, c.tgt_vocab_size)
-        self.head.hook_logits = HookPoint()
+        super().__init__(config)
+        self.encoder = RNNEncoder(config)
+        self.decoder = RNNDecoder(config)
+        self.attn = Alignment(config)
+        self.head = RNNHead(config)
         self.target_tokenizer = None  # set by the loader, as for the Transformer translator
         self._finish_init()
 
@@ -119,20 +163,18 @@ class RNNSeq2Seq(TracedModel):
         s0 = torch.tanh(self.decoder.init(torch.cat([last[0], last[1]], dim=-1)))
         return self.encoder.hook_states(h), s0
 
-    def _step(self, y_prev, s, h, h_keys, allowed):
+    def _step(
+        self, y_prev: torch.Tensor, s: torch.Tensor, h: torch.Tensor, h_keys: torch.Tensor | None, allowed: torch.Tensor
+    ) -> Step:
         """One output step -> (logits (B, V), new state, scores (B, J), alpha (B, J), context (B, H))."""
         e = self.decoder.embed(y_prev)  # (B, E)
         if self.config.score == "additive":  # attend from s_{m-1}, then update the state with the context
-            scores = self.attn.score(s, h, h_keys).masked_fill(~allowed, float("-inf"))
-            alpha = torch.softmax(scores, dim=-1)
-            context = torch.einsum("bj,bjh->bh", alpha, h)
+            scores, alpha, context = self.attn(s, h, h_keys, allowed)
             s = self.decoder.cell(torch.cat([e, context], dim=-1), s)
             out = torch.tanh(self.head.combine(torch.cat([s, context, e], dim=-1)))
         else:  # update the state first, then attend from s_m
             s = self.decoder.cell(e, s)
-            scores = self.attn.score(s, h, None).masked_fill(~allowed, float("-inf"))
-            alpha = torch.softmax(scores, dim=-1)
-            context = torch.einsum("bj,bjh->bh", alpha, h)
+            scores, alpha, context = self.attn(s, h, None, allowed)
             out = torch.tanh(self.head.combine(torch.cat([context, s], dim=-1)))
         return self.head.out(out), s, scores, alpha, context
 
@@ -141,11 +183,12 @@ class RNNSeq2Seq(TracedModel):
             src_mask = torch.ones_like(src)
         h, s = self.encode(src, src_mask)
         allowed = src_mask.bool()
-        h_keys = self.attn.score.U(h) if self.config.score == "additive" else None
-        steps = [None] * tgt_in.shape[1]
+        h_keys = self.attn.score.keys(h)
+        steps: list[Step] = []
         for m in range(tgt_in.shape[1]):
-            logits, s, scores, alpha, context = self._step(tgt_in[:, m], s, h, h_keys, allowed)
-            steps[m] = (logits, s, scores, alpha, context)
+            step = self._step(tgt_in[:, m], s, h, h_keys, allowed)
+            s = step[1]
+            steps.append(step)
         logits, states, scores, alpha, context = (torch.stack(parts, dim=1) for parts in zip(*steps))
         self.decoder.hook_states(states)
         self.attn.hook_energies(scores)
@@ -154,13 +197,16 @@ class RNNSeq2Seq(TracedModel):
         return self.head.hook_logits(logits)  # (B, M, V)
 
     @torch.inference_mode()
-    def greedy_batch(self, src: torch.Tensor, src_mask: torch.Tensor, bos: int, eos: int, max_len: int) -> list:
+    def greedy_batch(
+        self, src: torch.Tensor, src_mask: torch.Tensor, bos: int, eos: int, max_len: int
+    ) -> list[list[int]]:
         """Greedy decoding of a batch -> one list of target ids per sentence, without <bos> and <eos>."""
         h, s = self.encode(src, src_mask)
         allowed = src_mask.bool()
-        h_keys = self.attn.score.U(h) if self.config.score == "additive" else None
+        h_keys = self.attn.score.keys(h)
         y = torch.full((src.shape[0],), bos, dtype=torch.long, device=src.device)
-        out, done = [[] for _ in range(src.shape[0])], torch.zeros(src.shape[0], dtype=torch.bool)
+        out: list[list[int]] = [[] for _ in range(src.shape[0])]
+        done = torch.zeros(src.shape[0], dtype=torch.bool)
         for _ in range(max_len):
             logits, s, *_ = self._step(y, s, h, h_keys, allowed)
             logits[:, bos] = float("-inf")  # <bos> only starts a sentence
@@ -173,15 +219,7 @@ class RNNSeq2Seq(TracedModel):
                 break
         return out
 
-    def _trace_meta(self) -> dict:
-        return {"labels": self.output_labels, "path": self.path, "score": self.config.score}
-
-    def trace(
-        self,
-        source: str | Sequence[int] | np.ndarray,
-        target: str | Sequence[int] | None = None,
-        keep: NameFilter | None = None,
-    ) -> Trace:
+    def trace(self, source: TokenInput, target: TokenInput | None = None, keep: NameFilter | None = None) -> Trace:
         """Trace one translation: the model's own greedy output (target None) or a given target (teacher
         forcing; text or ids starting with <bos>). `target_tokens` are the decoder's inputs, <bos> first:
         row m of attn.weights is the step that reads target_tokens[m] and predicts the next word."""
