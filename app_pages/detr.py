@@ -67,7 +67,7 @@ def page(url: UrlState) -> None:
 
 
 def show_queries(url: UrlState, result: dv.DetrResult, found: list[dv.Detection]) -> None:
-    L, H = result.trace.layers_in("decoder"), result.trace.n_heads
+    L, H = result.trace.layers_in("decoder"), result.trace.heads_in("decoder")
     c1, c2, c3 = st.columns(3)
     layer = c1.selectbox("Decoder layer", list(range(L)), key=url.key("layer", L - 1, choices=list(range(L))))
     head = c2.selectbox(

@@ -105,7 +105,7 @@ def show_reconstruction(result: mv.MAEResult) -> None:
     right.image(
         to_png(overlay(result.image, heat)), width=300, caption="squared error per masked patch (bright: large)"
     )
-    unit = "per-patch normalised pixels" if result.trace.meta.get("norm_pix_loss") else "normalised pixels"
+    unit = "per-patch normalised pixels" if result.norm_pix_loss else "normalised pixels"
     st.caption(
         f"Mean squared error over the masked patches: **{np.nanmean(errors):.3f}** ({unit}, the loss the "
         f"model was trained on); largest {np.nanmax(errors):.3f}, smallest {np.nanmin(errors):.3f}."

@@ -9,10 +9,12 @@ cross-attention over the picture, and the self-attention between the queries.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from PIL import Image, ImageDraw
 
+from tformer_core.capture import matching
 from tformer_core.inputs.image_file import read_image
 from tformer_core.models.base import TracedModel
 from tformer_core.models.detr import DETR
@@ -53,13 +55,16 @@ class Detection:
     box: tuple[float, float, float, float]  # x0, y0, x1, y1 in pixels of DetrResult.image
 
 
-def analyse(model: TracedModel, data: bytes, name: str) -> DetrResult:
+# What the page reads: the heads' outputs, and the decoder's queries and keys (its attention is recomputed).
+KEEP = matching("head.*", "decoder.*.attn.q", "decoder.*.attn.k", "decoder.*.cross_attn.q", "decoder.*.cross_attn.k")
+
+
+def analyse(model: TracedModel[Any], data: bytes, name: str) -> DetrResult:
     if not isinstance(model, DETR) or model.preprocessing is None:
         raise ValueError("this page shows DETR object detectors (e.g. facebook/detr-resnet-50)")
     loaded = read_image(data, name)
     pixels = model.preprocessing(loaded.image)
-    keep = lambda n: n.startswith("head.") or (n.startswith("decoder.") and n.endswith((".q", ".k")))  # noqa: E731
-    return DetrResult(model.preprocessing.resized(loaded.image), model.trace(pixels, keep=keep))
+    return DetrResult(model.preprocessing.resized(loaded.image), model.trace(pixels, keep=KEEP))
 
 
 def class_probabilities(r: DetrResult) -> np.ndarray:
@@ -70,14 +75,14 @@ def class_probabilities(r: DetrResult) -> np.ndarray:
 def detections(r: DetrResult, threshold: float) -> list[Detection]:
     """The queries whose most likely real class has at least `threshold` (transformers' post-processing)."""
     probs = class_probabilities(r)[:, :-1]
-    labels = r.trace.meta.get("labels") or [str(i) for i in range(probs.shape[1])]
+    labels = r.trace.meta.labels or [str(i) for i in range(probs.shape[1])]
     W, H = r.image.size
     found = []
     for q in np.flatnonzero(probs.max(-1) >= threshold):
-        cx, cy, w, h = np.asarray(r.trace["head.boxes"][q], dtype=np.float64)
+        cx, cy, w, h = (float(v) for v in r.trace["head.boxes"][q])
         box = ((cx - w / 2) * W, (cy - h / 2) * H, (cx + w / 2) * W, (cy + h / 2) * H)
         c = int(probs[q].argmax())
-        found.append(Detection(int(q), str(labels[c]), float(probs[q, c]), tuple(float(v) for v in box)))
+        found.append(Detection(int(q), str(labels[c]), float(probs[q, c]), box))
     return sorted(found, key=lambda d: -d.probability)
 
 
@@ -96,7 +101,7 @@ def boxes_picture(r: DetrResult, found: list[Detection], chosen: int | None = No
 def cross_map(r: DetrResult, query: int, layer: int, head: int | None) -> np.ndarray:
     """One object query's cross-attention over the feature grid [rows, cols] (mean of the heads when None)."""
     w = r.trace.attention(layer, None, "cross")[:, query]  # [heads, cells]
-    rows, cols = r.trace.grid_hw
+    rows, cols = r.trace.patch_grid
     return (w.mean(0) if head is None else w[head]).reshape(rows, cols)
 
 

@@ -9,10 +9,12 @@ reconstruction of the masked patches and the error per patch.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from PIL import Image
 
+from tformer_core.capture import matching
 from tformer_core.inputs.image_file import read_image
 from tformer_core.inputs.preprocessing import ImagePreprocessing
 from tformer_core.models.base import TracedModel
@@ -24,31 +26,38 @@ MASK_GREY = 128
 
 @dataclass(frozen=True, eq=False)
 class MAEResult:
-    image: Image.Image  # as the model sees it (224 x 224), before normalisation
-    pixels: np.ndarray  # the normalised input [C, H, W]
+    """image: as the model sees it (224 x 224), before normalisation; pixels: the normalised input [C, H, W];
+    mean, std: the normalisation; norm_pix_loss: the model was trained to predict each patch's pixels
+    normalised by the patch's own mean and spread (its predictions are in those units)."""
+
+    image: Image.Image
+    pixels: np.ndarray
     trace: Trace
     mean: tuple[float, ...]
     std: tuple[float, ...]
+    norm_pix_loss: bool
 
     @property
     def mask(self) -> np.ndarray:
-        return np.asarray(self.trace.meta["mask"])
+        """[patches] 1 where a patch was masked, in the picture's order."""
+        return np.asarray(self.trace["encoder.embed.mask"])
 
     @property
     def patch_size(self) -> int:
-        return int(self.trace.patch_size)
+        return self.trace.patch_side
 
 
-def analyse(model: TracedModel, data: bytes, name: str, seed: int) -> MAEResult:
+def analyse(model: TracedModel[Any], data: bytes, name: str, seed: int) -> MAEResult:
     if not isinstance(model, MAE) or model.preprocessing is None:
         raise ValueError("this page shows masked autoencoders (ViT-MAE checkpoints, e.g. facebook/vit-mae-base)")
     loaded = read_image(data, name)
-    pixels = model.preprocessing(loaded.image)
-    last = model.config.n_layers - 1
-    keep = lambda n: n == "head.pixels" or n in (f"encoder.{last}.attn.q", f"encoder.{last}.attn.k")  # noqa: E731
-    trace = model.trace(pixels, seed=int(seed), keep=keep)
     pre = model.preprocessing
-    return MAEResult(pre.resized(loaded.image), pixels.numpy(), trace, tuple(pre.mean), tuple(pre.std))
+    pixels = pre(loaded.image)
+    last = model.config.n_layers - 1
+    keep = matching("head.pixels", f"encoder.{last}.attn.q", f"encoder.{last}.attn.k")
+    trace = model.trace(pixels, seed=int(seed), keep=keep)
+    image = pre.resized(loaded.image)
+    return MAEResult(image, pixels.numpy(), trace, tuple(pre.mean), tuple(pre.std), model.config.norm_pix_loss)
 
 
 def masked_picture(image: Image.Image, mask: np.ndarray, patch: int) -> Image.Image:
@@ -79,7 +88,7 @@ def _targets(r: MAEResult) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     target = _patches(r.pixels, r.patch_size).astype(np.float64)
     mean = target.mean(-1, keepdims=True)
     std = np.sqrt(target.var(-1, ddof=1, keepdims=True) + 1e-6)
-    if r.trace.meta.get("norm_pix_loss"):
+    if r.norm_pix_loss:
         return (target - mean) / std, mean, std
     return target, np.zeros_like(mean), np.ones_like(std)
 
@@ -88,7 +97,7 @@ def patch_errors(r: MAEResult) -> np.ndarray:
     """Mean squared error of every masked patch, in the loss's units, [rows, cols] (NaN on the kept ones)."""
     target, _, _ = _targets(r)
     err = ((np.asarray(r.trace["head.pixels"], dtype=np.float64) - target) ** 2).mean(-1)
-    rows, cols = r.trace.grid_hw
+    rows, cols = r.trace.patch_grid
     return np.where(r.mask.astype(bool), err, np.nan).reshape(rows, cols)
 
 
@@ -101,7 +110,7 @@ def reconstruction(r: MAEResult, paste_visible: bool = True) -> Image.Image:
         keep = ~r.mask.astype(bool)
         predicted[keep] = _patches(r.pixels, r.patch_size)[keep]
     C, H, W = r.pixels.shape
-    P, (rows, cols) = r.patch_size, r.trace.grid_hw
+    P, (rows, cols) = r.patch_size, r.trace.patch_grid
     x = predicted.reshape(rows, cols, P, P, C).transpose(4, 0, 2, 1, 3).reshape(C, H, W)
     x = x * np.asarray(r.std)[:, None, None] + np.asarray(r.mean)[:, None, None]
     return Image.fromarray((x.transpose(1, 2, 0).clip(0, 1) * 255).round().astype(np.uint8))

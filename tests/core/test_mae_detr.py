@@ -83,6 +83,21 @@ def detr(tmp_path_factory):
     return save_tiny_detr(folder), load_folder(folder)
 
 
+def _decoder_attention(theirs, layer, run):
+    """transformers' MAE decoder attention of `layer` (it returns none in transformers 5), from its own query and
+    key projections of the hidden states its attention reads: softmax(q k^T / sqrt(d_head)) per head."""
+    seen = {}
+    attention = theirs.decoder.decoder_layers[layer].attention
+    handle = attention.register_forward_pre_hook(lambda module, args: seen.setdefault("x", args[0]))
+    try:
+        run()
+    finally:
+        handle.remove()
+    x, heads = seen["x"], theirs.config.decoder_num_attention_heads
+    q, k = (proj(x).unflatten(-1, (heads, -1)).transpose(1, 2) for proj in (attention.q_proj, attention.k_proj))
+    return torch.softmax(q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5, dim=-1)[0].detach().numpy()
+
+
 def test_mae_reconstruction_mask_and_attention_match_transformers(mae):
     theirs, ours = mae
     x, noise = torch.randn(1, 3, 16, 16), torch.rand(1, 16)
@@ -90,23 +105,62 @@ def test_mae_reconstruction_mask_and_attention_match_transformers(mae):
         out = theirs(pixel_values=x, noise=noise, output_attentions=True)
     trace = ours.trace(x[0], noise=noise)
     np.testing.assert_allclose(trace["head.pixels"], out.logits[0].numpy(), atol=1e-5)
-    np.testing.assert_array_equal(trace.meta["mask"], out.mask[0].numpy())
-    assert int(trace.meta["mask"].sum()) == 12  # 75 % of 16 patches
+    np.testing.assert_array_equal(trace["encoder.embed.mask"], out.mask[0].numpy())
+    assert int(trace["encoder.embed.mask"].sum()) == 12  # 75 % of 16 patches
     for layer in range(2):
         np.testing.assert_allclose(trace.attention(layer), out.attentions[layer][0].numpy(), atol=1e-5)
     assert trace.stack_layers == {"encoder": 2, "decoder": 2}
     assert len(trace.tokens) == 1 + 4 and len(trace.target_tokens) == 1 + 16
     kept = list(trace.tokens[1:])
-    masked = [f"r{i // 4}c{i % 4}" for i in np.flatnonzero(trace.meta["mask"])]
+    masked = [f"r{i // 4}c{i % 4}" for i in np.flatnonzero(trace["encoder.embed.mask"])]
     assert not set(kept) & set(masked)
+
+
+def test_the_mae_decoder_has_its_own_heads_and_they_match_transformers(mae):
+    """The tiny MAE's encoder has 4 heads of 8 numbers, its decoder 2 of 12: a trace reads each stack with its own
+    heads and its own 1/sqrt(d_head) (a single count would refuse head 3... or recompute with the wrong scale)."""
+    theirs, ours = mae
+    x, noise = torch.randn(1, 3, 16, 16), torch.rand(1, 16)
+    trace = ours.trace(x[0], noise=noise).compact()  # compact: the weights are recomputed from Q and K
+    assert (trace.heads_in("encoder"), trace.heads_in("decoder"), trace.n_heads) == (4, 2, 4)
+    assert trace.meta.stack_scales == {"decoder": pytest.approx(12**-0.5)}
+    assert trace.meta.attention_scale == pytest.approx(8**-0.5)
+    for layer in range(2):
+        with torch.no_grad():
+            expected = _decoder_attention(theirs, layer, lambda: theirs(pixel_values=x, noise=noise))
+        np.testing.assert_allclose(trace.attention(layer, None, "decoder"), expected, atol=1e-5)
+        np.testing.assert_allclose(trace.attention(layer, 1, "decoder"), expected[1], atol=1e-5)
+    assert trace.attention(0, 3, "encoder").shape == (1 + 4, 1 + 4)
+    with pytest.raises(ValueError, match="has 2 heads"):
+        trace.attention(0, 3, "decoder")
+    queries, keys = trace.tokens_for("decoder")
+    assert queries == keys == trace.target_tokens and trace.tokens_for("encoder")[0] == trace.tokens
+    assert trace.attention_stacks == ("encoder", "decoder")  # no cross-attention: the decoder reads every patch
+
+
+def test_an_maes_weights_are_its_checkpoints_in_transformerlenss_shapes(mae):
+    theirs, ours = mae
+    decoder = ours.weights("decoder")
+    layer = theirs.decoder.decoder_layers[1].attention
+    W_Q = layer.q_proj.weight.T.reshape(24, 2, 12).transpose(0, 1)  # [heads, d_model, d_head]
+    torch.testing.assert_close(decoder.block(1).attn.W_Q, W_Q, rtol=0, atol=0)
+    assert decoder.n_layers == 2 and decoder.W_pos.shape == (1 + 16, 24) and decoder.patch is None
+    encoder = ours.weights()
+    conv = theirs.vit.embeddings.patch_embeddings.projection.weight
+    torch.testing.assert_close(encoder.patch.W, conv, rtol=0, atol=0)
+    assert encoder.block(0).attn.n_heads == 4 and encoder.positional == "sinusoidal"
+    assert ours.capabilities == tc.Capabilities(head="pixels") and isinstance(ours, tc.MaskedAutoencoder)
 
 
 def test_mae_masks_the_same_patches_for_a_seed_and_others_for_another(mae):
     _, ours = mae
     x = torch.randn(3, 16, 16)
     a, b, c = ours.trace(x, seed=1), ours.trace(x, seed=1), ours.trace(x, seed=2)
-    np.testing.assert_array_equal(a.meta["mask"], b.meta["mask"])
-    assert not np.array_equal(a.meta["mask"], c.meta["mask"])
+    np.testing.assert_array_equal(a["encoder.embed.mask"], b["encoder.embed.mask"])
+    assert not np.array_equal(a["encoder.embed.mask"], c["encoder.embed.mask"])
+    only = ours.trace(x, seed=1, keep=lambda name: name == "head.pixels")  # the mask stays: it names the tokens
+    np.testing.assert_array_equal(only["encoder.embed.mask"], a["encoder.embed.mask"])
+    assert only.tokens == a.tokens and "encoder.0.attn.q" not in only
     assert ours.config.norm_pix_loss
 
 
@@ -133,6 +187,12 @@ def test_detr_boxes_classes_and_every_attention_match_transformers(detr):
     assert trace.grid_hw == (12, 16)  # stride 8 for this two-stage ResNet
     assert trace.attention(0, 1, "cross").shape == (5, 12 * 16)
     assert ours.output_labels == ("cat", "dog", "remote")
+    # A DETR trace is its own kind; its decoder reads the feature cells through cross-attention.
+    assert trace.kind == "detr" and trace.attention_stacks == ("encoder", "decoder", "cross")
+    assert trace.tokens_for("cross") == (trace.target_tokens, trace.tokens)
+    assert isinstance(ours, tc.DetectionModel) and ours.capabilities == tc.Capabilities(head="detection", weights=False)
+    with pytest.raises(ValueError, match="queries and keys"):
+        ours.weights()
 
 
 def test_detr_reads_a_checkpoint_with_timms_resnet_names(tmp_path):

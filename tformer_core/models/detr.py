@@ -12,8 +12,11 @@ encoder's output plus the feature positions). After a final LayerNorm, each quer
 (n_classes + 1 logits: the last is "no object") and a box (an MLP: centre x, centre y, width, height,
 as fractions of the picture after a sigmoid).
 
-The trace is an encoder-decoder trace (kind "encoder-decoder", meta["model"] = "detr"): tokens name the
-feature cells ("r{row}c{col}", grid_hw = (h, w)), target_tokens the object queries ("q0", ...):
+Every attention is the core's `MultiHeadAttention` (the one rule of tformer_core.attention), given the
+positions through its inputs: queries and keys from the tokens plus their positions, values from the tokens.
+
+The trace (kind "detr", a `DetectionModel`'s) holds two sequences: tokens name the feature cells
+("r{row}c{col}", grid_hw = (h, w)), target_tokens the object queries ("q0", ...):
 `trace.attention(layer, head, "cross")` is [queries, cells], `trace.attention(layer, head, "decoder")`
 [queries, queries]. Hooks of its own: backbone.features (B, C, h, w), encoder.pos (B, hw, D),
 head.logits (B, Q, classes + 1), head.boxes (B, Q, 4).
@@ -23,17 +26,23 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 from PIL import Image
 from torch import nn
 
-from ..capture import HookPoint, NameFilter
+from ..capture import HookPoint, NameFilter, any_of, matching
 from ..inputs.preprocessing import IMAGENET_MEAN, IMAGENET_STD
 from ..trace import Trace, stored_by_default
-from .base import TracedModel
+from .base import Capabilities
+from .kinds import DetectionModel
 from .layers import BlockConfig, FeedForward, MultiHeadAttention
+from .weights import StackWeights
+
+if TYPE_CHECKING:
+    from transformers import ResNetConfig
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -53,18 +62,18 @@ class DETRConfig(BlockConfig):
     backbone_depths: tuple[int, ...] = (3, 4, 6, 3)
     labels: tuple[str, ...] = ()
 
-    def resnet_config(self):  # -> transformers.ResNetConfig
+    def resnet_config(self) -> ResNetConfig:
         from transformers import ResNetConfig
 
-        n = len(self.backbone_depths)
-        return ResNetConfig(
+        config = ResNetConfig(
             num_channels=self.n_channels,
             embedding_size=self.backbone_embedding_size,
             hidden_sizes=list(self.backbone_hidden_sizes),
             depths=list(self.backbone_depths),
             layer_type=self.backbone_layer_type,
-            out_features=[f"stage{n}"],
         )
+        config.set_output_features_output_indices(out_features=[config.stage_names[-1]], out_indices=None)
+        return config
 
 
 def sine_positions(h: int, w: int, d_model: int, temperature: float = 10000.0) -> torch.Tensor:
@@ -83,21 +92,6 @@ def sine_positions(h: int, w: int, d_model: int, temperature: float = 10000.0) -
     return torch.cat([pairs(y), pairs(x)], dim=2).reshape(h * w, d_model)
 
 
-class PositionalAttention(MultiHeadAttention):
-    """Multi-head attention whose queries, keys and values come from three inputs (DETR adds positions to
-    queries and keys only). The same hook points and steps as MultiHeadAttention, no mask."""
-
-    def forward(self, queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
-        q = self.hook_q(self._split_heads(self.W_q(queries), self.n_heads))  # (B, h, Tq, dh)
-        k = self.hook_k(self._split_heads(self.W_k(keys), self.n_heads))  # (B, h, Tk, dh)
-        v = self.hook_v(self._split_heads(self.W_v(values), self.n_heads))  # (B, h, Tk, dh)
-        scores = self.hook_scores(q @ k.transpose(-2, -1))  # (B, h, Tq, Tk)
-        weights = self.hook_weights(torch.softmax(self.hook_scaled(scores * self.scale), dim=-1))
-        z = self.hook_z(weights @ v)  # (B, h, Tq, dh)
-        B, _, Tq, _ = z.shape
-        return self.hook_out(self.W_o(z.transpose(1, 2).reshape(B, Tq, self.n_heads * self.d_head)))
-
-
 class DetrBlock(nn.Module):
     """A post-norm block: self-attention (positions on queries and keys), cross-attention (decoder), FFN."""
 
@@ -106,26 +100,101 @@ class DetrBlock(nn.Module):
         D, h, dh = c.d_model, c.n_heads, c.head_dim
         self.hook_resid_pre, self.hook_resid_post = HookPoint(), HookPoint()
         self.attn, self.ln_attn, self.hook_ln_attn = (
-            PositionalAttention(D, h, dh),
+            MultiHeadAttention(D, h, dh),
             nn.LayerNorm(D, c.ln_eps),
             HookPoint(),
         )
-        self.cross_attn = PositionalAttention(D, h, dh) if cross else None
+        self.cross_attn = MultiHeadAttention(D, h, dh) if cross else None
+        self.ln_cross = nn.LayerNorm(D, c.ln_eps) if cross else None
         if cross:
-            self.ln_cross, self.hook_ln_cross = nn.LayerNorm(D, c.ln_eps), HookPoint()
+            self.hook_ln_cross = HookPoint()
         self.mlp, self.ln_mlp, self.hook_ln_mlp = (
             FeedForward(D, c.d_ff, c.activation),
             nn.LayerNorm(D, c.ln_eps),
             HookPoint(),
         )
 
-    def forward(self, x, pos, memory=None, memory_pos=None) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        pos: torch.Tensor,
+        memory: torch.Tensor | None = None,
+        memory_pos: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """x (B, T, D) and its positions pos (B, T, D); a decoder block reads memory (B, Tk, D), memory_pos."""
         x = self.hook_resid_pre(x)
         qk = x + pos
-        x = self.hook_ln_attn(self.ln_attn(x + self.attn(qk, qk, x)))
-        if self.cross_attn is not None:
-            x = self.hook_ln_cross(self.ln_cross(x + self.cross_attn(x + pos, memory + memory_pos, memory)))
+        x = self.hook_ln_attn(self.ln_attn(x + self.attn(qk, values=x)))
+        if self.cross_attn is not None and self.ln_cross is not None:
+            if memory is None or memory_pos is None:
+                raise ValueError("a DETR decoder block reads the encoder's output and its positions")
+            keys = memory + memory_pos
+            x = self.hook_ln_cross(self.ln_cross(x + self.cross_attn(x + pos, memory=keys, values=memory)))
         return self.hook_resid_post(self.hook_ln_mlp(self.ln_mlp(x + self.mlp(x))))
+
+
+class DetrEncoder(nn.Module):
+    """The feature map to d_model (a 1 x 1 convolution), then post-norm blocks. Hook: pos (B, hw, D)."""
+
+    def __init__(self, c: DETRConfig) -> None:
+        super().__init__()
+        self.project = nn.Conv2d(c.backbone_hidden_sizes[-1], c.d_model, kernel_size=1)
+        self.hook_pos = HookPoint()
+        blocks = [DetrBlock(c, cross=False) for _ in range(c.n_encoder_layers)]
+        self.blocks = nn.ModuleList(blocks)
+        self.block_list = blocks  # the same modules, typed (a plain list registers nothing)
+
+    def forward(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """features (B, C, h, w) -> (encoded tokens (B, hw, D), their positions (B, hw, D))."""
+        B, _, h, w = features.shape
+        x = self.project(features).flatten(2).transpose(1, 2)  # (B, hw, D)
+        pos = self.hook_pos(sine_positions(h, w, x.shape[-1]).to(x)[None].expand(B, -1, -1))
+        for block in self.block_list:
+            x = block(x, pos)
+        return x, pos
+
+
+class DetrDecoder(nn.Module):
+    """Object queries (learned position embeddings, from zeros) through blocks and a final LayerNorm. Hook: out."""
+
+    def __init__(self, c: DETRConfig) -> None:
+        super().__init__()
+        self.queries = nn.Embedding(c.n_queries, c.d_model)
+        blocks = [DetrBlock(c, cross=True) for _ in range(c.n_decoder_layers)]
+        self.blocks = nn.ModuleList(blocks)
+        self.block_list = blocks
+        self.ln_final = nn.LayerNorm(c.d_model, c.ln_eps)
+        self.hook_out = HookPoint()
+
+    def forward(self, memory: torch.Tensor, memory_pos: torch.Tensor) -> torch.Tensor:
+        query_pos = self.queries.weight[None].expand(memory.shape[0], -1, -1)  # (B, Q, D)
+        y = torch.zeros_like(query_pos)
+        for block in self.block_list:
+            y = block(y, query_pos, memory, memory_pos)
+        return self.hook_out(self.ln_final(y))
+
+
+class DetrHead(nn.Module):
+    """A class per query (n_classes + 1: the last is "no object") and a box (a 3-layer MLP, sigmoid: cx, cy, w,
+    h as fractions of the picture). Hooks: logits, boxes."""
+
+    def __init__(self, c: DETRConfig) -> None:
+        super().__init__()
+        self.classify = nn.Linear(c.d_model, c.n_classes + 1)
+        layers = [nn.Linear(c.d_model, c.d_model), nn.Linear(c.d_model, c.d_model), nn.Linear(c.d_model, 4)]
+        self.box = nn.ModuleList(layers)
+        self.box_layers = layers
+        self.hook_logits, self.hook_boxes = HookPoint(), HookPoint()
+
+    def forward(self, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        boxes = y
+        for layer in self.box_layers[:-1]:
+            boxes = torch.relu(layer(boxes))
+        boxes = self.box_layers[-1](boxes)
+        return self.hook_logits(self.classify(y)), self.hook_boxes(boxes.sigmoid())
+
+
+_FEATURES = matching("backbone.features")  # always captured: the feature grid's shape names the tokens
 
 
 class Backbone(nn.Module):
@@ -142,50 +211,35 @@ class Backbone(nn.Module):
         return self.hook_features(self.model(images).feature_maps[-1])
 
 
-class DETR(TracedModel):
+class DETR(DetectionModel[DETRConfig]):
     """images (B, C, H, W), normalised -> (class logits (B, Q, classes + 1), boxes (B, Q, 4) as cx, cy, w, h)."""
-
-    kind = "detr"
 
     def __init__(self, config: DETRConfig) -> None:
         super().__init__(config)
         c = config
         self.backbone = Backbone(c)
-        self.encoder = nn.Module()
-        self.encoder.project = nn.Conv2d(c.backbone_hidden_sizes[-1], c.d_model, kernel_size=1)
-        self.encoder.hook_pos = HookPoint()
-        self.encoder.blocks = nn.ModuleList(DetrBlock(c, cross=False) for _ in range(c.n_encoder_layers))
-        self.decoder = nn.Module()
-        self.decoder.queries = nn.Embedding(c.n_queries, c.d_model)
-        self.decoder.blocks = nn.ModuleList(DetrBlock(c, cross=True) for _ in range(c.n_decoder_layers))
-        self.decoder.ln_final = nn.LayerNorm(c.d_model, c.ln_eps)
-        self.decoder.hook_out = HookPoint()
-        self.head = nn.Module()
-        self.head.classify = nn.Linear(c.d_model, c.n_classes + 1)
-        self.head.box = nn.ModuleList(
-            [nn.Linear(c.d_model, c.d_model), nn.Linear(c.d_model, c.d_model), nn.Linear(c.d_model, 4)]
-        )
-        self.head.hook_logits, self.head.hook_boxes = HookPoint(), HookPoint()
+        self.encoder = DetrEncoder(c)
+        self.decoder = DetrDecoder(c)
+        self.head = DetrHead(c)
         self.output_labels = tuple(c.labels) or tuple(f"LABEL_{i}" for i in range(c.n_classes))
         self.preprocessing: DetrPreprocessing | None = None
         self._finish_init()
 
+    @property
+    def capabilities(self) -> Capabilities:
+        return replace(super().capabilities, weights=False)  # see `weights`
+
+    def weights(self, stack: str | None = None) -> StackWeights:
+        """Not offered: DETR's stacks are not the core's `Stack` (its positions go into every attention's queries
+        and keys, never into the residual stream), so `StackWeights` cannot describe them. ValueError."""
+        raise ValueError(
+            "DETR's weights are not offered as StackWeights: its positions enter every attention's queries and "
+            "keys; its traces hold each attention's Q, K and V"
+        )
+
     def forward(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        features = self.backbone(images)  # (B, C, h, w)
-        B, _, h, w = features.shape
-        x = self.encoder.project(features).flatten(2).transpose(1, 2)  # (B, hw, D)
-        pos = self.encoder.hook_pos(sine_positions(h, w, self.config.d_model).to(x)[None].expand(B, -1, -1))
-        for block in self.encoder.blocks:
-            x = block(x, pos)
-        query_pos = self.decoder.queries.weight[None].expand(B, -1, -1)  # (B, Q, D)
-        y = torch.zeros_like(query_pos)
-        for block in self.decoder.blocks:
-            y = block(y, query_pos, x, pos)
-        y = self.decoder.hook_out(self.decoder.ln_final(y))
-        boxes = y
-        for i, layer in enumerate(self.head.box):
-            boxes = layer(boxes) if i == len(self.head.box) - 1 else torch.relu(layer(boxes))
-        return self.head.hook_logits(self.head.classify(y)), self.head.hook_boxes(boxes.sigmoid())
+        memory, pos = self.encoder(self.backbone(images))  # (B, hw, D) each
+        return self.head(self.decoder(memory, pos))
 
     def trace(self, image: torch.Tensor | np.ndarray, keep: NameFilter | None = None) -> Trace:
         """Trace one preprocessed picture (C, H, W): any size (the backbone's grid follows it)."""
@@ -202,23 +256,12 @@ class DETR(TracedModel):
         x = x.to(self.device, self.dtype)[None]
         wanted = keep or stored_by_default
         layers = {"encoder": self.config.n_encoder_layers, "decoder": self.config.n_decoder_layers}
-        trace = self._trace(
-            lambda: self(x)[0], lambda n: n == "backbone.features" or wanted(n), tokens=(), stack_layers=layers
-        )
+        trace = self._trace(lambda: self(x)[0], any_of(_FEATURES, wanted), tokens=(), stack_layers=layers)
         h, w = trace["backbone.features"].shape[-2:]  # the feature grid: the picture's size / 32
         activations = {n: a for n, a in trace.activations.items() if wanted(n)}
         tokens = tuple(f"r{r}c{c}" for r in range(h) for c in range(w))
         queries = tuple(f"q{i}" for i in range(self.config.n_queries))
-        meta = {**trace.meta, "model": "detr", "image_hw": tuple(x.shape[-2:]), "no_object": self.config.n_classes}
-        return replace(
-            trace,
-            kind="encoder-decoder",
-            activations=activations,
-            tokens=tokens,
-            target_tokens=queries,
-            grid_hw=(int(h), int(w)),
-            meta=meta,
-        )
+        return replace(trace, activations=activations, tokens=tokens, target_tokens=queries, grid_hw=(int(h), int(w)))
 
 
 @dataclass(frozen=True)
@@ -243,7 +286,7 @@ class DetrPreprocessing:
 
     def resized(self, image: Image.Image) -> Image.Image:
         image = image.convert("RGB")
-        return image.resize(self.size(*image.size), resample=Image.BILINEAR)
+        return image.resize(self.size(*image.size), resample=Image.Resampling.BILINEAR)
 
     def __call__(self, image: Image.Image) -> torch.Tensor:
         pixels = np.asarray(self.resized(image), dtype=np.float32) / 255.0
