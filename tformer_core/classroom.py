@@ -33,6 +33,7 @@ from torch import nn
 
 from .bundled import corpora
 from .bundled.sentence_tokenizer import SentenceTokenizer, build_vocabulary
+from .capture import matching
 from .inputs.preprocessing import ImagePreprocessing
 from .models.base import TracedModel, default_device
 from .models.encoder import Encoder, EncoderConfig
@@ -152,11 +153,13 @@ class LectureEncoderBlock(nn.Module):
         self.norm1 = nn.LayerNorm(d_model, eps=LN_EPS)
         self.norm2 = nn.LayerNorm(d_model, eps=LN_EPS)
 
-    def forward(self, x: torch.Tensor, padding: torch.Tensor | None, weights: list | None = None) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, padding: torch.Tensor | None, weights: list[torch.Tensor] | None = None
+    ) -> torch.Tensor:
         out, w = self.attn(
             x, x, x, key_padding_mask=padding, need_weights=weights is not None, average_attn_weights=False
         )
-        if weights is not None:
+        if weights is not None and w is not None:
             weights.append(w)  # (B, h, T, T)
         x = self.norm1(x + out)
         return self.norm2(x + self.ffn(x))
@@ -170,13 +173,17 @@ class LectureTextClassifier(nn.Module):
         d = job.d_model
         self.embed = nn.Embedding(vocab_size, d)
         self.pos = nn.Parameter(torch.zeros(max_positions, d))
-        self.blocks = nn.ModuleList(LectureEncoderBlock(d, job.n_heads, 2 * d) for _ in range(job.n_layers))
+        blocks = [LectureEncoderBlock(d, job.n_heads, 2 * d) for _ in range(job.n_layers)]
+        self.blocks = nn.ModuleList(blocks)
+        self.block_list = blocks  # the same modules, typed (a plain list registers nothing)
         self.pool = nn.Linear(d, d)  # tanh(h_[CLS] W_p + b_p), as BERT's pooler
         self.classify = nn.Linear(d, n_classes)
 
-    def forward(self, ids: torch.Tensor, padding: torch.Tensor | None = None, weights: list | None = None):
+    def forward(
+        self, ids: torch.Tensor, padding: torch.Tensor | None = None, weights: list[torch.Tensor] | None = None
+    ) -> torch.Tensor:
         x = self.embed(ids) + self.pos[: ids.shape[1]]
-        for block in self.blocks:
+        for block in self.block_list:
             x = block(x, padding, weights)
         return self.classify(torch.tanh(self.pool(x[:, 0])))
 
@@ -197,18 +204,47 @@ def initialise(model: nn.Module, generator: torch.Generator) -> None:
                 p.copy_((torch.rand(p.shape, generator=generator) * 2 - 1) * bound)
 
 
+def _linear(module: nn.Module) -> nn.Linear:
+    if not isinstance(module, nn.Linear):
+        raise TypeError(f"expected a linear layer, got {type(module).__name__}")
+    return module
+
+
+def _parameters(module: nn.Linear | nn.LayerNorm) -> tuple[torch.Tensor, torch.Tensor]:
+    return module.weight, module.bias
+
+
+def _block_state(block: LectureEncoderBlock) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """One lecture block's (weight, bias) pairs under the names of the core's block."""
+    attn = block.attn
+    if attn.in_proj_weight is None or attn.in_proj_bias is None:  # kdim = vdim = d_model: one packed projection
+        raise TypeError("the lecture block's attention projects Q, K and V with one packed matrix")
+    q, k, v = attn.in_proj_weight.chunk(3)
+    bq, bk, bv = attn.in_proj_bias.chunk(3)
+    return {
+        "attn.W_q": (q, bq),
+        "attn.W_k": (k, bk),
+        "attn.W_v": (v, bv),
+        "attn.W_o": _parameters(attn.out_proj),
+        "ln_attn": _parameters(block.norm1),
+        "mlp.W_in": _parameters(_linear(block.ffn[0])),
+        "mlp.W_out": _parameters(_linear(block.ffn[2])),
+        "ln_mlp": _parameters(block.norm2),
+    }
+
+
 def to_core_encoder(model: LectureTextClassifier, tokenizer: SentenceTokenizer) -> Encoder:
     """The same weights in the core's instrumented Encoder (post-norm, ReLU, eps 1e-6, no embedding
     LayerNorm, tanh pooler on the first token): the same logits, every intermediate traced."""
-    first = model.blocks[0]
-    d, n_layers = model.embed.embedding_dim, len(model.blocks)
+    first = model.block_list[0]
+    d, n_layers = model.embed.embedding_dim, len(model.block_list)
     config = EncoderConfig(
         vocab_size=model.embed.num_embeddings,
         max_positions=model.pos.shape[0],
         n_layers=n_layers,
         d_model=d,
         n_heads=first.attn.num_heads,
-        d_ff=first.ffn[0].out_features,
+        d_ff=_linear(first.ffn[0]).out_features,
         activation="relu",
         norm="post",
         ln_eps=LN_EPS,
@@ -220,23 +256,10 @@ def to_core_encoder(model: LectureTextClassifier, tokenizer: SentenceTokenizer) 
     )
     core = Encoder(config)
     state = {"encoder.embed.tok.weight": model.embed.weight, "encoder.embed.pos.weight": model.pos}
-    for i, block in enumerate(model.blocks):
-        q, k, v = block.attn.in_proj_weight.chunk(3)
-        bq, bk, bv = block.attn.in_proj_bias.chunk(3)
-        ours = {
-            "attn.W_q": (q, bq),
-            "attn.W_k": (k, bk),
-            "attn.W_v": (v, bv),
-            "attn.W_o": (block.attn.out_proj.weight, block.attn.out_proj.bias),
-            "ln_attn": (block.norm1.weight, block.norm1.bias),
-            "mlp.W_in": (block.ffn[0].weight, block.ffn[0].bias),
-            "mlp.W_out": (block.ffn[2].weight, block.ffn[2].bias),
-            "ln_mlp": (block.norm2.weight, block.norm2.bias),
-        }
-        for name, (w, b) in ours.items():
-            state[f"encoder.blocks.{i}.{name}.weight"], state[f"encoder.blocks.{i}.{name}.bias"] = w, b
-    for ours, theirs in (("pool", model.pool), ("classify", model.classify)):
-        state[f"head.{ours}.weight"], state[f"head.{ours}.bias"] = theirs.weight, theirs.bias
+    parts = {f"encoder.blocks.{i}.{n}": p for i, b in enumerate(model.block_list) for n, p in _block_state(b).items()}
+    parts |= {"head.pool": _parameters(model.pool), "head.classify": _parameters(model.classify)}
+    for name, (w, b) in parts.items():
+        state[f"{name}.weight"], state[f"{name}.bias"] = w, b
     core.load_state_dict({k: t.detach().clone() for k, t in state.items()}, strict=True)
     core.attach_tokenizer(tokenizer)
     return core.eval()
@@ -299,7 +322,19 @@ def _limited(data: _Data, limit: int | None) -> _Data:
     return data if limit is None else replace(data, train=tuple(t[:limit] for t in data.train))
 
 
-def _build(job: Job, generator: torch.Generator) -> tuple[nn.Module, _Data, SentenceTokenizer | None]:
+Trainable = ViT | LectureTextClassifier
+
+
+@dataclass(frozen=True)
+class _Setup:
+    model: Trainable
+    data: _Data
+    tokenizer: SentenceTokenizer | None  # the text classifier's
+
+
+def _build(job: Job, generator: torch.Generator) -> _Setup:
+    model: Trainable
+    tokenizer = None
     if isinstance(job, ImageJob):
         config = ViTConfig(
             image_size=8,
@@ -311,23 +346,23 @@ def _build(job: Job, generator: torch.Generator) -> tuple[nn.Module, _Data, Sent
             d_ff=2 * job.d_model,
             n_classes=10,
         )
-        model: nn.Module = ViT(config)
-        data, tokenizer = _image_data(job), None
+        model, data = ViT(config), _image_data(job)
     else:
         tokenizer = text_tokenizer()
-        model = LectureTextClassifier(len(tokenizer), job)
-        data = _text_data(tokenizer)
+        model, data = LectureTextClassifier(len(tokenizer), job), _text_data(tokenizer)
     initialise(model, generator)
-    return model, _limited(data, job.limit), tokenizer
+    return _Setup(model, _limited(data, job.limit), tokenizer)
 
 
-def _logits(model: nn.Module, batch: tuple[torch.Tensor, ...], weights: list | None = None) -> torch.Tensor:
+def _logits(
+    model: Trainable, batch: tuple[torch.Tensor, ...], weights: list[torch.Tensor] | None = None
+) -> torch.Tensor:
     if isinstance(model, ViT):
         return model(batch[0])
     return model(batch[0], batch[1], weights)
 
 
-def _accuracy(model: nn.Module, split: tuple[torch.Tensor, ...], device: torch.device, size: int = 512) -> float:
+def _accuracy(model: Trainable, split: tuple[torch.Tensor, ...], device: torch.device, size: int = 512) -> float:
     model.eval()
     correct = 0
     with torch.inference_mode():
@@ -337,28 +372,41 @@ def _accuracy(model: nn.Module, split: tuple[torch.Tensor, ...], device: torch.d
     return correct / len(split[-1])
 
 
-def _snapshot(model: nn.Module, data: _Data, device: torch.device) -> np.ndarray:
+_QK = matching("**.attn.q", "**.attn.k")  # a ViT's trace recomputes its attention from them
+
+
+def _snapshot(model: Trainable, data: _Data, device: torch.device) -> np.ndarray:
     """The attention on the fixed input: [layers, heads, n, n]."""
     model.eval()
     fixed = tuple(t.to(device) for t in data.fixed)
     with torch.inference_mode():
         if isinstance(model, ViT):
-            return model.trace(fixed[0][0], keep=lambda n: n.endswith((".q", ".k"))).all_attention()
-        weights: list = []
+            return model.trace(fixed[0][0], keep=_QK).all_attention()
+        weights: list[torch.Tensor] = []
         model(fixed[0], fixed[1], weights)
     return torch.stack([w[0] for w in weights]).float().cpu().numpy()
 
 
-def _epoch(model, data, job, device, generator, optimiser, state, report, cancelled) -> float:
+def _epoch(
+    setup: _Setup,
+    job: Job,
+    device: torch.device,
+    generator: torch.Generator,
+    optimiser: torch.optim.Optimizer,
+    state: dict[str, int],
+    report: Report,
+    cancelled: Callable[[], bool],
+) -> float:
     """One pass over the training split in an order drawn from `generator`; returns the mean loss."""
+    model, train_split = setup.model, setup.data.train
     model.train()
-    order = torch.randperm(len(data.train[-1]), generator=generator)
+    order = torch.randperm(len(train_split[-1]), generator=generator)
     losses = []
     for start in range(0, len(order) - job.batch_size + 1, job.batch_size):
         if cancelled():
             raise Cancelled()
         chosen = order[start : start + job.batch_size]
-        batch = tuple(t[chosen].to(device) for t in data.train)
+        batch = tuple(t[chosen].to(device) for t in train_split)
         loss = F.cross_entropy(_logits(model, batch[:-1]), batch[-1])
         optimiser.zero_grad(set_to_none=True)
         loss.backward()
@@ -369,6 +417,18 @@ def _epoch(model, data, job, device, generator, optimiser, state, report, cancel
         if state["step"] % 5 == 0 or state["step"] == state["total"]:
             report(Progress(state["step"], state["total"], state["epoch"], losses[-1]))
     return float(np.mean(losses))
+
+
+def _finished(setup: _Setup, device: torch.device) -> TracedModel:
+    """The trained model as the pages show it: the ViT itself, or the text classifier in the core's Encoder."""
+    model = setup.model
+    model.eval()
+    if isinstance(model, ViT):
+        model.class_names, model.preprocessing = list(corpora.DIGIT_LABELS), DIGIT_PREPROCESSING
+        return model
+    if setup.tokenizer is None:
+        raise TypeError("a text classifier is built with its tokenizer")
+    return to_core_encoder(model.cpu(), setup.tokenizer).to(device)
 
 
 def steps_per_epoch(job: Job) -> int:
@@ -386,14 +446,14 @@ def train(
     start = time.perf_counter()
     device = torch.device(device) if device is not None else default_device()
     generator = torch.Generator().manual_seed(job.seed)
-    model, data, tokenizer = _build(job, generator)
-    model.to(device)
+    setup = _build(job, generator)
+    model, data = setup.model.to(device), setup.data
     optimiser = torch.optim.AdamW(model.parameters(), lr=job.lr, weight_decay=0.01, foreach=False)
     state = {"step": 0, "total": steps_per_epoch(job) * job.epochs, "epoch": 0}
     history = []
     for epoch in range(job.epochs):
         began, state["epoch"] = time.perf_counter(), epoch
-        loss = _epoch(model, data, job, device, generator, optimiser, state, report, cancelled)
+        loss = _epoch(setup, job, device, generator, optimiser, state, report, cancelled)
         record = Epoch(
             epoch,
             loss,
@@ -405,10 +465,4 @@ def train(
         history.append(record)
         report(record)
     accuracy = _accuracy(model, data.test, device)
-    model.eval()
-    if isinstance(model, ViT):
-        model.class_names, model.preprocessing = list(corpora.DIGIT_LABELS), DIGIT_PREPROCESSING
-        core: TracedModel = model
-    else:
-        core = to_core_encoder(model.cpu(), tokenizer).to(device)
-    return Result(job, core, accuracy, len(data.test[-1]), history, time.perf_counter() - start)
+    return Result(job, _finished(setup, device), accuracy, len(data.test[-1]), history, time.perf_counter() - start)

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from tformer_core.models.base import TracedModel
+from tformer_core.models.kinds import PoolingModel
 from tformer_core.scores import ScoreSteps
 from tformer_core.trace import Trace
 
@@ -70,10 +72,12 @@ class PoolingComparison:
         ).rename_axis("position")
 
 
-def pooling_input(model: TracedModel, text: str) -> str:
+def pooling_input(model: TracedModel[Any], text: str) -> str:
     """The words a sentiment model reads of `text`, joined (cut to the words it reads at most); ValueError for
     a text without a single word."""
-    words = model.tokenizer.words(text)
+    if not isinstance(model, PoolingModel):
+        raise ValueError(f"this section shows attention pooling over words, not a {model.kind} model")
+    words = model.words(text)
     if not words:
         raise ValueError("the sentence has no words (letters or digits): type a sentence")
     return " ".join(words[: model.max_tokens])
@@ -126,7 +130,7 @@ def rnn_alignment(trace: Trace) -> HeadMatrix:
     step made (its most likely word: the greedy output, then <eos>)."""
     alpha = np.asarray(trace["attn.weights"], dtype=np.float64)  # [M, J]
     made = np.asarray(trace["head.logits"]).argmax(-1)
-    labels = trace.meta.get("labels")
+    labels = trace.meta.labels
     rows = tuple(display_tokens([str(labels[i]) if labels is not None else str(i) for i in made]))
     cols = tuple(display_tokens(trace.tokens))
     return HeadMatrix(

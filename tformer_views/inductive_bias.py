@@ -17,14 +17,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
 import torch
 from PIL import Image
 
+from tformer_core.capture import NameFilter, matching
 from tformer_core.inputs.image_file import read_image
 from tformer_core.models.base import TracedModel
+from tformer_core.models.vit import ViT
 from tformer_core.trace import Trace
 
 from .vision import require_vit
@@ -32,8 +35,9 @@ from .vision import require_vit
 WANTED = ("encoder.embed.patch", "head.logits")
 
 
-def _keep(last_layer: int):
-    return lambda n: n in WANTED or n in (f"encoder.{last_layer}.attn.q", f"encoder.{last_layer}.attn.k")
+def _keep(last_layer: int) -> NameFilter:
+    """The patch embeddings, the logits and the last layer's Q and K (its attention is recomputed from them)."""
+    return matching(*WANTED, f"encoder.{last_layer}.attn.q", f"encoder.{last_layer}.attn.k")
 
 
 @dataclass(frozen=True, eq=False)
@@ -65,7 +69,7 @@ class ShiftStudy:
     def class_token_map(self, which: str) -> np.ndarray:
         """The class token's attention on the patches in the last layer, mean of the heads, [rows, cols]."""
         trace = self.original if which == "original" else self.shifted
-        rows, cols = trace.grid_hw
+        rows, cols = trace.patch_grid
         start = trace.n_prefix_tokens
         return trace.attention(trace.n_layers - 1).mean(0)[0, start:].reshape(rows, cols)
 
@@ -87,8 +91,8 @@ class ShiftStudy:
 
 
 def embedding_error(original: Trace, shifted: Trace, k: int) -> float:
-    P = int(original.patch_size)
-    rows, cols = original.grid_hw
+    P = original.patch_side
+    rows, cols = original.patch_grid
     e0 = np.asarray(original["encoder.embed.patch"]).reshape(rows, cols, -1)
     e1 = np.asarray(shifted["encoder.embed.patch"]).reshape(rows, cols, -1)
     return float(np.abs(e1 - np.roll(e0, k // P, axis=1)).max())
@@ -99,31 +103,35 @@ def roll(pixels: torch.Tensor, k: int) -> torch.Tensor:
     return torch.roll(pixels, shifts=int(k), dims=-1)
 
 
-def _inputs(model: TracedModel, data: bytes, name: str) -> tuple[Image.Image, torch.Tensor]:
-    model = require_vit(model)
+def _inputs(model: TracedModel[Any], data: bytes, name: str) -> tuple[ViT, Image.Image, torch.Tensor]:
+    """The ViT, the picture as it sees it and its input tensor."""
+    vit = require_vit(model)
+    preprocessing = vit.preprocessing
+    if preprocessing is None:  # require_vit has refused it already
+        raise ValueError("this ViT has no image preprocessing")
     loaded = read_image(data, name)
-    return model.preprocessing.resized(loaded.image), model.preprocessing(loaded.image)
+    return vit, preprocessing.resized(loaded.image), preprocessing(loaded.image)
 
 
-def shift_study(model: TracedModel, data: bytes, name: str, k: int) -> ShiftStudy:
+def shift_study(model: TracedModel[Any], data: bytes, name: str, k: int) -> ShiftStudy:
     """Both pictures traced (what the views read: patch embeddings, last layer's Q and K, logits)."""
-    image, pixels = _inputs(model, data, name)
-    P = model.config.patch_size
+    vit, image, pixels = _inputs(model, data, name)
+    P = vit.config.patch_size
     if not 0 <= k <= 4 * P:
         raise ValueError(f"the shift must be 0 to {4 * P} pixels, got {k}")
-    keep = _keep(model.config.n_layers - 1)
-    traces = model.trace_batch(torch.stack([pixels, roll(pixels, k)]), keep=keep)
+    keep = _keep(vit.config.n_layers - 1)
+    traces = vit.trace_batch(torch.stack([pixels, roll(pixels, k)]), keep=keep)
     shifted_image = Image.fromarray(np.roll(np.asarray(image), k, axis=1))
     return ShiftStudy(k, P, image, shifted_image, traces[0].compact(), traces[1].compact())
 
 
-def sweep(model: TracedModel, data: bytes, name: str, shifts: Sequence[int]) -> pd.DataFrame:
+def sweep(model: TracedModel[Any], data: bytes, name: str, shifts: Sequence[int]) -> pd.DataFrame:
     """For every shift k: the embedding error, the change of the top class's probability, whether the top class
     stays; one batched pass."""
-    _, pixels = _inputs(model, data, name)
-    keep = lambda n: n in WANTED  # noqa: E731
-    traces = model.trace_batch(torch.stack([roll(pixels, k) for k in shifts]), keep=keep)
-    base = traces[list(shifts).index(0)] if 0 in shifts else model.trace(pixels, keep=keep)
+    vit, _, pixels = _inputs(model, data, name)
+    keep = matching(*WANTED)
+    traces = vit.trace_batch(torch.stack([roll(pixels, k) for k in shifts]), keep=keep)
+    base = traces[list(shifts).index(0)] if 0 in shifts else vit.trace(pixels, keep=keep)
     label, p0 = base.predictions(1)[0]
     rows = []
     for k, t in zip(shifts, traces):
@@ -134,7 +142,7 @@ def sweep(model: TracedModel, data: bytes, name: str, shifts: Sequence[int]) -> 
                 "embedding error": embedding_error(base, t, int(k)),
                 f"p({label})": probs.get(label, 0.0),
                 "top class": t.predictions(1)[0][0],
-                "whole patches": int(k) % int(base.patch_size) == 0,
+                "whole patches": int(k) % base.patch_side == 0,
             }
         )
     frame = pd.DataFrame(rows)

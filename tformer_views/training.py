@@ -85,7 +85,7 @@ def fixed_digit(scale: int = 24) -> Image.Image:
     the model reads it (ink 16 is white)."""
     images, _ = corpora.digits("test")
     grey = (images[0].astype(np.float32) * (255 / 16)).clip(0, 255).astype(np.uint8)
-    return Image.fromarray(grey, "L").resize((8 * scale, 8 * scale), Image.NEAREST)
+    return Image.fromarray(grey, "L").resize((8 * scale, 8 * scale), Image.Resampling.NEAREST)
 
 
 def summary(result: classroom.Result) -> pd.DataFrame:
