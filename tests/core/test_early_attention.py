@@ -187,6 +187,26 @@ def test_the_bilinear_score_is_the_dot_score_with_w_in_between():
     torch.testing.assert_close(model.attn.score(s, h, None), 2 * torch.einsum("bh,bjh->bj", s, h))
 
 
+def test_the_rnns_scores_are_the_calculators_score_functions():
+    """One definition of each score function: the RNN's additive and bilinear scores of a state s and an
+    annotation h are the calculator's (float64) numbers for a = s, b = h with the RNN's own parameters."""
+    torch.manual_seed(0)
+    for score in ("additive", "bilinear"):
+        model = RNNSeq2Seq(RNNConfig(src_vocab_size=5, tgt_vocab_size=5, score=score, d_hidden=4, d_attn=3))
+        scorer = model.attn.score
+        s, h = torch.randn(1, 4), torch.randn(1, 1, 4)
+        with torch.no_grad():
+            if score == "additive":
+                scorer.U.bias.zero_()
+            ours = float(scorer(s, h, scorer.keys(h))[0, 0])
+        if score == "additive":
+            params = {"W1": scorer.W.weight, "W2": scorer.U.weight, "v": scorer.v.weight[0]}
+        else:
+            params = {"W": scorer.W.weight.T}  # nn.Linear holds W transposed
+        steps = {x.name: x.value for x in score_functions(s[0], h[0, 0], **{k: v.detach() for k, v in params.items()})}
+        assert ours == pytest.approx(steps[score], rel=1e-5)
+
+
 @pytest.mark.parametrize("score", ["additive", "dot", "bilinear"])
 def test_the_shipped_rnns_translate_held_out_sentences_and_align_their_words(score):
     model = tc.load_model(f"rnn-{score}", device="cpu")
