@@ -8,7 +8,8 @@ Why a worker thread and a queue: a training takes seconds to a minute of both co
 twenty at once. Run in the page's own script thread it would hold that session's page (and with it every
 rerun of the session) until it ends; run all at once, twenty would share the cores and the memory and all
 finish late. Here one runs at a time in a daemon thread (torch releases the GIL, so other sessions'
-pages go on being served), the others wait in order and each page shows its place in the queue.
+pages go on being served; the training computes with one CPU thread, classroom.TRAIN_THREADS, so the other
+cores stay with their passes), the others wait in order and each page shows its place in the queue.
 
 Bounded: at most MAX_WAITING trainings wait (more are refused with a message), one per session; a
 training whose page has not asked about it for STALE_AFTER_S (its student left) is dropped or stopped;

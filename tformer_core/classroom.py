@@ -12,18 +12,21 @@ ViT learns the handwritten digits (`bundled.corpora.digits`, 8 x 8 pictures, pat
 After training, the text model's weights are copied into the core's instrumented `Encoder`
 (`to_core_encoder`; the same outputs) so the app's pages show it like any other model.
 
-A run is deterministic for a seed (and a thread count): parameters are initialised and batches drawn from
-the job's own generators, dropout is off, and nothing global (torch's random state, thread count) is
-touched, so a run in a server's worker thread cannot disturb, or be disturbed by, other requests.
+A run is deterministic for a seed: parameters are initialised and batches drawn from the job's own
+generators, dropout is off, and it computes with one CPU thread (`TRAIN_THREADS`) whatever the machine.
+Nothing global (torch's random state, other threads' thread counts) is touched, so a run in a server's
+worker thread cannot disturb, or be disturbed by, other requests.
 `report` gets a `Progress` every few steps and an `Epoch` (validation accuracy, the attention on a fixed
 sentence or picture) after every epoch; `cancelled()` is asked between batches.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -40,6 +43,11 @@ from .models.encoder import Encoder, EncoderConfig
 from .models.vit import ViT, ViTConfig
 
 LN_EPS = 1e-6  # the lectures' LayerNorm
+# The training's matrices are small (64 sentences x 41 words x d_model 64): two threads gain little on a quiet
+# CPU, and on a server whose other cores serve other sessions they spin against each other (benchmarks/train.py:
+# an epoch took 47-51 s with two threads and 3-7 s with one, at load 6 on two cores). One thread also makes a
+# run's numbers the same on every machine.
+TRAIN_THREADS = 1
 MAX_WORDS = corpora.MAX_WORDS
 D_MODELS = (32, 64, 96, 128)
 HEADS = (1, 2, 4)
@@ -436,13 +444,42 @@ def steps_per_epoch(job: Job) -> int:
     return min(items, job.limit or items) // job.batch_size
 
 
+@contextlib.contextmanager
+def thread_count(n: int) -> Iterator[None]:
+    """torch computes with `n` CPU threads in the calling thread only, inside the `with` block.
+
+    torch.set_num_threads sets the calling thread's count and a process-wide default that threads started
+    later take on their first operation; the default is put back at once (from a short-lived thread, whose own
+    count ends with it), so the server's other threads keep theirs."""
+    previous = torch.get_num_threads()  # asking first sets this thread's count up, so later operations keep n
+
+    def set_default(count: int) -> None:
+        helper = threading.Thread(target=torch.set_num_threads, args=(count,), name="tformer-threads")
+        helper.start()
+        helper.join()
+
+    torch.set_num_threads(n)
+    set_default(previous)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
 def train(
     job: Job,
     report: Report = lambda event: None,
     cancelled: Callable[[], bool] = lambda: False,
     device: str | torch.device | None = None,
+    threads: int = TRAIN_THREADS,
 ) -> Result:
-    """Train `job` (on CUDA when there is one); raises `Cancelled` when `cancelled()` becomes true."""
+    """Train `job` (on CUDA when there is one) with `threads` CPU threads in the calling thread; raises
+    `Cancelled` when `cancelled()` becomes true."""
+    with thread_count(threads):
+        return _train(job, report, cancelled, device)
+
+
+def _train(job: Job, report: Report, cancelled: Callable[[], bool], device: str | torch.device | None) -> Result:
     start = time.perf_counter()
     device = torch.device(device) if device is not None else default_device()
     generator = torch.Generator().manual_seed(job.seed)

@@ -2,6 +2,8 @@
 same numbers, a seed gives the same run, the limits hold, a run can be cancelled. (Its time on the default
 sizes is measured in benchmarks/train.py, not here.)"""
 
+import threading
+
 import numpy as np
 import pytest
 import torch
@@ -61,6 +63,31 @@ def test_a_run_reports_progress_every_epoch_and_measures_the_test_split(text_run
     assert result.test_items == len(corpora.sentences("test"))
     assert 0.0 <= result.test_accuracy <= 1.0
     assert result.model.trace("a witty film").predictions(1)[0][0] in corpora.SENTIMENT_LABELS
+
+
+def test_a_run_computes_with_one_thread_and_leaves_every_other_threads_count():
+    """Two threads on a server's shared cores spin against each other (benchmarks/train.py); the run takes one in
+    its own thread, and a request that starts meanwhile, or the caller afterwards, keeps the process's count."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(2)
+    seen, others = [], []
+
+    def other_thread() -> None:
+        torch.ones(4).sum()  # a new thread's first operation takes the process's count
+        others.append(torch.get_num_threads())
+
+    def report(event):
+        seen.append(torch.get_num_threads())
+        if not others:
+            thread = threading.Thread(target=other_thread)
+            thread.start()
+            thread.join()
+
+    try:
+        cr.train(cr.TextJob(**{**QUICK_TEXT, "epochs": 1}), report=report, device="cpu")
+        assert set(seen) == {cr.TRAIN_THREADS} == {1} and others == [2] and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(previous)
 
 
 def test_a_tiny_vit_learns_the_digits_and_keeps_its_class_token_attention():
