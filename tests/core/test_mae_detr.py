@@ -8,6 +8,7 @@ from PIL import Image
 from transformers import DetrConfig, DetrForObjectDetection, ResNetConfig, ViTMAEConfig, ViTMAEForPreTraining
 
 import tformer_core as tc
+from tformer_core.capture import matching
 from tformer_core.checkpoints import load_folder
 from tformer_core.checkpoints.detr import timm_to_transformers
 from tformer_core.models.detr import DetrPreprocessing, sine_positions
@@ -158,7 +159,7 @@ def test_mae_masks_the_same_patches_for_a_seed_and_others_for_another(mae):
     a, b, c = ours.trace(x, seed=1), ours.trace(x, seed=1), ours.trace(x, seed=2)
     np.testing.assert_array_equal(a["encoder.embed.mask"], b["encoder.embed.mask"])
     assert not np.array_equal(a["encoder.embed.mask"], c["encoder.embed.mask"])
-    only = ours.trace(x, seed=1, keep=lambda name: name == "head.pixels")  # the mask stays: it names the tokens
+    only = ours.trace(x, seed=1, keep=matching("head.pixels"))  # the mask stays: it names the tokens
     np.testing.assert_array_equal(only["encoder.embed.mask"], a["encoder.embed.mask"])
     assert only.tokens == a.tokens and "encoder.0.attn.q" not in only
     assert ours.config.norm_pix_loss
