@@ -41,7 +41,8 @@ class ModelConfig(Protocol):
     def n_heads(self) -> int: ...
 
 
-# A family's config: TracedModel[EncoderConfig] reads EncoderConfig's fields; a bare TracedModel only BlockConfig's.
+# A family's config: TracedModel[EncoderConfig] reads EncoderConfig's fields; a bare TracedModel only BlockConfig's
+# (the Transformer kinds'): code handed a model of the kinds without Transformer blocks narrows it to its kind first.
 ConfigT = TypeVar("ConfigT", bound=ModelConfig, default=BlockConfig, covariant=True)
 
 

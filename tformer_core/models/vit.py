@@ -101,7 +101,7 @@ def image_input(
 
 
 def patch_labels(config: ViTConfig) -> tuple[str, ...]:
-    """ "[CLS]" (and DeiT's "[DIST]"), then "r{row}c{col}" for every patch in row-major order."""
+    """The tokens' labels: "[CLS]" (and DeiT's "[DIST]"), then "r{row}c{col}" per patch in row-major order."""
     rows, cols = config.grid_hw
     prefix = ("[CLS]", "[DIST]")[: config.n_prefix_tokens]
     return prefix + tuple(f"r{r}c{c}" for r in range(rows) for c in range(cols))
