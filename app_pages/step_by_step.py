@@ -616,6 +616,9 @@ def page(url: UrlState) -> None:
     steps, available, tokens, mask = run_steps(url, example, inputs, n_heads)
     if steps is None:
         return
+    available, overflowed = ls.non_finite(steps, available, tokens)
+    for message in overflowed:
+        st.error(escape(message))
     if example.given_qkv:
         f = formulas(set(), mask is not None, given=True)
     else:

@@ -53,6 +53,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import torch
 
+from .errors import InputError
 from .numerics import softmax
 
 # Attention stacks a trace may hold, and the activation prefix of each.
@@ -287,13 +288,13 @@ class Trace:
         A compact trace keeps TOP_K per position: asking for more gives those.
         """
         if not self.has_head:
-            raise ValueError("this model has no prediction head (no classifier, language-model or masked-word head)")
+            raise InputError("this model has no prediction head (no classifier, language-model or masked-word head)")
         per_position = self.activations.get("head.logits", self.activations.get("head.top_ids"))
         if per_position.ndim == 2:
             if position is None:
                 position = self.meta.get("predict_position")
             if position is None:
-                raise ValueError("no [MASK] token in the input: put [MASK] where a word should be guessed")
+                raise InputError("no [MASK] token in the input: put [MASK] where a word should be guessed")
         k = max(int(k), 0)
         if "head.logits" not in self.activations:  # a compact trace: each position's top tokens
             return self.activations["head.top_ids"][position, :k], self.activations["head.top_probs"][position, :k]

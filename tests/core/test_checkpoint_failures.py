@@ -26,7 +26,7 @@ from safetensors.torch import load_file, save_file
 
 import tformer_core as tc
 from tformer_core.checkpoints import bert, sources
-from tformer_core.checkpoints.limits import DEFAULT_MAX_PARAMS
+from tformer_core import settings
 
 # ---- tiny checkpoints, made once, copied for each test ---------------------------------------------------------
 
@@ -379,13 +379,18 @@ def test_a_config_within_the_limit_that_does_not_match_the_weights_builds_nothin
     assert built == ["meta"]
 
 
-def test_the_parameter_limit_is_a_setting(templates, models_dir, monkeypatch):
+def test_the_parameter_limit_is_a_setting(templates, models_dir, monkeypatch, caplog):
     folder = copy(templates, "bert", models_dir)
-    assert DEFAULT_MAX_PARAMS == 250_000_000
+    assert settings.SETTINGS["TFORMER_MAX_PARAMS"].default == 250e6
     monkeypatch.setenv("TFORMER_MAX_PARAMS", "5e3")
     refused(folder, models_dir, "parameters", "the limit is 5,000", "TFORMER_MAX_PARAMS")
-    monkeypatch.setenv("TFORMER_MAX_PARAMS", "lots")
-    refused(folder, models_dir, "the setting TFORMER_MAX_PARAMS must be a positive number", "'lots'")
+    # A bad value breaks no load: it is logged once, and the default limit (250 million) applies.
+    monkeypatch.setenv("TFORMER_MAX_PARAMS", "lots of them")
+    with caplog.at_level("WARNING", logger="tformer_core"):
+        assert tc.load_model(str(folder), device="cpu", model_dirs=[models_dir]) is not None
+        assert tc.load_model(str(folder), device="cpu", model_dirs=[models_dir]) is not None
+    lines = [r.getMessage() for r in caplog.records if "TFORMER_MAX_PARAMS" in r.getMessage()]
+    assert lines == ["TFORMER_MAX_PARAMS='lots of them' is refused (not a number); using 2.5e+08"]
     monkeypatch.setenv("TFORMER_MAX_PARAMS", "1e6")
     assert tc.load_model(str(folder), device="cpu", model_dirs=[models_dir]) is not None
 

@@ -31,6 +31,7 @@ import torch
 from torch import nn
 
 from ..capture import NameFilter
+from ..errors import InputError
 from ..generation import Generation, GenerationSettings, traced_steps
 from ..tokenizers import Tokenizer
 from ..trace import Trace, to_numpy
@@ -205,7 +206,7 @@ class TransformersEncoder(TransformersModel):
         """Trace one sequence (text or token ids); `pair` is a second segment joined by the tokenizer."""
         if pair is not None:
             if self.tokenizer is None or not isinstance(inputs, str) or not inputs.strip() or not pair.strip():
-                raise ValueError("a second segment needs text in both segments and a model with a tokenizer")
+                raise InputError("a second segment needs text in both segments and a model with a tokenizer")
             inputs, token_type_ids = self.tokenizer.encode_pair(inputs, pair)
         ids, tokens = self._ids(inputs, self.config.vocab_size, self.config.max_positions)
         mask = per_token(attention_mask, ids, "attention_mask")
@@ -267,7 +268,7 @@ class TransformersDecoder(TransformersModel):
     ) -> Generation:
         """Greedy continuation of `prompt`, one traced pass per new token, until EOS or the limit."""
         if self.config.head != "next-token":
-            raise ValueError(f"{self.config.architecture} has no language-model head: it cannot generate")
+            raise InputError(f"{self.config.architecture} has no language-model head: it cannot generate")
         settings = self.generation
         budget = max_new_tokens if max_new_tokens is not None else settings.max_new_tokens
         ids, _ = self._ids(prompt, self.config.vocab_size, self.config.max_positions, what="prompt")
@@ -349,7 +350,7 @@ class TransformersSeq2Seq(TransformersModel):
         """
         c, settings = self.config, self.generation
         if c.head != "next-token":
-            raise ValueError(f"{c.architecture} has no language-model head: it cannot generate")
+            raise InputError(f"{c.architecture} has no language-model head: it cannot generate")
         src, src_tokens = self._ids(source, c.vocab_size, c.max_positions, what="source")
         budget = max_new_tokens if max_new_tokens is not None else settings.max_new_tokens
         if c.max_positions is not None:
@@ -372,7 +373,7 @@ class TransformersSeq2Seq(TransformersModel):
 
         start = settings.start_id if settings.start_id is not None else settings.pad_id
         if start is None:
-            raise ValueError("this model's generation settings name no decoder start token")
+            raise InputError("this model's generation settings name no decoder start token")
         sequence, steps, finished = traced_steps(trace_step, [int(start)], settings, budget)
         final = self.trace(src[0].tolist(), sequence)
         return Generation(tuple(sequence), final.target_tokens or (), 1, steps, final, finished)

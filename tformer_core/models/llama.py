@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..errors import InputError
 from .decoder import Decoder, DecoderConfig
 from .positional import Rope, rope_attention_factor, rope_frequencies
 
@@ -75,6 +76,6 @@ class Llama(Decoder):
         """The text the model is trained to continue for a conversation: messages [{"role": "user",
         "content": "..."}, ...] through the checkpoint's chat template, with the assistant's turn opened."""
         if self.chat_template is None:
-            raise ValueError("this model's tokenizer has no chat template: give the prompt as plain text")
+            raise InputError("this model's tokenizer has no chat template: give the prompt as plain text")
         text = self.tokenizer.hf.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
         return str(text)

@@ -21,6 +21,7 @@ import pandas as pd
 import torch
 
 from tformer_core.block_steps import FFNSteps, LayerNormSteps, RMSNormSteps, ffn_steps, layer_norm_steps, rms_norm_steps
+from tformer_core.errors import InputError
 from tformer_core.models.base import TracedModel
 from tformer_core.numerics import softmax
 from tformer_core.trace import Trace, to_numpy
@@ -345,13 +346,13 @@ def _labels(trace: Trace, stack: str) -> tuple[tuple[str, ...], tuple[str, ...]]
 
 def _check(trace: Trace, stack: str, layer: int, token: int) -> int:
     if stack not in trace.stack_layers:
-        raise ValueError(f"this trace has no {stack!r} stack; it has {tuple(trace.stack_layers)}")
+        raise InputError(f"this trace has no {stack!r} stack; it has {tuple(trace.stack_layers)}")
     n_layers = trace.stack_layers[stack]
     if not 0 <= layer < n_layers:
-        raise ValueError(f"layer {layer} is out of range: the {stack} has {n_layers} layers (0..{n_layers - 1})")
+        raise InputError(f"layer {layer} is out of range: the {stack} has {n_layers} layers (0..{n_layers - 1})")
     n = _rows(trace, f"{stack}.{layer}.resid_pre").shape[0]
     if not 0 <= token < n:
-        raise ValueError(f"token {token} is out of range: there are {n} tokens (0..{n - 1})")
+        raise InputError(f"token {token} is out of range: there are {n} tokens (0..{n - 1})")
     return n_layers
 
 
@@ -577,7 +578,7 @@ class StreamNorms:
 def stream_norms(trace: Trace, stack: str) -> StreamNorms:
     """The norms of the residual stream entering and leaving each block and of what each sub-layer adds."""
     if stack not in trace.stack_layers:
-        raise ValueError(f"this trace has no {stack!r} stack; it has {tuple(trace.stack_layers)}")
+        raise InputError(f"this trace has no {stack!r} stack; it has {tuple(trace.stack_layers)}")
     n_layers = trace.stack_layers[stack]
     values = {}
     for key in NORM_QUANTITIES:

@@ -1,0 +1,108 @@
+"""What Streamlit keeps for each browser session outside tformer's caches: its uploads and the pictures it was
+sent. `held_bytes()` counts them (the results cache shares TFORMER_CACHE_MB with them); `release_ended()`
+gives back those of sessions that have ended.
+
+Why: Streamlit (1.67) keeps a closed tab's session for `server.disconnectedSessionTTL` (2 minutes) so that it
+can be resumed, then drops it from its session storage without shutting it down. Shutting down is what
+removes a session's uploaded files and media, so every photo a student ever uploaded stayed in the process's
+memory (4.5 MB for a 12-megapixel JPEG, plus the pictures drawn from it) until the server was restarted.
+A sweeper thread looks every SWEEP_S seconds for sessions Streamlit no longer knows (neither connected nor
+waiting to be resumed) and hands their files back; a session is released only when two sweeps in a row
+miss it, so one that is being resumed at that moment is never touched.
+
+This reads Streamlit's runtime (its session manager, upload and media managers): the one place that does.
+`tests/app/test_sessions.py` fails if a Streamlit upgrade changes what it relies on.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+from . import logs
+
+SWEEP_S = 30.0
+
+_missing_before: set[str] = set()
+_lock = threading.Lock()
+_sweeper: threading.Thread | None = None
+
+
+def _runtime():  # streamlit.runtime.Runtime, or None outside a running server
+    from streamlit.runtime import Runtime
+
+    return Runtime.instance() if Runtime.exists() else None
+
+
+def known_sessions() -> set[str] | None:
+    """Ids of the sessions Streamlit knows: connected, or disconnected and still resumable; None without a server."""
+    runtime = _runtime()
+    if runtime is None:
+        return None
+    return {info.session.id for info in runtime._session_mgr.list_sessions()}
+
+
+def _holders() -> set[str]:
+    """Ids of the sessions that hold uploads or media references."""
+    runtime = _runtime()
+    uploads = runtime.uploaded_file_mgr
+    media = runtime.media_file_mgr
+    holders = set(getattr(uploads, "file_storage", {}))
+    holders |= set(media._files_by_session_and_coord)
+    return holders
+
+
+def release_ended() -> int:
+    """Give back the uploads and media of sessions Streamlit has forgotten (missed by two calls in a row);
+    returns how many sessions were released."""
+    runtime = _runtime()
+    known = known_sessions()
+    if runtime is None or known is None:
+        return 0
+    with _lock:
+        gone = _holders() - known
+        ended = gone & _missing_before
+        _missing_before.clear()
+        _missing_before.update(gone - ended)
+    for session_id in ended:
+        runtime.uploaded_file_mgr.remove_session_files(session_id)
+        runtime.media_file_mgr.clear_session_refs(session_id)
+        runtime.dataframe_source_mgr.clear_all_for_session(session_id)
+    if ended:
+        runtime.media_file_mgr.remove_orphaned_files()
+        logs.log.info("released the uploads and media of %d ended session(s)", len(ended))
+    return len(ended)
+
+
+def held_bytes() -> int:
+    """Bytes the sessions' uploads and media hold now (0 outside a running server)."""
+    runtime = _runtime()
+    if runtime is None:
+        return 0
+    total = 0
+    for provider in (runtime.uploaded_file_mgr, runtime.media_file_mgr._storage):
+        for stats in provider.get_stats().values():
+            total += sum(stat.byte_length for stat in stats)
+    return total
+
+
+def start_sweeper(after: Callable[[int], None] | None = None) -> None:
+    """Start the sweeper thread once per process; after(n) is called when a sweep released n > 0 sessions."""
+    global _sweeper
+    with _lock:
+        if _sweeper is not None:
+            return
+        _sweeper = threading.Thread(target=_sweep_forever, args=(after,), name="tformer-sessions", daemon=True)
+        _sweeper.start()
+
+
+def _sweep_forever(after: Callable[[int], None] | None) -> None:
+    wake = threading.Event()
+    while not wake.wait(SWEEP_S):
+        try:
+            released = release_ended()
+            if released and after is not None:
+                after(released)
+        except Exception as error:  # a Streamlit that works differently: say so once, and keep serving
+            logs.bug("releasing ended sessions (the sweeper stops)", error)
+            return
