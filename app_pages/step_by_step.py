@@ -18,7 +18,7 @@ import streamlit as st
 from tformer_app import caches, downloads
 from tformer_app.markdown import escape
 from tformer_app.page import DEFAULT_TEXT_MODEL, run_page, run_safely
-from tformer_app.tables import Inputs, matrix_panel
+from tformer_app.tables import Inputs, data_editor, matrix_panel
 from tformer_app.url import UrlState, int_key, int_list
 from tformer_core.steps import AttentionSteps
 from tformer_views.charts.spec import unique_labels
@@ -264,14 +264,15 @@ def edit_as_tables(ex: ls.Example, matrices: Matrices, digest: str, n_heads: int
     x_frame.insert(0, "token", list(ex.tokens))
     if ex.given_qkv:
         st.markdown("$Q$ (n × d_k), one row per token:")
-    edited = st.data_editor(x_frame, key=f"step.edit.{first}.{digest}", num_rows="dynamic", hide_index=True)
+    edited = data_editor(st, x_frame, key=f"step.edit.{first}.{digest}", num_rows="dynamic", hide_index=True)
     out.tokens = lt.tokens_from_column(edited["token"].tolist()) if "token" in edited else []
     out.parse(first, lambda: lt.matrix_from_frame(edited, first, skip=["token"]))
 
     def editor(name: str, where: Any, label: str, **kwargs: Any) -> None:
         matrix, rows, cols = matrices[name]
         where.markdown(label)
-        frame = where.data_editor(
+        frame = data_editor(
+            where,
             # "K given": the corner of the input table, apart from the K computed below it
             pd.DataFrame(
                 matrix, index=pd.Index(rows, name=ls.latex_name(name) + (" given" * (name in GIVEN))), columns=cols
