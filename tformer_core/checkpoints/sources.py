@@ -5,7 +5,8 @@ Local models are named relative to their configured folder ("models/deit-tiny-pa
 `display_name`): the app lists and links them by that name, and no message shows a server path.
 Whether a source is a path or a hub id is decided from the string alone (`looks_like_path`); the
 filesystem is consulted only for paths inside the configured folders. Hub downloads are bounded in
-size (TFORMER_HUB_MAX_MB, TFORMER_MAX_PARAMS) and in time (`HUB_TIMEOUT_S`, `_with_deadline`).
+size (TFORMER_HUB_MAX_MB, TFORMER_MAX_PARAMS), in time (`HUB_TIMEOUT_S`, `_with_deadline`), and together on disk
+(TFORMER_HUB_DISK_MB, `hub_disk`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from .. import settings
+from . import hub_disk
 from .errors import CheckpointError
 from .limits import check_params, hub_max_bytes, megabytes
 
@@ -364,6 +366,7 @@ def hub_folder(repo_id: str, progress: Progress | None = None) -> Path:
     cached = _cached_snapshot(repo_id)
     if cached is not None:
         _report(progress, 0.5, f"{repo_id}: found in the local cache")
+        hub_disk.used(repo_id)
         return cached
     if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
         raise CheckpointError(
@@ -380,6 +383,7 @@ def hub_folder(repo_id: str, progress: Progress | None = None) -> Path:
         )
     if n_params is not None:
         check_params(n_params, repo_id)
+    hub_disk.make_room(repo_id, total)  # TFORMER_HUB_DISK_MB: older downloads removed first
 
     def download(report: Progress, cancelled: threading.Event) -> Path:
         done, folder = 0, None
@@ -403,4 +407,7 @@ def hub_folder(repo_id: str, progress: Progress | None = None) -> Path:
         f"downloading {repo_id} ({megabytes(total)}) did not finish within {limit_s:.0f} s: the hub or the "
         f"connection is too slow. Try again later. {OFFLINE_HINT}"
     )
-    return _with_deadline(download, limit_s, progress, late)
+    try:
+        return _with_deadline(download, limit_s, progress, late)
+    finally:
+        hub_disk.finished(repo_id)

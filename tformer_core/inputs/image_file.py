@@ -205,17 +205,10 @@ def read_image(
                 image.draft("RGB", (max_side, max_side))  # decode big JPEGs at a fraction of their size
             image.seek(0)
             image.load()
-            orientation = _exif_orientation(image)
-            orientation = orientation if isinstance(orientation, int) or orientation is None else -1
-            # exif_transpose copies a picture it does not turn: 180 MB more for a 60-megapixel photo.
-            oriented = ImageOps.exif_transpose(image) if orientation in _TURNS else image
+            oriented, turned = _upright(image)
         except (OSError, SyntaxError, ValueError, EOFError) as error:
             raise ImageError(f"{label}the image data is damaged or cut short ({error})") from error
-    if orientation in _TURNS:
-        notes.append(f"turned upright by its EXIF orientation ({_TURNS[orientation]})")
-    elif orientation not in (None, 1):
-        shown = orientation if isinstance(orientation, int) and abs(orientation) < 10**6 else "a value that is not one"
-        notes.append(f"its EXIF orientation ({shown}) is not a valid one (1 to 8): the picture is used as stored")
+    notes += turned
     image, mode_notes = _to_rgb(oriented)
     notes += mode_notes
     if max(image.size) > max_side:
@@ -235,6 +228,19 @@ _TURNS = {
     7: "mirrored and rotated by 90°",
     8: "rotated by 90°",
 }
+
+
+def _upright(image: Image.Image) -> tuple[Image.Image, list[str]]:
+    """The picture turned as its EXIF orientation says (2 to 8), and a note; a value that is not an orientation
+    is said as such and the picture used as stored (it was once reported as "turned upright")."""
+    orientation = _exif_orientation(image)
+    if isinstance(orientation, int) and orientation in _TURNS:
+        # exif_transpose copies the picture: only when it turns it (180 MB more for a 60-megapixel photo).
+        return ImageOps.exif_transpose(image), [f"turned upright by its EXIF orientation ({_TURNS[orientation]})"]
+    if orientation in (None, 1):
+        return image, []
+    shown = orientation if isinstance(orientation, int) and abs(orientation) < 10**6 else "a value that is not one"
+    return image, [f"its EXIF orientation ({shown}) is not a valid one (1 to 8): the picture is used as stored"]
 
 
 def _exif_orientation(image: Image.Image) -> object:

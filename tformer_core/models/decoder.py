@@ -185,8 +185,8 @@ class Decoder(TracedModel):
 
         sampling: None for greedy decoding, else temperature / top-k sampling with a seed (reproducible).
         use_cache: keep every layer's keys and values, so a step runs the new token only (its trace holds
-        that token's attention row); False reruns the whole prefix each step. keep: the step traces' filter.
-        See `Generation` for what the steps hold.
+        that token's attention row); False reruns the whole prefix each step. keep: what the step traces and the
+        final pass store (default: everything but what Q and K give again). See `Generation` for the steps.
         """
         settings = self.generation
         budget = max_new_tokens if max_new_tokens is not None else settings.max_new_tokens
@@ -198,7 +198,7 @@ class Decoder(TracedModel):
         else:
             step = lambda sequence: self.trace(sequence, keep=keep)  # noqa: E731
         decoded = decode_steps(step, prompt_ids, settings, budget, sampling)
-        final = self.trace(decoded.sequence)
+        final = self.trace(decoded.sequence, keep=keep)  # filtered too: unfiltered, it doubled a continuation's memory
         return Generation(
             tuple(decoded.sequence),
             final.tokens,
