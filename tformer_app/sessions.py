@@ -6,9 +6,10 @@ Why: Streamlit (1.67) keeps a closed tab's session for `server.disconnectedSessi
 can be resumed, then drops it from its session storage without shutting it down. Shutting down is what
 removes a session's uploaded files and media, so every photo a student ever uploaded stayed in the process's
 memory (4.5 MB for a 12-megapixel JPEG, plus the pictures drawn from it) until the server was restarted.
-A sweeper thread looks every SWEEP_S seconds for sessions Streamlit no longer knows (neither connected nor
-waiting to be resumed) and hands their files back; a session is released only when two sweeps in a row
-miss it, so one that is being resumed at that moment is never touched.
+A sweeper thread looks for sessions Streamlit no longer knows (neither connected nor waiting to be resumed)
+every SWEEP_S seconds (or a quarter of that resume window, when it is shorter) and hands their files back; a
+session is released only when two sweeps in a row miss it, so one that is being resumed at that moment is
+never touched.
 
 This reads Streamlit's runtime (its session manager, upload and media managers): the one place that does.
 `tests/app/test_sessions.py` fails if a Streamlit upgrade changes what it relies on.
@@ -28,10 +29,11 @@ _lock = threading.Lock()
 _sweeper: threading.Thread | None = None
 
 
-def _runtime():  # streamlit.runtime.Runtime, or None outside a running server
+def _runtime():  # streamlit.runtime.Runtime, or None outside a running server (AppTest runs a mock of one)
     from streamlit.runtime import Runtime
 
-    return Runtime.instance() if Runtime.exists() else None
+    runtime = Runtime.instance() if Runtime.exists() else None
+    return runtime if type(runtime) is Runtime else None
 
 
 def known_sessions() -> set[str] | None:
@@ -96,9 +98,16 @@ def start_sweeper(after: Callable[[int], None] | None = None) -> None:
         _sweeper.start()
 
 
+def sweep_interval() -> float:
+    """Seconds between sweeps: SWEEP_S, or a quarter of Streamlit's resume window when that is shorter."""
+    from streamlit import config
+
+    return min(SWEEP_S, max(0.25, float(config.get_option("server.disconnectedSessionTTL")) / 4))
+
+
 def _sweep_forever(after: Callable[[int], None] | None) -> None:
-    wake = threading.Event()
-    while not wake.wait(SWEEP_S):
+    wake, interval = threading.Event(), sweep_interval()
+    while not wake.wait(interval):
         try:
             released = release_ended()
             if released and after is not None:

@@ -480,8 +480,9 @@ def non_finite(steps: AttentionSteps, available: set[str], tokens: Sequence[str]
             square = values.shape[-1] == values.shape[-2] == len(tokens) and part == "scores"
             named = [_cell(tuple(c), float(values[tuple(c)]), tokens, square) for c in cells[:MAX_CELLS_NAMED]]
             more = f" and {len(cells) - MAX_CELLS_NAMED} more" if len(cells) > MAX_CELLS_NAMED else ""
+            count = f"{len(cells)} number is" if len(cells) == 1 else f"{len(cells)} numbers are"
             messages.append(
-                f"{name} overflowed: {len(cells)} of its numbers are not finite ({'; '.join(named)}{more}). "
+                f"{name} overflowed: {count} not finite ({'; '.join(named)}{more}). "
                 "They pass float64's largest number, about ±1.8 × 10^308: use smaller numbers. "
                 f"What is computed from {name} is not shown."
             )
