@@ -105,13 +105,21 @@ def sweep_interval() -> float:
     return min(SWEEP_S, max(0.25, float(config.get_option("server.disconnectedSessionTTL")) / 4))
 
 
+MAX_FAILED_SWEEPS = 10  # in a row: Streamlit works differently from what this module reads; stop trying
+
+
 def _sweep_forever(after: Callable[[int], None] | None) -> None:
-    wake, interval = threading.Event(), sweep_interval()
+    wake, interval, failed = threading.Event(), sweep_interval(), 0
     while not wake.wait(interval):
         try:
             released = release_ended()
             if released and after is not None:
                 after(released)
-        except Exception as error:  # a Streamlit that works differently: say so once, and keep serving
-            logs.bug("releasing ended sessions (the sweeper stops)", error)
-            return
+            failed = 0
+        except Exception as error:  # a list changed while it was read (the next sweep reads it again), or worse
+            failed += 1
+            if failed == 1 or failed == MAX_FAILED_SWEEPS:
+                stops = " (the sweeper stops: closed sessions' uploads are no longer released)"
+                logs.bug("releasing ended sessions" + (stops if failed == MAX_FAILED_SWEEPS else ""), error)
+            if failed == MAX_FAILED_SWEEPS:
+                return
