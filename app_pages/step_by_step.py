@@ -347,6 +347,20 @@ def formulas(biased: set[str], masked: bool, given: bool = False) -> dict[str, s
     }
 
 
+# What each part is computed from: when those are all there and the part is not, its numbers overflowed.
+INPUTS_OF = {"scores": {"Q", "K"}, "Z": {"scores", "V"}, "output": {"Z"}}
+OVERFLOWED = {
+    "scores": "QKᵀ overflowed (see the message above): the scores, the weights and Z are not shown.",
+    "Z": "Z overflowed (see the message above): it is not shown.",
+    "output": "The output overflowed (see the message above): it is not shown.",
+}
+
+
+def missing(part: str, available: set[str], otherwise: str) -> str:
+    """Why `part` is not shown: it overflowed (said in an error above), or `otherwise` (an input is missing)."""
+    return OVERFLOWED[part] if INPUTS_OF[part] <= available else otherwise
+
+
 def draw_head_blocks(view: dict[str, np.ndarray], available: set[str], tokens: list[str], head: int) -> None:
     """Head j's Q, K, V: the j-th block of columns of the full Q, K, V."""
     for part, letter in (("Q", "q"), ("K", "k"), ("V", "v")):
@@ -371,7 +385,7 @@ def draw_head(steps: AttentionSteps, available: set[str], tokens: list[str], hea
     if h > 1:
         draw_head_blocks(view, available, tokens, head)
     if "scores" not in available:
-        st.info("Q and K are needed for the scores: fix the inputs above.")
+        st.info(missing("scores", available, "Q and K are needed for the scores: fix the inputs above."))
         return
     show_matrix(
         f"QKᵀ{tag}",
@@ -414,14 +428,14 @@ def draw_head(steps: AttentionSteps, available: set[str], tokens: list[str], hea
             col_title="z",
         )
     else:
-        st.info("V is needed for Z: fix W^V above.")
+        st.info(missing("Z", available, "V is needed for Z: fix W^V above."))
 
 
 def draw_row(url: UrlState, steps: AttentionSteps, available: set[str], tokens: list[str]) -> None:
     """One query row with every number written out."""
     st.subheader("One query row, every number")
     if "scores" not in available:
-        st.info("Q and K are needed: fix the inputs above.")
+        st.info(missing("scores", available, "Q and K are needed: fix the inputs above."))
         return
     n = len(tokens)
     left, right = st.columns(2)
@@ -459,7 +473,7 @@ def draw_row(url: UrlState, steps: AttentionSteps, available: set[str], tokens: 
     total = ls.tex(walk.exp_sum)
     st.latex(rf"\sum_j {exp_name} = {total},\qquad \alpha_{{{query}j}} = \frac{{{exp_name}}}{{{total}}}")
     if "Z" not in available:
-        st.info("V is needed for z: fix W^V above.")
+        st.info(missing("Z", available, "V is needed for z: fix W^V above."))
         return
     st.markdown(f"z({escape(name)}) is the weighted sum of the rows of V:")
     terms = " + ".join(f"{ls.tex(w)}\\,v_{{{j}}}" for j, w in enumerate(walk.keys["weight"]))
@@ -586,7 +600,7 @@ def draw_combined(steps: AttentionSteps, available: set[str], tokens: list[str],
         caption=f"{n_heads} heads × d_v = {d_v} → {steps.concat.shape[1]} columns.",
     )
     if "output" not in available:
-        st.info("W^O is needed for the output: fix it above.")
+        st.info(missing("output", available, "W^O is needed for the output: fix it above."))
         return
     show_matrix(
         "output",

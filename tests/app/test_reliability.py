@@ -141,6 +141,9 @@ def test_numbers_past_float64s_range_in_a_link_are_named_and_no_caption_says_wha
     assert any(e.startswith("V overflowed: 1 number is not finite (row 0 (I), column 3 = +inf)") for e in errors)
     assert any(e.startswith("QKᵀ overflowed") for e in errors), errors
     assert not [c for c in messages(at, "caption") if "Each row sums to 1" in c]
+    assert "QKᵀ overflowed (see the message above): the scores, the weights and Z are not shown." in messages(
+        at, "info"
+    )
 
 
 def test_a_bad_padding_in_a_link_says_which_default_it_used():
