@@ -154,6 +154,14 @@ SETTINGS: dict[str, Setting] = {
             default_text="none (the page is not served)",
         ),
         Setting("TFORMER_LOG_LEVEL", logging.INFO, _log_level, "the server log's level (DEBUG adds tracebacks)"),
+        # Read by deploy/run.sh (a shell script), listed here so that setting it is not reported as a typo.
+        Setting(
+            "TFORMER_PYTHON",
+            None,
+            str,
+            "the Python deploy/run.sh runs the replicas with",
+            default_text=".venv/bin/python",
+        ),
     )
 }
 
