@@ -25,7 +25,11 @@ The server's resident memory (RSS, /proc) is read after each step, with the step
 (ours; "models since" is read from the Server page's table):
 
     after a step   warm-up + models since + TFORMER_CACHE_MB (results, and the sessions' uploads and pictures)
-    during a step  that + WORKING_MB (tformer_app/settings.py): the working memory of the pass under way
+                   + caches.SLACK (freed memory kept for the next pass)
+    during a step  warm-up + models since + TFORMER_CACHE_MB + WORKING_MB (tformer_app/settings.py): the working
+                   memory of the pass under way
+    ("models since": their weights from the Server page, or for smollm2 what the process grew by when it loaded:
+    weights, tokenizer and tables)
     photos         at most 1.10 x (warm-up + TFORMER_CACHE_MB)
     cleared        at most 1.10 x (warm-up + models since)
 """
@@ -242,7 +246,9 @@ class Admin:
 @dataclass
 class Figures:
     rss: dict[str, int] = field(default_factory=dict)  # step -> RSS after it ("... peak": during it)
-    models: dict[str, float] = field(default_factory=dict)  # step -> MB of models held after it
+    models: dict[str, float] = field(default_factory=dict)  # step -> MB of model weights held after it
+    # MB the process grew by when a step's model first loaded (its weights, tokenizer, tables): from then on
+    loaded: float = 0.0
 
     def step(self, name: str, pid: int, models_mb: float) -> None:
         self.rss[name], self.rss[f"{name} peak"] = rss(pid)
@@ -306,7 +312,10 @@ async def write(session: Session, prompt: str) -> None:
 
 
 async def smollm2_step(url: str, pid: int, admin: Admin, figures: Figures, n: int) -> None:
-    session = await Session.open(url, "/text?model=smollm2&new=64", timeout_s=1800)
+    before = rss(pid)[0]
+    session = await Session.open(url, "/text?model=smollm2&new=64", timeout_s=1800)  # the default sentence
+    figures.loaded = (rss(pid)[0] - before) / MB  # smollm2 loaded (a 12-token trace and continuation besides)
+    print(f"  smollm2 loaded: the process grew by {figures.loaded:,.0f} MB", flush=True)
     try:
         for i, prompt in enumerate(prompts(n)):
             await write(session, prompt)
@@ -357,7 +366,7 @@ def worktree(rev: str) -> Iterator[Path]:
         subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(folder)], check=False)
 
 
-def ceilings(ours: Figures, cache_mb: float, working_mb: float) -> dict[str, float]:
+def ceilings(ours: Figures, cache_mb: float, working_mb: float, slack_mb: float) -> dict[str, float]:
     """Step -> the most RSS ours may have then (module docstring)."""
     warm = ours.rss["warm-up"]
     out = {}
@@ -365,18 +374,20 @@ def ceilings(ours: Figures, cache_mb: float, working_mb: float) -> dict[str, flo
         if step == "warm-up":
             continue
         base = step.removesuffix(" peak")
-        models = (ours.models.get(base, ours.models["warm-up"]) - ours.models["warm-up"]) * MB
+        weights = ours.models.get(base, ours.models["warm-up"]) - ours.models["warm-up"]
+        models = max(weights, ours.loaded if base.startswith(("smollm2", "cleared")) else 0.0) * MB
         if step == "cleared":
             out[step] = 1.10 * (warm + models)
         elif step.startswith("photos") and not step.endswith("peak"):
             out[step] = 1.10 * (warm + cache_mb * MB)
         else:
-            out[step] = warm + models + cache_mb * MB + (working_mb * MB if step.endswith("peak") else 0)
+            extra = working_mb if step.endswith("peak") else slack_mb  # a pass under way / freed memory kept
+            out[step] = warm + models + (cache_mb + extra) * MB
     return out
 
 
-def report(ours: Figures, baseline: Figures | None, cache_mb: float, working_mb: float) -> None:
-    limits = ceilings(ours, cache_mb, working_mb)
+def report(ours: Figures, baseline: Figures | None, cache_mb: float, working_mb: float, slack_mb: float) -> None:
+    limits = ceilings(ours, cache_mb, working_mb, slack_mb)
     print("\n| step | baseline RSS | ours RSS | ours / baseline | ours may take | verdict |")
     print("|---|---:|---:|---:|---:|---|")
     for step, value in ours.rss.items():
@@ -390,7 +401,9 @@ def report(ours: Figures, baseline: Figures | None, cache_mb: float, working_mb:
     warm = ours.rss["warm-up"]
     print(
         f"\nOurs: post-warm-up {warm / MB:,.0f} MB ({ours.models['warm-up']:,.0f} MB of models); TFORMER_CACHE_MB "
-        f"{cache_mb:,.0f} MB; a pass's working memory reserved: {working_mb:,.0f} MB (WORKING_MB x TFORMER_PASSES)."
+        f"{cache_mb:,.0f} MB; smollm2 grew the process by {ours.loaded:,.0f} MB when it loaded; freed memory kept "
+        f"for the next pass: at most {slack_mb:,.0f} MB (caches.SLACK); a pass's working memory reserved: "
+        f"{working_mb:,.0f} MB (WORKING_MB x TFORMER_PASSES)."
     )
     over = [step for step, limit in limits.items() if ours.rss[step] > limit]
     print("Every step within its ceiling." if not over else f"OVER: {', '.join(over)}.")
@@ -407,6 +420,7 @@ def main() -> None:
     parser.add_argument("--skip-smollm2", action="store_true")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
+    from tformer_app.caches import SLACK
     from tformer_app.settings import WORKING_MB, server_settings
 
     settings = server_settings()
@@ -423,7 +437,7 @@ def main() -> None:
         with worktree(args.baseline_rev) as tree:
             baseline = measure(tree, args, picture_files, photo_files, logs / "baseline.log")
     ours = measure(ROOT, args, picture_files, photo_files, logs / "ours.log")
-    report(ours, baseline, settings.cache_bytes / MB, WORKING_MB * settings.passes)
+    report(ours, baseline, settings.cache_bytes / MB, WORKING_MB * settings.passes, SLACK / MB)
     print(f"\nLoad average at the end: {' '.join(f'{v:.2f}' for v in os.getloadavg())}. Server logs: {logs}")
 
 

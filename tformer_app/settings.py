@@ -21,7 +21,7 @@ MB = 2**20
 # The most one forward pass holds while it runs, beyond the caches: a traced BERT-base at 512 tokens keeps
 # every intermediate (about 230 MB) until it is compacted, a 60-megapixel photo decodes to 180 MB, and freed
 # memory up to caches.SLACK waits to be handed back. Measured by benchmarks/memory.py (peaks of steps a-c).
-WORKING_MB = 384
+WORKING_MB = 512
 
 
 @dataclass(frozen=True)

@@ -91,7 +91,7 @@ class Generation:
     tokens: tuple[str, ...]
     n_prompt: int
     steps: tuple[Trace, ...]
-    trace: Trace
+    trace: Trace | None  # None when the caller asked for no final pass (Decoder.generate(final_trace=False))
     finished: bool
     probabilities: tuple[float, ...] = ()
     sampling: Sampling | None = None

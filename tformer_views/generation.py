@@ -185,7 +185,8 @@ def continue_text(
     if sampling is not None and sampling.greedy:
         sampling = None
     if supports_sampling(model):
-        gen = model.generate(prompt, int(max_new_tokens), sampling=sampling, keep=step_keep)
+        # Only the steps are read: no final pass over the whole text (130 MB for smollm2 at 270 tokens).
+        gen = model.generate(prompt, int(max_new_tokens), sampling=sampling, keep=step_keep, final_trace=False)
     elif sampling is not None:
         raise InputError("this model runs through transformers' own code, which tformer decodes greedily only")
     else:
@@ -216,7 +217,7 @@ def continue_text(
         tuple(model_probs),
         bool(gen.finished),
         sampling,
-        str(gen.trace.meta.get("path", "")),
+        model.path,
     )
 
 

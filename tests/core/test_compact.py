@@ -171,6 +171,12 @@ def test_a_continuations_final_pass_stores_only_what_its_steps_store():
     """generate(keep=...) filtered the steps but not the final teacher-forced pass, which then held every
     intermediate: for smollm2 at 270 tokens, 300 MB more for each continuation while it was computed."""
     keep = lambda name: name.endswith(".attn.weights") or name == "head.logits"  # noqa: E731
-    gen = tiny_decoder().generate([3, 9, 4], 5, keep=keep)
+    model = tiny_decoder()
+    gen = model.generate([3, 9, 4], 5, keep=keep)
     assert gen.trace.activations and all(keep(name) for name in gen.trace.activations)
     assert all(keep(name) for step in gen.steps for name in step.activations)
+    # A caller that reads only the steps (the Text attention page) asks for no final pass at all.
+    lean = model.generate([3, 9, 4], 5, keep=keep, final_trace=False)
+    assert lean.trace is None and lean.tokens == gen.tokens and lean.ids == gen.ids
+    for a, b in zip(lean.steps, gen.steps):
+        np.testing.assert_array_equal(a["head.logits"], b["head.logits"])

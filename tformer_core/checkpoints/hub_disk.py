@@ -1,8 +1,9 @@
 """The disk that downloaded hub models take: at most TFORMER_HUB_DISK_MB together, least recently used removed first.
 
 A class typing model ids could otherwise fill the server's disk, one 2 GB download at a time. The models this
-server downloaded itself are listed, with when each was last used, in `hub-downloads.json` in TFORMER_CACHE_DIR;
-only those are ever removed (a model the operator put in the hub's cache stays, and is not counted). Before a
+server downloaded itself are listed by their folder in the hub's cache, with when each was last used, in
+`hub-downloads.json` in TFORMER_CACHE_DIR; only those folders are ever removed (a model the operator put in the
+hub's cache stays, and is not counted). Before a
 download, `make_room` removes the least recently used listed models until the new one fits beside the others
 and the downloads under way; a model larger than the whole cap is refused. Replicas sharing the folders take
 turns through a lock file.
@@ -36,7 +37,7 @@ except ImportError:  # not on Windows: one process's downloads still take turns
 REGISTRY = "hub-downloads.json"
 log = logging.getLogger("tformer_core")
 _lock = threading.Lock()
-_reserved: dict[str, int] = {}  # downloads under way in this process: repo id -> bytes
+_reserved: dict[str, int] = {}  # downloads under way in this process: their folder -> bytes
 
 
 def repo_folder(repo_id: str) -> Path:
@@ -60,7 +61,7 @@ def folder_bytes(folder: Path) -> int:
 
 @contextlib.contextmanager
 def _registry() -> Iterator[dict[str, float]]:
-    """The list of downloaded models (repo id -> last use, seconds since the epoch), read and written back under
+    """The list of downloaded models (folder -> last use, seconds since the epoch), read and written back under
     this process's lock and the lock file (replicas)."""
     folder = settings.cache_dir()
     folder.mkdir(parents=True, exist_ok=True)
@@ -92,35 +93,37 @@ def make_room(repo_id: str, needed: int) -> None:
     try:
         with _registry() as entries:
             _evict(entries, repo_id, needed, cap)
-            entries[repo_id] = time.time()
-            _reserved[repo_id] = needed
+            entries[str(repo_folder(repo_id))] = time.time()
+            _reserved[str(repo_folder(repo_id))] = needed
     except OSError as error:  # TFORMER_CACHE_DIR not writable: download anyway, and say why nothing is counted
         log.warning("the disk cap of hub downloads is not kept (%s: %s)", type(error).__name__, error)
 
 
 def _evict(entries: dict[str, float], repo_id: str, needed: int, cap: int) -> None:
-    sizes = {other: folder_bytes(repo_folder(other)) for other in entries if other != repo_id}
-    under_way = sum(n for other, n in _reserved.items() if other != repo_id)
+    mine = str(repo_folder(repo_id))
+    sizes = {folder: folder_bytes(Path(folder)) for folder in entries if folder != mine}
+    under_way = sum(n for folder, n in _reserved.items() if folder != mine)
     total = sum(sizes.values()) + under_way + needed
-    for other in sorted(sizes, key=entries.get):  # least recently used first
+    for folder in sorted(sizes, key=entries.get):  # least recently used first
         if total <= cap:
             break
-        if other in _reserved:
+        if folder in _reserved:
             continue  # being downloaded now (by this process)
-        shutil.rmtree(repo_folder(other), ignore_errors=True)
-        del entries[other]
-        total -= sizes[other]
-        log.info("removed the downloaded model %s (%s) to make room for %s", other, megabytes(sizes[other]), repo_id)
+        shutil.rmtree(folder, ignore_errors=True)
+        del entries[folder]
+        total -= sizes[folder]
+        shown = Path(folder).name.removeprefix("models--").replace("--", "/")
+        log.info("removed the downloaded model %s (%s) to make room for %s", shown, megabytes(sizes[folder]), repo_id)
 
 
 def used(repo_id: str) -> None:
     """A downloaded model was used (loaded from the cache): it is now the most recently used."""
     with contextlib.suppress(OSError), _registry() as entries:
-        if repo_id in entries:
-            entries[repo_id] = time.time()
+        if str(repo_folder(repo_id)) in entries:
+            entries[str(repo_folder(repo_id))] = time.time()
 
 
 def finished(repo_id: str) -> None:
     """A download ended, whether it succeeded or not: what it left on disk is counted from its files now."""
     with _lock:
-        _reserved.pop(repo_id, None)
+        _reserved.pop(str(repo_folder(repo_id)), None)
