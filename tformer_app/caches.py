@@ -404,14 +404,17 @@ def clear_results() -> int:
     return freed
 
 
-def sessions_released(count: int) -> None:
-    """After ended sessions' uploads were released (tformer_app.sessions' sweeper): give the memory back."""
+def swept(released: int) -> None:
+    """After each sweep of tformer_app.sessions (every 30 s): hand back every freed byte. The level `_give_back`
+    compares with is measured right after a hand-back, when another session's pass may be under way: this resets
+    it, so that what those passes freed since goes back too, and the process follows what it holds."""
+    _give_back.level = None
     _give_back.check()
 
 
 def start() -> None:
     """What a server process starts once (app.py calls it on every run): the sweeper of ended sessions."""
-    sessions.start_sweeper(after=sessions_released)
+    sessions.start_sweeper(after=swept)
 
 
 def clear_models() -> None:

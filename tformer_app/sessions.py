@@ -89,7 +89,8 @@ def held_bytes() -> int:
 
 
 def start_sweeper(after: Callable[[int], None] | None = None) -> None:
-    """Start the sweeper thread once per process; after(n) is called when a sweep released n > 0 sessions."""
+    """Start the sweeper thread once per process; after(n) is called after every sweep, n the sessions it released
+    (the caches hand freed memory back then)."""
     global _sweeper
     with _lock:
         if _sweeper is not None:
@@ -113,7 +114,7 @@ def _sweep_forever(after: Callable[[int], None] | None) -> None:
     while not wake.wait(interval):
         try:
             released = release_ended()
-            if released and after is not None:
+            if after is not None:
                 after(released)
             failed = 0
         except Exception as error:  # a list changed while it was read (the next sweep reads it again), or worse
