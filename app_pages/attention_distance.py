@@ -141,11 +141,10 @@ def text(url: UrlState) -> None:
         "The same plot for a text model: Σ_j w_ij·|i − j| in tokens, averaged over the query tokens of "
         "each sentence and over the sentences."
     )
+    offered = list(dict.fromkeys([*TEXT_MODEL_SUGGESTIONS, *local_model_names()]))
     source = st.selectbox(
-        "Text model",
-        list(dict.fromkeys([*TEXT_MODEL_SUGGESTIONS, *local_model_names()])),
-        key=url.key("text_model", DEFAULT_TEXT_MODEL),
-    )
+        "Text model", offered, key=url.key("text_model", DEFAULT_TEXT_MODEL, choices=offered)
+    )  # a link's model that is not offered is replaced, and the page says so
     lines = st.text_area("Sentences, one per line", key=url.key("sentences", "\n".join(SENTENCES)), height=120)
     sentences = [s.strip() for s in lines.splitlines() if s.strip()]
     if not sentences:

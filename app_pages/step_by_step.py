@@ -18,7 +18,7 @@ import streamlit as st
 from tformer_app import caches, downloads
 from tformer_app.markdown import escape
 from tformer_app.page import DEFAULT_TEXT_MODEL, run_page, run_safely
-from tformer_app.tables import Inputs, matrix_panel
+from tformer_app.tables import Inputs, data_editor, matrix_panel
 from tformer_app.url import UrlState, int_key, int_list
 from tformer_core.steps import AttentionSteps
 from tformer_views.charts.spec import unique_labels
@@ -264,14 +264,15 @@ def edit_as_tables(ex: ls.Example, matrices: Matrices, digest: str, n_heads: int
     x_frame.insert(0, "token", list(ex.tokens))
     if ex.given_qkv:
         st.markdown("$Q$ (n × d_k), one row per token:")
-    edited = st.data_editor(x_frame, key=f"step.edit.{first}.{digest}", num_rows="dynamic", hide_index=True)
+    edited = data_editor(st, x_frame, key=f"step.edit.{first}.{digest}", num_rows="dynamic", hide_index=True)
     out.tokens = lt.tokens_from_column(edited["token"].tolist()) if "token" in edited else []
     out.parse(first, lambda: lt.matrix_from_frame(edited, first, skip=["token"]))
 
     def editor(name: str, where: Any, label: str, **kwargs: Any) -> None:
         matrix, rows, cols = matrices[name]
         where.markdown(label)
-        frame = where.data_editor(
+        frame = data_editor(
+            where,
             # "K given": the corner of the input table, apart from the K computed below it
             pd.DataFrame(
                 matrix, index=pd.Index(rows, name=ls.latex_name(name) + (" given" * (name in GIVEN))), columns=cols
@@ -346,6 +347,20 @@ def formulas(biased: set[str], masked: bool, given: bool = False) -> dict[str, s
     }
 
 
+# What each part is computed from: when those are all there and the part is not, its numbers overflowed.
+INPUTS_OF = {"scores": {"Q", "K"}, "Z": {"scores", "V"}, "output": {"Z"}}
+OVERFLOWED = {
+    "scores": "QKᵀ overflowed (see the message above): the scores, the weights and Z are not shown.",
+    "Z": "Z overflowed (see the message above): it is not shown.",
+    "output": "The output overflowed (see the message above): it is not shown.",
+}
+
+
+def missing(part: str, available: set[str], otherwise: str) -> str:
+    """Why `part` is not shown: it overflowed (said in an error above), or `otherwise` (an input is missing)."""
+    return OVERFLOWED[part] if INPUTS_OF[part] <= available else otherwise
+
+
 def draw_head_blocks(view: dict[str, np.ndarray], available: set[str], tokens: list[str], head: int) -> None:
     """Head j's Q, K, V: the j-th block of columns of the full Q, K, V."""
     for part, letter in (("Q", "q"), ("K", "k"), ("V", "v")):
@@ -370,7 +385,7 @@ def draw_head(steps: AttentionSteps, available: set[str], tokens: list[str], hea
     if h > 1:
         draw_head_blocks(view, available, tokens, head)
     if "scores" not in available:
-        st.info("Q and K are needed for the scores: fix the inputs above.")
+        st.info(missing("scores", available, "Q and K are needed for the scores: fix the inputs above."))
         return
     show_matrix(
         f"QKᵀ{tag}",
@@ -413,14 +428,14 @@ def draw_head(steps: AttentionSteps, available: set[str], tokens: list[str], hea
             col_title="z",
         )
     else:
-        st.info("V is needed for Z: fix W^V above.")
+        st.info(missing("Z", available, "V is needed for Z: fix W^V above."))
 
 
 def draw_row(url: UrlState, steps: AttentionSteps, available: set[str], tokens: list[str]) -> None:
     """One query row with every number written out."""
     st.subheader("One query row, every number")
     if "scores" not in available:
-        st.info("Q and K are needed: fix the inputs above.")
+        st.info(missing("scores", available, "Q and K are needed: fix the inputs above."))
         return
     n = len(tokens)
     left, right = st.columns(2)
@@ -458,7 +473,7 @@ def draw_row(url: UrlState, steps: AttentionSteps, available: set[str], tokens: 
     total = ls.tex(walk.exp_sum)
     st.latex(rf"\sum_j {exp_name} = {total},\qquad \alpha_{{{query}j}} = \frac{{{exp_name}}}{{{total}}}")
     if "Z" not in available:
-        st.info("V is needed for z: fix W^V above.")
+        st.info(missing("Z", available, "V is needed for z: fix W^V above."))
         return
     st.markdown(f"z({escape(name)}) is the weighted sum of the rows of V:")
     terms = " + ".join(f"{ls.tex(w)}\\,v_{{{j}}}" for j, w in enumerate(walk.keys["weight"]))
@@ -585,7 +600,7 @@ def draw_combined(steps: AttentionSteps, available: set[str], tokens: list[str],
         caption=f"{n_heads} heads × d_v = {d_v} → {steps.concat.shape[1]} columns.",
     )
     if "output" not in available:
-        st.info("W^O is needed for the output: fix it above.")
+        st.info(missing("output", available, "W^O is needed for the output: fix it above."))
         return
     show_matrix(
         "output",
@@ -616,6 +631,9 @@ def page(url: UrlState) -> None:
     steps, available, tokens, mask = run_steps(url, example, inputs, n_heads)
     if steps is None:
         return
+    available, overflowed = ls.non_finite(steps, available, tokens)
+    for message in overflowed:
+        st.error(escape(message))
     if example.given_qkv:
         f = formulas(set(), mask is not None, given=True)
     else:

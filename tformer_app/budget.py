@@ -90,6 +90,8 @@ class ByteBudgetCache:
     """key -> value, at most `budget_bytes` in all (by `size_of`), least recently used dropped first.
 
     on_evict(bytes): called (outside the lock) after entries were dropped, e.g. to give memory back.
+    shared(): bytes held elsewhere that count against the same budget (the sessions' uploads): the cache keeps
+    at most budget_bytes - shared() itself, and at least its most recent entry.
     """
 
     def __init__(
@@ -98,11 +100,13 @@ class ByteBudgetCache:
         budget_bytes: int,
         weigh: Callable[[Any], int] = size_of,
         on_evict: Callable[[int], None] | None = None,
+        shared: Callable[[], int] | None = None,
     ) -> None:
         self.name = name
         self.budget_bytes = int(budget_bytes)
         self._weigh = weigh
         self._on_evict = on_evict
+        self._shared = shared
         self._entries: OrderedDict[Hashable, tuple[Any, int]] = OrderedDict()
         self._pending: dict[Hashable, _Pending] = {}
         self._lock = threading.Lock()
@@ -153,13 +157,22 @@ class ByteBudgetCache:
                 self._used -= self._entries.pop(key)[1]
             self._entries[key] = (value, size)
             self._used += size
-            while self._used > self.budget_bytes and len(self._entries) > 1:
+        freed = self.trim()
+        if freed and self._on_evict is not None:
+            self._on_evict(freed)
+
+    def trim(self) -> int:
+        """Drop least recently used entries until this cache and what it shares its budget with fit (its most
+        recent entry stays); returns the bytes dropped. Runs after every store, and whenever the shared part grew."""
+        shared = self._shared() if self._shared is not None else 0
+        freed = 0
+        with self._lock:
+            while self._used + shared > self.budget_bytes and len(self._entries) > 1:
                 _, (_, dropped) = self._entries.popitem(last=False)
                 self._used -= dropped
                 self._evicted += 1
                 freed += dropped
-        if freed and self._on_evict is not None:
-            self._on_evict(freed)
+        return freed
 
     def peek(self, key: Hashable) -> Any | None:
         """The cached value for `key` without computing or reordering anything (None when absent)."""

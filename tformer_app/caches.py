@@ -45,14 +45,16 @@ from tformer_views import seq2seq as sv
 from tformer_views import vision as vv
 from tformer_views.lessons import block as lb
 
-from . import session_models
+from . import logs, session_models, sessions
 from .budget import ByteBudgetCache, CacheStats
 from .markdown import escape
 from .settings import server_settings
 
 Progress = Callable[[float, str], None]
 RETRY_AFTER_S = 300.0  # a failed load is not tried again for this long (an unreachable hub costs seconds a try)
-SLACK = 128 * 2**20  # freed memory the process may keep for reuse before it is handed back to the OS
+# Freed memory the process may keep for reuse before it is handed back to the OS: more saves page faults on the
+# next pass (a few percent of a BERT-base pass), less keeps the resident size closer to what the caches hold.
+SLACK = 32 * 2**20
 
 SETTINGS = server_settings()
 
@@ -91,7 +93,7 @@ class _GiveBack:
 
 
 def _held() -> int:
-    return _results.stats().used_bytes + _models.stats().used_bytes
+    return _results.stats().used_bytes + _models.stats().used_bytes + sessions.held_bytes()
 
 
 _give_back = _GiveBack()
@@ -107,31 +109,49 @@ def model_bytes(model: torch.nn.Module) -> int:
 
 
 _models = ByteBudgetCache("models", SETTINGS.models_bytes, weigh=model_bytes, on_evict=_give_back.check)
-_failures: OrderedDict[str, tuple[Exception, float]] = OrderedDict()
+
+
+@dataclass(frozen=True)
+class _Failure:
+    """A load that failed: its message, and no exception object. An exception raised again keeps growing its
+    traceback with every page that hits it, and keeps those pages' frames (their uploads, their traces) alive."""
+
+    message: str
+    at: float
+
+    def error(self) -> tc.CheckpointError:
+        """A new exception, with a traceback of its own, each time."""
+        return tc.CheckpointError(self.message)
+
+
+_failures: OrderedDict[str, _Failure] = OrderedDict()
 _failures_lock = threading.Lock()
 
 
 def cached_model(source: str, progress: Progress | None = None) -> tc.TracedModel:
-    """The model for `source`, loaded once per server process; raises what the loader raises.
+    """The model for `source`, loaded once per server process; CheckpointError when it cannot be loaded.
 
-    Concurrent sessions asking for one model load it once. A failed load is tried again after
-    RETRY_AFTER_S (until then the same error comes back at once, without touching the hub). A model trained
+    Concurrent sessions asking for one model load it once. A failed load is logged with its cause once, and
+    tried again after RETRY_AFTER_S (until then a new error with the same message comes back at once,
+    without touching the hub). A bug in the loader (any other exception) is raised as it is. A model trained
     on the Train page ("session:...") comes from this session's own models, never from the shared cache.
     """
     if session_models.is_session_name(source):
         return session_models.get(source)
     with _failures_lock:
         failure = _failures.get(source)
-    if failure is not None and time.monotonic() - failure[1] < RETRY_AFTER_S:
-        raise failure[0]
+    if failure is not None and time.monotonic() - failure.at < RETRY_AFTER_S:
+        raise failure.error()
     try:
         return _models.get_or_compute(source, lambda: tc.load_model(source, progress=progress))
-    except (tc.CheckpointError, ValueError, OSError) as error:
+    except (tc.CheckpointError, OSError) as error:  # OSError: a file system's own refusal (a full disk...)
+        logs.failure(f"loading the model {source!r}", error)
+        message = str(error) if isinstance(error, tc.CheckpointError) else f"{source} cannot be read from disk"
         with _failures_lock:
-            _failures[source] = (error, time.monotonic())
+            _failures[source] = _Failure(message, time.monotonic())
             while len(_failures) > 64:
                 _failures.popitem(last=False)
-        raise
+        raise tc.CheckpointError(message) from None
 
 
 def load_model(source: str, quiet: bool = False) -> tc.TracedModel | None:
@@ -148,9 +168,15 @@ def load_model(source: str, quiet: bool = False) -> tc.TracedModel | None:
 
     try:
         return cached_model(source, progress)
-    except (tc.CheckpointError, ValueError, OSError) as error:
+    except tc.CheckpointError as error:
         if not quiet:
             st.error(f"Could not load **{escape(source)}**: {escape(error)}")
+        return None
+    except Exception as error:  # a bug in a loader: said as one, never as if the model id were wrong
+        what = f"Loading {source}"
+        note_id = logs.bug(what, error)
+        if not quiet:
+            st.error(logs.bug_note(what, note_id))
         return None
     finally:
         bar.empty()
@@ -238,7 +264,9 @@ COMPUTATIONS: dict[str, Callable[..., Any]] = {
     "detr": dv.analyse,
 }
 
-_results = ByteBudgetCache("results", SETTINGS.cache_bytes, on_evict=_give_back.check)
+# The sessions' uploads and the pictures they were sent share this budget: while a class holds many photos,
+# fewer results are kept (tformer_app.sessions).
+_results = ByteBudgetCache("results", SETTINGS.cache_bytes, on_evict=_give_back.check, shared=sessions.held_bytes)
 _passes = threading.BoundedSemaphore(SETTINGS.passes)
 
 
@@ -375,6 +403,7 @@ class MemoryReport:
     results: CacheStats
     models: CacheStats
     rss_bytes: int | None
+    sessions_bytes: int = 0  # the sessions' uploads and media (counted in the results' budget)
 
 
 def rss_bytes() -> int | None:
@@ -387,15 +416,30 @@ def rss_bytes() -> int | None:
 
 
 def memory_report() -> MemoryReport:
-    return MemoryReport(_results.stats(), _models.stats(), rss_bytes())
+    return MemoryReport(_results.stats(), _models.stats(), rss_bytes(), sessions.held_bytes())
 
 
 def clear_results() -> int:
-    """Drop every cached result (models stay loaded) and give the memory back; returns the bytes dropped."""
+    """Drop every cached result (models stay loaded), release what ended sessions still hold, and give the
+    memory back; returns the bytes of results dropped."""
     freed = _results.clear()
+    sessions.release_ended()
     _give_back.level = None  # hand everything back now
     _give_back.check()
     return freed
+
+
+def swept(released: int) -> None:
+    """After each sweep of tformer_app.sessions (every 30 s): hand back every freed byte. The level `_give_back`
+    compares with is measured right after a hand-back, when another session's pass may be under way: this resets
+    it, so that what those passes freed since goes back too, and the process follows what it holds."""
+    _give_back.level = None
+    _give_back.check()
+
+
+def start() -> None:
+    """What a server process starts once (app.py calls it on every run): the sweeper of ended sessions."""
+    sessions.start_sweeper(after=swept)
 
 
 def clear_models() -> None:

@@ -11,7 +11,9 @@ import streamlit.components.v1 as components
 import torch
 
 import tformer_core as tc
+from tformer_core.errors import InputError
 
+from . import logs
 from .caches import is_server_model, loaded_models
 from .markdown import escape
 from .url import UrlState, notices
@@ -78,12 +80,17 @@ def _scroll_if_asked() -> None:
 
 
 def run_safely(compute: Callable[[], Any], what: str) -> Any | None:
-    """compute(), or None with an inline error message when the input is bad (never a traceback)."""
+    """compute(), or None with an inline message (never a traceback): the input's problem for an InputError,
+    else a short "something went wrong" note with an id that the server's log also has (a bug, not the input).
+    Either is logged (tformer_app.logs)."""
     try:
         return compute()
-    except (ValueError, tc.CheckpointError) as error:
+    except InputError as error:
+        logs.failure(what, error)
         st.error(f"{escape(what)}: {escape(error)}")
-        return None
+    except Exception as error:  # a bug (ours or a library's), even a ValueError: never blamed on the input
+        st.error(logs.bug_note(what, logs.bug(what, error)))
+    return None
 
 
 def device_summary() -> str:

@@ -28,7 +28,7 @@ from tformer_views.vision import VisionResult
 from . import downloads
 from .markdown import escape
 from .page import run_safely
-from .tables import Inputs, matrix_panel
+from .tables import Inputs, data_editor, matrix_panel
 from .url import UrlState, int_key
 
 
@@ -70,7 +70,7 @@ def edit_example(url: UrlState, h: int, w: int, p: int, d: int) -> Inputs:
         image = pd.DataFrame(
             lpe.default_image(h, w), index=pd.Index(range(h), name="image"), columns=[str(c) for c in range(w)]
         )
-        edited = st.data_editor(image, key=f"{url.page}.pe.image.{digest}")
+        edited = data_editor(st, image, key=f"{url.page}.pe.image.{digest}")
         out.parse("image", lambda: lt.matrix_from_frame(edited, "The image"))
     kernels = lpe.default_kernels(d, p)
     with right:
@@ -80,7 +80,7 @@ def edit_example(url: UrlState, h: int, w: int, p: int, d: int) -> Inputs:
             with columns[k % len(columns)]:
                 frame = pd.DataFrame(kernels[k], index=pd.Index(range(p), name=f"kernel {k + 1}"))
                 frame.columns = [str(c) for c in range(p)]
-                edited_k = st.data_editor(frame, key=f"{url.page}.pe.kernel{k}.{digest}")
+                edited_k = data_editor(st, frame, key=f"{url.page}.pe.kernel{k}.{digest}")
                 out.parse(f"kernel {k + 1}", lambda e=edited_k, k=k: lt.matrix_from_frame(e, f"Kernel {k + 1}"))
     return out
 

@@ -18,6 +18,8 @@ from urllib.parse import parse_qsl, urlencode
 
 import streamlit as st
 
+from . import logs
+from .deck_file import DECK_FORMAT, MAX_SLIDES, DeckError, read_deck
 from .markdown import escape
 from .url import MAX_LINK, PRESENT_STATE, UrlState, forget_pages
 
@@ -25,8 +27,6 @@ PRESENT = PRESENT_STATE  # session state; "present=1" in links
 DECK = "_tformer.deck"  # session state: list of slides
 SHOWING = "_tformer.showing"  # session state: index of the slide on screen while presenting, or None
 FONT_SCALE = 1.5  # presenter type against the app's own
-MAX_SLIDES = 50
-DECK_FORMAT = "tformer-deck"
 
 # Large type for what the class reads (text, captions, headings, formulas; charts get theirs from
 # `chart_fonts`), compact widgets for the lecturer, no toolbar or Deploy button, the page at full width.
@@ -240,20 +240,11 @@ def show(i: int, slides: list[dict], pages: dict[str, object]) -> None:
 
 
 def _import(data: bytes, pages: dict[str, object]) -> None:
-    """Replace the deck by an exported one, after checking every slide (a page of this app, a short link)."""
+    """Replace the deck by an exported one, after checking every slide (tformer_app.deck_file)."""
     try:
-        loaded = json.loads(data.decode("utf-8"))
-        slides = loaded["slides"] if loaded.get("format") == DECK_FORMAT else None
-        if not isinstance(slides, list) or not slides or len(slides) > MAX_SLIDES:
-            raise ValueError("not a tformer deck")
-        checked = [
-            {"page": str(s["page"]), "title": str(s.get("title", s["page"]))[:80], "query": str(s["query"])}
-            for s in slides
-        ]
-        bad = [s["page"] for s in checked if s["page"] not in pages or len(s["query"]) > MAX_LINK]
-        if bad:
-            raise ValueError(f"slides for pages this app does not have: {', '.join(bad[:3])}")
-    except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError) as error:
+        checked = read_deck(data, pages)
+    except DeckError as error:
+        logs.failure("opening a deck file", error)
         st.error(f"This file cannot be opened as a deck: {escape(error)}")
         return
     if st.session_state.get("_tformer.deck.imported") != hash(data):

@@ -107,13 +107,14 @@ class UrlState:
         hi: float | None,
     ) -> Any:
         shown = escape(_short(raw))
+        fallback = escape(_format(default) or "none")  # the default the page uses instead, said in words when empty
         try:
             value = _parse(raw, default, cast)
         except (TypeError, ValueError, OverflowError):
-            self._note(f"{escape(name)}={shown} is not a valid value; using {escape(_format(default))}")
+            self._note(f"{escape(name)}={shown} is not a valid value; using {fallback}")
             return default
         if isinstance(value, float) and not math.isfinite(value):
-            self._note(f"{escape(name)}={shown} is not a finite number; using {escape(_format(default))}")
+            self._note(f"{escape(name)}={shown} is not a finite number; using {fallback}")
             return default
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             clamped = min(max(value, lo), hi) if lo is not None and hi is not None else value
@@ -128,7 +129,7 @@ class UrlState:
                 self._note(f"{escape(name)}: left out {escape(_short(_format(dropped)))} (not offered here)")
             return kept
         if choices is not None and not _allowed(value, choices):
-            self._note(f"{escape(name)}={shown} is not one of the choices here; using {escape(_format(default))}")
+            self._note(f"{escape(name)}={shown} is not one of the choices here; using {fallback}")
             return default
         return value
 

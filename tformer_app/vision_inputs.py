@@ -135,7 +135,7 @@ def choose_images(url: UrlState, model: TracedModel) -> list[tuple[str, bytes]]:
     files = sample_pictures()
     names = list(files)
     default = [n for n in names if n.startswith("photo:")] + [n for n in names if n.startswith("shapes:")]
-    chosen_key = url.key("samples", default)
+    chosen_key = url.key("samples", default, choices=names)  # a link's unknown names are left out, and said
     if any(n not in names for n in st.session_state[chosen_key]):
         st.session_state[chosen_key] = [n for n in st.session_state[chosen_key] if n in names]
     chosen = st.multiselect("Sample pictures", names, key=chosen_key)

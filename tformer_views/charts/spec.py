@@ -75,7 +75,7 @@ def cell_text(values: np.ndarray) -> np.ndarray:
     safe = np.where(finite, v, 0.0)
     whole = finite & (np.abs(safe) < 1e6) & (safe == np.round(safe))
     text = np.where(np.abs(safe) >= 100, np.char.mod("%.3g", safe), np.char.mod("%.2f", safe))
-    text = np.where(whole, np.char.mod("%d", np.round(safe).astype(np.int64)), text)
+    text = np.where(whole, np.char.mod("%d", np.round(np.where(whole, safe, 0.0)).astype(np.int64)), text)
     special = np.where(np.isnan(v), "nan", np.where(v > 0, "+inf", "-inf"))
     return np.where(finite, text, special)
 
