@@ -120,12 +120,13 @@ class ByteBudgetCache:
                 self._entries.move_to_end(key)
                 self._hits += 1
                 return self._entries[key][0]
-            pending = self._pending.get(key)
-            owner = pending is None
-            if owner:
+            under_way = self._pending.get(key)
+            owner = under_way is None
+            if under_way is None:
                 pending = self._pending[key] = _Pending()
                 self._misses += 1
             else:
+                pending = under_way
                 self._hits += 1
         if not owner:
             pending.done.wait()

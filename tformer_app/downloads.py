@@ -6,8 +6,9 @@ click does not rerun the page), so drawing a page costs nothing for the files it
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
@@ -32,7 +33,7 @@ def chart(spec: dict, key: str, file_name: str | None = None, **selection: Any) 
     return event
 
 
-def _width(spec: dict) -> int | str:
+def _width(spec: dict) -> int | Literal["content"]:
     """A chart that fits its width (autosize "fit" or "fit-x") has its spec's width at most, less in a narrower
     column; any other is drawn at its own size (where the column is narrower, it scrolls in its own box)."""
     fits = str((spec.get("autosize") or {}).get("type", "")).startswith("fit")
@@ -52,7 +53,7 @@ def export_buttons(spec: dict, key: str, file_name: str) -> None:
         for kind, mime, render in (("svg", "image/svg+xml", to_svg), ("png", "image/png", chart_png)):
             st.download_button(
                 kind.upper(),
-                lambda render=render: render(spec),
+                functools.partial(render, spec),
                 file_name=f"{file_name}.{kind}",
                 mime=mime,
                 key=f"{key}.{kind}",
