@@ -39,6 +39,7 @@ if os.environ.get("TFORMER_ADMIN", "").strip() == "1":  # for whoever runs the s
 
 navigation = st.navigation(PAGES)
 BY_PATH = {page.url_path: page for section in PAGES.values() for page in section}
+presenter.keys(BY_PATH)  # a slide the keys or a button asked for opens here, before any page runs
 
 with st.sidebar:
     presenter.switch()
@@ -46,6 +47,7 @@ with st.sidebar:
     models_line = st.empty()  # filled after the page ran, so it lists the model the page just loaded
     slides = st.container()  # after the page ran: a slide is the page's view as its link holds it
 presenter.style()
+presenter.bar(navigation.url_path, BY_PATH)  # presenter mode: every page, the slides, the way out
 
 try:
     navigation.run()

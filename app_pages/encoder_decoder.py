@@ -217,7 +217,7 @@ def step_through(url: UrlState, translation: sv.Translation, layer: int, head: i
     st.button(
         "⏸ Pause" if playing else "▶ Play",
         key=f"{url.page}.play",
-        on_click=toggle,
+        on_click=url.callback(toggle),
         disabled=n < 2,
         help=f"Advance one decoding step every {PLAY_SECONDS:.1f} s",
     )

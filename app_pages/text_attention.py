@@ -9,6 +9,8 @@ classifier shows its labels and where its first token looked.
 
 from __future__ import annotations
 
+import contextlib
+
 import pandas as pd
 import streamlit as st
 
@@ -27,6 +29,7 @@ from tformer_app.page import (
 from tformer_app.url import UrlState, int_key
 from tformer_app.widgets import choose_model, short_name
 from tformer_views import generation as gen
+from tformer_views import search
 from tformer_views import text as tv
 from tformer_views.charts.spec import heatmap
 from tformer_views.tokens import display_tokens, plain_word
@@ -97,7 +100,7 @@ def choose_architecture(url: UrlState) -> str:
         key=key,
         format_func=ARCHITECTURES.get,
         horizontal=True,
-        on_change=switched,
+        on_change=url.callback(switched),
         help="An encoder (BERT, MiniLM) lets every token see every other one; a decoder-only model (GPT-2, "
         "SmolLM2) lets each token see only the tokens before it, and predicts the next one.",
     )
@@ -105,19 +108,9 @@ def choose_architecture(url: UrlState) -> str:
 
 
 def page(url: UrlState) -> None:
-    arch = choose_architecture(url)
-    source = choose_model(
-        url,
-        SUGGESTIONS[arch],
-        DEFAULT_MODELS[arch],
-        placeholder="e.g. bert-base-cased or ./models/my-bert" if arch == "encoder" else "e.g. ./models/my-gpt2",
-        help=MODEL_HELP[arch],
-    )
-    text = st.text_area("Sentence", key=url.key("text", tv.DEFAULT_SENTENCE), height=80)
-    pair = ""
-    if arch == "encoder":
-        pair = st.text_input("Second segment (optional: BERT's sentence B, for pair inputs)", key=url.key("pair", ""))
-
+    settings = presenter.settings_box("Model, sentence, layer, head and query")
+    with settings if settings is not None else contextlib.nullcontext():
+        source, text, pair = inputs(url)
     model = caches.load_model(source)
     if model is None:
         st.info("Choose another model above; the rest of the page appears once one loads.")
@@ -139,25 +132,54 @@ def page(url: UrlState) -> None:
 
     tokens = trace.tokens
     labels = display_tokens(tokens)
+    box = settings if settings is not None else st
     kind = "decoder-only (causal)" if trace.kind == "decoder" else "encoder (bidirectional)"
     d_head = f" · d_head = {trace.q(0, 0).shape[1]}" if panel.has_qkv(trace, trace.main_stack) else ""
-    st.caption(f"{kind} · {trace.n_layers} layers × {trace.n_heads} heads{d_head} · {len(tokens)} tokens")
-    show_path(trace, model)
+    box.caption(f"{kind} · {trace.n_layers} layers × {trace.n_heads} heads{d_head} · {len(tokens)} tokens")
+    show_path(trace, model, box)
 
     it = next((i for i, token in enumerate(tokens) if plain_word(token).lower() == "it"), None)
-    # A class sees the two views a lecture starts with; the others are one choice away (and in links).
-    c = panel.controls(url, trace, default_query=it, default_views=("head", "heatmap", "search"))
+    # A class sees the two views a lecture starts with, on the head that answers its question (which head
+    # links "it" to "animal"?); the others are one choice away (and in links).
+    c = panel.controls(
+        url,
+        trace,
+        default_query=it,
+        default_head=lecture_head(key, trace, it),
+        default_views=("head", "heatmap", "search"),
+        where=settings,
+    )
     if trace.kind == "decoder":
-        st.caption(
+        box.caption(
             "Causal mask: each token attends only to itself and the tokens before it; "
             "masked cells are grey in the heatmap and the overview."
         )
-    show_predictions(trace, model, c.query, labels)
+    if settings is None:
+        show_predictions(trace, model, c.query, labels)
     panel.draw(panel.Shown(key, trace), url, c)
+    if settings is not None:  # presenter mode: the view first
+        show_predictions(trace, model, c.query, labels)
     if trace.kind == "decoder" and trace.has_head:
         show_continuation(url, source, model, fitted.text)
     with st.expander("What attention does and does not explain"):
         st.markdown(CAVEAT)
+
+
+def inputs(url: UrlState) -> tuple[str, str, str]:
+    """(model source, sentence, second segment): the kind of model, the model and the text."""
+    arch = choose_architecture(url)
+    source = choose_model(
+        url,
+        SUGGESTIONS[arch],
+        DEFAULT_MODELS[arch],
+        placeholder="e.g. bert-base-cased or ./models/my-bert" if arch == "encoder" else "e.g. ./models/my-gpt2",
+        help=MODEL_HELP[arch],
+    )
+    text = st.text_area("Sentence", key=url.key("text", tv.DEFAULT_SENTENCE), height=80)
+    pair = ""
+    if arch == "encoder":
+        pair = st.text_input("Second segment (optional: BERT's sentence B, for pair inputs)", key=url.key("pair", ""))
+    return source, text, pair
 
 
 def say_what_was_dropped(model: tc.TracedModel, fitted) -> None:
@@ -176,14 +198,27 @@ def say_what_was_dropped(model: tc.TracedModel, fitted) -> None:
     )
 
 
-def show_path(trace: tc.Trace, model: tc.TracedModel) -> None:
+def lecture_head(key: tuple, trace: tc.Trace, query: int | None) -> tuple[int, int] | None:
+    """(layer, head) whose query `query` ("it") weighs the lecture's noun ("animal") most, when the sentence has
+    them; else None (the first head)."""
+    if query is None or not trace.n_layers:
+        return None
+    noun = search.default_key(trace.tokens, query, -1)
+    if noun < 0:
+        return None
+    rows = caches.derived("query_rows", key, trace.main_stack, query)  # [layers, heads, keys]
+    layer, head, _ = search.ranked_heads(rows[..., noun], 1)[0]
+    return layer, head
+
+
+def show_path(trace: tc.Trace, model: tc.TracedModel, where=st) -> None:
     """Which code ran the model (the core's own modules, or transformers'), and a note on its weights."""
     path = str(trace.meta.get("path", ""))
     if path in PATHS:
-        st.caption(f"Path: **{path}**. {PATHS[path]}")
+        where.caption(f"Path: **{path}**. {PATHS[path]}")
     note = getattr(model, "weights_note", "")
     if note:
-        st.caption(f"Weights: {escape(note)}.")
+        where.caption(f"Weights: {escape(note)}.")
 
 
 def show_predictions(trace: tc.Trace, model: tc.TracedModel, query: int, labels: list[str]) -> None:

@@ -18,18 +18,20 @@ is shared by all sessions and read-only: pages must not modify them.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import streamlit as st
 import torch
+from streamlit.runtime.scriptrunner_utils.exceptions import ScriptControlException
 
 import tformer_core as tc
 from tformer_core.bundled import BUNDLED_MODELS
@@ -127,6 +129,31 @@ def cached_model(source: str, progress: Progress | None = None) -> tc.TracedMode
         raise
 
 
+@contextlib.contextmanager
+def progress_bar() -> Iterator[Progress]:
+    """A progress bar in the page for work other sessions may be waiting on (a model load, many pictures),
+    removed afterwards. A rerun asked for meanwhile (a click, a key) reaches the script where the bar is drawn:
+    it is held until the work is done and raised then, so the work is not thrown away, for this session or
+    for the others waiting on it."""
+    slot = st.empty()
+    held: list[ScriptControlException] = []
+
+    def progress(fraction: float, message: str) -> None:
+        if held:
+            return
+        try:
+            slot.progress(min(max(fraction, 0.0), 1.0), text=escape(message))
+        except ScriptControlException as stop:
+            held.append(stop)
+
+    try:
+        yield progress
+    finally:
+        slot.empty()
+    if held:
+        raise held[0]
+
+
 def load_model(source: str, quiet: bool = False) -> tc.TracedModel | None:
     """The cached model for `source`, loading it with a progress bar on first use.
 
@@ -134,19 +161,13 @@ def load_model(source: str, quiet: bool = False) -> tc.TracedModel | None:
     returns None: the page stops drawing that part, the session keeps working. quiet: no message
     (the page falls back to another model and says so itself).
     """
-    bar = st.empty()
-
-    def progress(fraction: float, message: str) -> None:
-        bar.progress(min(max(fraction, 0.0), 1.0), text=escape(message))
-
     try:
-        return cached_model(source, progress)
+        with progress_bar() as progress:
+            return cached_model(source, progress)
     except (tc.CheckpointError, ValueError, OSError) as error:
         if not quiet:
             st.error(f"Could not load **{escape(source)}**: {escape(error)}")
         return None
-    finally:
-        bar.empty()
 
 
 def is_server_model(source: str) -> bool:
@@ -328,19 +349,16 @@ def computed(key: tuple, compute: Callable[[Progress], Any], label: str) -> Any:
     The bar is drawn outside any Streamlit cache: Streamlit replays elements drawn inside a cached
     function on later hits, and the bar belongs to the page that asked first.
     """
-    slot = st.empty()
+    with progress_bar() as progress:
+        progress(0.0, label)
 
-    def run() -> Any:
-        bar = slot.progress(0.0, text=escape(label))
-        try:
-            return in_turn(lambda: compute(lambda f, m: bar.progress(min(max(f, 0.0), 1.0), text=escape(m))))
-        finally:
-            _give_back.check()
+        def run() -> Any:
+            try:
+                return in_turn(lambda: compute(progress))
+            finally:
+                _give_back.check()
 
-    try:
         return _results.get_or_compute(("computed", *_key(key)), run)
-    finally:
-        slot.empty()
 
 
 # ---- for the server page and the tests --------------------------------------------------------------

@@ -12,6 +12,7 @@ import torch
 
 import tformer_core as tc
 
+from . import presenter
 from .caches import is_server_model, loaded_models
 from .markdown import escape
 from .url import UrlState, notices
@@ -34,18 +35,24 @@ def run_page(title: str, intro: str, name: str, draw: Callable[[UrlState], None]
     """A page: its title and introduction, then draw(url) with the page's URL state.
 
     The URL is written even when drawing stops early (a bad input), so the link still shows what
-    the user chose.
+    the user chose; not when another run cut this one short (that run writes it).
     """
     st.html(LAYOUT_CSS)
-    st.title(title)
-    st.caption(intro)
+    if presenter.presenting():  # the first screen is the view's: the introduction behind the title's "?"
+        st.title(title, help=intro)
+    else:
+        st.title(title)
+        st.caption(intro)
     url = UrlState(name)
     notice = st.empty()  # filled after drawing: what the link changed, what it cannot carry
+    drawn = False
     try:
         draw(url)
+        drawn = True
     finally:
-        url.publish()
-        line = notices(url)
+        # Not when another run cut this one short (a click, a key): that run draws the page and writes the URL.
+        url.publish(drawn)
+        line = notices(url) if drawn else None
         if line:
             notice.info(line)
     _scroll_if_asked()

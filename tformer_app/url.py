@@ -10,6 +10,8 @@ addresses past a few kilobytes.
 
 from __future__ import annotations
 
+import functools
+import logging
 import math
 import urllib.parse
 from collections.abc import Callable, Sequence
@@ -23,6 +25,8 @@ MAX_LINK_VALUE = 2000  # characters of one value, URL-encoded, that a link carri
 MAX_LINK = 6000  # characters of the whole query string (nginx's default header buffer is 8 KB)
 PRESENT_STATE = "_tformer.present"  # presenter mode (tformer_app.presenter): "present=1" in every link
 _KEYS = "_tformer.url_keys"  # every session-state key a page's UrlState manages, to forget them all at once
+STALE_CLICK = "_tformer.stale_click"  # session state: a callback of a page whose view was forgotten was dropped
+log = logging.getLogger("tformer_app")
 
 
 class UrlState:
@@ -41,11 +45,13 @@ class UrlState:
         self.page = page
         self.names: list[str] = []
         self._notes_key = f"{page}.__link_notes"
-        first_visit = self._notes_key not in st.session_state
-        # What the link brought, read once per session: later reruns write the URL themselves.
-        self.incoming: dict[str, str] | None = dict(st.query_params) if first_visit else None
-        if first_visit:
+        self._link_key = f"{page}.__link"
+        if self._notes_key not in st.session_state:  # the session's first visit
             st.session_state[self._notes_key] = []
+            st.session_state[self._link_key] = dict(st.query_params)
+        # What the link brought, read until the page has drawn once in full (`publish`): a first run cut short by
+        # another (a click, the browser's first measure of the page) must not lose it. Later runs write the URL.
+        self.incoming: dict[str, str] | None = st.session_state.get(self._link_key)
         self.left_out: list[str] = []  # this run's values too long for the link
         self.omitted: dict[str, Any] = {}  # name -> default: left out of the link while the value is its default
         self.described: dict[str, str] = {}  # name -> how the page's notes call it ("your edits of X")
@@ -78,7 +84,7 @@ class UrlState:
         widget_key = f"{self.page}.{name}"
         if name not in self.names:
             self.names.append(name)
-        st.session_state.setdefault(_KEYS, set()).update((widget_key, self._notes_key))
+        st.session_state.setdefault(_KEYS, set()).update((widget_key, self._notes_key, self._link_key))
         if omit_default:
             self.omitted[name] = default
         if widget_key not in st.session_state:
@@ -135,15 +141,41 @@ class UrlState:
     def value(self, name: str) -> Any:
         return st.session_state[f"{self.page}.{name}"]
 
+    def callback(self, action: Callable[..., None]) -> Callable[..., None]:
+        """`action` as a widget callback that tolerates the page having moved on.
+
+        A widget's callback runs at the start of the next script run, whatever page that run shows. When a
+        deck opened a slide meanwhile (`forget_pages`: this page's view forgotten), a click that the browser
+        sent from the page still on screen reaches a page whose state is gone: the click is dropped (and
+        `STALE_CLICK` set, so the shell can show the slide again) instead of failing with a KeyError.
+        """
+
+        @functools.wraps(action)
+        def run(*args: Any, **kwargs: Any) -> None:
+            if self._notes_key not in st.session_state:  # this page's view was forgotten
+                _dropped(self.page, action, "its view was forgotten")
+                return
+            try:
+                action(*args, **kwargs)
+            except KeyError as error:
+                if "st.session_state" not in str(error):
+                    raise
+                _dropped(self.page, action, str(error))
+
+        return run
+
     def set(self, name: str, value: Any) -> None:
         st.session_state[f"{self.page}.{name}"] = value
 
-    def publish(self) -> None:
+    def publish(self, drawn: bool = True) -> None:
         """Write every registered value into the URL (replacing the query string).
 
         A value longer than MAX_LINK_VALUE characters (URL-encoded), or one that would take the link past
-        MAX_LINK, is left out of the link, and `left_out` names it for the page to say so.
+        MAX_LINK, is left out of the link, and `left_out` names it for the page to say so. drawn: the page
+        drew in full (or stopped on purpose); until then the link stays the page's input.
         """
+        if not drawn:
+            return
         if self.incoming is not None:
             unknown = [n for n in self.incoming if n not in self.names and n != "present"]
             if unknown:
@@ -163,6 +195,12 @@ class UrlState:
             params["present"] = "1"
         if dict(st.query_params) != params:
             st.query_params.from_dict(params)
+        st.session_state.pop(self._link_key, None)
+
+
+def _dropped(page: str, action: Callable, why: str) -> None:
+    log.info("a click on page %r (%s) came after the page moved on (%s): dropped", page, action.__name__, why)
+    st.session_state[STALE_CLICK] = True
 
 
 def forget_pages() -> None:

@@ -118,7 +118,13 @@ def following_choice(
     else:
         kwargs = {"index": options.index(value)}
     choice = where.selectbox(
-        label, options, format_func=lambda i: f"{i}: {labels[i]}", key=widget, on_change=chose, help=help, **kwargs
+        label,
+        options,
+        format_func=lambda i: f"{i}: {labels[i]}",
+        key=widget,
+        on_change=url.callback(chose),
+        help=help,
+        **kwargs,
     )
     st.session_state[state] = choice
     st.session_state[f"{state}.digest"], st.session_state[f"{state}.label"] = digest, labels[choice]
