@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from tformer_app import caches, downloads
+from tformer_app import caches, downloads, presenter
 from tformer_app.markdown import escape
 from tformer_app.page import DEFAULT_TEXT_MODEL, run_page, run_safely
 from tformer_app.tables import Inputs, matrix_panel
@@ -448,7 +448,7 @@ def draw_row(url: UrlState, steps: AttentionSteps, available: set[str], tokens: 
     numeric = [c for c in walk.keys.columns if c not in ("key", "q·k written out")]
     st.caption(f"Keys for q({escape(name)}):")  # a table's corner is too narrow for this
     frame = walk.keys.set_index(pd.Index(unique_labels(walk.keys["key"]), name="key")).drop(columns="key")
-    st.dataframe(frame.style.format("{:.4g}", subset=numeric))
+    presenter.table(frame.style.format("{:.4g}", subset=numeric))
     if walk.shift:
         st.caption(
             f"The scores are large, so exp is taken of a − max = a − {ls.fmt(walk.shift)} to avoid overflow; "
@@ -465,7 +465,7 @@ def draw_row(url: UrlState, steps: AttentionSteps, available: set[str], tokens: 
     st.latex(rf"z_{{{query}}} = {terms} = [{', '.join(ls.tex(x) for x in walk.z)}]")
     contributions = walk.contributions.copy()
     contributions.index = pd.Index(unique_labels(contributions.index), name="weighted V rows")
-    st.dataframe(contributions.style.format("{:.4g}"))
+    presenter.table(contributions.style.format("{:.4g}"))
     downloads.matrix_download(
         walk.contributions.to_numpy(),
         list(walk.contributions.index),
@@ -534,7 +534,7 @@ def draw_mask_conventions(tokens: list[str], padding: list[int]) -> None:
             ),
             columns=unique_labels(tokens),
         )
-        st.dataframe(frame)
+        presenter.table(frame)
         st.caption(
             "nn.MultiheadAttention's key_padding_mask marks the padding with True; F.scaled_dot_product_attention's "
             "boolean attn_mask marks what may be attended to with True. Passing one where the other is expected "
@@ -676,7 +676,7 @@ def draw_pytorch_check(steps: AttentionSteps, available: set[str], tokens: list[
                 index=pd.Index(unique_labels(tokens), name=label),
                 columns=[f"z{c + 1}" for c in range(block.shape[1])],
             )
-            st.dataframe(frame.style.format("{:.4f}"))
+            presenter.table(frame.style.format("{:.4f}"))
         st.caption(f"Largest difference from Z above: {diff:.1e} (float64 rounding).")
 
 

@@ -317,6 +317,7 @@ def draw_heatmap(trace: Trace, url: UrlState, c: Controls, label: str = "") -> N
         clickable=True,
         cell_size=presenter.cell_size(max(len(m.queries), len(m.keys))),
     )
+    chart["usermeta"] = {"scale": presenter.scale()}  # sized for the room and presenter mode already
     name = f"{c.prefix}attention_L{layer}_H{head}_{part}"
     pick_key = _key(url, c, "chart.heatmap")
 

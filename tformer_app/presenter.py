@@ -27,6 +27,8 @@ from urllib.parse import parse_qsl, urlencode
 import streamlit as st
 import streamlit.components.v2 as components
 
+from tformer_views.charts.spec import AXES_PX
+
 from .markdown import escape
 from .url import MAX_LINK, PRESENT_STATE, STALE_CLICK, UrlState, forget_pages
 
@@ -304,7 +306,9 @@ def sidebar_state() -> str:
 
 
 def chart_fonts(spec: dict) -> dict:
-    """A chart with its type 1.5 times larger in presenter mode (axis, legend and title fonts), else as it is."""
+    """A chart as presenter mode draws it, else as it is: its type 1.5 times larger (axis, legend and title
+    fonts); a chart drawn at its own size (a heatmap of a lesson's matrix) 1.5 times larger with the numbers in
+    its cells, unless its builder sized it for presenter mode already (usermeta "scale")."""
     if not presenting():
         return spec
     size = {"labelFontSize": round(11 * FONT_SCALE), "titleFontSize": round(11 * FONT_SCALE)}
@@ -313,7 +317,36 @@ def chart_fonts(spec: dict) -> dict:
         config[part] = {**size, **config.get(part, {})}
     config["title"] = {"fontSize": round(13 * FONT_SCALE), **config.get("title", {})}
     config["text"] = {"fontSize": round(11 * FONT_SCALE), **config.get("text", {})}
+    own_size = (spec.get("autosize") or {}).get("type") == "pad"
+    if own_size and "scale" not in (spec.get("usermeta") or {}):
+        spec = _enlarged(spec, FONT_SCALE)
     return {**spec, "config": config}
+
+
+def _enlarged(spec: dict, k: float) -> dict:
+    """The chart k times larger: its width and height (so its cells), and the text its layers print."""
+    out = {**spec, "usermeta": {**(spec.get("usermeta") or {}), "scale": k}}
+    for side in ("width", "height"):
+        if isinstance(out.get(side), (int, float)):
+            out[side] = round(out[side] * k)
+    layers = []
+    for layer in out.get("layer", []):
+        mark = layer.get("mark")
+        if isinstance(mark, dict) and mark.get("type") == "text" and isinstance(mark.get("fontSize"), (int, float)):
+            layer = {**layer, "mark": {**mark, "fontSize": round(mark["fontSize"] * k)}}
+        layers.append(layer)
+    if "layer" in out:
+        out["layer"] = layers
+    return out
+
+
+def table(data: Any, where: Any = st) -> None:
+    """A table of numbers: a data grid, or in presenter mode an HTML table whose type grows with the presenter's
+    (a grid draws its cells on a canvas at its own size)."""
+    if presenting():
+        where.table(data)
+    else:
+        where.dataframe(data)
 
 
 def scale() -> float:
@@ -321,9 +354,12 @@ def scale() -> float:
     return FONT_SCALE if presenting() else 1.0
 
 
-def cell_size(n: int) -> int | None:
-    """A heatmap's cell in pixels in presenter mode (1.5 times the usual, at most 60 px), else None (usual)."""
-    return max(18, min(60, int(FONT_SCALE * 560) // max(n, 1))) if presenting() else None
+def cell_size(n: int, share: float = 1.0, most: int = 56) -> int:
+    """Pixels per cell of a heatmap n cells wide drawn in `share` of the main column (`room`), its labels and
+    legend beside it: at least 12 (every label still shows), at most `most` (1.5 times that in presenter mode).
+    So a heatmap fits its column at 1280 px and grows on a wider screen."""
+    plot = room() * share - AXES_PX
+    return int(max(12, min(most * scale(), plot // max(n, 1))))
 
 
 # ---- keys ---------------------------------------------------------------------------------------------
