@@ -329,8 +329,6 @@ def rope_model() -> tuple[tc.TracedModel | None, str]:
 
 
 def rotary_sections(url: UrlState, sentence: str) -> None:
-    st.header("Rotary position embeddings (RoPE)")
-    st.markdown(ROPE_INTRO)
     model, why = rope_model()
     trace = None
     if model is None:
@@ -580,7 +578,28 @@ def page(url: UrlState) -> None:
     # The real-model part still works when only the table settings are wrong; it needs a usable base.
     sentence = real_sections(url, base if base > 1 else 10000.0)
     with st.container(key="pe-rope"):  # one box: the browser tests find (and photograph) the rotary part by it
-        rotary_sections(url, sentence)
+        st.header("Rotary position embeddings (RoPE)")
+        st.markdown(ROPE_INTRO)
+        if rope_opened(url):
+            rotary_sections(url, sentence)
+
+
+# The rotary part's settings: a link that carries one opens the part.
+ROPE_SETTINGS = ("rd", "rlayer", "rhead", "rq", "rk", "pair", "m", "vec")
+
+
+def rope_opened(url: UrlState) -> bool:
+    """The switch that opens the rotary part (in the link as "rope"): it loads smollm2, so a first visit to the
+    page does not wait for it."""
+    linked = any(name in (url.incoming or {}) for name in ROPE_SETTINGS)
+    loaded = caches.is_loaded(ROPE_MODEL)
+    return st.toggle(
+        f"Show it on {ROPE_MODEL}'s own frequencies and vectors"
+        + ("" if loaded else " (loads the model: about a second; 20–40 s on a fresh server's first use)"),
+        key=url.key("rope", linked),
+        help=f"{ROPE_MODEL} (SmolLM2-135M-Instruct) is bundled and works offline; its weights are read once per "
+        "server and kept. Without it the page uses the default base and random q and k.",
+    )
 
 
 def main() -> None:

@@ -2,14 +2,15 @@
 
 Read widgets -> ask the views (tformer_views) -> draw. One forward pass per input (caches.cached);
 choosing a layer, head, token or view reuses the cached trace. A decoder-only model also continues the
-text (greedy or sampled, once per prompt and settings: caches.cached("generate", ...)), and the step
-slider shows each new token's attention in every layer and head from that cached result. A sequence
+text when asked (greedy or sampled, once per prompt and settings: caches.cached("generate", ...)), and the
+step slider shows each new token's attention in every layer and head from that cached result. A sequence
 classifier shows its labels and where its first token looked.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 
 import pandas as pd
 import streamlit as st
@@ -356,6 +357,8 @@ def show_continuation(url: UrlState, source: str, model: tc.TracedModel, text: s
     prompt = run_safely(lambda: model.chat_prompt([{"role": "user", "content": text}]), "Chat") if chat else text
     if prompt is None:
         return
+    if not asked_to_write(url, prompt, new):
+        return
     if temperature == 0:
         top_k, seed = None, 0  # greedy: one cached result whatever the sampling settings say
     key = ("generate", source, prompt, new, temperature, top_k, seed)
@@ -370,6 +373,32 @@ def show_continuation(url: UrlState, source: str, model: tc.TracedModel, text: s
         return
     show_written(continuation, chat)
     step_through(url, continuation)
+
+
+def asked_to_write(url: UrlState, prompt: str, new: int) -> bool:
+    """Whether to write the continuation: only once asked (a button, or write=1 in a link), for this text.
+
+    Writing takes a forward pass per token (2-8 s for 20 tokens of SmolLM2 on a 2-core server): a new sentence
+    shows its attention views at once, and writes when asked. A new text asks again; new settings (more
+    tokens, sampling) rewrite the one asked for."""
+    write_key = url.key("write", False, omit_default=True)
+    text_key = f"{url.page}.write_for"
+    digest = hashlib.blake2b(prompt.encode(), digest_size=8).hexdigest()
+    if st.session_state.get(text_key) not in (None, digest):
+        st.session_state[write_key] = False  # another text: its views first
+    st.session_state[text_key] = digest
+    if st.session_state[write_key]:
+        return True
+
+    def ask() -> None:
+        url.set("write", True)
+
+    st.button(f"Write {new} new tokens", key=f"{url.page}.write_button", on_click=url.callback(ask), type="primary")
+    st.caption(
+        "The model writes only when asked: each new token is a forward pass (a second or two for 20 tokens of "
+        "SmolLM2 here), and the views above do not wait for it."
+    )
+    return False
 
 
 def show_written(c: gen.Continuation, chat: bool) -> None:

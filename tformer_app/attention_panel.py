@@ -24,9 +24,9 @@ from tformer_core.trace import ATTENTION_STACKS, Trace
 from tformer_views import search
 from tformer_views import text as tv
 from tformer_views.charts.attention import distance_chart, head_view_chart
-from tformer_views.charts.pickers import head_grid_chart, thumbnail_picker
+from tformer_views.charts.pickers import PICKER_PADDING, head_grid_chart, thumbnail_picker
 from tformer_views.charts.projection import qk_figure, qk_space
-from tformer_views.charts.spec import heatmap
+from tformer_views.charts.spec import fitting, heatmap
 from tformer_views.lessons.attention import tex
 from tformer_views.text import peak_weights
 from tformer_views.tokens import MAX_DETAIL_TOKENS, SPECIAL_TOKENS, display_tokens, token_window, visible_positions
@@ -396,6 +396,11 @@ def select_head(url: UrlState, prefix: str, layer: int, head: int) -> None:
     url.set(f"{prefix}head", int(head))
 
 
+def thumbnail_width(png: bytes) -> int:
+    """The overview picture's width in pixels, read from its PNG header (bytes 16-19)."""
+    return int.from_bytes(png[16:20], "big")
+
+
 def draw_overview(shown: Shown, url: UrlState, c: Controls, label: str = "") -> None:
     st.subheader(f"All {label}layers × heads")
     picture = caches.derived("overview", shown.key, c.stack, c.hide)
@@ -415,8 +420,10 @@ def draw_overview(shown: Shown, url: UrlState, c: Controls, label: str = "") -> 
             select_head(url, c.prefix, *cell)
             scroll_to_views(url, c.prefix)
 
+    # As large as the main column allows (half as large again at most: the thumbnails are small pictures).
+    shown = max(200, min(presenter.room() - 2 * PICKER_PADDING, round(1.5 * thumbnail_width(picture.png))))
     st.vega_lite_chart(
-        thumbnail_picker(picture.png, boxes),
+        thumbnail_picker(picture.png, boxes, width=shown),
         width="content",
         key=thumbs_key,
         on_select=url.callback(pick_thumbnail),
@@ -481,8 +488,10 @@ def draw_qkv(trace: Trace, url: UrlState, c: Controls, label: str = "") -> None:
                 col_title="dimension",
                 diverging=True,
                 annotate=False,
-                cell_width=max(3, min(12, 120 // max(matrix.shape[1], 1))),  # fits a third of a 1280-px page
             )
+            # Its third of the page, whatever the page's width: the dimensions' columns narrow to fit (at most
+            # 12 px each).
+            chart = fitting(chart, 12 * max(matrix.shape[1], 1))
             chart["title"] = {"text": chart["title"], "subtitle": f"{full[name][0].shape[0]} × {matrix.shape[1]}"}
             which = f"KV{trace.kv_head(head)}" if name != "Q" and sharing else f"H{head}"
             file_name = f"{c.prefix}{name}_L{layer}_{which}"

@@ -176,6 +176,11 @@ def is_server_model(source: str) -> bool:
     return source in BUNDLED_TEXT or source in BUNDLED_MODELS or looks_like_path(source)
 
 
+def is_loaded(source: str) -> bool:
+    """True when this server holds the model for `source` already (using it costs no load)."""
+    return source in loaded_models()
+
+
 def loaded_models() -> list[str]:
     """Every source whose model this server process holds now."""
     return sorted({model.source for model in _models.values()})
