@@ -515,10 +515,8 @@ def show_rope_offsets(
     setting: lp.RotarySetting, q: np.ndarray, k: np.ndarray, about: str, trace: tc.Trace | None, layer: int, head: int
 ) -> None:
     st.subheader("q·k depends on the offset only")
-    st.latex(
-        r"(R(m)\,q)\cdot(R(n)\,k) = q^\top R(m)^\top R(n)\,k = q^\top R(n-m)\,k"
-        r"\qquad\text{since } R(a)^\top R(b) = R(b-a) \text{ for every pair}"
-    )
+    st.latex(r"(R(m)\,q)\cdot(R(n)\,k) = q^\top R(m)^\top R(n)\,k = q^\top R(n-m)\,k")
+    st.latex(r"\text{since } R(a)^\top R(b) = R(b-a) \text{ for every pair}")
     scores = lp.rope_offset_scores(setting, q, k, ROPE_STARTS, ROPE_MAX_OFFSET)
     downloads.chart(rotary.offset_chart(scores), key="pe.chart.rope_offsets")
     spread = lp.offset_spread(scores)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+from dataclasses import dataclass
 
 import pandas as pd
 import streamlit as st
@@ -59,7 +60,7 @@ INTRO = (
 )
 
 # The two kinds of text model the page offers, each with its own default model (the choice is in the link).
-ARCHITECTURES = {"encoder": "Encoder (bidirectional)", "decoder": "Decoder-only (next word)"}
+ARCHITECTURES = {"encoder": "Encoder", "decoder": "Decoder-only"}
 DEFAULT_MODELS = {"encoder": DEFAULT_TEXT_MODEL, "decoder": DEFAULT_DECODER_MODEL}
 SUGGESTIONS = {
     "encoder": tuple(m for m in TEXT_MODEL_SUGGESTIONS if m not in DECODER_MODEL_SUGGESTIONS),
@@ -73,8 +74,7 @@ MODEL_HELP = {
 DEFAULT_NEW_TOKENS = 20
 MAX_TOP_K = 1000
 PATHS = {
-    "tformer": "tformer's own instrumented modules run the checkpoint's weights: every Q, K, V, score and "
-    "weight is recorded.",
+    "tformer": "every Q, K, V and weight recorded.",
     "transformers": "transformers' own code runs this architecture (eager attention): the views show its "
     "attention weights and hidden states, not the Q, K and V they came from.",
 }
@@ -101,6 +101,7 @@ def choose_architecture(url: UrlState) -> str:
         key=key,
         format_func=ARCHITECTURES.get,
         horizontal=True,
+        label_visibility="collapsed",
         on_change=url.callback(switched),
         help="An encoder (BERT, MiniLM) lets every token see every other one; a decoder-only model (GPT-2, "
         "SmolLM2) lets each token see only the tokens before it, and predicts the next one.",
@@ -136,29 +137,34 @@ def page(url: UrlState) -> None:
     box = settings if settings is not None else st
     kind = "decoder-only (causal)" if trace.kind == "decoder" else "encoder (bidirectional)"
     d_head = f" · d_head = {trace.q(0, 0).shape[1]}" if panel.has_qkv(trace, trace.main_stack) else ""
-    box.caption(f"{kind} · {trace.n_layers} layers × {trace.n_heads} heads{d_head} · {len(tokens)} tokens")
-    show_path(trace, model, box)
+    shape = f"{kind} · {trace.n_layers} layers × {trace.n_heads} heads{d_head} · {len(tokens)} tokens"
+    show_path(trace, model, box, shape)
 
     it = next((i for i, token in enumerate(tokens) if plain_word(token).lower() == "it"), None)
     # A class sees the two views a lecture starts with, on the head that answers its question (which head
     # links "it" to "animal"?); the others are one choice away (and in links).
+    found = lecture_head(key, trace, it)
     c = panel.controls(
         url,
         trace,
         default_query=it,
-        default_head=lecture_head(key, trace, it),
+        default_head=None if found is None else (found.layer, found.head),
         default_views=("head", "heatmap", "search"),
         where=settings,
     )
+    if settings is None:
+        say_the_lecture_head(found, trace, c, labels)
     if trace.kind == "decoder":
         box.caption(
             "Causal mask: each token attends only to itself and the tokens before it; "
             "masked cells are grey in the heatmap and the overview."
         )
-    if settings is None:
+    # The predictions before the views, unless there are none to show or the first screen is the view's.
+    first = settings is None and tv.prediction_kind(trace) is not None
+    if first:
         show_predictions(trace, model, c.query, labels)
     panel.draw(panel.Shown(key, trace), url, c)
-    if settings is not None:  # presenter mode: the view first
+    if not first:
         show_predictions(trace, model, c.query, labels)
     if trace.kind == "decoder" and trace.has_head:
         show_continuation(url, source, model, fitted.text)
@@ -167,19 +173,27 @@ def page(url: UrlState) -> None:
 
 
 def inputs(url: UrlState) -> tuple[str, str, str]:
-    """(model source, sentence, second segment): the kind of model, the model and the text."""
-    arch = choose_architecture(url)
-    source = choose_model(
-        url,
-        SUGGESTIONS[arch],
-        DEFAULT_MODELS[arch],
-        placeholder="e.g. bert-base-cased or ./models/my-bert" if arch == "encoder" else "e.g. ./models/my-gpt2",
-        help=MODEL_HELP[arch],
-    )
-    text = st.text_area("Sentence", key=url.key("text", tv.DEFAULT_SENTENCE), height=80)
+    """(model source, sentence, second segment): the kind of model and the model beside the text, the second
+    segment folded away (kept short: a projector's first screen should reach the views)."""
+    left, right = st.columns([2, 3])
+    with left:
+        arch = choose_architecture(url)
+        source = choose_model(
+            url,
+            SUGGESTIONS[arch],
+            DEFAULT_MODELS[arch],
+            placeholder="e.g. bert-base-cased or ./models/my-bert" if arch == "encoder" else "e.g. ./models/my-gpt2",
+            help=MODEL_HELP[arch],
+            stacked=True,
+        )
+    text = right.text_area("Sentence", key=url.key("text", tv.DEFAULT_SENTENCE), height=122)
     pair = ""
     if arch == "encoder":
-        pair = st.text_input("Second segment (optional: BERT's sentence B, for pair inputs)", key=url.key("pair", ""))
+        pair_key = url.key("pair", "")
+        with st.expander(
+            "Second segment (optional: BERT's sentence B, for pair inputs)", expanded=bool(st.session_state[pair_key])
+        ):
+            pair = st.text_input("Second segment", key=pair_key, label_visibility="collapsed")
     return source, text, pair
 
 
@@ -199,27 +213,53 @@ def say_what_was_dropped(model: tc.TracedModel, fitted) -> None:
     )
 
 
-def lecture_head(key: tuple, trace: tc.Trace, query: int | None) -> tuple[int, int] | None:
-    """(layer, head) whose query `query` ("it") weighs the lecture's noun ("animal") most, when the sentence has
-    them; else None (the first head)."""
+@dataclass(frozen=True)
+class LectureHead:
+    """The head whose query ("it") weighs the lecture's noun ("animal") most, of all layers and heads."""
+
+    layer: int
+    head: int
+    weight: float
+    query: int
+    key: int
+
+
+def lecture_head(key: tuple, trace: tc.Trace, query: int | None) -> LectureHead | None:
+    """The head linking `query` ("it") to the lecture's noun ("animal") most, when the sentence has them."""
     if query is None or not trace.n_layers:
         return None
     noun = search.default_key(trace.tokens, query, -1)
     if noun < 0:
         return None
     rows = caches.derived("query_rows", key, trace.main_stack, query)  # [layers, heads, keys]
-    layer, head, _ = search.ranked_heads(rows[..., noun], 1)[0]
-    return layer, head
+    layer, head, weight = search.ranked_heads(rows[..., noun], 1)[0]
+    return LectureHead(layer, head, weight, query, noun)
 
 
-def show_path(trace: tc.Trace, model: tc.TracedModel, where=st) -> None:
-    """Which code ran the model (the core's own modules, or transformers'), and a note on its weights."""
+def say_the_lecture_head(found: LectureHead | None, trace: tc.Trace, c: panel.Controls, labels: list[str]) -> None:
+    """One line with the lecture's answer, while its head is the one shown: the page's key idea on its first
+    screen, before the views that show it."""
+    if found is None or (c.layer, c.head) != (found.layer, found.head) or c.query != found.query:
+        return
+    q, k = escape(labels[found.query]), escape(labels[found.key])
+    st.markdown(
+        f"**{q} → {k}**: in layer {found.layer}, head {found.head}, “{q}” gives “{k}” {found.weight:.2f} of its "
+        f"attention, more than in any other of the {trace.n_layers * trace.n_heads} heads. The views below show "
+        "that head."
+    )
+
+
+def show_path(trace: tc.Trace, model: tc.TracedModel, where=st, shape: str = "") -> None:
+    """In one caption: the model's shape, which code ran it (the core's own modules, or transformers'), and a note
+    on its weights."""
     path = str(trace.meta.get("path", ""))
+    line = f"{shape} · " if shape else ""
     if path in PATHS:
-        where.caption(f"Path: **{path}**. {PATHS[path]}")
+        line += f"path: **{path}**, {PATHS[path]}"
     note = getattr(model, "weights_note", "")
     if note:
-        where.caption(f"Weights: {escape(note)}.")
+        line += f"  \nWeights: {escape(note)}."
+    where.caption(line)
 
 
 def show_predictions(trace: tc.Trace, model: tc.TracedModel, query: int, labels: list[str]) -> None:

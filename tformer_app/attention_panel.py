@@ -12,6 +12,7 @@ ones ("layer", "head", ...).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -104,7 +105,7 @@ def controls(
     q_tokens, _ = trace.tokens_for(stack)
     box = st if where is None else where
     first_layer, first_head = default_head or (0, 0)
-    c1, c2, c3 = box.columns([1, 1, 2])
+    c1, c2, c_query, c3 = box.columns([1, 1, 2, 1.6], vertical_alignment="bottom")
     layer = c1.selectbox(
         f"{label}layer".capitalize(), list(range(L)), key=url.key(f"{prefix}layer", first_layer, choices=range(L))
     )
@@ -112,20 +113,20 @@ def controls(
         f"{label}head".capitalize(), list(range(H)), key=url.key(f"{prefix}head", first_head, choices=range(H))
     )
     hide = c3.checkbox(
-        "Hide [CLS], [SEP], <s>, </s>, BOS",
+        "Hide [CLS], [SEP], BOS",
         key=url.key(f"{prefix}hide", False),
         help="Drops their rows and columns and renormalises each row over the remaining tokens; "
         "the share of attention they received is reported.",
     )
-    # The keys' buttons and the views: in presenter mode one row, the rest of the controls being tucked away.
-    row = st.container(horizontal=True, vertical_alignment="center") if presenter.presenting() else st.container()
-    with row:
+    url.key(f"{prefix}heads", list(range(H)), choices=list(range(H)))
+    # The keys' buttons and the views: one row on a projector in presenter mode (the page's whole width).
+    row = presenter.presenting() and where is not None
+    with st.container(horizontal=True, vertical_alignment="center") if row else contextlib.nullcontext():
         if keys:
             head_keys(url, prefix, L, H)
-        url.key(f"{prefix}heads", list(range(H)), choices=list(range(H)))
         chosen = _views(url, prefix, views, default_views)
     shown = visible_positions(q_tokens, hide)
-    query = _query(url, prefix, shown, display_tokens(q_tokens), default_query, box)
+    query = _query(url, prefix, shown, display_tokens(q_tokens), default_query, c_query)
     window = slice(None)
     if len(shown) > MAX_DETAIL_TOKENS:
         last_start = len(shown) - MAX_DETAIL_TOKENS
@@ -174,7 +175,10 @@ def _views(url: UrlState, prefix: str, views: Sequence[str], default_views: Sequ
             label_visibility="collapsed",
         )
         return (one or defaults[0],)
-    return tuple(st.pills("Views", list(views), key=views_key, format_func=VIEWS.get, selection_mode="multi") or ())
+    chosen = st.pills(
+        "Views", list(views), key=views_key, format_func=VIEWS.get, selection_mode="multi", label_visibility="collapsed"
+    )
+    return tuple(chosen or ())
 
 
 def _query(
@@ -256,8 +260,12 @@ def draw_head_view(trace: Trace, url: UrlState, c: Controls, label: str = "") ->
     if presenting:  # every head, the chosen one over the others; no boxes (the keys step the head)
         heads, focus = list(range(H)), bool(st.session_state[focus_key])
     else:
-        heads = st.multiselect("Heads shown (one colour each)", list(range(H)), key=_key(url, c, "heads"))
-        focus = st.checkbox("Only the query token's lines", key=focus_key)
+        left, right = st.columns([1, 2], vertical_alignment="center")
+        heads_key = _key(url, c, "heads")
+        chosen = st.session_state.get(heads_key, list(range(H)))
+        with left.popover(f"Heads shown: {'all ' + str(H) if len(chosen) == H else ', '.join(map(str, chosen))}"):
+            heads = st.multiselect("Heads shown (one colour each)", list(range(H)), key=heads_key)
+        focus = right.checkbox("Only the query token's lines", key=focus_key)
     view = tv.head_view(
         trace, c.layer, heads, c.stack, hide_special=c.hide, window=c.window, focus=c.query if focus else None
     )
@@ -421,9 +429,9 @@ def draw_overview(shown: Shown, url: UrlState, c: Controls, label: str = "") -> 
             scroll_to_views(url, c.prefix)
 
     # As large as the main column allows (half as large again at most: the thumbnails are small pictures).
-    shown = max(200, min(presenter.room() - 2 * PICKER_PADDING, round(1.5 * thumbnail_width(picture.png))))
+    picker_px = max(200, min(presenter.room() - 2 * PICKER_PADDING, round(1.5 * thumbnail_width(picture.png))))
     st.vega_lite_chart(
-        thumbnail_picker(picture.png, boxes, width=shown),
+        thumbnail_picker(picture.png, boxes, width=picker_px),
         width="content",
         key=thumbs_key,
         on_select=url.callback(pick_thumbnail),

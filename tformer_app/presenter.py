@@ -27,8 +27,6 @@ from urllib.parse import parse_qsl, urlencode
 import streamlit as st
 import streamlit.components.v2 as components
 
-from tformer_views.charts.spec import AXES_PX
-
 from .markdown import escape
 from .url import MAX_LINK, PRESENT_STATE, STALE_CLICK, UrlState, forget_pages
 
@@ -43,6 +41,7 @@ DEFAULT_ROOM = 900  # the main column of a 1280-px window with the sidebar open,
 MIN_ROOM, MAX_ROOM = 200, 6000
 ROOM_COOKIES = {False: "tformer_room", True: "tformer_room_presenting"}  # the width last measured, per mode
 FONT_SCALE = 1.5  # presenter type against the app's own
+HEATMAP_MARGIN_PX = 200  # beside a heatmap's cells: its token labels, axis titles, colour legend and padding
 MAX_SLIDES = 50
 DECK_FORMAT = "tformer-deck"
 # Short names of the pages for presenter mode's bar (url path -> label).
@@ -68,7 +67,7 @@ PRESENTER_CSS = """<style>
 [data-testid="stHeader"], [data-testid="stHeader"] * { pointer-events: none; }
 [data-testid="stHeader"] [data-testid="stExpandSidebarButton"],
 [data-testid="stHeader"] [data-testid="stExpandSidebarButton"] * { pointer-events: auto; }
-[data-testid="stMainBlockContainer"] { padding: 0.5rem 2rem 1rem 3.5rem; max-width: 100%; }  /* beside the ">" */
+[data-testid="stMain"] [data-testid="stMainBlockContainer"] { padding: 0.5rem 2rem 1rem 3.5rem; max-width: 100%; }
 [data-testid="stVerticalBlock"] { gap: 0.5rem; }
 [data-testid="stMain"] [data-testid="stMarkdown"] p,
 [data-testid="stMain"] [data-testid="stMarkdown"] li { font-size: 24px; line-height: 1.35; }
@@ -85,8 +84,11 @@ PRESENTER_CSS = """<style>
 .st-key-tformer-bar [data-testid="stPageLink"] a { padding: 0.1rem 0.35rem; }
 .st-key-tformer-bar button { min-height: 1.9rem; padding: 0.1rem 0.5rem; }
 </style>"""
-# On every page: the keys' element draws nothing and takes no room.
-ALWAYS_CSS = "<style>.st-key-tformer-keys { display: none; }</style>"
+# On every page: the keys' element draws nothing and takes no room; the page starts just below the header bar
+# (Streamlit leaves 6rem), so that a 720-px projector's first screen holds more than the controls.
+ALWAYS_CSS = """<style>.st-key-tformer-keys { display: none; }
+[data-testid="stMain"] [data-testid="stMainBlockContainer"] { padding-top: 3.75rem; }
+[data-testid="stMain"] h1 { padding-top: 0.25rem; }</style>"""
 # Buttons whose keys act without being seen (Page Up / Page Down: what a presentation clicker sends).
 HIDDEN_KEY_CSS = "<style>%s { display: none; }</style>"
 
@@ -103,10 +105,14 @@ export default function (component) {
   // The main column's width (its content box), sent once the page is idle (a new width must not cut a run
   // short) when it differs from what the server has by more than a few per cent: charts are sized to it
   // (`room`). A scroll bar coming and going does not count. A cookie keeps it for the next visit's first run.
+  // `measuring` says a measure is due (the browser tests wait for it, as for a run).
   k.measure = () => {
     clearTimeout(k.timer);
+    k.measuring = true;
     k.timer = setTimeout(() => {
-      if (document.querySelector('[data-testid="stStatusWidget"]')) { k.measure(); return; }
+      const state = document.querySelector('[data-testid="stApp"]')?.getAttribute("data-test-script-state");
+      if (state === "running" || state === "rerunRequested") { k.measure(); return; }
+      k.measuring = false;
       const main = document.querySelector('[data-testid="stMainBlockContainer"]');
       if (!main || !k.data) return;
       const style = getComputedStyle(main);
@@ -115,10 +121,14 @@ export default function (component) {
       document.cookie = `${k.data.cookie}=${px}; path=/; max-age=31536000; SameSite=Lax`;
       k.data = { ...k.data, room: px };
       k.sendRoom(px);
-    }, 300);
+    }, 150);
   };
   if (!k.observer) {
-    k.observer = new ResizeObserver(() => k.measure());
+    // Only a change of width counts: the column grows taller as the page draws, and that is no reason to wait.
+    k.observer = new ResizeObserver((entries) => {
+      const width = Math.round(entries[entries.length - 1].contentRect.width);
+      if (width !== k.observedWidth) { k.observedWidth = width; k.measure(); }
+    });
   }
   const main = document.querySelector('[data-testid="stMainBlockContainer"]');
   if (main && k.observed !== main) { k.observer.disconnect(); k.observer.observe(main); k.observed = main; }
@@ -358,7 +368,7 @@ def cell_size(n: int, share: float = 1.0, most: int = 56) -> int:
     """Pixels per cell of a heatmap n cells wide drawn in `share` of the main column (`room`), its labels and
     legend beside it: at least 12 (every label still shows), at most `most` (1.5 times that in presenter mode).
     So a heatmap fits its column at 1280 px and grows on a wider screen."""
-    plot = room() * share - AXES_PX
+    plot = room() * share - HEATMAP_MARGIN_PX
     return int(max(12, min(most * scale(), plot // max(n, 1))))
 
 

@@ -39,10 +39,13 @@ def replace_model(url: UrlState, unavailable: str, instead: str) -> None:
         st.session_state[choice_key] = instead
 
 
-def choose_model(url: UrlState, suggestions: Sequence[str], default: str, placeholder: str, help: str) -> str:
+def choose_model(
+    url: UrlState, suggestions: Sequence[str], default: str, placeholder: str, help: str, stacked: bool = False
+) -> str:
     """A bundled or suggested model, a local folder, or any hub id typed in; returns the source.
 
-    The choice is kept in the URL as "model"; the loader validates whatever was typed.
+    The choice is kept in the URL as "model"; the loader validates whatever was typed. stacked: the box for
+    a typed id under the list (in a narrow column), not beside it.
     """
     url.key("model", default)
     current = short_name(str(url.value("model")).strip() or default)
@@ -51,7 +54,7 @@ def choose_model(url: UrlState, suggestions: Sequence[str], default: str, placeh
     if choice_key not in st.session_state:
         st.session_state[choice_key] = current if current in options else OTHER
         st.session_state[other_key] = "" if current in options else current
-    left, right = st.columns([1, 1])
+    left, right = (st, st) if stacked else st.columns([1, 1])
     choice = left.selectbox(
         "Model",
         options,

@@ -66,7 +66,7 @@ def test_the_page_still_opens_on_minilm_as_an_encoder():
     assert widget(at, "text.arch").value == "encoder" and widget(at, "text.model_choice").value == "minilm"
     assert widget(at, "text.model_choice").options[:2] == ["minilm", "bert-base-uncased"]
     assert not any("Continue the text" in h for h in messages(at, "header"))
-    assert any("Path: **tformer**" in c for c in messages(at, "caption"))
+    assert any("path: **tformer**" in c for c in messages(at, "caption"))
     assert at.query_params["arch"] == "encoder"
 
 
@@ -101,7 +101,7 @@ def test_decoder_only_opens_smollm2_with_its_next_token_top_5(smollm2_page):
     assert widget(at, "text.model_choice").options[:2] == ["smollm2", "gpt2"]
     captions = messages(at, "caption")
     assert any("decoder-only (causal) · 30 layers × 9 heads · d_head = 64 · 13 tokens" in c for c in captions)
-    assert any("Path: **tformer**" in c for c in captions)
+    assert any("path: **tformer**" in c for c in captions)
     assert any("4-bit" in c and "dequantised to float32" in c for c in captions)  # model.weights_note
     trace = caches.cached_model("smollm2").trace(SENTENCE)
     [top, *_] = table(at, ["token", "probability"])
@@ -286,5 +286,5 @@ def test_a_sequence_classifier_shows_its_labels_and_its_first_tokens_attention(m
     np.testing.assert_allclose(
         cells.sort_values(["row", "col"])["value"].to_numpy(), trace.attention(1)[:, 0, :].ravel(), atol=1e-5
     )
-    assert any(f"Path: **{path}**" in c for c in messages(at, "caption"))
+    assert any(f"path: **{path}**" in c for c in messages(at, "caption"))
     assert not any("Continue the text" in h for h in messages(at, "header"))

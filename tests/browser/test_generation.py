@@ -37,7 +37,7 @@ FIRST_LOAD_S = 300.0  # loading smollm2, its trace and a 20-token continuation, 
 def test_decoder_only_writes_and_steps_through_the_tokens(server_url, page, screenshots):
     page.goto(f"{server_url}/text?views=heatmap")
     settle(page)
-    click(main_area(page).get_by_text("Decoder-only (next word)", exact=True))
+    click(main_area(page).get_by_text("Decoder-only", exact=True))
     wait_for_url(page, "arch=decoder", "model=smollm2", timeout=FIRST_LOAD_S)
     settle(page, timeout=FIRST_LOAD_S)
     wait_for_text(page, "Next token, top 5", timeout=FIRST_LOAD_S)

@@ -10,8 +10,8 @@ itself (the 12th head of the overview, the end of a formula); only a phone may s
 with the page, the size, the element and the overflow. Charts use the room they have: at 1920 px the Text attention
 page's head view and heatmap are larger than at 1280 px.
 
-Each page opens once and is looked at size after size (the window resized: the page is drawn again for the width
-of its main column, as the browser reports it), which keeps the test to one page load per page.
+Each page opens twice: on the projector, then looked at again in a window made 1920 x 1080 (the page is drawn again
+for the width of its main column, as the browser reports it), and on a phone; presenter mode on the two projectors.
 """
 
 from __future__ import annotations
@@ -22,12 +22,13 @@ import pytest
 
 from tests.core.hf_helpers import DEIT
 
-from .helpers import assert_no_error, screenshot, settle, wait_for_text
+from .helpers import CHART, assert_no_error, screenshot, settle, wait_for_text
 
 pytestmark = pytest.mark.browser
 
 SIZES = {"1920x1080": (1920, 1080), "1280x720": (1280, 720), "390x844": (390, 844)}
 PHONE = "390x844"  # the one size where a chart or formula may scroll in its own box
+CUT_TOLERANCE_PX = 4
 VISION = (
     f"/vision?model={quote(str(DEIT))}" if DEIT.is_dir() else "/vision?model=vit-tiny"
 ) + "&pe=1"  # with the opt-in patch embedding
@@ -45,12 +46,18 @@ PAGES = {
     "text-presenter": ("/text?present=1", "Head view · layer 3, head 1"),
     "vision-presenter": (VISION + "&present=1", "Every head of layer"),
 }
-PRESENTER_SIZES = ("1920x1080", "1280x720")  # presenter mode is for a projector
 # Charts that fit their column at every size, never scrolling: the vision page's patch picker (a click on it
 # chooses the query) and its Fig. 7 distance chart (beside two pictures).
 MUST_FIT = {"st-key-vit-picker", "st-key-vit-chart-mad"}
 # Charts that grow from 1280 to 1920 px (page -> element keys), by at least this much.
-GROW = {"text": ("st-key-text-chart-head_view", "st-key-text-chart-heatmap", "st-key-text-chart-thumbnails")}
+GROW = {
+    "text": {
+        "head view": "xpath=//h3[starts-with(normalize-space(.), 'Head view')]/following::*"
+        "[@data-testid='stVegaLiteChart'][1]",
+        "heatmap": f".st-key-text-chart-heatmap {CHART}",
+        "all layers × heads": f".st-key-text-chart-thumbnails {CHART}",
+    }
+}
 GROWTH = 1.05
 # Pictures to look at (not compared), taken after the check.
 SCREENSHOTS = {("text", "390x844"), ("vision", "1280x720"), ("text", "1920x1080"), ("text", "1280x720")}
@@ -206,8 +213,14 @@ def report(name: str, size: str, offenders: list[dict], page_level: list[dict]) 
     return "\n".join(lines)
 
 
-def widths(page, keys: tuple[str, ...]) -> dict[str, float]:
-    return {k: page.locator(f".{k}").first.bounding_box()["width"] for k in keys if page.locator(f".{k}").count()}
+def widths(page, charts: dict[str, str]) -> dict[str, float]:
+    """The width on screen of each chart (name -> its locator)."""
+    out = {}
+    for name, where in charts.items():
+        element = page.locator(where).first
+        element.wait_for(state="visible")
+        out[name] = element.bounding_box()["width"]
+    return out
 
 
 def check(page, name: str, size: str, screenshots) -> None:
@@ -218,7 +231,8 @@ def check(page, name: str, size: str, screenshots) -> None:
         print(f"{name} at {size}: {box['id']} {box['key']} under {box['under']!r} scrolls {box['px']} px in its box")
     squeezed = [box for box in scrolling if box["key"] in MUST_FIT]
     assert not squeezed, f"{name} at {size}: these should fit their column, not scroll: {squeezed}"
-    cut = [box for box in scrolling if box["cuts"]] if size != PHONE else []
+    # A formula's box may scroll a pixel or two for KaTeX's own rounding: not a character's worth.
+    cut = [box for box in scrolling if box["cuts"] and box["px"] > CUT_TOLERANCE_PX] if size != PHONE else []
     assert not cut, f"{name} at {size}: cut inside its own box: " + "; ".join(
         f"{b['id']} {b['key']} under {b['under']!r} ({b['text']!r}) hides {b['px']} px" for b in cut
     )
@@ -231,23 +245,28 @@ def check(page, name: str, size: str, screenshots) -> None:
 
 @pytest.mark.parametrize("name", list(PAGES))
 def test_nothing_overflows_or_is_cut_and_charts_use_the_room(server_url, browser, screenshots, name):
-    sizes = PRESENTER_SIZES if name.endswith("-presenter") else tuple(SIZES)
-    width, height = SIZES[sizes[0]]
-    context = browser.new_context(viewport={"width": width, "height": height})
-    page = context.new_page()
-    try:
-        path, text = PAGES[name]
-        open_settled(page, server_url + path, text)
-        grown: dict[str, dict[str, float]] = {}
-        for size in sizes:
-            width, height = SIZES[size]
-            if page.viewport_size != {"width": width, "height": height}:
-                page.set_viewport_size({"width": width, "height": height})
-                drawn(page)
-            check(page, name, size, screenshots)
-            grown[size] = widths(page, GROW.get(name, ()))
-        for key in GROW.get(name, ()):
-            large, small = grown["1920x1080"][key], grown["1280x720"][key]
-            assert large >= GROWTH * small, f"{name}: {key} is {large:.0f} px wide at 1920 and {small:.0f} at 1280"
-    finally:
-        context.close()
+    """The page opened on the projector (1280 x 720, the sidebar open), then the window made 1920 x 1080 (the page
+    is drawn again for its wider column), then opened on a phone (a data grid keeps the width it was first drawn
+    at, so a window made narrower is not what a phone shows)."""
+    path, text = PAGES[name]
+    grown: dict[str, dict[str, float]] = {}
+    for opened in ("1280x720", PHONE):
+        if name.endswith("-presenter") and opened == PHONE:
+            break  # presenter mode is for a projector
+        width, height = SIZES[opened]
+        context = browser.new_context(viewport={"width": width, "height": height})
+        page = context.new_page()
+        try:
+            open_settled(page, server_url + path, text)
+            for size in (opened, "1920x1080") if opened != PHONE else (opened,):
+                width, height = SIZES[size]
+                if page.viewport_size != {"width": width, "height": height}:
+                    page.set_viewport_size({"width": width, "height": height})
+                    drawn(page)
+                check(page, name, size, screenshots)
+                grown[size] = widths(page, GROW.get(name, {}))
+        finally:
+            context.close()
+    for chart in GROW.get(name, {}):
+        large, small = grown["1920x1080"][chart], grown["1280x720"][chart]
+        assert large >= GROWTH * small, f"{name}: the {chart} is {large:.0f} px wide at 1920 and {small:.0f} at 1280"
