@@ -34,7 +34,7 @@ from tformer_views import generation as gen
 from tformer_views import search
 from tformer_views import text as tv
 from tformer_views.charts.spec import heatmap
-from tformer_views.tokens import display_tokens, plain_word
+from tformer_views.tokens import display_tokens, plain_word, text_changes
 
 CAVEAT = """
 **What attention weights do and do not tell you.** A weight says how much of a token's *value
@@ -139,6 +139,7 @@ def page(url: UrlState) -> None:
     d_head = f" · d_head = {trace.q(0, 0).shape[1]}" if panel.has_qkv(trace, trace.main_stack) else ""
     shape = f"{kind} · {trace.n_layers} layers × {trace.n_heads} heads{d_head} · {len(tokens)} tokens"
     show_path(trace, model, box, shape)
+    say_what_the_tokenizer_changed(fitted.text + " " + (fitted.pair or ""), tokens)
 
     it = next((i for i, token in enumerate(tokens) if plain_word(token).lower() == "it"), None)
     # A class sees the two views a lecture starts with, on the head that answers its question (which head
@@ -222,6 +223,15 @@ class LectureHead:
     weight: float
     query: int
     key: int
+
+
+def say_what_the_tokenizer_changed(text: str, tokens: tuple[str, ...]) -> None:
+    """One line when the tokens do not spell the text: accents stripped, characters the vocabulary lacks written
+    [UNK] (lowercasing alone goes unsaid: an uncased model's every capital would be a note)."""
+    changes = text_changes(text, tokens)
+    if any(not change.startswith("lowercases") for change in changes):
+        listed = ", ".join(changes[:-1]) + (" and " if len(changes) > 1 else "") + changes[-1]
+        st.caption(f"The tokenizer changed your text: it {escape(listed)}. The views show its tokens.")
 
 
 def lecture_head(key: tuple, trace: tc.Trace, query: int | None) -> LectureHead | None:

@@ -390,3 +390,11 @@ def test_one_click_on_a_ranked_head_or_a_heatmap_cell_selects():
     assert (widget(at, "text.layer").value, widget(at, "text.head").value) == (3, 1)
     assert "Heatmap · layer 3, head 1" in texts(at, "subheader")
     assert next(b for b in at.button if b.label == "layer 3, head 1: 0.677").proto.type == "primary"  # shown as chosen
+
+
+def test_the_page_says_what_the_tokenizer_changed_in_the_text():
+    at = page(text="Con mèo ngồi 🐱 trên thảm", views="heatmap", layer="0", head="0")
+    no_exception(at)
+    [line] = [c for c in texts(at, "caption") if c.startswith("The tokenizer changed your text")]
+    assert "lowercases it, strips accents (mèo → meo) and has no token for 🐱, written [UNK]" in line
+    assert not [c for c in texts(page(views="heatmap"), "caption") if "tokenizer changed" in c]  # lowercasing alone

@@ -161,6 +161,20 @@ def test_the_capital_of_france_is_paris_and_stepping_runs_no_model():
 
 
 @needs_smollm2
+def test_characters_smollm2_splits_into_byte_pieces_are_shown_as_themselves():
+    """ "ồ" is two byte-level tokens for SmolLM2 and 🐱 three: every view names the character, never its bytes."""
+    at = page(arch="decoder", text="Con mèo ngồi 🐱", views="heatmap,head", layer="0", head="0")
+    no_exception(at)
+    cells = charts(at)["layer 0, head 0: weights (softmax)"][0]
+    rows = [t.rstrip("\u200b") for t in dict.fromkeys(cells["row_token"])]
+    assert rows == ["Con", "␣m", "è", "o", "␣ng", "ồ(1/2)", "ồ(2/2)", "i", "␣🐱(1/3)", "🐱(2/3)", "🐱(3/3)"]
+    [every] = table(at, ["position", "token", "#1"])
+    shown = " ".join(every.astype(str).to_numpy().ravel()) + " ".join(table(at, ["token", "probability"])[0]["token"])
+    assert "\\x" not in shown and "�" not in shown
+    assert not [c for c in messages(at, "caption") if "tokenizer changed" in c]  # its tokens spell the text
+
+
+@needs_smollm2
 def test_a_chat_answer_continues_the_chat_template():
     question = "What is the capital of France?"
     at = page(arch="decoder", text=question, new="6", chat="1", views="heatmap", write="1")
