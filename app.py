@@ -10,7 +10,7 @@ import os
 import streamlit as st
 
 from tformer_app import presenter
-from tformer_app.page import device_summary, models_summary
+from tformer_app.page import count_visit, device_summary, models_summary
 
 st.set_page_config(
     page_title="tformer: inside Transformers",
@@ -40,6 +40,7 @@ if os.environ.get("TFORMER_ADMIN", "").strip() == "1":  # for whoever runs the s
 navigation = st.navigation(PAGES)
 BY_PATH = {page.url_path: page for section in PAGES.values() for page in section}
 presenter.keys(BY_PATH)  # a slide the keys or a button asked for opens here, before any page runs
+count_visit(navigation.url_path)
 
 with st.sidebar:
     presenter.switch()

@@ -19,7 +19,7 @@ from tformer_app import vision_inputs as vi
 from tformer_app.markdown import escape
 from tformer_app.page import DEFAULT_TEXT_MODEL, TEXT_MODEL_SUGGESTIONS, run_page, run_safely
 from tformer_app.url import UrlState
-from tformer_core.checkpoints.sources import local_model_names
+from tformer_app.widgets import NEEDS_INTERNET, local_model_names_of, needs_internet
 from tformer_views import distance
 from tformer_views import text as tv
 from tformer_views import vision as vv
@@ -141,10 +141,12 @@ def text(url: UrlState) -> None:
         "The same plot for a text model: Σ_j w_ij·|i − j| in tokens, averaged over the query tokens of "
         "each sentence and over the sentences."
     )
+    options = list(dict.fromkeys([*TEXT_MODEL_SUGGESTIONS, *local_model_names_of(("encoder", "decoder"))]))
     source = st.selectbox(
         "Text model",
-        list(dict.fromkeys([*TEXT_MODEL_SUGGESTIONS, *local_model_names()])),
+        options,
         key=url.key("text_model", DEFAULT_TEXT_MODEL),
+        format_func=lambda o: o + NEEDS_INTERNET * needs_internet(o),
     )
     lines = st.text_area("Sentences, one per line", key=url.key("sentences", "\n".join(SENTENCES)), height=120)
     sentences = [s.strip() for s in lines.splitlines() if s.strip()]

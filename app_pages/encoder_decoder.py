@@ -48,6 +48,7 @@ def choose_seq2seq(url: UrlState) -> tuple[str, TracedModel | None]:
         SUGGESTIONS,
         DEFAULT_MODEL,
         placeholder="e.g. Helsinki-NLP/opus-mt-en-fr or ./models/my-t5",
+        kinds=("encoder-decoder",),
         help="translator is trained by this project and works offline (a toy English → Tarish). "
         "Hub models need the internet the first time.",
     )

@@ -186,8 +186,10 @@ def inputs(url: UrlState) -> tuple[str, str, str]:
             placeholder="e.g. bert-base-cased or ./models/my-bert" if arch == "encoder" else "e.g. ./models/my-gpt2",
             help=MODEL_HELP[arch],
             stacked=True,
+            kinds=(arch,),
         )
     text = right.text_area("Sentence", key=url.key("text", tv.DEFAULT_SENTENCE), height=122)
+    url.described["text"] = "the sentence"
     pair = ""
     if arch == "encoder":
         pair_key = url.key("pair", "")

@@ -154,6 +154,17 @@ def progress_bar() -> Iterator[Progress]:
         raise held[0]
 
 
+def hub_unreachable() -> bool:
+    """True when the hub is switched off (HF_HUB_OFFLINE), or a load failed in the last RETRY_AFTER_S because it
+    could not be reached: then a hub model not in the local cache cannot be had (the model lists say so)."""
+    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
+        return True
+    now = time.monotonic()
+    with _failures_lock:
+        recent = [error for error, when in _failures.values() if now - when < RETRY_AFTER_S]
+    return any("cannot be reached" in str(error) for error in recent)
+
+
 def load_model(source: str, quiet: bool = False) -> tc.TracedModel | None:
     """The cached model for `source`, loading it with a progress bar on first use.
 

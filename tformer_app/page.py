@@ -58,6 +58,23 @@ def run_page(title: str, intro: str, name: str, draw: Callable[[UrlState], None]
     _scroll_if_asked()
 
 
+VISIT = "_tformer.visit"  # session state: (number, url path) of the page on screen, a new number per page opened
+
+
+def count_visit(path: str) -> None:
+    """The shell's note of the page it runs: a page opened (not a rerun of the one on screen) is a new visit."""
+    number, last = st.session_state.get(VISIT, (0, None))
+    if path != last:
+        st.session_state[VISIT] = (number + 1, path)
+
+
+def once_per_session(name: str) -> bool:
+    """True throughout the first visit that asks, False on later ones: a notice said once in a session (it stays
+    while that page is on screen), not on every visit."""
+    visit = st.session_state.get(VISIT, (0, None))[0]
+    return st.session_state.setdefault(f"_tformer.once.{name}", visit) == visit
+
+
 _SCROLL = "_tformer.scroll_to"
 # Runs in an invisible component's frame (same origin as the page), after the elements it looks for may still
 # be on their way: it tries for two seconds.

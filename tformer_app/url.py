@@ -24,6 +24,8 @@ from .markdown import escape
 MAX_LINK_VALUE = 2000  # characters of one value, URL-encoded, that a link carries
 MAX_LINK = 6000  # characters of the whole query string (nginx's default header buffer is 8 KB)
 PRESENT_STATE = "_tformer.present"  # presenter mode (tformer_app.presenter): "present=1" in every link
+PRESENT_PARAM = "present"  # the link's parameter for it
+CUT = "cut"  # the link's parameter naming the values too long for it (left out; `notices`)
 _KEYS = "_tformer.url_keys"  # every session-state key a page's UrlState manages, to forget them all at once
 STALE_CLICK = "_tformer.stale_click"  # session state: a callback of a page whose view was forgotten was dropped
 log = logging.getLogger("tformer_app")
@@ -55,6 +57,7 @@ class UrlState:
         self.left_out: list[str] = []  # this run's values too long for the link
         self.omitted: dict[str, Any] = {}  # name -> default: left out of the link while the value is its default
         self.described: dict[str, str] = {}  # name -> how the page's notes call it ("your edits of X")
+        self._waiting: str | None = None  # what the page waits for before its other settings (`wait_for`)
 
     @property
     def notes(self) -> list[str]:
@@ -176,10 +179,10 @@ class UrlState:
         """
         if not drawn:
             return
+        pending: dict[str, str] = {}
         if self.incoming is not None:
-            unknown = [n for n in self.incoming if n not in self.names and n != "present"]
-            if unknown:
-                self._note(f"ignored {escape(', '.join(_short(n, 40) for n in unknown))} (not a setting of this page)")
+            unknown = [n for n in self.incoming if n not in self.names and n not in (PRESENT_PARAM, CUT)]
+            pending = self._unread(unknown)
         params, length = {}, 0
         for name in self.names:
             value = st.session_state[f"{self.page}.{name}"]
@@ -191,11 +194,41 @@ class UrlState:
                 self.left_out.append(name)
                 continue
             params[name], length = text, length + size
+        if self.left_out:  # a link made now says what it could not carry
+            params[CUT] = ",".join(self.left_out)
+        params |= pending
         if st.session_state.get(PRESENT_STATE):
-            params["present"] = "1"
+            params[PRESENT_PARAM] = "1"
         if dict(st.query_params) != params:
             st.query_params.from_dict(params)
-        st.session_state.pop(self._link_key, None)
+        if not pending:
+            st.session_state.pop(self._link_key, None)
+
+    def wait_for(self, what: str) -> None:
+        """The page stops before the settings that apply once `what` is there (an upload, which no link carries):
+        the link's values it has not read yet are kept (in the link too) for when it is, and the page says why."""
+        self._waiting = what
+
+    def _unread(self, unknown: list[str]) -> dict[str, str]:
+        """The note on the link's values this run did not read, with its true reason; returns those to keep."""
+        assert self.incoming is not None
+        names = escape(", ".join(_short(n, 40) for n in unknown))
+        cut = [n for n in str(self.incoming.get(CUT, "")).split(",") if n]
+        if cut:
+            what = escape(", ".join(self.described.get(n, n) for n in cut))
+            self._note(
+                f"{what} did not fit in the link (too long for an address) and was left out, so the page shows its "
+                "own" + (f"; {names} went with it and cannot be used" if unknown else "")
+            )
+        elif self._waiting is not None and unknown:
+            self._note(
+                f"{escape(self._waiting)} is not in links (it stays in the browser it came from): the link's "
+                f"{names} apply once there is one here"
+            )
+            return {n: str(self.incoming[n]) for n in unknown}
+        elif unknown:
+            self._note(f"ignored {names} (not a setting of this page)")
+        return {}
 
 
 def _dropped(page: str, action: Callable, why: str) -> None:
