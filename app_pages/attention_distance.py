@@ -63,6 +63,8 @@ def vision(url: UrlState) -> None:
     source, model = vi.choose_vit(url)
     if model is None:
         return
+    # The figure first (the page's key idea on its first screen), the pictures it is made of under it.
+    figure = st.container()
     files = vi.choose_images(url, model)
     renormalize = st.toggle(
         "Renormalise each row over the patches", key=url.key("renorm", False), help="Off: the common recipe. See below."
@@ -96,7 +98,8 @@ def vision(url: UrlState) -> None:
     for message in refused:
         st.warning(f"Left out: {escape(message)}")
     if per_image is not None and names:
-        show_pixel_distances(source, model, per_image, names, bool(renormalize))
+        with figure:
+            show_pixel_distances(source, model, per_image, names, bool(renormalize))
 
 
 def show_pixel_distances(

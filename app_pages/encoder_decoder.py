@@ -90,12 +90,13 @@ def page(url: UrlState) -> None:
     source, model = choose_seq2seq(url)
     if model is None:
         return
-    show_vocabulary(model, source)
     key = translation_inputs(url, source)
     translation = run_safely(lambda: caches.cached(*key), "Input") if key else None
     if translation is None:
+        show_vocabulary(model, source)
         return
-    show_translation(key, translation)
+    show_translation(key, translation)  # the translation first: the page's key idea on its first screen
+    show_vocabulary(model, source)
     if translation.n_steps == 0:
         return
     trace = translation.trace

@@ -418,7 +418,7 @@ def draw_head(steps: AttentionSteps, available: set[str], tokens: list[str], hea
 
 def draw_row(url: UrlState, steps: AttentionSteps, available: set[str], tokens: list[str]) -> None:
     """One query row with every number written out."""
-    st.subheader("One query row, every number")
+    st.subheader("One query row, every number", anchor="row")
     if "scores" not in available:
         st.info("Q and K are needed: fix the inputs above.")
         return
@@ -500,7 +500,7 @@ def settings(url: UrlState) -> tuple[str, int, str]:
 
 def masks(url: UrlState, tokens: list[str]) -> np.ndarray | None:
     """The causal and padding masks chosen, as one [n, n] boolean mask (None: nothing masked)."""
-    st.subheader("Masks")
+    st.subheader("Masks", anchor="masks")
     n = len(tokens)
     left, right = st.columns(2)
     causal = left.checkbox("Causal mask (a token sees only itself and earlier tokens)", key=url.key("causal", False))
@@ -544,7 +544,7 @@ def draw_mask_conventions(tokens: list[str], padding: list[int]) -> None:
 
 
 def draw_qkv(steps: AttentionSteps, available: set[str], tokens: list[str], f: dict[str, str]) -> None:
-    st.subheader("Q, K, V")
+    st.subheader("Q, K, V", anchor="qkv")
     n_heads = steps.n_heads
     for part, letter in (("Q", "q"), ("K", "k"), ("V", "v")):
         if part in available:
@@ -561,7 +561,7 @@ def draw_qkv(steps: AttentionSteps, available: set[str], tokens: list[str], f: d
 
 
 def draw_heads(steps: AttentionSteps, available: set[str], tokens: list[str], f: dict[str, str]) -> None:
-    st.subheader("Scores, scaling, softmax, Z")
+    st.subheader("Scores, scaling, softmax, Z", anchor="softmax")
     if steps.n_heads == 1:
         draw_head(steps, available, tokens, 0, f)
         return
@@ -599,12 +599,20 @@ def draw_combined(steps: AttentionSteps, available: set[str], tokens: list[str],
         st.caption("The model also adds a bias b^O here; it is left out of this slice.")
 
 
+JUMPS = (
+    "Jump to: [Q, K, V](#qkv) · [**Scores, scaling, softmax, Z**](#softmax) · [One query row, every number](#row) · "
+    "[Masks](#masks)"
+)
+
+
 def page(url: UrlState) -> None:
     preset, n_heads, mode = settings(url)
     preset_example, sig = preset_controls(url, preset, n_heads)
     if preset_example is None:
         return
     st.caption(preset_example.note)
+    # The lesson's point is one click away on the first screen: the softmax and Z are below the inputs.
+    st.markdown(JUMPS)
     example, sig = link_edits(url, preset_example, sig)
 
     st.subheader("Inputs")

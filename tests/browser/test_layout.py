@@ -19,6 +19,7 @@ from __future__ import annotations
 from urllib.parse import quote
 
 import pytest
+from playwright.sync_api import expect
 
 from tests.core.hf_helpers import DEIT
 
@@ -59,6 +60,19 @@ GROW = {
     }
 }
 GROWTH = 1.05
+# Each page's key idea (README, "Using it in class"), on the first screen of a 1280 x 720 projector as the page
+# opens: the element's top edge above the fold.
+MAIN = '[data-testid="stMain"]'
+FIRST_SCREEN = {
+    "home": f"{MAIN} a:has-text('Attention, step by step')",
+    "text": f"{MAIN} p:has-text('it → animal')",
+    "step": f"{MAIN} a:has-text('Scores, scaling, softmax, Z')",
+    "positional": f"{MAIN} {CHART}",  # the table of encodings, under its formula
+    "block": f"{MAIN} h2:has-text('The block')",
+    "seq2seq": f"{MAIN} [data-testid='stCode']",  # the translation the model wrote
+    "vision": f"{MAIN} h3:has-text('What the model sees: top 5')",
+    "distance": f"{MAIN} {CHART}",  # mean attention distance per head, over the pictures
+}
 # Pictures to look at (not compared), taken after the check.
 SCREENSHOTS = {("text", "390x844"), ("vision", "1280x720"), ("text", "1920x1080"), ("text", "1280x720")}
 
@@ -223,6 +237,16 @@ def widths(page, charts: dict[str, str]) -> dict[str, float]:
     return out
 
 
+def first_screen(page, name: str) -> None:
+    page.evaluate("document.querySelector('[data-testid=\"stMain\"]').scrollTo(0, 0)")
+    box = page.locator(FIRST_SCREEN[name]).first.bounding_box()
+    assert box is not None and 0 <= box["y"] < SIZES["1280x720"][1] - 20, f"{name}: its key idea is at {box}"
+    if name == "step":  # the softmax and Z, one click away
+        page.locator(FIRST_SCREEN[name]).first.click()
+        expect(page.get_by_role("heading", name="Scores, scaling, softmax, Z")).to_be_in_viewport()
+        page.evaluate("document.querySelector('[data-testid=\"stMain\"]').scrollTo(0, 0)")
+
+
 def check(page, name: str, size: str, screenshots) -> None:
     assert_no_error(page)
     offenders, page_level, scrolling = overflows(page)
@@ -258,6 +282,8 @@ def test_nothing_overflows_or_is_cut_and_charts_use_the_room(server_url, browser
         page = context.new_page()
         try:
             open_settled(page, server_url + path, text)
+            if opened == "1280x720" and name in FIRST_SCREEN:
+                first_screen(page, name)
             for size in (opened, "1920x1080") if opened != PHONE else (opened,):
                 width, height = SIZES[size]
                 if page.viewport_size != {"width": width, "height": height}:
