@@ -169,7 +169,7 @@ def layer_keys(url: UrlState, n_layers: int, n_heads: int) -> None:
     heads = [MEAN, *range(n_heads)]
 
     def head(by: int) -> Callable[[], None]:
-        return lambda: url.set("head", heads[(heads.index(url.value("head")) + by) % len(heads)])
+        return url.callback(lambda: url.set("head", heads[(heads.index(url.value("head")) + by) % len(heads)]))
 
     previous, following = presenter.cycle(url, "layer", n_layers, -1), presenter.cycle(url, "layer", n_layers, 1)
     presenter.stepper(
