@@ -29,7 +29,7 @@ from tformer_app.page import (
     run_safely,
 )
 from tformer_app.url import UrlState, int_key
-from tformer_app.widgets import choose_model, short_name
+from tformer_app.widgets import choose_model, kind_of, short_name
 from tformer_views import generation as gen
 from tformer_views import search
 from tformer_views import text as tv
@@ -86,9 +86,11 @@ def main() -> None:
 
 def choose_architecture(url: UrlState) -> str:
     """Encoder or decoder-only, in the link as "arch"; choosing one loads its default model. A link that names
-    a decoder-only suggestion (smollm2, gpt2) and no "arch" opens on the decoder side."""
+    a decoder-only model (smollm2, gpt2, a decoder among the server's folders) and no "arch" opens on the
+    decoder side."""
     linked = short_name(str((url.incoming or {}).get("model", "")).strip())
-    key = url.key("arch", "decoder" if linked in DECODER_MODEL_SUGGESTIONS else "encoder", choices=list(ARCHITECTURES))
+    decoder = linked in DECODER_MODEL_SUGGESTIONS or kind_of(linked) == "decoder"
+    key = url.key("arch", "decoder" if decoder else "encoder", choices=list(ARCHITECTURES))
 
     def switched() -> None:
         model = DEFAULT_MODELS[st.session_state[key]]

@@ -44,6 +44,19 @@ def local_model_names_of(kinds: Sequence[str] | None) -> list[str]:
     return names
 
 
+def kind_of(source: str) -> str | None:
+    """What one of this server's model folders is (a KINDS key), read from its config.json; None for anything
+    else (a hub id, a folder of a type not known here, a broken one)."""
+    folders = dict(local_models())
+    if short_name(source) not in folders:
+        return None
+    try:
+        model_type = read_json(folders[short_name(source)] / "config.json").get("model_type")
+    except CheckpointError:
+        return None
+    return next((kind for kind, types in KINDS.items() if model_type in types), None)
+
+
 def needs_internet(source: str) -> bool:
     """True for a hub id this server cannot load now: the hub is off or unreachable and its files are not in
     the hub's local cache (a bundled model or a local folder never needs it)."""

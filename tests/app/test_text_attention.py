@@ -299,7 +299,7 @@ def test_an_encoder_decoder_model_points_to_its_page():
 
 def test_a_local_gpt2_shows_the_causal_mask_and_next_token_top5(model_dir):
     folder = str(model_dir / "tiny-gpt2")
-    at = page(model=folder, views="heatmap,overview")
+    at = page(model=folder, views="heatmap,overview", layer="0", head="0")
     no_exception(at)
     # Local folders are offered in the list by their name under the model folder, never by their path.
     assert widget(at, "text.model_choice").value == f"{model_dir.name}/tiny-gpt2"
