@@ -575,7 +575,7 @@ def page(url: UrlState) -> None:
         sinusoidal_sections(url, int(n), int(d), base)
     # The real-model part still works when only the table settings are wrong; it needs a usable base.
     sentence = real_sections(url, base if base > 1 else 10000.0)
-    with st.container(key="pe-rope"):  # one box: the browser tests find (and photograph) the rotary part by it
+    with st.container(key="pe-rotary"):  # one box: the browser tests find (and photograph) the rotary part by it
         st.header("Rotary position embeddings (RoPE)")
         st.markdown(ROPE_INTRO)
         if rope_opened(url):

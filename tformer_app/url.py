@@ -103,6 +103,11 @@ class UrlState:
             )
         elif lo is not None and hi is not None and not lo <= st.session_state[widget_key] <= hi:
             st.session_state[widget_key] = type(default)(min(max(st.session_state[widget_key], lo), hi))  # new limits
+        elif self.incoming is not None:
+            # Until the page has drawn in full once, its widgets are told their values on every run: a value set
+            # here reaches the browser only with the run that set it, and a first run cut short (a click, the
+            # browser's first measure) may never have shown it: the box would show, and send back, its default.
+            st.session_state[widget_key] = st.session_state[widget_key]
         return widget_key
 
     def _from_link(
