@@ -85,7 +85,8 @@ class UrlState:
         omit_default: the link carries the value only when it differs from `default` (an edit of a table).
         """
         widget_key = f"{self.page}.{name}"
-        if name not in self.names:
+        first_this_run = name not in self.names
+        if first_this_run:
             self.names.append(name)
         st.session_state.setdefault(_KEYS, set()).update((widget_key, self._notes_key, self._link_key))
         if omit_default:
@@ -103,10 +104,11 @@ class UrlState:
             )
         elif lo is not None and hi is not None and not lo <= st.session_state[widget_key] <= hi:
             st.session_state[widget_key] = type(default)(min(max(st.session_state[widget_key], lo), hi))  # new limits
-        elif self.incoming is not None:
+        elif self.incoming is not None and first_this_run:
             # Until the page has drawn in full once, its widgets are told their values on every run: a value set
             # here reaches the browser only with the run that set it, and a first run cut short (a click, the
             # browser's first measure) may never have shown it: the box would show, and send back, its default.
+            # Only at a run's first ask: a later one (a value read after its widget was drawn) may not set it.
             st.session_state[widget_key] = st.session_state[widget_key]
         return widget_key
 

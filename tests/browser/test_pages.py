@@ -37,6 +37,8 @@ def test_home_links_to_every_page(server_url, page, screenshots):
     for title in ("Attention, step by step", "Positional encoding", "Text attention", "Mean attention distance"):
         wait_for_text(page, title)
     wait_for_text(page, "Device: CPU")
+    expect(page.get_by_test_id("stAppDeployButton")).to_have_count(0)  # a class's server: no "Deploy" offer
+    expect(page.get_by_test_id("stMainMenu")).to_have_count(1)  # the viewer's menu (settings, print) stays
     assert_no_error(page)
     screenshot(page, screenshots / "home.png")
     click(page.get_by_role("link", name="Text attention").first)
