@@ -19,7 +19,7 @@ from tformer_app import vision_inputs as vi
 from tformer_app.markdown import escape
 from tformer_app.page import DEFAULT_TEXT_MODEL, TEXT_MODEL_SUGGESTIONS, run_page, run_safely
 from tformer_app.url import UrlState
-from tformer_core.checkpoints.sources import local_model_names
+from tformer_app.widgets import NEEDS_INTERNET, local_model_names_of, needs_internet
 from tformer_views import distance
 from tformer_views import text as tv
 from tformer_views import vision as vv
@@ -63,6 +63,8 @@ def vision(url: UrlState) -> None:
     source, model = vi.choose_vit(url)
     if model is None:
         return
+    # The figure first (the page's key idea on its first screen), the pictures it is made of under it.
+    figure = st.container()
     files = vi.choose_images(url, model)
     renormalize = st.toggle(
         "Renormalise each row over the patches", key=url.key("renorm", False), help="Off: the common recipe. See below."
@@ -96,7 +98,8 @@ def vision(url: UrlState) -> None:
     for message in refused:
         st.warning(f"Left out: {escape(message)}")
     if per_image is not None and names:
-        show_pixel_distances(source, model, per_image, names, bool(renormalize))
+        with figure:
+            show_pixel_distances(source, model, per_image, names, bool(renormalize))
 
 
 def show_pixel_distances(
@@ -141,9 +144,12 @@ def text(url: UrlState) -> None:
         "The same plot for a text model: Σ_j w_ij·|i − j| in tokens, averaged over the query tokens of "
         "each sentence and over the sentences."
     )
-    offered = list(dict.fromkeys([*TEXT_MODEL_SUGGESTIONS, *local_model_names()]))
+    options = list(dict.fromkeys([*TEXT_MODEL_SUGGESTIONS, *local_model_names_of(("encoder", "decoder"))]))
     source = st.selectbox(
-        "Text model", offered, key=url.key("text_model", DEFAULT_TEXT_MODEL, choices=offered)
+        "Text model",
+        options,
+        key=url.key("text_model", DEFAULT_TEXT_MODEL, choices=options),
+        format_func=lambda o: o + NEEDS_INTERNET * needs_internet(o),
     )  # a link's model that is not offered is replaced, and the page says so
     lines = st.text_area("Sentences, one per line", key=url.key("sentences", "\n".join(SENTENCES)), height=120)
     sentences = [s.strip() for s in lines.splitlines() if s.strip()]

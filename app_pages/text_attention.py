@@ -2,12 +2,16 @@
 
 Read widgets -> ask the views (tformer_views) -> draw. One forward pass per input (caches.cached);
 choosing a layer, head, token or view reuses the cached trace. A decoder-only model also continues the
-text (greedy or sampled, once per prompt and settings: caches.cached("generate", ...)), and the step
-slider shows each new token's attention in every layer and head from that cached result. A sequence
+text when asked (greedy or sampled, once per prompt and settings: caches.cached("generate", ...)), and the
+step slider shows each new token's attention in every layer and head from that cached result. A sequence
 classifier shows its labels and where its first token looked.
 """
 
 from __future__ import annotations
+
+import contextlib
+import hashlib
+from dataclasses import dataclass
 
 import pandas as pd
 import streamlit as st
@@ -25,11 +29,12 @@ from tformer_app.page import (
     run_safely,
 )
 from tformer_app.url import UrlState, int_key
-from tformer_app.widgets import choose_model, short_name
+from tformer_app.widgets import choose_model, kind_of, short_name
 from tformer_views import generation as gen
+from tformer_views import search
 from tformer_views import text as tv
 from tformer_views.charts.spec import heatmap
-from tformer_views.tokens import display_tokens, plain_word
+from tformer_views.tokens import display_tokens, plain_word, text_changes
 
 CAVEAT = """
 **What attention weights do and do not tell you.** A weight says how much of a token's *value
@@ -55,7 +60,7 @@ INTRO = (
 )
 
 # The two kinds of text model the page offers, each with its own default model (the choice is in the link).
-ARCHITECTURES = {"encoder": "Encoder (bidirectional)", "decoder": "Decoder-only (next word)"}
+ARCHITECTURES = {"encoder": "Encoder", "decoder": "Decoder-only"}
 DEFAULT_MODELS = {"encoder": DEFAULT_TEXT_MODEL, "decoder": DEFAULT_DECODER_MODEL}
 SUGGESTIONS = {
     "encoder": tuple(m for m in TEXT_MODEL_SUGGESTIONS if m not in DECODER_MODEL_SUGGESTIONS),
@@ -69,8 +74,7 @@ MODEL_HELP = {
 DEFAULT_NEW_TOKENS = 20
 MAX_TOP_K = 1000
 PATHS = {
-    "tformer": "tformer's own instrumented modules run the checkpoint's weights: every Q, K, V, score and "
-    "weight is recorded.",
+    "tformer": "every Q, K, V and weight recorded.",
     "transformers": "transformers' own code runs this architecture (eager attention): the views show its "
     "attention weights and hidden states, not the Q, K and V they came from.",
 }
@@ -82,9 +86,11 @@ def main() -> None:
 
 def choose_architecture(url: UrlState) -> str:
     """Encoder or decoder-only, in the link as "arch"; choosing one loads its default model. A link that names
-    a decoder-only suggestion (smollm2, gpt2) and no "arch" opens on the decoder side."""
+    a decoder-only model (smollm2, gpt2, a decoder among the server's folders) and no "arch" opens on the
+    decoder side."""
     linked = short_name(str((url.incoming or {}).get("model", "")).strip())
-    key = url.key("arch", "decoder" if linked in DECODER_MODEL_SUGGESTIONS else "encoder", choices=list(ARCHITECTURES))
+    decoder = linked in DECODER_MODEL_SUGGESTIONS or kind_of(linked) == "decoder"
+    key = url.key("arch", "decoder" if decoder else "encoder", choices=list(ARCHITECTURES))
 
     def switched() -> None:
         model = DEFAULT_MODELS[st.session_state[key]]
@@ -97,7 +103,8 @@ def choose_architecture(url: UrlState) -> str:
         key=key,
         format_func=ARCHITECTURES.get,
         horizontal=True,
-        on_change=switched,
+        label_visibility="collapsed",
+        on_change=url.callback(switched),
         help="An encoder (BERT, MiniLM) lets every token see every other one; a decoder-only model (GPT-2, "
         "SmolLM2) lets each token see only the tokens before it, and predicts the next one.",
     )
@@ -105,19 +112,9 @@ def choose_architecture(url: UrlState) -> str:
 
 
 def page(url: UrlState) -> None:
-    arch = choose_architecture(url)
-    source = choose_model(
-        url,
-        SUGGESTIONS[arch],
-        DEFAULT_MODELS[arch],
-        placeholder="e.g. bert-base-cased or ./models/my-bert" if arch == "encoder" else "e.g. ./models/my-gpt2",
-        help=MODEL_HELP[arch],
-    )
-    text = st.text_area("Sentence", key=url.key("text", tv.DEFAULT_SENTENCE), height=80)
-    pair = ""
-    if arch == "encoder":
-        pair = st.text_input("Second segment (optional: BERT's sentence B, for pair inputs)", key=url.key("pair", ""))
-
+    settings = presenter.settings_box("Model, sentence, layer, head and query")
+    with settings if settings is not None else contextlib.nullcontext():
+        source, text, pair = inputs(url)
     model = caches.load_model(source)
     if model is None:
         st.info("Choose another model above; the rest of the page appears once one loads.")
@@ -139,25 +136,70 @@ def page(url: UrlState) -> None:
 
     tokens = trace.tokens
     labels = display_tokens(tokens)
+    box = settings if settings is not None else st
     kind = "decoder-only (causal)" if trace.kind == "decoder" else "encoder (bidirectional)"
     d_head = f" · d_head = {trace.q(0, 0).shape[1]}" if panel.has_qkv(trace, trace.main_stack) else ""
-    st.caption(f"{kind} · {trace.n_layers} layers × {trace.n_heads} heads{d_head} · {len(tokens)} tokens")
-    show_path(trace, model)
+    shape = f"{kind} · {trace.n_layers} layers × {trace.n_heads} heads{d_head} · {len(tokens)} tokens"
+    show_path(trace, model, box, shape)
+    say_what_the_tokenizer_changed(fitted.text + " " + (fitted.pair or ""), tokens)
 
     it = next((i for i, token in enumerate(tokens) if plain_word(token).lower() == "it"), None)
-    # A class sees the two views a lecture starts with; the others are one choice away (and in links).
-    c = panel.controls(url, trace, default_query=it, default_views=("head", "heatmap", "search"))
+    # A class sees the two views a lecture starts with, on the head that answers its question (which head
+    # links "it" to "animal"?); the others are one choice away (and in links).
+    found = lecture_head(key, trace, it)
+    c = panel.controls(
+        url,
+        trace,
+        default_query=it,
+        default_head=None if found is None else (found.layer, found.head),
+        default_views=("head", "heatmap", "search"),
+        where=settings,
+    )
+    if settings is None:
+        say_the_lecture_head(found, trace, c, labels)
     if trace.kind == "decoder":
-        st.caption(
+        box.caption(
             "Causal mask: each token attends only to itself and the tokens before it; "
             "masked cells are grey in the heatmap and the overview."
         )
-    show_predictions(trace, model, c.query, labels)
+    # The predictions before the views, unless there are none to show or the first screen is the view's.
+    first = settings is None and tv.prediction_kind(trace) is not None
+    if first:
+        show_predictions(trace, model, c.query, labels)
     panel.draw(panel.Shown(key, trace), url, c)
+    if not first:
+        show_predictions(trace, model, c.query, labels)
     if trace.kind == "decoder" and trace.has_head:
         show_continuation(url, source, model, fitted.text)
     with st.expander("What attention does and does not explain"):
         st.markdown(CAVEAT)
+
+
+def inputs(url: UrlState) -> tuple[str, str, str]:
+    """(model source, sentence, second segment): the kind of model and the model beside the text, the second
+    segment folded away (kept short: a projector's first screen should reach the views)."""
+    left, right = st.columns([2, 3])
+    with left:
+        arch = choose_architecture(url)
+        source = choose_model(
+            url,
+            SUGGESTIONS[arch],
+            DEFAULT_MODELS[arch],
+            placeholder="e.g. bert-base-cased or ./models/my-bert" if arch == "encoder" else "e.g. ./models/my-gpt2",
+            help=MODEL_HELP[arch],
+            stacked=True,
+            kinds=(arch,),
+        )
+    text = right.text_area("Sentence", key=url.key("text", tv.DEFAULT_SENTENCE), height=122)
+    url.described["text"] = "the sentence"
+    pair = ""
+    if arch == "encoder":
+        pair_key = url.key("pair", "")
+        with st.expander(
+            "Second segment (optional: BERT's sentence B, for pair inputs)", expanded=bool(st.session_state[pair_key])
+        ):
+            pair = st.text_input("Second segment", key=pair_key, label_visibility="collapsed")
+    return source, text, pair
 
 
 def say_what_was_dropped(model: tc.TracedModel, fitted) -> None:
@@ -176,14 +218,62 @@ def say_what_was_dropped(model: tc.TracedModel, fitted) -> None:
     )
 
 
-def show_path(trace: tc.Trace, model: tc.TracedModel) -> None:
-    """Which code ran the model (the core's own modules, or transformers'), and a note on its weights."""
+@dataclass(frozen=True)
+class LectureHead:
+    """The head whose query ("it") weighs the lecture's noun ("animal") most, of all layers and heads."""
+
+    layer: int
+    head: int
+    weight: float
+    query: int
+    key: int
+
+
+def say_what_the_tokenizer_changed(text: str, tokens: tuple[str, ...]) -> None:
+    """One line when the tokens do not spell the text: accents stripped, characters the vocabulary lacks written
+    [UNK] (lowercasing alone goes unsaid: an uncased model's every capital would be a note)."""
+    changes = text_changes(text, tokens)
+    if any(not change.startswith("lowercases") for change in changes):
+        listed = ", ".join(changes[:-1]) + (" and " if len(changes) > 1 else "") + changes[-1]
+        st.caption(f"The tokenizer changed your text: it {escape(listed)}. The views show its tokens.")
+
+
+def lecture_head(key: tuple, trace: tc.Trace, query: int | None) -> LectureHead | None:
+    """The head linking `query` ("it") to the lecture's noun ("animal") most, when the sentence has them."""
+    if query is None or not trace.n_layers:
+        return None
+    noun = search.default_key(trace.tokens, query, -1)
+    if noun < 0:
+        return None
+    rows = caches.derived("query_rows", key, trace.main_stack, query)  # [layers, heads, keys]
+    layer, head, weight = search.ranked_heads(rows[..., noun], 1)[0]
+    return LectureHead(layer, head, weight, query, noun)
+
+
+def say_the_lecture_head(found: LectureHead | None, trace: tc.Trace, c: panel.Controls, labels: list[str]) -> None:
+    """One line with the lecture's answer, while its head is the one shown: the page's key idea on its first
+    screen, before the views that show it."""
+    if found is None or (c.layer, c.head) != (found.layer, found.head) or c.query != found.query:
+        return
+    q, k = escape(labels[found.query]), escape(labels[found.key])
+    st.markdown(
+        f"**{q} → {k}**: in layer {found.layer}, head {found.head}, “{q}” gives “{k}” {found.weight:.2f} of its "
+        f"attention, more than in any other of the {trace.n_layers * trace.n_heads} heads. The views below show "
+        "that head."
+    )
+
+
+def show_path(trace: tc.Trace, model: tc.TracedModel, where=st, shape: str = "") -> None:
+    """In one caption: the model's shape, which code ran it (the core's own modules, or transformers'), and a note
+    on its weights."""
     path = str(trace.meta.get("path", ""))
+    line = f"{shape} · " if shape else ""
     if path in PATHS:
-        st.caption(f"Path: **{path}**. {PATHS[path]}")
+        line += f"path: **{path}**, {PATHS[path]}"
     note = model.weights_note
     if note:
-        st.caption(f"Weights: {escape(note)}.")
+        line += f"  \nWeights: {escape(note)}."
+    where.caption(line)
 
 
 def show_predictions(trace: tc.Trace, model: tc.TracedModel, query: int, labels: list[str]) -> None:
@@ -321,6 +411,8 @@ def show_continuation(url: UrlState, source: str, model: tc.TracedModel, text: s
     prompt = run_safely(lambda: model.chat_prompt([{"role": "user", "content": text}]), "Chat") if chat else text
     if prompt is None:
         return
+    if not asked_to_write(url, prompt, new):
+        return
     if temperature == 0:
         top_k, seed = None, 0  # greedy: one cached result whatever the sampling settings say
     key = ("generate", source, prompt, new, temperature, top_k, seed)
@@ -335,6 +427,32 @@ def show_continuation(url: UrlState, source: str, model: tc.TracedModel, text: s
         return
     show_written(continuation, chat)
     step_through(url, continuation)
+
+
+def asked_to_write(url: UrlState, prompt: str, new: int) -> bool:
+    """Whether to write the continuation: only once asked (a button, or write=1 in a link), for this text.
+
+    Writing takes a forward pass per token (2-8 s for 20 tokens of SmolLM2 on a 2-core server): a new sentence
+    shows its attention views at once, and writes when asked. A new text asks again; new settings (more
+    tokens, sampling) rewrite the one asked for."""
+    write_key = url.key("write", False, omit_default=True)
+    text_key = f"{url.page}.write_for"
+    digest = hashlib.blake2b(prompt.encode(), digest_size=8).hexdigest()
+    if st.session_state.get(text_key) not in (None, digest):
+        st.session_state[write_key] = False  # another text: its views first
+    st.session_state[text_key] = digest
+    if st.session_state[write_key]:
+        return True
+
+    def ask() -> None:
+        url.set("write", True)
+
+    st.button(f"Write {new} new tokens", key=f"{url.page}.write_button", on_click=url.callback(ask), type="primary")
+    st.caption(
+        "The model writes only when asked: each new token is a forward pass (a second or two for 20 tokens of "
+        "SmolLM2 here), and the views above do not wait for it."
+    )
+    return False
 
 
 def show_written(c: gen.Continuation, chat: bool) -> None:

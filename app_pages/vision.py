@@ -169,7 +169,7 @@ def layer_keys(url: UrlState, n_layers: int, n_heads: int) -> None:
     heads = [MEAN, *range(n_heads)]
 
     def head(by: int) -> Callable[[], None]:
-        return lambda: url.set("head", heads[(heads.index(url.value("head")) + by) % len(heads)])
+        return url.callback(lambda: url.set("head", heads[(heads.index(url.value("head")) + by) % len(heads)]))
 
     previous, following = presenter.cycle(url, "layer", n_layers, -1), presenter.cycle(url, "layer", n_layers, 1)
     presenter.stepper(
@@ -225,7 +225,7 @@ def show_query_picker(url: UrlState, result: vv.VisionResult, choice: AttentionC
             patch_picker(picture, result.grid_hw, choice.patch, title=f"query: {who}", width=width),
             key=f"{url.page}.picker",
             file_name=f"attention_L{choice.layer}_{'mean' if choice.head is None else f'H{choice.head}'}",
-            on_select=pick,
+            on_select=url.callback(pick),
             selection_mode="patch",
         )
     with right:

@@ -73,6 +73,7 @@ class _Pending:
         self.done = threading.Event()
         self.value: Any = None
         self.error: BaseException | None = None
+        self.abandoned = False  # stopped without a result or a failure: a waiter computes it
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,13 +131,16 @@ class ByteBudgetCache:
                 self._hits += 1
         if not owner:
             pending.done.wait()
+            if pending.abandoned:  # the session computing it was stopped (a rerun): this one computes it
+                return self.get_or_compute(key, compute)
             if pending.error is not None:
                 raise pending.error
             return pending.value
         try:
             value = compute()
         except BaseException as error:
-            pending.error = error
+            # A failure is every waiter's; a stop of the computing session's script (not an Exception) is not.
+            pending.error, pending.abandoned = (error, False) if isinstance(error, Exception) else (None, True)
             with self._lock:
                 del self._pending[key]
             pending.done.set()

@@ -18,18 +18,20 @@ is shared by all sessions and read-only: pages must not modify them.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import streamlit as st
 import torch
+from streamlit.runtime.scriptrunner_utils.exceptions import ScriptControlException
 
 import tformer_core as tc
 from tformer_core.bundled import BUNDLED_MODELS
@@ -154,6 +156,42 @@ def cached_model(source: str, progress: Progress | None = None) -> tc.TracedMode
         raise tc.CheckpointError(message) from None
 
 
+@contextlib.contextmanager
+def progress_bar() -> Iterator[Progress]:
+    """A progress bar in the page for work other sessions may be waiting on (a model load, many pictures),
+    removed afterwards. A rerun asked for meanwhile (a click, a key) reaches the script where the bar is drawn:
+    it is held until the work is done and raised then, so the work is not thrown away, for this session or
+    for the others waiting on it."""
+    slot = st.empty()
+    held: list[ScriptControlException] = []
+
+    def progress(fraction: float, message: str) -> None:
+        if held:
+            return
+        try:
+            slot.progress(min(max(fraction, 0.0), 1.0), text=escape(message))
+        except ScriptControlException as stop:
+            held.append(stop)
+
+    try:
+        yield progress
+    finally:
+        slot.empty()
+    if held:
+        raise held[0]
+
+
+def hub_unreachable() -> bool:
+    """True when the hub is switched off (HF_HUB_OFFLINE), or a load failed in the last RETRY_AFTER_S because it
+    could not be reached: then a hub model not in the local cache cannot be had (the model lists say so)."""
+    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
+        return True
+    now = time.monotonic()
+    with _failures_lock:
+        recent = [error for error, when in _failures.values() if now - when < RETRY_AFTER_S]
+    return any("cannot be reached" in str(error) for error in recent)
+
+
 def load_model(source: str, quiet: bool = False) -> tc.TracedModel | None:
     """The cached model for `source`, loading it with a progress bar on first use.
 
@@ -161,13 +199,9 @@ def load_model(source: str, quiet: bool = False) -> tc.TracedModel | None:
     returns None: the page stops drawing that part, the session keeps working. quiet: no message
     (the page falls back to another model and says so itself).
     """
-    bar = st.empty()
-
-    def progress(fraction: float, message: str) -> None:
-        bar.progress(min(max(fraction, 0.0), 1.0), text=escape(message))
-
     try:
-        return cached_model(source, progress)
+        with progress_bar() as progress:
+            return cached_model(source, progress)
     except tc.CheckpointError as error:
         if not quiet:
             st.error(f"Could not load **{escape(source)}**: {escape(error)}")
@@ -178,14 +212,17 @@ def load_model(source: str, quiet: bool = False) -> tc.TracedModel | None:
         if not quiet:
             st.error(logs.bug_note(what, note_id))
         return None
-    finally:
-        bar.empty()
 
 
 def is_server_model(source: str) -> bool:
     """True for the models this server offers itself (bundled ones and folders under its model folders,
     named as `local_model_names` names them), False for a hub id someone typed."""
     return source in BUNDLED_TEXT or source in BUNDLED_MODELS or looks_like_path(source)
+
+
+def is_loaded(source: str) -> bool:
+    """True when this server holds the model for `source` already (using it costs no load)."""
+    return source in loaded_models()
 
 
 def loaded_models() -> list[str]:
@@ -382,19 +419,16 @@ def computed(key: tuple, compute: Callable[[Progress], Any], label: str) -> Any:
     The bar is drawn outside any Streamlit cache: Streamlit replays elements drawn inside a cached
     function on later hits, and the bar belongs to the page that asked first.
     """
-    slot = st.empty()
+    with progress_bar() as progress:
+        progress(0.0, label)
 
-    def run() -> Any:
-        bar = slot.progress(0.0, text=escape(label))
-        try:
-            return in_turn(lambda: compute(lambda f, m: bar.progress(min(max(f, 0.0), 1.0), text=escape(m))))
-        finally:
-            _give_back.check()
+        def run() -> Any:
+            try:
+                return in_turn(lambda: compute(progress))
+            finally:
+                _give_back.check()
 
-    try:
         return _results.get_or_compute(("computed", *_key(key)), run)
-    finally:
-        slot.empty()
 
 
 # ---- for the server page and the tests --------------------------------------------------------------

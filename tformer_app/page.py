@@ -13,7 +13,7 @@ import torch
 import tformer_core as tc
 from tformer_core.errors import InputError
 
-from . import logs
+from . import logs, presenter
 from .caches import is_server_model, loaded_models
 from .markdown import escape
 from .url import UrlState, notices
@@ -36,21 +36,44 @@ def run_page(title: str, intro: str, name: str, draw: Callable[[UrlState], None]
     """A page: its title and introduction, then draw(url) with the page's URL state.
 
     The URL is written even when drawing stops early (a bad input), so the link still shows what
-    the user chose.
+    the user chose; not when another run cut this one short (that run writes it).
     """
     st.html(LAYOUT_CSS)
-    st.title(title)
-    st.caption(intro)
+    if presenter.presenting():  # the first screen is the view's: the introduction behind the title's "?"
+        st.title(title, help=intro)
+    else:
+        st.title(title)
+        st.caption(intro)
     url = UrlState(name)
     notice = st.empty()  # filled after drawing: what the link changed, what it cannot carry
+    drawn = False
     try:
         draw(url)
+        drawn = True
     finally:
-        url.publish()
-        line = notices(url)
+        # Not when another run cut this one short (a click, a key): that run draws the page and writes the URL.
+        url.publish(drawn)
+        line = notices(url) if drawn else None
         if line:
             notice.info(line)
     _scroll_if_asked()
+
+
+VISIT = "_tformer.visit"  # session state: (number, url path) of the page on screen, a new number per page opened
+
+
+def count_visit(path: str) -> None:
+    """The shell's note of the page it runs: a page opened (not a rerun of the one on screen) is a new visit."""
+    number, last = st.session_state.get(VISIT, (0, None))
+    if path != last:
+        st.session_state[VISIT] = (number + 1, path)
+
+
+def once_per_session(name: str) -> bool:
+    """True throughout the first visit that asks, False on later ones: a notice said once in a session (it stays
+    while that page is on screen), not on every visit."""
+    visit = st.session_state.get(VISIT, (0, None))[0]
+    return st.session_state.setdefault(f"_tformer.once.{name}", visit) == visit
 
 
 _SCROLL = "_tformer.scroll_to"

@@ -17,7 +17,7 @@ import streamlit as st
 from tformer_views.charts.spec import cell_px, heatmap, unique_labels
 from tformer_views.lessons.tables import TableError
 
-from . import downloads
+from . import downloads, presenter
 
 log = logging.getLogger("tformer_app")
 _REFUSED_EDITS = "_tformer.refused_edits"  # session state: editors whose edits were refused in the last run
@@ -50,7 +50,7 @@ def matrix_panel(
     rows, cols = unique_labels(rows), [str(c) for c in cols]
     left, right = st.columns([1, 1])
     frame = pd.DataFrame(matrix, index=pd.Index(rows, name=name), columns=cols)
-    left.dataframe(frame.style.format("{:.4g}"))
+    presenter.table(frame.style.format("{:.4g}"), left)
     slug = "".join(ch if ch.isalnum() else "_" for ch in name)
     with left:
         downloads.matrix_download(

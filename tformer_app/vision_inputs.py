@@ -20,6 +20,7 @@ from tformer_core.models.base import TracedModel
 
 from .caches import load_model, sample_pictures
 from .markdown import escape
+from .page import once_per_session
 from .url import UrlState
 from .widgets import choose_model, replace_model
 
@@ -78,10 +79,11 @@ def choose_vit(url: UrlState) -> tuple[str, TracedModel | None]:
         SUGGESTIONS,
         default,
         placeholder="e.g. google/vit-base-patch16-224 or models/my-vit",
+        kinds=("vit",),
         help=f"{DEFAULT_VIT} comes from the Hugging Face hub (or its local cache). {FALLBACK_VIT} is trained by "
         "this project on generated shapes and works offline.",
     )
-    if note and source == default:
+    if note and source == default and once_per_session("vit-default"):  # the list marks the hub id meanwhile
         st.info(note)
     elif source == FALLBACK_VIT:
         st.info(SHAPES_ONLY)
@@ -100,7 +102,8 @@ def _default_sample(model: TracedModel, names: list[str]) -> str:
 
 
 def choose_image(url: UrlState, model: TracedModel) -> tuple[str, bytes] | None:
-    """One picture: a sample (named in the link), an upload or a camera shot; None until there is one."""
+    """One picture: a sample (named in the link), an upload or a camera shot; None until there is one (the link's
+    settings for the picture are kept until then: `UrlState.wait_for`)."""
     kind = st.radio(
         "Picture",
         list(SOURCES),
@@ -121,11 +124,13 @@ def choose_image(url: UrlState, model: TracedModel) -> tuple[str, bytes] | None:
         )
         if uploaded is None:
             st.info("Upload a picture to see what the model does with it.")
+            url.wait_for("an uploaded picture")
             return None
         return uploaded.name, uploaded.getvalue()
     shot = st.camera_input("Take a picture", key=f"{url.page}.camera")
     if shot is None:
         st.info("Take a picture with your camera (the browser asks for permission first).")
+        url.wait_for("a camera picture")
         return None
     return "camera.jpg", shot.getvalue()
 

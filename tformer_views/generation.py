@@ -21,6 +21,7 @@ for smollm2 (30 layers x 9 heads) 20 new tokens after a 13-token prompt are unde
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,7 +35,7 @@ from tformer_core.models.kinds import CausalLM
 from tformer_core.numerics import softmax
 from tformer_core.trace import Trace
 
-from .tokens import display_token, display_tokens
+from .tokens import display_next, display_tokens, ends_inside_a_character
 
 MAX_NEW_TOKENS = 64  # new tokens one continuation may write (each is a traced pass)
 MAX_PROMPT_TOKENS = 256  # a longer prompt is refused: every step's attention row spans the whole prompt
@@ -133,13 +134,13 @@ class Continuation:
         if not 0 <= t < self.n_steps:
             raise InputError(f"step {t} is out of range: this continuation has {self.n_steps} steps")
         query = self.n_prompt - 1 + t
-        shown = display_tokens(self.tokens)
-        top = tuple((display_token(label), float(p)) for label, p in zip(self.top_labels[t], self.top_probs[t]))
+        before = self.tokens[: query + 1]  # what the model has read: shown as it stands at this step
+        top = tuple((display_next(before, label), float(p)) for label, p in zip(self.top_labels[t], self.top_probs[t]))
         return Step(
             t,
             query,
-            tuple(shown[: query + 1]),
-            shown[query + 1],
+            tuple(display_tokens(before)),
+            display_next(before, self.tokens[query + 1]),
             self.rows[t],
             top,
             self.probabilities[t],
@@ -199,7 +200,7 @@ def continue_text(
         tuple(int(i) for i in gen.ids),
         tuple(gen.tokens),
         int(gen.n_prompt),
-        model.tokenizer.decode(list(gen.generated_ids)),
+        _whole_characters(model.tokenizer.decode(list(gen.generated_ids)), gen.tokens),
         tuple(rows),
         np.asarray(top_ids, dtype=np.int64).reshape(-1, k) if top_ids else np.zeros((0, k), np.int64),
         np.asarray(top_probs, dtype=np.float32).reshape(-1, k) if top_probs else np.zeros((0, k), np.float32),
@@ -212,17 +213,23 @@ def continue_text(
     )
 
 
+def _whole_characters(text: str, tokens: Sequence[str]) -> str:
+    """The text without the "�" a decoder writes for a character whose first bytes are the last tokens written
+    (a byte-level model stopped inside one): the tokens table shows that last piece for what it is."""
+    return text.rstrip("\ufffd") if ends_inside_a_character(tokens) else text
+
+
 def next_token_frame(trace: Trace, k: int = 5) -> pd.DataFrame:
     """The model's top-k next tokens after every position of one decoder pass: a row per position with the
     position, its token and k cells "token  probability" (most probable first)."""
     ids, probs = next_token_table(trace, k)
     labels = trace.meta.labels
     start = trace.meta.query_start
-    tokens = display_tokens(trace.tokens[start:])
+    tokens = display_tokens(trace.tokens)[start:]
     frame = pd.DataFrame({"position": np.arange(start, start + len(tokens)), "token": tokens})
     for j in range(ids.shape[1]):
         frame[f"#{j + 1}"] = [
-            f"{display_token(labels[i] if labels is not None else str(i))}  {p:.3f}"
-            for i, p in zip(ids[:, j], probs[:, j])
+            f"{display_next(trace.tokens[: start + row + 1], labels[i] if labels is not None else str(i))}  {p:.3f}"
+            for row, (i, p) in enumerate(zip(ids[:, j], probs[:, j]))
         ]
     return frame
