@@ -26,9 +26,13 @@ GUIDE = [
     (
         "app_pages/before_transformers.py",
         "Attention before Transformers",
-        "Where the lectures start: the score functions (dot, cosine, bilinear, additive) side by side on two "
-        "vectors you edit; attention pooling against mean pooling on a sentence you type (two small models "
-        "trained on real movie-review sentences); an RNN translator's alignment beside the Transformer's.",
+        "the score functions side by side on two vectors you edit (dot, scaled dot, cosine, bilinear aᵀWb, "
+        "additive vᵀtanh(W₁a + W₂b)) with every intermediate number; attention pooling for classification (a "
+        "score per word, softmax, c = Σ α_j h_j) against mean pooling, two small models trained by this "
+        "project on real labelled movie-review sentences, α over your sentence and both predictions; an RNN "
+        "encoder-decoder (bidirectional GRU) with Bahdanau's additive or Luong's dot / bilinear attention, "
+        "its alignment α per output word beside the Transformer translator's cross-attention on the same "
+        "sentence",
     ),
     (
         "app_pages/step_by_step.py",
@@ -90,26 +94,35 @@ GUIDE = [
     (
         "app_pages/inductive_bias.py",
         "Inductive bias",
-        "Shift your picture by k pixels: the patch embeddings move with it (a strided convolution), the attention "
-        "and the class probabilities do not simply follow (learned positions). With numbers, for DeiT.",
+        "your picture rolled k pixels sideways through DeiT-Tiny (offline: vit-tiny): for shifts by whole "
+        "patches every patch embedding is the same vector moved (difference printed), while the class token's"
+        " attention and the class probabilities change (learned positions); every shift from 0 to two patches"
+        " in one chart",
     ),
     (
         "app_pages/mae.py",
         "Masked autoencoder",
-        "75 % of your picture's patches masked at random; with an MAE checkpoint, what the decoder rebuilds and "
-        "the error per patch.",
+        "a random 75 % of the patches masked on your picture (a seed chooses which; offline too); with a "
+        "ViT-MAE checkpoint (facebook/vit-mae-base online, or a local folder) the decoder's reconstruction "
+        "and the squared error per masked patch",
     ),
     (
         "app_pages/detr.py",
         "DETR: detection",
-        "With a DETR checkpoint: each object query's box and class, where it looks in the picture, and how the "
-        "queries attend to each other.",
+        "with a DETR checkpoint (facebook/detr-resnet-50 online, or a local folder; offline the page says "
+        "what it needs): the object queries' boxes and classes, each query's cross-attention over the "
+        "picture, the decoder's self-attention between the queries",
     ),
     (
         "app_pages/train.py",
         "Train a Transformer",
-        "Train a small Transformer classifier (movie sentences) or a tiny ViT (digits) here, watch its curves and "
-        "its heads form epoch by epoch, then open it in the other pages (for you only).",
+        "train a small Transformer encoder classifier in the lectures' form (nn.MultiheadAttention, ReLU FFN,"
+        " post-norm LayerNorm eps 1e-6) on the movie sentences, or a tiny ViT on handwritten digits; you pick"
+        " layers, heads, d_model, epochs, seed (within limits); a progress bar, loss and accuracy curves and "
+        "the attention on a fixed sentence / picture after every epoch; the test accuracy; the model then "
+        "opens in the Text attention or Vision Transformer page, for your session only. One training runs at "
+        "a time per server (a worker thread; the others wait, their place shown), cancellable; a training "
+        "whose page is closed is dropped",
     ),
 ]
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 from dataclasses import dataclass
+from typing import Any
 
 import pandas as pd
 import streamlit as st
@@ -111,29 +112,35 @@ def choose_architecture(url: UrlState) -> str:
     return str(arch)
 
 
-def page(url: UrlState) -> None:
-    settings = presenter.settings_box("Model, sentence, layer, head and query")
+def traced(settings: Any, url: UrlState) -> tuple[str, Any, Any, tuple, Any] | None:
+    """(source, model, fitted text, cache key, trace) for the page's inputs, or None with the reason shown."""
     with settings if settings is not None else contextlib.nullcontext():
         source, text, pair = inputs(url)
     model = caches.load_model(source)
     if model is None:
         st.info("Choose another model above; the rest of the page appears once one loads.")
-        return
+        return None
     problem = tv.text_model_problem(model)
     if problem:
         st.warning(escape(problem))
-        return
+        return None
     fitted = run_safely(lambda: tv.fit_text(model, text, pair), "Input")
     if fitted is None:
-        return
+        return None
     if pair.strip() and fitted.pair is None:
         st.caption("A decoder-only model reads one text: the second segment is ignored.")
     say_what_was_dropped(model, fitted)
     key = ("text", source, fitted.text, fitted.pair)
     trace = run_safely(lambda: caches.cached(*key), "Input")
-    if trace is None:
-        return
+    return None if trace is None else (source, model, fitted, key, trace)
 
+
+def page(url: UrlState) -> None:
+    settings = presenter.settings_box("Model, sentence, layer, head and query")
+    found_trace = traced(settings, url)
+    if found_trace is None:
+        return
+    source, model, fitted, key, trace = found_trace
     tokens = trace.tokens
     labels = display_tokens(tokens)
     box = settings if settings is not None else st

@@ -166,19 +166,7 @@ def following_choice(
     picked = f"{state}.picked"  # the user (or a link) chose this value
     if picked not in st.session_state:
         st.session_state[picked] = bool(url.incoming and name in url.incoming)
-    previous, remembered = st.session_state.get(f"{state}.digest"), st.session_state.get(f"{state}.label")
-    value = st.session_state[state]
-    if previous not in (None, digest):  # a new input: follow the token, not the position
-        same = [o for o in options if labels[o] == remembered]
-        if st.session_state[picked]:  # the user's own choice: keep the word, or say why it changed
-            value = same[0] if same else default
-            if not same:
-                where.caption(f"{escape(remembered)} is not in the new input: now {value} ({escape(labels[value])}).")
-        else:
-            value = default
-        st.session_state[picked] = bool(same) and st.session_state[picked]
-    elif follow_default and not st.session_state[picked]:
-        value = default
+    value = _followed_value(state, picked, digest, options, labels, default, follow_default, where)
     widget = f"{state}@{digest}"
 
     def chose() -> None:
@@ -202,6 +190,34 @@ def following_choice(
     st.session_state[state] = choice
     st.session_state[f"{state}.digest"], st.session_state[f"{state}.label"] = digest, labels[choice]
     return int(choice)
+
+
+def _followed_value(
+    state: str,
+    picked: str,
+    digest: str,
+    options: list[int],
+    labels: Sequence[str],
+    default: int,
+    follow_default: bool,
+    where: Any,
+) -> int:
+    """following_choice's value on this run: after a new input (a new `digest` of the labels), the token chosen
+    before where the new input has it, else `default` (said in a caption when the user had chosen it)."""
+    previous, remembered = st.session_state.get(f"{state}.digest"), st.session_state.get(f"{state}.label")
+    value = st.session_state[state]
+    if previous not in (None, digest):  # a new input: follow the token, not the position
+        same = [o for o in options if labels[o] == remembered]
+        if st.session_state[picked]:  # the user's own choice: keep the word, or say why it changed
+            value = same[0] if same else default
+            if not same:
+                where.caption(f"{escape(remembered)} is not in the new input: now {value} ({escape(labels[value])}).")
+        else:
+            value = default
+        st.session_state[picked] = bool(same) and st.session_state[picked]
+    elif follow_default and not st.session_state[picked]:
+        value = default
+    return int(value)
 
 
 def choose_token(url: UrlState, name: str, value: int) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import numpy as np
@@ -81,6 +82,17 @@ FAINT = 0.15  # the other heads' lines beside a highlighted head: this much of t
 FAINT_COLOUR = "#9e9e9e"
 
 
+# The head view's selections: the query token under the pointer, and the heads clicked in the legend.
+HEAD_VIEW_PARAMS = [
+    {
+        "name": "focus",
+        "views": ["query_tokens"],
+        "select": {"type": "point", "fields": ["query"], "on": "pointerover", "clear": "pointerout"},
+    },
+    {"name": "heads", "views": ["lines"], "select": {"type": "point", "fields": ["head"]}, "bind": "legend"},
+]
+
+
 def head_view_chart(
     view: HeadView,
     n_heads: int,
@@ -109,15 +121,7 @@ def head_view_chart(
         {"lookup": "y_query", "from": {"data": query_data, "key": "y", "fields": ["token"]}, "as": ["query_token"]},
         {"lookup": "y_key", "from": {"data": key_data, "key": "y", "fields": ["token"]}, "as": ["key_token"]},
     ]
-    colour = channel("head", "nominal", scale=head_colour_scale(n_heads), title="head")
-    order = channel("weight", "quantitative")
-    if highlight is not None:
-        chosen = f"datum.head === {int(highlight)}"
-        shade = {"calculate": f"{chosen} ? datum.weight : {FAINT} * datum.weight", "as": "shade"}
-        tokens = [*tokens, shade, {"calculate": f"({chosen} ? 1 : 0) + datum.weight", "as": "rank"}]
-        weight = channel("shade", "quantitative", legend=None, scale={"domain": [0, 1], "range": [0, 1]})
-        colour = {"condition": {"test": f"!({chosen})", "value": FAINT_COLOUR}, **colour}
-        order = channel("rank", "quantitative")  # the highlighted head's lines on top
+    tokens, colour, weight, order = _line_style(tokens, weight, n_heads, highlight)
     lines = {
         "name": "lines",
         "data": named_data(_line_data(view.lines), datasets),
@@ -134,28 +138,43 @@ def head_view_chart(
             "strokeOpacity": {"condition": {"test": shown, **weight}, "value": 0.0},
             "order": order,
             "tooltip": [
-                channel("query_token", "nominal", title="query"),
-                channel("key_token", "nominal", title="key"),
+                *(channel(f"{x}_token", "nominal", title=x) for x in ("query", "key")),
                 channel("head", "nominal", title="head"),
                 channel("weight", "quantitative", format=".3f", title="weight"),
             ],
         },
     }
-    focus = {
-        "name": "focus",
-        "views": ["query_tokens"],
-        "select": {"type": "point", "fields": ["query"], "on": "pointerover", "clear": "pointerout"},
-    }
-    heads = {"name": "heads", "views": ["lines"], "select": {"type": "point", "fields": ["head"]}, "bind": "legend"}
     labels = [
         _token_labels(query_data, "query", left_x, y_scale, 12 * scale),
         _token_labels(key_data, "key", right_x, y_scale, 12 * scale),
     ]
     spec = layered(
-        [lines, *labels], datasets, title, width=int(width), height=row_px * scale * n, params=[focus, heads]
+        [lines, *labels],
+        datasets,
+        title,
+        width=int(width),
+        height=row_px * scale * n,
+        params=copy.deepcopy(HEAD_VIEW_PARAMS),
     )
     # usermeta: drawn at the presenter's size already (tformer_app.presenter.chart_fonts leaves it as it is)
     return spec | {"autosize": {"type": "fit-x", "contains": "padding"}, "usermeta": {"scale": scale}}
+
+
+def _line_style(
+    tokens: list[dict[str, Any]], weight: dict, n_heads: int, highlight: int | None
+) -> tuple[list[dict[str, Any]], dict, dict, dict]:
+    """The head view's lines: (transforms, colour, opacity, drawing order). With a highlighted head, that head in
+    its colour on top and the others grey at FAINT times their weight."""
+    colour = channel("head", "nominal", scale=head_colour_scale(n_heads), title="head")
+    order = channel("weight", "quantitative")
+    if highlight is not None:
+        chosen = f"datum.head === {int(highlight)}"
+        shade = {"calculate": f"{chosen} ? datum.weight : {FAINT} * datum.weight", "as": "shade"}
+        tokens = [*tokens, shade, {"calculate": f"({chosen} ? 1 : 0) + datum.weight", "as": "rank"}]
+        weight = channel("shade", "quantitative", legend=None, scale={"domain": [0, 1], "range": [0, 1]})
+        colour = {"condition": {"test": f"!({chosen})", "value": FAINT_COLOUR}, **colour}
+        order = channel("rank", "quantitative")  # the highlighted head's lines on top
+    return tokens, colour, weight, order
 
 
 def distance_frame(values: np.ndarray) -> pd.DataFrame:
