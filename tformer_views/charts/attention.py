@@ -115,13 +115,8 @@ def head_view_chart(
     y_scale = {"domain": [-0.5, n - 0.5], "reverse": True, "nice": False, "zero": False}  # first token on top
     datasets: dict[str, Any] = {}
     shown = {"and": [{"param": "focus", "empty": True}, {"param": "heads", "empty": True}]}  # hovered query, legend
-    weight = channel("weight", "quantitative", legend=None, scale={"domain": [0, 1], "range": [0, 1]})
     query_data, key_data = named_data(view.queries, datasets), named_data(view.keys, datasets)
-    tokens: list[dict[str, Any]] = [
-        {"lookup": "y_query", "from": {"data": query_data, "key": "y", "fields": ["token"]}, "as": ["query_token"]},
-        {"lookup": "y_key", "from": {"data": key_data, "key": "y", "fields": ["token"]}, "as": ["key_token"]},
-    ]
-    tokens, colour, weight, order = _line_style(tokens, weight, n_heads, highlight)
+    tokens, colour, weight, order = _line_style(query_data, key_data, n_heads, highlight)
     lines = {
         "name": "lines",
         "data": named_data(_line_data(view.lines), datasets),
@@ -148,23 +143,22 @@ def head_view_chart(
         _token_labels(query_data, "query", left_x, y_scale, 12 * scale),
         _token_labels(key_data, "key", right_x, y_scale, 12 * scale),
     ]
-    spec = layered(
-        [lines, *labels],
-        datasets,
-        title,
-        width=int(width),
-        height=row_px * scale * n,
-        params=copy.deepcopy(HEAD_VIEW_PARAMS),
-    )
+    size = {"width": int(width), "height": row_px * scale * n}
+    spec = layered([lines, *labels], datasets, title, **size, params=copy.deepcopy(HEAD_VIEW_PARAMS))
     # usermeta: drawn at the presenter's size already (tformer_app.presenter.chart_fonts leaves it as it is)
     return spec | {"autosize": {"type": "fit-x", "contains": "padding"}, "usermeta": {"scale": scale}}
 
 
 def _line_style(
-    tokens: list[dict[str, Any]], weight: dict, n_heads: int, highlight: int | None
+    query_data: dict[str, str], key_data: dict[str, str], n_heads: int, highlight: int | None
 ) -> tuple[list[dict[str, Any]], dict, dict, dict]:
     """The head view's lines: (transforms, colour, opacity, drawing order). With a highlighted head, that head in
     its colour on top and the others grey at FAINT times their weight."""
+    weight = channel("weight", "quantitative", legend=None, scale={"domain": [0, 1], "range": [0, 1]})
+    tokens: list[dict[str, Any]] = [
+        {"lookup": "y_query", "from": {"data": query_data, "key": "y", "fields": ["token"]}, "as": ["query_token"]},
+        {"lookup": "y_key", "from": {"data": key_data, "key": "y", "fields": ["token"]}, "as": ["key_token"]},
+    ]
     colour = channel("head", "nominal", scale=head_colour_scale(n_heads), title="head")
     order = channel("weight", "quantitative")
     if highlight is not None:
