@@ -7,7 +7,7 @@ inputs = Inputs(); inputs.parse("X", lambda: matrix_from_frame(edited, "X"))   #
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -15,9 +15,11 @@ import pandas as pd
 import streamlit as st
 
 from tformer_views.charts.spec import cell_px, heatmap, unique_labels
-from tformer_views.lessons.tables import TableError
+from tformer_views.lessons.tables import Inputs
 
 from . import downloads, presenter
+
+__all__ = ["Inputs", "data_editor", "matrix_panel"]  # Inputs: the views' parsed tables, as pages import it
 
 log = logging.getLogger("tformer_app")
 _REFUSED_EDITS = "_tformer.refused_edits"  # session state: editors whose edits were refused in the last run
@@ -69,25 +71,6 @@ def matrix_panel(
             cell_size=cell_px(max(len(rows), len(cols)), 250),  # half of a 1280-px page's row
         )
         downloads.chart(chart, key=f"{key_prefix}.chart.{slug}")
-
-
-class Inputs:
-    """Parsed tables: each matrix by name, or None with its message in `errors` (keyed by the same name).
-
-    One bad table does not stop the page: the parts that do not need it are still drawn.
-    """
-
-    def __init__(self) -> None:
-        self.tokens: list[str] = []
-        self.values: dict[str, np.ndarray | None] = {}
-        self.errors: dict[str, str] = {}
-
-    def parse(self, name: str, read: Callable[[], np.ndarray]) -> None:
-        try:
-            self.values[name] = read()
-        except TableError as error:
-            self.values[name] = None
-            self.errors[name] = str(error)
 
 
 def data_editor(where: Any, data: pd.DataFrame, key: str, **kwargs: Any) -> pd.DataFrame:

@@ -2,13 +2,14 @@
 
 X = matrix_from_frame(edited_frame, "X")        # TableError: "X, row 2 (love), column x3: 'abc' is not a number"
 W = parse_matrix_text("1 0 2\n0 1 1", "W^Q")     # pasted numbers, one row per line
+inputs = Inputs(); inputs.parse("X", lambda: X)  # a page's tables: a TableError is kept in inputs.errors["X"]
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -124,3 +125,22 @@ def from_link_text(text: str, name: str) -> np.ndarray:
     if not rows:
         raise TableError(f"{name}: the link holds no numbers")
     return parse_matrix_text("\n".join(row.replace(",", " ") for row in rows), name)
+
+
+class Inputs:
+    """Parsed tables: each matrix by name, or None with its message in `errors` (keyed by the same name).
+
+    One bad table does not stop the page: the parts that do not need it are still drawn.
+    """
+
+    def __init__(self) -> None:
+        self.tokens: list[str] = []
+        self.values: dict[str, np.ndarray | None] = {}
+        self.errors: dict[str, str] = {}
+
+    def parse(self, name: str, read: Callable[[], np.ndarray]) -> None:
+        try:
+            self.values[name] = read()
+        except TableError as error:
+            self.values[name] = None
+            self.errors[name] = str(error)
