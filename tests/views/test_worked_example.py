@@ -154,3 +154,22 @@ def test_pytorchs_z_one_table_per_head():
 def test_a_sentence_too_long_for_the_example_is_said():
     assert we.too_many_tokens(ls.MAX_TOKENS) is None
     assert we.too_many_tokens(ls.MAX_TOKENS + 1).startswith(f"The sentence has {ls.MAX_TOKENS + 1} tokens")
+
+
+def test_the_real_model_preset_slices_each_head_by_its_own_width():
+    """Qwen3 and Gemma set head_dim apart from d_model / n_heads: here 8 per head, where 16 / 4 would say 4."""
+    import torch
+
+    import tformer_core as tc
+
+    torch.manual_seed(0)
+    config = tc.LlamaConfig(vocab_size=40, max_positions=32, n_layers=3, d_model=16, n_heads=4, n_kv_heads=2, d_head=8)
+    model = tc.Llama(config)
+    sizes = we.model_sizes(model)
+    assert sizes == we.ModelSizes(n_layers=3, n_heads=4, d_model=16, d_head=8)
+    trace = model.trace([3, 14, 15, 9])
+    ex = ls.real_model_example(model, trace, 2, 3, sizes.d_model, sizes.d_head)  # the whole head: 8 columns
+    attn = model.weights().block(2).attn
+    np.testing.assert_array_equal(ex.W_q, attn.W_Q[3].double().numpy())
+    np.testing.assert_array_equal(ex.W_k, attn.W_K[1].double().numpy())  # query head 3 reads key/value head 1
+    assert ex.W_o.shape == (8, 16) and "Full size" in ex.note

@@ -61,9 +61,12 @@ class ModelSizes:
 
 
 def model_sizes(model: TracedModel) -> ModelSizes:
-    """The sizes of `model`'s attention that bound the choosers of the real-model preset."""
-    cfg = model.config
-    return ModelSizes(cfg.n_layers, cfg.n_heads, cfg.d_model, cfg.d_model // cfg.n_heads)  # type: ignore[attr-defined]
+    """The sizes of `model`'s main stack that bound the choosers of the real-model preset, read from its weights
+    as `ls.real_model_example` slices them: d_head is each head's own width (Qwen3 and Gemma set it apart from
+    d_model / n_heads)."""
+    weights = model.weights()
+    attn = weights.block(0).attn
+    return ModelSizes(weights.n_layers, attn.n_heads, attn.W_Q.shape[1], attn.d_head)
 
 
 def too_many_tokens(n_tokens: int) -> str | None:
