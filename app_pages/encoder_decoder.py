@@ -7,14 +7,12 @@ The encoder's self-attention uses the Text attention page's views (tformer_app.a
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pandas as pd
 import streamlit as st
 
 from tformer_app import attention_panel as panel
-from tformer_app import caches, downloads, presenter
+from tformer_app import caches, downloads, play, presenter
 from tformer_app.markdown import escape
 from tformer_app.page import run_page, run_safely
 from tformer_app.url import UrlState, int_key
@@ -27,7 +25,6 @@ from tformer_views.tokens import display_token, display_tokens
 
 DEFAULT_MODEL = "translator"
 SUGGESTIONS = ("translator", "Helsinki-NLP/opus-mt-en-de", "t5-small", "facebook/bart-base")
-PLAY_SECONDS = 1.2  # one decoding step per this many seconds while playing
 
 
 INTRO = (
@@ -206,46 +203,13 @@ def step_through(url: UrlState, translation: sv.Translation, layer: int, head: i
     st.header("Step by step")
     n = translation.n_steps
     step_key = url.key("step", 1, choices=range(1, n + 1))
-    playing_key = f"{url.page}.playing"
-
-    def toggle() -> None:
-        playing = not st.session_state.get(playing_key, False)
-        st.session_state[playing_key] = playing
-        if playing and st.session_state[step_key] >= n:
-            st.session_state[step_key] = 1  # play from the start
-        st.session_state[f"{url.page}.played_at"] = time.monotonic()
-
-    playing = bool(st.session_state.get(playing_key, False)) and n > 1
-    st.button(
-        "⏸ Pause" if playing else "▶ Play",
-        key=f"{url.page}.play",
-        on_click=url.callback(toggle),
-        disabled=n < 2,
-        help=f"Advance one decoding step every {PLAY_SECONDS:.1f} s",
+    play.play_through(
+        url,
+        step_key,
+        n,
+        lambda step: draw_step(translation, step - 1, layer, head),
+        help="Decoding step t: the decoder has read t tokens and writes the next.",
     )
-
-    def steps() -> None:
-        if st.session_state.get(playing_key):
-            last = st.session_state.get(f"{url.page}.played_at", 0.0)
-            if time.monotonic() - last >= PLAY_SECONDS * 0.9:  # a timer tick, not another widget's rerun
-                st.session_state[f"{url.page}.played_at"] = time.monotonic()
-                if st.session_state[step_key] < n:
-                    st.session_state[step_key] += 1
-                else:
-                    st.session_state[playing_key] = False
-                    st.rerun()  # the whole page, so the timer stops
-        if n > 1:
-            st.slider(
-                "Step", 1, n, key=step_key, help="Decoding step t: the decoder has read t tokens and writes the next."
-            )
-        draw_step(translation, int(st.session_state[step_key]) - 1, layer, head)
-
-    # Playing, only this section reruns, once per tick (a fragment with a timer); otherwise moving the
-    # slider reruns the page, so the link and the views that follow the step are updated too.
-    if playing:
-        st.fragment(steps, run_every=PLAY_SECONDS)()
-    else:
-        steps()
 
 
 def draw_step(translation: sv.Translation, t: int, layer: int, head: int) -> None:
