@@ -21,14 +21,13 @@ from tformer_app.page import DEFAULT_TEXT_MODEL, run_page, run_safely
 from tformer_app.tables import Inputs, data_editor, matrix_panel
 from tformer_app.url import UrlState, finite_float, int_key
 from tformer_app.widgets import choose_model
-from tformer_core.block_steps import LayerNormSteps, layer_norm_steps, rms_norm_steps
+from tformer_core.block_steps import layer_norm_steps, rms_norm_steps
 from tformer_core.models.base import TracedModel
 from tformer_views import seq2seq as sv
 from tformer_views.charts.block import activation_chart, flow_chart, norms_chart
 from tformer_views.charts.spec import heatmap
 from tformer_views.lessons import block as lb
 from tformer_views.lessons import tables as lt
-from tformer_views.lessons.attention import fmt
 
 SUGGESTIONS = (DEFAULT_TEXT_MODEL, "translator", "vit-tiny", "smollm2", vi.DEFAULT_VIT, "gpt2", "bert-base-uncased")
 DEFAULT_SENTENCE = "The cat sat on the mat."
@@ -176,21 +175,8 @@ def vectors(name: str, rows: dict[str, np.ndarray], n_dims: int, key: str) -> No
 
 def show_norm(norm, model_norm: np.ndarray, n_dims: int, key: str, name: str) -> None:
     """One norm of the walk: the lecture's formulas with this token's numbers, then the vectors."""
-    d, eps = norm.x.shape[1], lb.tex(norm.eps)
-    if isinstance(norm, LayerNormSteps):
-        st.latex(
-            rf"\mu = \frac{{1}}{{d}}\sum_{{i=1}}^{{d}} x_i = {fmt(norm.mean[0])},\qquad "
-            rf"\sigma^2 = \frac{{1}}{{d}}\sum_{{i=1}}^{{d}} (x_i-\mu)^2 = {fmt(norm.var[0])},\qquad d = {d}"
-        )
-        st.latex(
-            rf"\hat x_i = \frac{{x_i-\mu}}{{\sqrt{{\sigma^2+\varepsilon}}}},\ \ \sqrt{{\sigma^2+\varepsilon}} = "
-            rf"{fmt(norm.std[0])}\ (\varepsilon = {eps}),\qquad y_i = \gamma_i\,\hat x_i + \beta_i"
-        )
-    else:
-        st.latex(
-            rf"\mathrm{{RMS}}(x) = \sqrt{{\frac{{1}}{{d}}\sum_{{i=1}}^{{d}} x_i^2 + \varepsilon}} = {fmt(norm.rms[0])},"
-            rf"\qquad y_i = \gamma_i\,\frac{{x_i}}{{\mathrm{{RMS}}(x)}}\qquad (d = {d},\ \varepsilon = {eps})"
-        )
+    for formula in lb.norm_formulas(norm):
+        st.latex(formula)
     vectors(name, lb.norm_rows(norm, model_norm), n_dims, key)
     gap = float(np.max(np.abs(norm.output[0] - model_norm)))
     st.caption(f"γ and β are the model's own (learned). Largest difference from the model's output: {gap:.1e}.")
@@ -218,10 +204,7 @@ def show_attention_row(sub: lb.SubLayerWalk, token_label: str, key: str) -> None
         if len(visible) < len(row.keys):
             st.caption(f"The {len(row.keys) - len(visible)} masked keys (weight 0) are left out of the picture.")
     else:
-        top = np.argsort(-row.weights, axis=1, kind="stable")[:, :5]  # [heads, 5]
-        cells = [[f"{row.keys[j]} ({row.weights[h, j]:.3f})" for j in top[h]] for h in range(len(heads))]
-        frame = pd.DataFrame(cells, index=pd.Index(heads, name="strongest keys"), columns=[1, 2, 3, 4, 5])
-        st.dataframe(frame)
+        st.dataframe(lb.strongest_keys(row))
         st.caption(f"{len(visible)} keys: too many to draw; each head's five strongest, and every weight in the CSV.")
     downloads.matrix_download(row.weights, heads, list(row.keys), f"block_{key}_weights.csv", key=f"block.csv.{key}w")
 
@@ -377,8 +360,9 @@ def layer_norm_example(url: UrlState) -> None:
     for message in inputs.errors.values():
         st.error(escape(message))
     X, params = inputs.values.get("X"), inputs.values.get("params")
-    if eps <= 0:
-        st.error(f"ε must be greater than 0 (it keeps the division away from 0 when every x_i is equal); got {eps:g}.")
+    bad_eps = lb.eps_problem(eps)
+    if bad_eps:
+        st.error(bad_eps)
         return
     if X is None or params is None:
         st.info("Fix the tables above to see the steps.")
@@ -390,11 +374,7 @@ def layer_norm_example(url: UrlState) -> None:
 
 def edit_norm_tables(d: int) -> Inputs:
     """X (one row per token) and γ, β, as editable tables started from the lecture's numbers."""
-    X = np.zeros((len(lb.EXAMPLE_TOKENS), d))
-    k = min(d, lb.EXAMPLE_X.shape[1])
-    X[:, :k] = lb.EXAMPLE_X[:, :k]
-    params = np.vstack([np.ones(d), np.zeros(d)])
-    params[0, :k], params[1, :k] = lb.EXAMPLE_GAMMA[:k], lb.EXAMPLE_BETA[:k]
+    X, params = lb.example_norm_inputs(d)
     digest = hashlib.sha1(repr(d).encode()).hexdigest()[:8]
     cols = lb.dims_labels(d)
     out = Inputs()
@@ -422,38 +402,16 @@ def show_norm_example(url: UrlState, norm, tokens: list[str]) -> None:
     summary = lb.norm_summary(norm, tokens)
     downloads.table(summary, key="block.table.ln_summary")
     cols = lb.dims_labels(d)
-    if isinstance(norm, LayerNormSteps):
-        matrix_panel(
-            "x̂",
-            r"\hat x_i = \frac{x_i - \mu}{\sqrt{\sigma^2 + \varepsilon}}",
-            norm.normalized,
-            tokens,
-            cols,
-            key_prefix="block.ln",
-        )
-    else:
-        matrix_panel(
-            "x̂", r"\hat x_i = \frac{x_i}{\mathrm{RMS}(x)}", norm.normalized, tokens, cols, key_prefix="block.ln"
-        )
-    formula = r"y_i = \gamma_i\,\hat x_i + \beta_i" if isinstance(norm, LayerNormSteps) else r"y_i = \gamma_i\,\hat x_i"
-    matrix_panel("y", formula, norm.output, tokens, cols, key_prefix="block.ln")
+    matrix_panel("x̂", lb.normalized_formula(norm), norm.normalized, tokens, cols, key_prefix="block.ln")
+    matrix_panel("y", lb.output_formula(norm), norm.output, tokens, cols, key_prefix="block.ln")
     row = st.selectbox(
         "Token, every number",
         list(range(n)),
         format_func=lambda i: f"{i}: {tokens[i]}",
         key=url.key("lnrow", 0, choices=list(range(n))),
     )
-    x, eps = norm.x[row], lb.tex(norm.eps)
-    if isinstance(norm, LayerNormSteps):
-        st.latex(lb.written_mean(x))
-        st.latex(lb.written_variance(x))
-        st.latex(
-            rf"\hat x = \frac{{x - {fmt(norm.mean[row])}}}{{\sqrt{{{fmt(norm.var[row])} + {eps}}}}} = "
-            rf"[{', '.join(fmt(v) for v in norm.normalized[row])}]"
-        )
-    else:
-        st.latex(lb.written_rms(x, norm.eps))
-    st.latex(lb.written_output(norm, row))
+    for formula in lb.written_row(norm, row):
+        st.latex(formula)
 
 
 def page(url: UrlState) -> None:

@@ -636,3 +636,73 @@ def norm_summary(norm: LayerNormSteps | RMSNormSteps, tokens: list[str]) -> pd.D
     else:
         data = {"mean of x²": norm.mean_square, "RMS = √(mean x² + ε)": norm.rms}
     return pd.DataFrame(data, index=pd.Index(tokens, name="per token"))
+
+
+def example_norm_inputs(d: int) -> tuple[np.ndarray, np.ndarray]:
+    """The lecture's example with `d` dimensions: X [tokens, d] and [γ; β] [2, d], the example's numbers in the
+    first dimensions (X 0, γ 1, β 0 in the others)."""
+    X = np.zeros((len(EXAMPLE_TOKENS), d))
+    k = min(d, EXAMPLE_X.shape[1])
+    X[:, :k] = EXAMPLE_X[:, :k]
+    params = np.vstack([np.ones(d), np.zeros(d)])
+    params[0, :k], params[1, :k] = EXAMPLE_GAMMA[:k], EXAMPLE_BETA[:k]
+    return X, params
+
+
+def eps_problem(eps: float) -> str | None:
+    """Why ε cannot be used (it must be > 0), or None."""
+    if eps > 0:
+        return None
+    return f"ε must be greater than 0 (it keeps the division away from 0 when every x_i is equal); got {eps:g}."
+
+
+# ---- a norm's formulas, LaTeX ------------------------------------------------------------------------------
+def norm_formulas(norm: LayerNormSteps | RMSNormSteps, row: int = 0) -> list[str]:
+    """The lecture's formulas of `norm` with row `row`'s numbers: μ and σ², then x̂ and y (LayerNorm), or
+    RMS(x) and y (RMSNorm)."""
+    d, eps = norm.x.shape[1], tex(norm.eps)
+    if isinstance(norm, LayerNormSteps):
+        return [
+            rf"\mu = \frac{{1}}{{d}}\sum_{{i=1}}^{{d}} x_i = {fmt(norm.mean[row])},\qquad "
+            rf"\sigma^2 = \frac{{1}}{{d}}\sum_{{i=1}}^{{d}} (x_i-\mu)^2 = {fmt(norm.var[row])},\qquad d = {d}",
+            rf"\hat x_i = \frac{{x_i-\mu}}{{\sqrt{{\sigma^2+\varepsilon}}}},\ \ \sqrt{{\sigma^2+\varepsilon}} = "
+            rf"{fmt(norm.std[row])}\ (\varepsilon = {eps}),\qquad y_i = \gamma_i\,\hat x_i + \beta_i",
+        ]
+    return [
+        rf"\mathrm{{RMS}}(x) = \sqrt{{\frac{{1}}{{d}}\sum_{{i=1}}^{{d}} x_i^2 + \varepsilon}} = {fmt(norm.rms[row])},"
+        rf"\qquad y_i = \gamma_i\,\frac{{x_i}}{{\mathrm{{RMS}}(x)}}\qquad (d = {d},\ \varepsilon = {eps})"
+    ]
+
+
+def normalized_formula(norm: LayerNormSteps | RMSNormSteps) -> str:
+    """x̂ in symbols: (x − μ) / √(σ² + ε), or x / RMS(x)."""
+    if isinstance(norm, LayerNormSteps):
+        return r"\hat x_i = \frac{x_i - \mu}{\sqrt{\sigma^2 + \varepsilon}}"
+    return r"\hat x_i = \frac{x_i}{\mathrm{RMS}(x)}"
+
+
+def output_formula(norm: LayerNormSteps | RMSNormSteps) -> str:
+    """y in symbols: γ x̂ + β, or γ x̂ (RMSNorm has no β)."""
+    return r"y_i = \gamma_i\,\hat x_i + \beta_i" if isinstance(norm, LayerNormSteps) else r"y_i = \gamma_i\,\hat x_i"
+
+
+def written_row(norm: LayerNormSteps | RMSNormSteps, row: int) -> list[str]:
+    """Row `row` of the norm with every number written out, LaTeX: μ, σ², x̂ and y (LayerNorm), or RMS and y."""
+    x = norm.x[row]
+    if not isinstance(norm, LayerNormSteps):
+        return [written_rms(x, norm.eps), written_output(norm, row)]
+    normalized = (
+        rf"\hat x = \frac{{x - {fmt(norm.mean[row])}}}{{\sqrt{{{fmt(norm.var[row])} + {tex(norm.eps)}}}}} = "
+        rf"[{', '.join(fmt(v) for v in norm.normalized[row])}]"
+    )
+    return [written_mean(x), written_variance(x), normalized, written_output(norm, row)]
+
+
+# ---- an attention row too long to draw ----------------------------------------------------------------------
+def strongest_keys(row: AttentionRow, k: int = 5) -> pd.DataFrame:
+    """Each head's `k` strongest keys, "key (weight)", strongest first (ties: the earlier key first): one row per
+    head [heads, k]."""
+    heads = [f"head {h}" for h in range(row.weights.shape[0])]
+    top = np.argsort(-row.weights, axis=1, kind="stable")[:, :k]  # [heads, k]
+    cells = [[f"{row.keys[j]} ({row.weights[h, j]:.3f})" for j in top[h]] for h in range(len(heads))]
+    return pd.DataFrame(cells, index=pd.Index(heads, name="strongest keys"), columns=list(range(1, top.shape[1] + 1)))
