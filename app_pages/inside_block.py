@@ -8,32 +8,26 @@ the model's weights -> draw each step as formulas, tables, charts and CSV files.
 
 from __future__ import annotations
 
-import hashlib
-
 import numpy as np
 import pandas as pd
 import streamlit as st
 
-from tformer_app import caches, downloads
+from tformer_app import caches, downloads, layer_norm
 from tformer_app import vision_inputs as vi
 from tformer_app.markdown import escape
 from tformer_app.page import DEFAULT_TEXT_MODEL, run_page, run_safely
-from tformer_app.tables import Inputs, data_editor, matrix_panel
-from tformer_app.url import UrlState, finite_float, int_key
+from tformer_app.url import UrlState, int_key
 from tformer_app.widgets import choose_model
-from tformer_core.block_steps import layer_norm_steps, rms_norm_steps
 from tformer_core.models.base import TracedModel
 from tformer_views import seq2seq as sv
 from tformer_views.charts.block import activation_chart, flow_chart, norms_chart
 from tformer_views.charts.spec import heatmap
 from tformer_views.lessons import block as lb
-from tformer_views.lessons import tables as lt
 
 SUGGESTIONS = (DEFAULT_TEXT_MODEL, "translator", "vit-tiny", "smollm2", vi.DEFAULT_VIT, "gpt2", "bert-base-uncased")
 DEFAULT_SENTENCE = "The cat sat on the mat."
 MAX_DIMS = 16
 MAX_KEYS_DRAWN = 40  # more keys than this: the attention row goes to a CSV, not a heatmap
-NORMS = {"layernorm": "LayerNorm", "rmsnorm": "RMSNorm (T5, Llama)"}
 PLACEMENT = {
     "post": "post-norm (the original Transformer, BERT): x ← Norm(x + Sublayer(x))",
     "pre": "pre-norm (GPT-2, ViT, T5, Llama): x ← x + Sublayer(Norm(x))",
@@ -339,81 +333,6 @@ def show_across_layers(key: tuple, stack: str, token: int, layout: lb.BlockLayou
     )
 
 
-# ---- the lecture's LayerNorm example -------------------------------------------------------------------------
-def layer_norm_example(url: UrlState) -> None:
-    st.header("LayerNorm by hand")
-    c = st.columns(3)
-    kind = c[0].radio(
-        "Norm",
-        list(NORMS),
-        format_func=NORMS.get,
-        horizontal=True,
-        key=url.key("lnorm", "layernorm", choices=list(NORMS)),
-    )
-    eps = c[1].number_input("ε", key=url.key("eps", lb.EXAMPLE_EPS, cast=finite_float), format="%g", step=1e-5)
-    dims = c[2].number_input("Dimensions d", 1, 8, key=int_key(url, "lnd", 4, 1, 8))
-    st.caption(
-        "Small whole numbers whose μ and σ² come out whole, so every step can be checked by hand. Edit any cell, "
-        "add or delete tokens, change ε or the number of dimensions; the real model above uses the same formulas."
-    )
-    inputs = edit_norm_tables(int(dims))
-    for message in inputs.errors.values():
-        st.error(escape(message))
-    X, params = inputs.values.get("X"), inputs.values.get("params")
-    bad_eps = lb.eps_problem(eps)
-    if bad_eps:
-        st.error(bad_eps)
-        return
-    if X is None or params is None:
-        st.info("Fix the tables above to see the steps.")
-        return
-    gamma, beta = params[0], params[1]
-    norm = layer_norm_steps(X, gamma, beta, eps) if kind == "layernorm" else rms_norm_steps(X, gamma, eps)
-    show_norm_example(url, norm, inputs.tokens)
-
-
-def edit_norm_tables(d: int) -> Inputs:
-    """X (one row per token) and γ, β, as editable tables started from the lecture's numbers."""
-    X, params = lb.example_norm_inputs(d)
-    digest = hashlib.sha1(repr(d).encode()).hexdigest()[:8]
-    cols = lb.dims_labels(d)
-    out = Inputs()
-    left, right = st.columns([3, 2])
-    with left:
-        st.markdown("**x**: one row per token (add or delete rows)")
-        frame = pd.DataFrame(X, columns=cols)
-        frame.insert(0, "token", list(lb.EXAMPLE_TOKENS))
-        edited = data_editor(st, frame, key=f"block.ln.X.{digest}", num_rows="dynamic", hide_index=True)
-    with right:
-        st.markdown("**γ** (scale) and **β** (shift), one per dimension")
-        p = data_editor(
-            st,
-            pd.DataFrame(params, index=pd.Index(["γ", "β"], name="parameter"), columns=cols),
-            key=f"block.ln.p.{digest}",
-        )
-    out.tokens = lt.tokens_from_column(edited["token"].tolist()) if "token" in edited else []
-    out.parse("X", lambda: lt.matrix_from_frame(edited, "x", skip=["token"]))
-    out.parse("params", lambda: lt.matrix_from_frame(p, "γ, β"))
-    return out
-
-
-def show_norm_example(url: UrlState, norm, tokens: list[str]) -> None:
-    n, d = norm.x.shape
-    summary = lb.norm_summary(norm, tokens)
-    downloads.table(summary, key="block.table.ln_summary")
-    cols = lb.dims_labels(d)
-    matrix_panel("x̂", lb.normalized_formula(norm), norm.normalized, tokens, cols, key_prefix="block.ln")
-    matrix_panel("y", lb.output_formula(norm), norm.output, tokens, cols, key_prefix="block.ln")
-    row = st.selectbox(
-        "Token, every number",
-        list(range(n)),
-        format_func=lambda i: f"{i}: {tokens[i]}",
-        key=url.key("lnrow", 0, choices=list(range(n))),
-    )
-    for formula in lb.written_row(norm, row):
-        st.latex(formula)
-
-
 def page(url: UrlState) -> None:
     source, model = choose(url)
     if model is not None:
@@ -427,7 +346,7 @@ def page(url: UrlState) -> None:
             if walk is not None:
                 show_walk(walk, n_dims)
             show_across_layers(key, stack, token, layout)
-    layer_norm_example(url)
+    layer_norm.draw(url)
 
 
 def main() -> None:
