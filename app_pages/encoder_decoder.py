@@ -89,7 +89,7 @@ def page(url: UrlState) -> None:
         return
     key = translation_inputs(url, source)
     translation = run_safely(lambda: caches.cached(*key), "Input") if key else None
-    if translation is None:
+    if key is None or translation is None:
         show_vocabulary(model, source)
         return
     show_translation(key, translation)  # the translation first: the page's key idea on its first screen

@@ -18,16 +18,20 @@ from tformer_app.markdown import escape
 from tformer_app.page import DEFAULT_TEXT_MODEL, run_page, run_safely
 from tformer_app.url import UrlState, int_key
 from tformer_app.widgets import choose_model
+from tformer_core.block_steps import FFNSteps, LayerNormSteps, RMSNormSteps
 from tformer_core.models.base import TracedModel
+from tformer_core.trace import Trace
 from tformer_views import seq2seq as sv
 from tformer_views.charts.block import activation_chart, flow_chart, norms_chart
 from tformer_views.charts.spec import heatmap
 from tformer_views.lessons import block as lb
+from tformer_views.vision import VisionResult
 
 SUGGESTIONS = (DEFAULT_TEXT_MODEL, "translator", "vit-tiny", "smollm2", vi.DEFAULT_VIT, "gpt2", "bert-base-uncased")
 DEFAULT_SENTENCE = "The cat sat on the mat."
 MAX_DIMS = 16
 MAX_KEYS_DRAWN = 40  # more keys than this: the attention row goes to a CSV, not a heatmap
+Result = Trace | sv.Translation | VisionResult  # what the cache gives for a sentence, a translation, a picture
 PLACEMENT = {
     "post": "post-norm (the original Transformer, BERT): x ← Norm(x + Sublayer(x))",
     "pre": "pre-norm (GPT-2, ViT, T5, Llama): x ← x + Sublayer(Norm(x))",
@@ -58,7 +62,7 @@ def choose(url: UrlState) -> tuple[str, TracedModel | None]:
     return source, model
 
 
-def read_input(url: UrlState, source: str, model: TracedModel) -> tuple[tuple, object] | None:
+def read_input(url: UrlState, source: str, model: TracedModel) -> tuple[tuple, Result] | None:
     """(the cache key, the cached result) for the input the user gives, or None (said on the page)."""
     if model.kind == "vit":
         picked = vi.choose_image(url, model)
@@ -91,7 +95,7 @@ def read_input(url: UrlState, source: str, model: TracedModel) -> tuple[tuple, o
     return key, result
 
 
-def position(url: UrlState, model: TracedModel, result: object) -> tuple[str, int, int, int]:
+def position(url: UrlState, model: TracedModel, result: Result) -> tuple[str, int, int, int]:
     """(stack, layer, token, dimensions shown) from the row of choosers."""
     trace = caches.trace_of(result)
     stacks = lb.stacks_of(model)
@@ -167,7 +171,7 @@ def vectors(name: str, rows: dict[str, np.ndarray], n_dims: int, key: str) -> No
     )
 
 
-def show_norm(norm, model_norm: np.ndarray, n_dims: int, key: str, name: str) -> None:
+def show_norm(norm: LayerNormSteps | RMSNormSteps, model_norm: np.ndarray, n_dims: int, key: str, name: str) -> None:
     """One norm of the walk: the lecture's formulas with this token's numbers, then the vectors."""
     for formula in lb.norm_formulas(norm):
         st.latex(formula)
@@ -213,7 +217,7 @@ def show_sublayer(walk: lb.BlockWalk, i: int, sub: lb.SubLayerWalk, n_dims: int)
         st.subheader(f"{i + 1}. {norm_name}, the {sub.title}, Add")
         show_norm(sub.norm, sub.model_norm, n_dims, f"norm{i}", f"{norm_name} {i + 1}")
     if sub.ffn is not None:
-        show_ffn(sub, layout, n_dims, i)
+        show_ffn(sub.ffn, layout, n_dims, i)
     else:
         show_attention_row(sub, walk.token_label, f"attn{i}")
     what = "FFN(x)" if sub.part == "mlp" else f"{sub.title} output"
@@ -230,8 +234,7 @@ def show_sublayer(walk: lb.BlockWalk, i: int, sub: lb.SubLayerWalk, n_dims: int)
         show_norm(sub.norm, sub.model_norm, n_dims, f"norm{i}", f"{norm_name} {i + 1}")
 
 
-def show_ffn(sub: lb.SubLayerWalk, layout: lb.BlockLayout, n_dims: int, i: int) -> None:
-    ffn = sub.ffn
+def show_ffn(ffn: FFNSteps, layout: lb.BlockLayout, n_dims: int, i: int) -> None:
     act = lb.ACTIVATION_NAMES[layout.activation]
     d, d_ff = layout.d_model, layout.d_ff
     st.latex(lb.ffn_formula(layout))

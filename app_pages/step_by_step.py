@@ -178,8 +178,9 @@ def draw_row(url: UrlState, steps: AttentionSteps, available: set[str], tokens: 
 def settings(url: UrlState) -> tuple[str, int, str]:
     """(preset, number of heads, edit mode) from the first row of widgets."""
     c = st.columns([2, 1, 2])
+    presets, modes = list(PRESETS), list(MODES)
     preset = c[0].selectbox(
-        "Numbers", list(PRESETS), format_func=PRESETS.get, key=url.key("preset", "example", choices=list(PRESETS))
+        "Numbers", presets, format_func=lambda p: PRESETS[p], key=url.key("preset", "example", choices=presets)
     )
     n_heads = c[1].number_input(
         "Heads",
@@ -189,13 +190,9 @@ def settings(url: UrlState) -> tuple[str, int, str]:
         help="With h heads, the columns of each W split into h blocks: one head each.",
     )
     mode = c[2].radio(
-        "Edit as",
-        list(MODES),
-        format_func=MODES.get,
-        horizontal=True,
-        key=url.key("mode", "tables", choices=list(MODES)),
+        "Edit as", modes, format_func=lambda m: MODES[m], horizontal=True, key=url.key("mode", "tables", choices=modes)
     )
-    return preset, int(n_heads), mode
+    return str(preset), int(n_heads), str(mode)
 
 
 def masks(url: UrlState, tokens: list[str]) -> np.ndarray | None:

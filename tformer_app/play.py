@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, MutableMapping
-from typing import Any
+from typing import Any, cast
 
 import streamlit as st
 
@@ -77,7 +77,7 @@ def play_through(url: UrlState, step_key: str, n_steps: int, draw: Callable[[int
     Playing, only this section reruns, once per tick (a fragment with a timer); otherwise moving the slider
     reruns the page, so the link and the views that follow the step are updated too.
     """
-    timer = PlayTimer(st.session_state, url.page, step_key, n_steps)
+    timer = PlayTimer(cast(MutableMapping[str, Any], st.session_state), url.page, step_key, n_steps)
     playing = timer.playing
     st.button(
         "⏸ Pause" if playing else "▶ Play",
