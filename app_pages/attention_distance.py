@@ -169,7 +169,9 @@ def text(url: UrlState) -> None:
     for sentence in sentences[:MAX_SENTENCES]:
         fitted = run_safely(lambda s=sentence: tc.fit_to_model(model, s), "Sentence")
         # Each sentence is reduced to its [layers, heads] figures as it is traced; no trace is kept.
-        figures = fitted and run_safely(lambda f=fitted: caches.cached("token_distance", source, f.text), "Sentence")
+        figures = fitted and run_safely(
+            lambda f=fitted: caches.result(caches.token_distance(source, f.text)), "Sentence"
+        )
         if figures:
             grids.append(figures[0])
             baselines.append(figures[1])

@@ -207,7 +207,7 @@ def real_sections(url: UrlState, base: float) -> str:
     if not sentence.strip():
         st.error("Type a sentence.")
     else:
-        trace = run_safely(lambda: caches.cached("text", MODEL, sentence, None), "Sentence")
+        trace = run_safely(lambda: caches.result(caches.text_trace(MODEL, sentence)), "Sentence")
         parts = run_safely(lambda: lp.embedding_sum(trace, base), "Embeddings") if trace is not None else None
         if parts is not None:
             show_embedding_parts(parts, int(n_dims), base)
@@ -381,7 +381,7 @@ def rope_vectors(
     head = columns[1].selectbox("Head", list(range(c.n_heads)), key=url.key("rhead", 0, choices=list(range(c.n_heads))))
     trace = None
     if sentence.strip():
-        trace = run_safely(lambda: caches.cached("text", ROPE_MODEL, sentence, None), f"Sentence ({ROPE_MODEL})")
+        trace = run_safely(lambda: caches.result(caches.text_trace(ROPE_MODEL, sentence)), f"Sentence ({ROPE_MODEL})")
     if trace is None:
         st.caption("No sentence above: random q and k instead of the model's.")
         q, k = lp.random_qk(setting.head_dim)

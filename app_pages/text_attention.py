@@ -1,8 +1,8 @@
 """Text attention: every head of a real encoder (MiniLM, BERT, RoBERTa) or decoder-only model (SmolLM2, GPT-2).
 
-Read widgets -> ask the views (tformer_views) -> draw. One forward pass per input (caches.cached);
+Read widgets -> ask the views (tformer_views) -> draw. One forward pass per input (caches.result);
 choosing a layer, head, token or view reuses the cached trace. A decoder-only model also continues the
-text when asked (greedy or sampled, once per prompt and settings: caches.cached("generate", ...)), and the
+text when asked (greedy or sampled, once per prompt and settings: caches.continuation(...)), and the
 step slider shows each new token's attention in every layer and head from that cached result. A sequence
 classifier shows its labels and where its first token looked.
 """
@@ -112,8 +112,8 @@ def choose_architecture(url: UrlState) -> str:
     return str(arch)
 
 
-def traced(settings: Any, url: UrlState) -> tuple[str, Any, Any, tuple, Any] | None:
-    """(source, model, fitted text, cache key, trace) for the page's inputs, or None with the reason shown."""
+def traced(settings: Any, url: UrlState) -> tuple[str, Any, Any, caches.Request[tc.Trace], tc.Trace] | None:
+    """(source, model, fitted text, cache request, trace) for the page's inputs, or None with the reason shown."""
     with settings if settings is not None else contextlib.nullcontext():
         source, text, pair = inputs(url)
     model = caches.load_model(source)
@@ -130,8 +130,8 @@ def traced(settings: Any, url: UrlState) -> tuple[str, Any, Any, tuple, Any] | N
     if pair.strip() and fitted.pair is None:
         st.caption("A decoder-only model reads one text: the second segment is ignored.")
     say_what_was_dropped(model, fitted)
-    key = ("text", source, fitted.text, fitted.pair)
-    trace = run_safely(lambda: caches.cached(*key), "Input")
+    key = caches.text_trace(source, fitted.text, fitted.pair)
+    trace = run_safely(lambda: caches.result(key), "Input")
     return None if trace is None else (source, model, fitted, key, trace)
 
 
@@ -245,14 +245,14 @@ def say_what_the_tokenizer_changed(text: str, tokens: tuple[str, ...]) -> None:
         st.caption(f"The tokenizer changed your text: it {escape(listed)}. The views show its tokens.")
 
 
-def lecture_head(key: tuple, trace: tc.Trace, query: int | None) -> LectureHead | None:
+def lecture_head(key: caches.Request[tc.Trace], trace: tc.Trace, query: int | None) -> LectureHead | None:
     """The head linking `query` ("it") to the lecture's noun ("animal") most, when the sentence has them."""
     if query is None or not trace.n_layers:
         return None
     noun = search.default_key(trace.tokens, query, -1)
     if noun < 0:
         return None
-    rows = caches.derived("query_rows", key, trace.main_stack, query)  # [layers, heads, keys]
+    rows = caches.query_rows(key, trace.main_stack, query)  # [layers, heads, keys]
     layer, head, weight = search.ranked_heads(rows[..., noun], 1)[0]
     return LectureHead(layer, head, weight, query, noun)
 
@@ -422,8 +422,8 @@ def show_continuation(url: UrlState, source: str, model: tc.TracedModel, text: s
         return
     if temperature == 0:
         top_k, seed = None, 0  # greedy: one cached result whatever the sampling settings say
-    key = ("generate", source, prompt, new, temperature, top_k, seed)
-    continuation = run_safely(lambda: caches.cached(*key), "Continuation")
+    key = caches.continuation(source, prompt, new, temperature, top_k, seed)
+    continuation = run_safely(lambda: caches.result(key), "Continuation")
     if continuation is None:
         return
     if continuation.n_steps == 0:

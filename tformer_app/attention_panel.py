@@ -3,7 +3,7 @@
     c = attention_panel.controls(url, trace, stack="encoder", prefix="enc_")   # layer, head, views, query...
     attention_panel.draw(shown, url, c)                                          # the views chosen in c
 
-`Shown` is the trace on screen with the key it was cached under (`caches.cached(*key)`), so what the
+`Shown` is the trace on screen with the request it was cached under (`caches.result(key)`), so what the
 views derive from it once (the overview picture, the distance grid) is cached with it. The numbers
 come from tformer_views; this module only lays them out. `prefix` keeps the widgets (and URL
 parameters) of two attention sections on one page apart; with prefix "" the names are the plain
@@ -58,9 +58,9 @@ MATRICES = {"weights": "weights (softmax)", "scaled": "softmax input QKᵀ/√d_
 
 @dataclass(frozen=True)
 class Shown:
-    """A trace on screen: `key` is what `caches.cached` was called with to get the result holding it."""
+    """A trace on screen: `key` is the cache request whose result holds it."""
 
-    key: tuple
+    key: caches.Request[Any]
     trace: Trace
 
 
@@ -170,13 +170,18 @@ def _views(url: UrlState, prefix: str, views: Sequence[str], default_views: Sequ
             "View",
             list(views),
             key=view_key,
-            format_func=VIEWS.get,
+            format_func=lambda view: VIEWS.get(view, view),
             selection_mode="single",
             label_visibility="collapsed",
         )
         return (one or defaults[0],)
     chosen = st.pills(
-        "Views", list(views), key=views_key, format_func=VIEWS.get, selection_mode="multi", label_visibility="collapsed"
+        "Views",
+        list(views),
+        key=views_key,
+        format_func=lambda view: VIEWS.get(view, view),
+        selection_mode="multi",
+        label_visibility="collapsed",
     )
     return tuple(chosen or ())
 
@@ -354,7 +359,7 @@ def draw_search(shown: Shown, url: UrlState, c: Controls, label: str = "") -> No
     trace = shown.trace
     q_labels, k_labels = (display_tokens(t) for t in trace.tokens_for(c.stack))
     st.subheader(f"Which {label}heads link two tokens?")
-    rows = caches.derived("query_rows", shown.key, c.stack, c.query)  # [layers, heads, keys]
+    rows = caches.query_rows(shown.key, c.stack, c.query)  # [layers, heads, keys]
     default = search.default_key(trace.tokens_for(c.stack)[1], c.query, int(np.argmax(rows[c.layer, c.head])))
     left, right = st.columns([1, 1])
     with left:
@@ -411,7 +416,7 @@ def thumbnail_width(png: bytes) -> int:
 
 def draw_overview(shown: Shown, url: UrlState, c: Controls, label: str = "") -> None:
     st.subheader(f"All {label}layers × heads")
-    picture = caches.derived("overview", shown.key, c.stack, c.hide)
+    picture = caches.overview_picture(shown.key, c.stack, c.hide)
     n_q, n_k = picture.n_tokens
     b = picture.block
     detail = "one pixel per token pair" if b == 1 else f"each pixel averages {b}×{b} token pairs"
@@ -443,7 +448,7 @@ def draw_overview(shown: Shown, url: UrlState, c: Controls, label: str = "") -> 
         values = peak_weights(shown.trace, "cross")
         title, value_title = "Click a head to select it (colour: mean of each row's largest weight)", "peak weight"
     else:
-        values = caches.derived("token_distances", shown.key, c.stack, c.hide)
+        values = caches.token_distances(shown.key, c.stack, c.hide)
         title, value_title = "Click a head to select it (colour: mean distance, tokens)", "distance"
     pick_key = _key(url, c, "cell_pick")
 
@@ -679,8 +684,8 @@ def _qk_caption(trace: Trace, space, c: Controls, head: int, align: bool) -> str
 def draw_distance(shown: Shown, url: UrlState, c: Controls, label: str = "") -> None:
     L, H = shown.trace.layers_in(c.stack), shown.trace.n_heads
     st.subheader(f"How far each {label}head looks")
-    distances = caches.derived("token_distances", shown.key, c.stack, c.hide)
-    baseline = caches.derived("uniform_token_distance", shown.key, c.stack, c.hide)
+    distances = caches.token_distances(shown.key, c.stack, c.hide)
+    baseline = caches.uniform_token_distance(shown.key, c.stack, c.hide)
     downloads.chart(
         distance_chart(distances, baseline, H, (c.layer, c.head), title=f"mean attention distance per {label}head"),
         key=_key(url, c, "chart.distance"),
