@@ -120,7 +120,8 @@ def pooling_section(url: UrlState) -> None:
         return
     att = caches.result(caches.small_trace("sentiment-attention", words))
     mean = caches.result(caches.small_trace("sentiment-mean", words))
-    p = ea.compare_pooling(att, mean, att_model.tokenizer.unknown_words(text))
+    unknown = att_model.tokenizer.unknown_words(text) if att_model.tokenizer is not None else ()
+    p = ea.compare_pooling(att, mean, unknown)
     left, right = st.columns(2)
     for column, name, prediction in ((left, "attention", p.attention_prediction), (right, "mean", p.mean_prediction)):
         figures = recorded(f"sentiment-{name}")["evaluation"]
@@ -153,8 +154,13 @@ def rnn_section(url: UrlState) -> None:
     )
     left, right = st.columns([3, 1])
     text = left.text_input("Source sentence", key=url.key("source", sv.DEFAULT_SOURCES["translator"]))
-    score = right.selectbox(
-        "Score", list(SCORES), format_func=SCORES.get, key=url.key("score", "additive", choices=list(SCORES))
+    score = str(
+        right.selectbox(
+            "Score",
+            list(SCORES),
+            format_func=lambda s: SCORES.get(s, s),
+            key=url.key("score", "additive", choices=list(SCORES)),
+        )
     )
     name = f"rnn-{score}"
     if caches.load_model(name) is None or caches.load_model("translator") is None:

@@ -60,7 +60,8 @@ def page(url: UrlState) -> None:
     if model is None:
         shown = run_safely(lambda: mv.mask_only(data, name, int(seed)), "Picture")
         if shown is not None:
-            show_masking(*shown, 16)
+            image, mask = shown
+            show_masking(image, mask, 16)
         return
     result = run_safely(lambda: caches.result(caches.mae(source, data, name, int(seed))), "Picture")
     if result is not None:
