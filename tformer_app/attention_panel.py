@@ -53,6 +53,14 @@ VIEWS = {
 OPT_IN = frozenset({"qk"})  # views a page shows only when chosen (not among the defaults of `controls`)
 SPECIAL_LABELS = frozenset(display_tokens(list(SPECIAL_TOKENS)))  # as the query box shows them
 HEAD_VIEW_MAX_PX = 900  # the head view's widest (a line from a query to a key stays easy to follow)
+# The link's settings each view draws (a slide saved with every view keeps them while another view is shown).
+VIEW_SETTINGS = {
+    "head": ("focus",),
+    "heatmap": ("matrix",),
+    "search": ("pair_key",),
+    "why": ("key",),
+    "qk": ("qk_dims", "qk_align"),
+}
 MATRICES = {"weights": "weights (softmax)", "scaled": "softmax input QKᵀ/√d_k", "scores": "scores QKᵀ"}
 
 
@@ -175,6 +183,7 @@ def _views(url: UrlState, prefix: str, views: Sequence[str], default_views: Sequ
             label_visibility="collapsed",
         )
         return (one or defaults[0],)
+    url.undrawn(f"{prefix}view")  # presenter mode's one view, for when it is on again
     chosen = st.pills(
         "Views",
         list(views),
@@ -236,6 +245,7 @@ def kv_sharing(trace: Trace, head: int) -> str | None:
 def draw(shown: Shown, url: UrlState, c: Controls, label: str = "") -> None:
     """Every view chosen in `c`, in a fixed order. `label` ("encoder ", ...) goes into the titles."""
     trace = shown.trace
+    url.undrawn(*(c.prefix + name for view, names in VIEW_SETTINGS.items() if view not in c.views for name in names))
     if "head" in c.views:
         draw_head_view(trace, url, c, label)
     if "heatmap" in c.views:
