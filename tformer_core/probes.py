@@ -80,7 +80,8 @@ def _probability_of(output: int | None, logits_of: Callable[[torch.Tensor], torc
 def next_token_probe(model: Decoder, text: str | list[int], token: int | None = None) -> Probe:
     """A language model's probability of `token` (default: its own top-1) after the last position of `text`."""
     _require_core(model)
-    ids, _ = model._ids(text, model.config.vocab_size, model.config.max_positions)
+    with torch.inference_mode(False):  # a plain tensor, which relevancy's backward pass may use
+        ids, _ = model._ids(text, model.config.vocab_size, model.config.max_positions)
     last = (Edit("decoder.out", lambda x: x[:, -1:]),)  # only the last position reaches the unembedding
     run = lambda: model(ids)  # noqa: E731
     with torch.inference_mode(), intervene(last):
@@ -97,8 +98,9 @@ def translation_probe(
     (token ids, starting with the start token), reading `source`."""
     _require_core(model)
     c = model.config
-    src, _ = model._ids(source, c.src_vocab_size, c.max_positions, what="source")
-    tgt, _ = model._ids(target, c.tgt_vocab_size, c.max_positions, model.target_tokenizer, "target")
+    with torch.inference_mode(False):
+        src, _ = model._ids(source, c.src_vocab_size, c.max_positions, what="source")
+        tgt, _ = model._ids(target, c.tgt_vocab_size, c.max_positions, model.target_tokenizer, "target")
     last = (Edit("decoder.out", lambda x: x[:, -1:]),)
     run = lambda: model(src, tgt)  # noqa: E731
     with torch.inference_mode(), intervene(last):
@@ -114,7 +116,8 @@ def class_probe(model: ViT, image: torch.Tensor | np.ndarray, class_id: int | No
     _require_core(model)
     if model.head is None:
         raise ValueError("this ViT has no class head")
-    x = image_input(image, model.config, model.device, model.dtype)
+    with torch.inference_mode(False):
+        x = image_input(image, model.config, model.device, model.dtype).clone()
     run = lambda: model(x)  # noqa: E731
     with torch.inference_mode():
         clean = run()
@@ -129,8 +132,9 @@ def similarity_probe(model: Encoder, first: str | list[int], second: str | list[
     tokens, as MiniLM's sentence embedding): both sentences run under the same edits, row for row."""
     _require_core(model)
     c = model.config
-    a, _ = model._ids(first, c.vocab_size, c.max_positions, what="first sentence")
-    b, _ = model._ids(second, c.vocab_size, c.max_positions, what="second sentence")
+    with torch.inference_mode(False):
+        a, _ = model._ids(first, c.vocab_size, c.max_positions, what="first sentence")
+        b, _ = model._ids(second, c.vocab_size, c.max_positions, what="second sentence")
 
     def run() -> torch.Tensor:
         return torch.stack([model(a).mean(dim=1), model(b).mean(dim=1)])  # (2, B, D)

@@ -58,7 +58,8 @@ def test_batched_head_importance_equals_one_pass_per_head(kind, how, monkeypatch
 def test_the_probe_scores_are_the_models_own_probabilities():
     model = tiny_decoder().double()
     probe = probes.next_token_probe(model, A)
-    p = torch.softmax(model(torch.tensor([A]))[0, -1], -1)
+    with torch.no_grad():
+        p = torch.softmax(model(torch.tensor([A]))[0, -1], -1)
     assert probe.measure()[0] == pytest.approx(float(p.max()), rel=1e-12)
     assert probe.what.startswith("p(")
     encoder = tiny_encoder().double()
