@@ -77,7 +77,7 @@ def run(device: str, repeats: int) -> None:
             ours = probes.head_importance(probe)
             ours_t.append(time.perf_counter() - start)
             start = time.perf_counter()
-            clean, scores, base_passes = one_pass_per_head(probe)
+            _, scores, base_passes = one_pass_per_head(probe)
             base_t.append(time.perf_counter() - start)
         for stack in scores:
             np.testing.assert_allclose(ours.scores[stack], scores[stack], rtol=1e-3, atol=1e-5)

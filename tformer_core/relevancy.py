@@ -56,7 +56,8 @@ def relevancy(probe: Probe, stack: str | None = None) -> list[Relevancy]:
     decoder) for the probe's score; one `Relevancy` per sequence the probe runs (two for a similarity probe)."""
     stack = stack or ("decoder" if "decoder" in probe.heads else next(iter(probe.heads)))
     if stack not in probe.heads or stack == "cross":
-        raise ValueError(f"relevancy follows a stack's self-attention: one of {[s for s in probe.heads if s != 'cross']}")
+        stacks = [s for s in probe.heads if s != "cross"]
+        raise ValueError(f"relevancy follows a stack's self-attention: one of {stacks}")
     layers = probe.heads[stack][0]
     kept: list[torch.Tensor] = []
 
