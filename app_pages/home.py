@@ -98,6 +98,13 @@ GUIDE = [
         "queries attend to each other.",
     ),
     (
+        "app_pages/head_matters.py",
+        "Does this head matter?",
+        "Switch heads off and measure: every head ablated (SmolLM2's Paris, the translator's first word, a ViT's "
+        "class, two sentences' similarity in MiniLM), each head's direct share of the logit, the prediction read "
+        "after every layer (the logit lens), and a head you choose ablated live.",
+    ),
+    (
         "app_pages/train.py",
         "Train a Transformer",
         "Train a small Transformer classifier (movie sentences) or a tiny ViT (digits) here, watch its curves and "
@@ -109,6 +116,15 @@ for page, title, teaches in GUIDE:
     with st.container(border=True):
         st.page_link(page, label=f"**{title}**")
         st.caption(teaches)
+
+st.subheader("What attention does not tell you")
+st.markdown(
+    "A head's weights say where it looks, not whether the prediction needs what it finds there: a head may look "
+    "hard at a token and change nothing (its output may be small, cancelled later, or unused by the head), while "
+    "another with diffuse weights carries the answer. Ask the model instead: switch the head off and see what "
+    "changes (**Does this head matter?**), or follow the gradient through the attention (relevancy) rather than "
+    "the raw weights (rollout)."
+)
 
 st.subheader("Attention in one example")
 st.latex(r"Z = \operatorname{softmax}\!\left(\frac{QK^\top}{\sqrt{d_k}}\right)V,\quad Q = XW^Q,\ K = XW^K,\ V = XW^V")

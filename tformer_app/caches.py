@@ -39,6 +39,7 @@ from tformer_core.trace import lean
 from tformer_views import detection as dv
 from tformer_views import distance, overview, pictures, samples, search
 from tformer_views import generation as gen
+from tformer_views import head_matters as hm
 from tformer_views import inductive_bias as ib
 from tformer_views import mae as mv
 from tformer_views import seq2seq as sv
@@ -236,6 +237,12 @@ COMPUTATIONS: dict[str, Callable[..., Any]] = {
     # Masked autoencoder: (image bytes, file name, masking seed) -> MAEResult; DETR: (bytes, name) -> DetrResult
     "mae": mv.analyse,
     "detr": dv.analyse,
+    # Does this head matter?: every head ablated, direct attribution, the logit lens (HeadStudy), per kind:
+    # (text), (source), (image bytes, file name), (first sentence, second sentence)
+    "heads_text": hm.text_study,
+    "heads_translation": hm.translation_study,
+    "heads_image": hm.image_study,
+    "heads_similarity": hm.similarity_study,
 }
 
 _results = ByteBudgetCache("results", SETTINGS.cache_bytes, on_evict=_give_back.check)
