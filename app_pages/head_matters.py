@@ -91,14 +91,15 @@ def show(url: UrlState, study: hm.HeadStudy) -> None:
         else:
             _grid(
                 hm.grid(study, stack, "attribution"),
-                f"Direct share of the logit of {study.attribution.label}",
+                f"Direct share of the logit of {hm.display_token(study.attribution.label)}",
                 f"attr-{stack}",
             )
     _ablate_one(url, study, stack, effects)
     if study.lens is not None:
         st.subheader("The logit lens: the prediction after every layer")
         table = hm.lens_table(study)
-        st.dataframe(table, hide_index=True)
+        formats = {c: st.column_config.NumberColumn(c, format="%.3g") for c in table.columns if c.startswith("p(")}
+        st.dataframe(table, hide_index=True, column_config=formats)
         rank = table.columns[3]
         st.line_chart(table, x="after layer", y=rank)
 

@@ -28,6 +28,9 @@ from tformer_core.trace import Trace
 
 from .tokens import display_token
 
+__all__ = ["HeadStudy", "ablated", "display_token", "grid", "image_study", "lens_table", "similarity_study"]
+__all__ += ["text_study", "translation_study"]
+
 
 @dataclass(frozen=True, eq=False)
 class HeadStudy:
