@@ -44,6 +44,7 @@ from tformer_core.trace import lean
 from tformer_views import detection as dv
 from tformer_views import distance, overview, pictures, samples, search
 from tformer_views import generation as gen
+from tformer_views import head_matters as hm
 from tformer_views import inductive_bias as ib
 from tformer_views import mae as mv
 from tformer_views import seq2seq as sv
@@ -313,6 +314,12 @@ COMPUTATIONS: dict[str, Callable[..., Any]] = {
     # Masked autoencoder: (image bytes, file name, masking seed) -> MAEResult; DETR: (bytes, name) -> DetrResult
     "mae": mv.analyse,
     "detr": dv.analyse,
+    # Does this head matter?: every head ablated, direct attribution, the logit lens (HeadStudy), per kind:
+    # (text), (source), (image bytes, file name), (first sentence, second sentence)
+    "heads_text": hm.text_study,
+    "heads_translation": hm.translation_study,
+    "heads_image": hm.image_study,
+    "heads_similarity": hm.similarity_study,
 }
 
 # The sessions' uploads and the pictures they were sent share this budget: while a class holds many photos,
@@ -390,6 +397,22 @@ def mae(source: str, data: bytes, name: str, seed: int) -> Request[mv.MAEResult]
 
 def detr(source: str, data: bytes, name: str) -> Request[dv.DetrResult]:
     return Request("detr", source, (data, name))
+
+
+def head_study_of_text(source: str, text: str) -> Request[hm.HeadStudy]:
+    return Request("heads_text", source, (text,))
+
+
+def head_study_of_translation(source: str, sentence: str) -> Request[hm.HeadStudy]:
+    return Request("heads_translation", source, (sentence,))
+
+
+def head_study_of_picture(source: str, data: bytes, name: str) -> Request[hm.HeadStudy]:
+    return Request("heads_image", source, (data, name))
+
+
+def head_study_of_similarity(source: str, first: str, second: str) -> Request[hm.HeadStudy]:
+    return Request("heads_similarity", source, (first, second))
 
 
 def result(request: Request[ResultT]) -> ResultT:

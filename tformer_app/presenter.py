@@ -59,6 +59,7 @@ SHORT_TITLES = {
     "shift": "Shift",
     "mae": "MAE",
     "detr": "DETR",
+    "heads": "Heads",
     "train": "Train",
 }
 
