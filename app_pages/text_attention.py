@@ -267,7 +267,7 @@ def say_the_lecture_head(found: LectureHead | None, trace: tc.Trace, c: panel.Co
 def show_path(trace: tc.Trace, model: tc.TracedModel, where=st, shape: str = "") -> None:
     """In one caption: the model's shape, which code ran it (the core's own modules, or transformers'), and a note
     on its weights."""
-    path = str(trace.meta.get("path", ""))
+    path = trace.meta.path
     line = f"{shape} · " if shape else ""
     if path in PATHS:
         line += f"path: **{path}**, {PATHS[path]}"

@@ -223,7 +223,7 @@ def qkv_absent(trace: Trace, stack: str, view: str) -> bool:
     and returns True; else False."""
     if has_qkv(trace, stack):
         return False
-    reason = trace.meta.get("absent") or "This model's trace holds the attention weights only, not Q, K and V."
+    reason = trace.meta.absent or "This model's trace holds the attention weights only, not Q, K and V."
     st.info(f"**{escape(view)}** cannot be shown for this model. {escape(reason)}")
     return True
 

@@ -48,7 +48,7 @@ def show_predictions(trace: tc.Trace, model: tc.TracedModel, query: int, labels:
         show_classification(trace)
     elif kind == "masked-word":
         mask = tv.mask_token(model) or "[MASK]"
-        positions = list(trace.meta.get("mask_positions") or [])
+        positions = list(trace.meta.mask_positions)
         st.subheader("Masked word, top 5")
         if not positions:
             st.info(f"Write {escape(mask)} in the sentence where a word should be guessed.")
