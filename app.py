@@ -36,6 +36,7 @@ PAGES = {
         st.Page("app_pages/inductive_bias.py", title="Inductive bias", icon="↔️", url_path="shift"),
         st.Page("app_pages/mae.py", title="Masked autoencoder", icon="🧩", url_path="mae"),
         st.Page("app_pages/detr.py", title="DETR: detection", icon="📦", url_path="detr"),
+        st.Page("app_pages/head_matters.py", title="Does this head matter?", icon="🔬", url_path="heads"),
     ],
     "Train": [st.Page("app_pages/train.py", title="Train a Transformer", icon="🏋️", url_path="train")],
 }

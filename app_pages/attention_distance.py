@@ -8,6 +8,7 @@ the GPU when there is one) keeping only the attention weights; the result is com
 
 from __future__ import annotations
 
+import functools
 import hashlib
 
 import numpy as np
@@ -79,7 +80,8 @@ def vision(url: UrlState) -> None:
     key = ("mad", source, digest.hexdigest(), bool(renormalize))
 
     def compute(progress):
-        names, refused = [], []
+        names: list[str] = []
+        refused: list[str] = []
         per_image = None
         pictures = vv.read_pictures(files, names, refused)  # decoded one by one as the batches need them
         if len(refused) < len(files):
@@ -103,7 +105,7 @@ def vision(url: UrlState) -> None:
 
 
 def show_pixel_distances(
-    source: str, model: tc.TracedModel, per_image: np.ndarray, names: list[str], renormalize: bool
+    source: str, model: tc.ViT, per_image: np.ndarray, names: list[str], renormalize: bool
 ) -> None:
     """per_image: [pictures, layers, heads] in pixels."""
     c = model.config
@@ -167,9 +169,10 @@ def text(url: UrlState) -> None:
         st.info(f"{len(sentences)} sentences given; the first {MAX_SENTENCES} are read.")
     grids, baselines = [], []
     for sentence in sentences[:MAX_SENTENCES]:
-        fitted = run_safely(lambda s=sentence: tc.fit_to_model(model, s), "Sentence")
+        fitted = run_safely(functools.partial(tc.fit_to_model, model, sentence), "Sentence")
         # Each sentence is reduced to its [layers, heads] figures as it is traced; no trace is kept.
-        figures = fitted and run_safely(lambda f=fitted: caches.cached("token_distance", source, f.text), "Sentence")
+        request = caches.token_distance(source, fitted.text) if fitted is not None else None
+        figures = request and run_safely(functools.partial(caches.result, request), "Sentence")
         if figures:
             grids.append(figures[0])
             baselines.append(figures[1])

@@ -114,6 +114,15 @@ GUIDE = [
         "picture, the decoder's self-attention between the queries",
     ),
     (
+        "app_pages/head_matters.py",
+        "Does this head matter?",
+        'offline defaults smollm2 ("The capital of France is" → Paris), translator, vit-tiny, minilm (two '
+        "sentences' cosine similarity): the prediction; every head zero-ablated in batched passes (layers × "
+        "heads grid of the drop); each head's direct share of the winning logit (pre-norm models; the final "
+        "norm's divisor frozen); ablate a chosen head and see the number change; the logit lens (top output "
+        "and the answer's rank after every layer)",
+    ),
+    (
         "app_pages/train.py",
         "Train a Transformer",
         "train a small Transformer encoder classifier in the lectures' form (nn.MultiheadAttention, ReLU FFN,"
@@ -130,6 +139,15 @@ for page, title, teaches in GUIDE:
     with st.container(border=True):
         st.page_link(page, label=f"**{title}**")
         st.caption(teaches)
+
+st.subheader("What attention does not tell you")
+st.markdown(
+    "A head's weights say where it looks, not whether the prediction needs what it finds there: a head may look "
+    "hard at a token and change nothing (its output may be small, cancelled later, or unused by the head), while "
+    "another with diffuse weights carries the answer. Ask the model instead: switch the head off and see what "
+    "changes (**Does this head matter?**), or follow the gradient through the attention (relevancy) rather than "
+    "the raw weights (rollout)."
+)
 
 st.subheader("Attention in one example")
 st.latex(r"Z = \operatorname{softmax}\!\left(\frac{QK^\top}{\sqrt{d_k}}\right)V,\quad Q = XW^Q,\ K = XW^K,\ V = XW^V")

@@ -10,6 +10,8 @@ tests' window (1400 x 1000) and flags. Interactions, each on its page with its d
     text-layer         the same page: choose another layer
     s2s-head           Encoder-decoder (the bundled translator): choose another head
     vision-patch       Vision Transformer (DeiT-Tiny, else vit-tiny): click another patch of the picture
+    text-sentence      Text attention (MiniLM, default views): type a new sentence (Ctrl+Enter); the baseline for
+                       the decoder's, measured in the same run on the same machine
     decoder-sentence   Text attention's decoder side (SmolLM2, default views): type a new sentence (Ctrl+Enter)
     deck-slide         a deck of two slides (Text attention on layer 2, head 3; Attention, step by step) presented
                        in presenter mode: Page Down / Page Up, as a clicker sends them
@@ -329,6 +331,7 @@ def interactions() -> list[Interaction]:
             1.25,
             click_patch,
         ),
+        Interaction("text-sentence", "Text attention: new sentence (MiniLM)", "/text", None, None, type_sentence),
         # Issue 20: before, a new sentence also wrote the 20-token continuation (2.5-8 s on a quiet machine).
         Interaction(
             "decoder-sentence",

@@ -3,7 +3,7 @@
     c = attention_panel.controls(url, trace, stack="encoder", prefix="enc_")   # layer, head, views, query...
     attention_panel.draw(shown, url, c)                                          # the views chosen in c
 
-`Shown` is the trace on screen with the key it was cached under (`caches.cached(*key)`), so what the
+`Shown` is the trace on screen with the request it was cached under (`caches.result(key)`), so what the
 views derive from it once (the overview picture, the distance grid) is cached with it. The numbers
 come from tformer_views; this module only lays them out. `prefix` keeps the widgets (and URL
 parameters) of two attention sections on one page apart; with prefix "" the names are the plain
@@ -53,14 +53,22 @@ VIEWS = {
 OPT_IN = frozenset({"qk"})  # views a page shows only when chosen (not among the defaults of `controls`)
 SPECIAL_LABELS = frozenset(display_tokens(list(SPECIAL_TOKENS)))  # as the query box shows them
 HEAD_VIEW_MAX_PX = 900  # the head view's widest (a line from a query to a key stays easy to follow)
+# The link's settings each view draws (a slide saved with every view keeps them while another view is shown).
+VIEW_SETTINGS = {
+    "head": ("focus",),
+    "heatmap": ("matrix",),
+    "search": ("pair_key",),
+    "why": ("key",),
+    "qk": ("qk_dims", "qk_align"),
+}
 MATRICES = {"weights": "weights (softmax)", "scaled": "softmax input QKᵀ/√d_k", "scores": "scores QKᵀ"}
 
 
 @dataclass(frozen=True)
 class Shown:
-    """A trace on screen: `key` is what `caches.cached` was called with to get the result holding it."""
+    """A trace on screen: `key` is the cache request whose result holds it."""
 
-    key: tuple
+    key: caches.Request[Any]
     trace: Trace
 
 
@@ -170,13 +178,19 @@ def _views(url: UrlState, prefix: str, views: Sequence[str], default_views: Sequ
             "View",
             list(views),
             key=view_key,
-            format_func=VIEWS.get,
+            format_func=lambda view: VIEWS.get(view, view),
             selection_mode="single",
             label_visibility="collapsed",
         )
         return (one or defaults[0],)
+    url.undrawn(f"{prefix}view")  # presenter mode's one view, for when it is on again
     chosen = st.pills(
-        "Views", list(views), key=views_key, format_func=VIEWS.get, selection_mode="multi", label_visibility="collapsed"
+        "Views",
+        list(views),
+        key=views_key,
+        format_func=lambda view: VIEWS.get(view, view),
+        selection_mode="multi",
+        label_visibility="collapsed",
     )
     return tuple(chosen or ())
 
@@ -209,7 +223,7 @@ def qkv_absent(trace: Trace, stack: str, view: str) -> bool:
     and returns True; else False."""
     if has_qkv(trace, stack):
         return False
-    reason = trace.meta.get("absent") or "This model's trace holds the attention weights only, not Q, K and V."
+    reason = trace.meta.absent or "This model's trace holds the attention weights only, not Q, K and V."
     st.info(f"**{escape(view)}** cannot be shown for this model. {escape(reason)}")
     return True
 
@@ -231,6 +245,7 @@ def kv_sharing(trace: Trace, head: int) -> str | None:
 def draw(shown: Shown, url: UrlState, c: Controls, label: str = "") -> None:
     """Every view chosen in `c`, in a fixed order. `label` ("encoder ", ...) goes into the titles."""
     trace = shown.trace
+    url.undrawn(*(c.prefix + name for view, names in VIEW_SETTINGS.items() if view not in c.views for name in names))
     if "head" in c.views:
         draw_head_view(trace, url, c, label)
     if "heatmap" in c.views:
@@ -354,7 +369,7 @@ def draw_search(shown: Shown, url: UrlState, c: Controls, label: str = "") -> No
     trace = shown.trace
     q_labels, k_labels = (display_tokens(t) for t in trace.tokens_for(c.stack))
     st.subheader(f"Which {label}heads link two tokens?")
-    rows = caches.derived("query_rows", shown.key, c.stack, c.query)  # [layers, heads, keys]
+    rows = caches.query_rows(shown.key, c.stack, c.query)  # [layers, heads, keys]
     default = search.default_key(trace.tokens_for(c.stack)[1], c.query, int(np.argmax(rows[c.layer, c.head])))
     left, right = st.columns([1, 1])
     with left:
@@ -411,7 +426,7 @@ def thumbnail_width(png: bytes) -> int:
 
 def draw_overview(shown: Shown, url: UrlState, c: Controls, label: str = "") -> None:
     st.subheader(f"All {label}layers × heads")
-    picture = caches.derived("overview", shown.key, c.stack, c.hide)
+    picture = caches.overview_picture(shown.key, c.stack, c.hide)
     n_q, n_k = picture.n_tokens
     b = picture.block
     detail = "one pixel per token pair" if b == 1 else f"each pixel averages {b}×{b} token pairs"
@@ -443,7 +458,7 @@ def draw_overview(shown: Shown, url: UrlState, c: Controls, label: str = "") -> 
         values = peak_weights(shown.trace, "cross")
         title, value_title = "Click a head to select it (colour: mean of each row's largest weight)", "peak weight"
     else:
-        values = caches.derived("token_distances", shown.key, c.stack, c.hide)
+        values = caches.token_distances(shown.key, c.stack, c.hide)
         title, value_title = "Click a head to select it (colour: mean distance, tokens)", "distance"
     pick_key = _key(url, c, "cell_pick")
 
@@ -679,8 +694,8 @@ def _qk_caption(trace: Trace, space, c: Controls, head: int, align: bool) -> str
 def draw_distance(shown: Shown, url: UrlState, c: Controls, label: str = "") -> None:
     L, H = shown.trace.layers_in(c.stack), shown.trace.n_heads
     st.subheader(f"How far each {label}head looks")
-    distances = caches.derived("token_distances", shown.key, c.stack, c.hide)
-    baseline = caches.derived("uniform_token_distance", shown.key, c.stack, c.hide)
+    distances = caches.token_distances(shown.key, c.stack, c.hide)
+    baseline = caches.uniform_token_distance(shown.key, c.stack, c.hide)
     downloads.chart(
         distance_chart(distances, baseline, H, (c.layer, c.head), title=f"mean attention distance per {label}head"),
         key=_key(url, c, "chart.distance"),

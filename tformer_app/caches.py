@@ -27,20 +27,24 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar, cast
 
+import numpy as np
+import pandas as pd
 import streamlit as st
 import torch
 from streamlit.runtime.scriptrunner_utils.exceptions import ScriptControlException
 
 import tformer_core as tc
 from tformer_core.bundled import BUNDLED_MODELS
+from tformer_core.capture import matching
 from tformer_core.checkpoints import BUNDLED_TEXT
 from tformer_core.checkpoints.sources import looks_like_path
 from tformer_core.trace import lean
 from tformer_views import detection as dv
 from tformer_views import distance, overview, pictures, samples, search
 from tformer_views import generation as gen
+from tformer_views import head_matters as hm
 from tformer_views import inductive_bias as ib
 from tformer_views import mae as mv
 from tformer_views import seq2seq as sv
@@ -53,6 +57,7 @@ from .markdown import escape
 from .settings import server_settings
 
 Progress = Callable[[float, str], None]
+ResultT = TypeVar("ResultT")
 RETRY_AFTER_S = 300.0  # a failed load is not tried again for this long (an unreachable hub costs seconds a try)
 # Freed memory the process may keep for reuse before it is handed back to the OS: more saves page faults on the
 # next pass (a few percent of a BERT-base pass), less keeps the resident size closer to what the caches hold.
@@ -188,8 +193,8 @@ def hub_unreachable() -> bool:
         return True
     now = time.monotonic()
     with _failures_lock:
-        recent = [error for error, when in _failures.values() if now - when < RETRY_AFTER_S]
-    return any("cannot be reached" in str(error) for error in recent)
+        recent = [failure.message for failure in _failures.values() if now - failure.at < RETRY_AFTER_S]
+    return any("cannot be reached" in message for message in recent)
 
 
 def load_model(source: str, quiet: bool = False) -> tc.TracedModel | None:
@@ -240,8 +245,18 @@ def views_read(name: str) -> bool:
     return lean(name) and not name.endswith(_UNREAD) and ".cross_attn.out" not in name
 
 
+def _text_model(model: tc.TracedModel) -> tc.EncoderModel | tc.CausalLM:
+    if not isinstance(model, (tc.EncoderModel, tc.CausalLM)):
+        raise tc.InputError(f"this reads text with an encoder or a decoder-only model, not a {model.kind} model")
+    return model
+
+
 def _trace_text(model: tc.TracedModel, text: str, pair: str | None) -> tc.Trace:
-    trace = model.trace(text, pair=pair, keep=views_read) if pair else model.trace(text, keep=views_read)
+    reader = _text_model(model)
+    if isinstance(reader, tc.EncoderModel):
+        trace = reader.trace(text, pair=pair or None, keep=views_read)
+    else:
+        trace = reader.trace(text, keep=views_read)
     return trace.compact()
 
 
@@ -272,7 +287,7 @@ def _analyse_image(model: tc.TracedModel, data: bytes, name: str) -> vv.VisionRe
 def _token_distance(model: tc.TracedModel, text: str) -> tuple[Any, float]:
     """(mean attention distance [layers, heads] in tokens, uniform baseline) of one sentence; the
     trace is dropped as soon as its figures are computed (a batch of 64 sentences keeps 64 small grids)."""
-    trace = model.trace(text, keep=lambda name: name.endswith((".attn.q", ".attn.k", ".attn.mask")))
+    trace = _text_model(model).trace(text, keep=matching("**.attn.q", "**.attn.k", "**.attn.mask"))
     return distance.token_distances(trace), distance.uniform_token_distance(trace)
 
 
@@ -299,12 +314,110 @@ COMPUTATIONS: dict[str, Callable[..., Any]] = {
     # Masked autoencoder: (image bytes, file name, masking seed) -> MAEResult; DETR: (bytes, name) -> DetrResult
     "mae": mv.analyse,
     "detr": dv.analyse,
+    # Does this head matter?: every head ablated, direct attribution, the logit lens (HeadStudy), per kind:
+    # (text), (source), (image bytes, file name), (first sentence, second sentence)
+    "heads_text": hm.text_study,
+    "heads_translation": hm.translation_study,
+    "heads_image": hm.image_study,
+    "heads_similarity": hm.similarity_study,
 }
 
 # The sessions' uploads and the pictures they were sent share this budget: while a class holds many photos,
 # fewer results are kept (tformer_app.sessions).
 _results = ByteBudgetCache("results", SETTINGS.cache_bytes, on_evict=_give_back.check, shared=sessions.held_bytes)
 _passes = threading.BoundedSemaphore(SETTINGS.passes)
+
+
+@dataclass(frozen=True)
+class Request(Generic[ResultT]):
+    """One cached computation, typed by what it gives: COMPUTATIONS[kind](the model for `source`, *args).
+
+    Pages build one with the functions below (`text_trace(...)`, `picture(...)`, ...), read it with `result`,
+    and hand it to the derived views (`overview`, `query_rows`, ...), so the type checker knows what each
+    returns; equal requests share one cached result for the whole server."""
+
+    kind: str
+    source: str
+    args: tuple[Any, ...] = ()
+
+
+def text_trace(source: str, text: str, pair: str | None = None) -> Request[tc.Trace]:
+    return Request("text", source, (text, pair))
+
+
+def translation(source: str, sentence: str, max_new_tokens: int) -> Request[sv.Translation]:
+    return Request("translate", source, (sentence, int(max_new_tokens)))
+
+
+def teacher_forced(source: str, sentence: str, target: str) -> Request[sv.Translation]:
+    return Request("teacher", source, (sentence, target))
+
+
+def continuation(
+    source: str, prompt: str, max_new_tokens: int, temperature: float, top_k: int | None, seed: int
+) -> Request[gen.Continuation]:
+    return Request("generate", source, (prompt, max_new_tokens, temperature, top_k, seed))
+
+
+def picture(source: str, data: bytes, name: str) -> Request[vv.VisionResult]:
+    return Request("image", source, (data, name))
+
+
+def token_distance(source: str, text: str) -> Request[tuple[np.ndarray, float]]:
+    return Request("token_distance", source, (text,))
+
+
+def block_text(source: str, text: str) -> Request[tc.Trace]:
+    return Request("block_text", source, (text,))
+
+
+def block_translation(source: str, sentence: str) -> Request[sv.Translation]:
+    return Request("block_translation", source, (sentence,))
+
+
+def block_image(source: str, data: bytes, name: str) -> Request[vv.VisionResult]:
+    return Request("block_image", source, (data, name))
+
+
+def small_trace(source: str, text: str) -> Request[tc.Trace]:
+    return Request("small_trace", source, (text,))
+
+
+def shift(source: str, data: bytes, name: str, k: int) -> Request[ib.ShiftStudy]:
+    return Request("shift", source, (data, name, int(k)))
+
+
+def shift_sweep(source: str, data: bytes, name: str, shifts: tuple[int, ...]) -> Request[pd.DataFrame]:
+    return Request("shift_sweep", source, (data, name, tuple(shifts)))
+
+
+def mae(source: str, data: bytes, name: str, seed: int) -> Request[mv.MAEResult]:
+    return Request("mae", source, (data, name, int(seed)))
+
+
+def detr(source: str, data: bytes, name: str) -> Request[dv.DetrResult]:
+    return Request("detr", source, (data, name))
+
+
+def head_study_of_text(source: str, text: str) -> Request[hm.HeadStudy]:
+    return Request("heads_text", source, (text,))
+
+
+def head_study_of_translation(source: str, sentence: str) -> Request[hm.HeadStudy]:
+    return Request("heads_translation", source, (sentence,))
+
+
+def head_study_of_picture(source: str, data: bytes, name: str) -> Request[hm.HeadStudy]:
+    return Request("heads_image", source, (data, name))
+
+
+def head_study_of_similarity(source: str, first: str, second: str) -> Request[hm.HeadStudy]:
+    return Request("heads_similarity", source, (first, second))
+
+
+def result(request: Request[ResultT]) -> ResultT:
+    """What `request` computes, once per request for the whole server (a pass waits for a free slot)."""
+    return cast(ResultT, cached(request.kind, request.source, *request.args))
 
 
 def _key(args: tuple) -> tuple:
@@ -381,6 +494,58 @@ def derived(view: str, key: tuple, *args: Any) -> Any:
         raise ValueError(f"unknown derived view {view!r}")
     _owned(key[1] if len(key) > 1 else "")
     return _results.get_or_compute(("derived", view, _key(key), *_key(args)), lambda: VIEWS[view](cached(*key), *args))
+
+
+def _view(view: str, request: Request[Any] | tuple, *args: Any) -> Any:
+    key = request if isinstance(request, tuple) else (request.kind, request.source, *request.args)
+    return derived(view, key, *args)
+
+
+def overview_picture(request: Request[Any], stack: str, hide: bool) -> overview.Overview:
+    """All layers x heads as one picture (tformer_views.overview) of the trace in `request`'s result."""
+    return cast(overview.Overview, _view("overview", request, stack, hide))
+
+
+def token_distances(request: Request[Any], stack: str, hide: bool) -> np.ndarray:
+    """Mean attention distance [layers, heads] in tokens."""
+    return cast(np.ndarray, _view("token_distances", request, stack, hide))
+
+
+def uniform_token_distance(request: Request[Any], stack: str, hide: bool) -> float:
+    return float(_view("uniform_token_distance", request, stack, hide))
+
+
+def query_rows(request: Request[Any], stack: str, query: int) -> np.ndarray:
+    """One query's weights in every layer and head: [layers, heads, keys]."""
+    return cast(np.ndarray, _view("query_rows", request, stack, query))
+
+
+def teacher_agreement(request: Request[sv.Translation]) -> int:
+    return int(_view("teacher_agreement", request))
+
+
+def grid_picture(request: Request[vv.VisionResult]) -> bytes:
+    """The picture cut into its patches, as PNG."""
+    return cast(bytes, _view("grid_picture", request))
+
+
+def patch_sequence(request: Request[vv.VisionResult]) -> bytes:
+    """The patches in a row, as the model reads them, as PNG."""
+    return cast(bytes, _view("patch_sequence", request))
+
+
+def image_distances(request: Request[vv.VisionResult]) -> np.ndarray:
+    """Mean attention distance [layers, heads] in pixels."""
+    return cast(np.ndarray, _view("image_distances", request))
+
+
+def rollout(request: Request[vv.VisionResult], fusion: str, discard: float) -> np.ndarray:
+    """Attention rollout to the class token over the patch grid [rows, cols]."""
+    return cast(np.ndarray, _view("rollout", request, fusion, float(discard)))
+
+
+def stream_norms(request: Request[Any], stack: str) -> lb.StreamNorms:
+    return cast(lb.StreamNorms, _view("stream_norms", request, stack))
 
 
 def _figure_7(model: tc.TracedModel) -> tuple[bytes, list[float], bytes]:

@@ -17,6 +17,7 @@ import streamlit as st
 
 from tformer_views.charts.export import to_svg
 from tformer_views.charts.raster import chart_png
+from tformer_views.charts.spec import grid_heatmap, thin
 
 from . import presenter
 
@@ -113,4 +114,46 @@ def matrix_download(
 
     st.download_button(
         label, csv, file_name=file_name, mime="text/csv", key=key, on_click="ignore", icon=":material/download:"
+    )
+
+
+CORNER = 8  # the numbers of the top-left corner of each big matrix are printed as a table
+
+
+def corner(name: str, matrix: np.ndarray, rows: list[str], cols: list[str]) -> None:
+    """The top-left CORNER x CORNER numbers of a matrix as a table (its corner cell says `name`)."""
+    k_r, k_c = min(CORNER, matrix.shape[0]), min(CORNER, matrix.shape[1])
+    frame = pd.DataFrame(matrix[:k_r, :k_c], index=pd.Index(rows[:k_r], name=name), columns=cols[:k_c])
+    st.dataframe(frame.style.format("{:.4f}"))
+
+
+def big_heatmap(
+    matrix: np.ndarray, title: str, row_title: str, col_title: str, key: str, square: bool = False, width: int = 520
+) -> None:
+    """A large matrix as a heatmap (thinned to a light payload, saying so) with its full CSV."""
+    sub, rows, cols = thin(matrix, keep_rows=not square)
+    side = min(width, 420)
+    spec = grid_heatmap(
+        sub,
+        rows,
+        cols,
+        title,
+        row_title=row_title,
+        col_title=col_title,
+        height=side if square else 320,
+        width=side if square else width,
+    )
+    chart(spec, key=f"pe.chart.{key}")
+    if sub.shape != matrix.shape:
+        step = cols[1] - cols[0]
+        st.caption(
+            f"Drawn: one {'row and column' if square else 'column'} in {step} of {matrix.shape[0]} × "
+            f"{matrix.shape[1]} (keeps the chart light); the CSV has every number."
+        )
+    matrix_download(
+        matrix,
+        [str(i) for i in range(matrix.shape[0])],
+        [str(j) for j in range(matrix.shape[1])],
+        f"{key}.csv",
+        key=f"pe.csv.{key}",
     )

@@ -59,6 +59,7 @@ SHORT_TITLES = {
     "shift": "Shift",
     "mae": "MAE",
     "detr": "DETR",
+    "heads": "Heads",
     "train": "Train",
 }
 
@@ -280,7 +281,7 @@ def bar(page_path: str, pages: dict[str, Any]) -> None:
         st.space("stretch")
         if slides and showing is None:
             st.button(f"Present the slides ({len(slides)})", key="_tformer.bar.start", on_click=_go, args=(0,))
-        elif slides:
+        elif slides and isinstance(showing, int):
             st.button("◀", key="_tformer.bar.prev", on_click=_go, args=(showing - 1,), disabled=showing == 0)
             st.markdown(f"Slide {showing + 1} of {len(slides)}")
             last = showing >= len(slides) - 1
@@ -514,7 +515,7 @@ def _present_controls(slides: list[dict], pages: dict[str, object]) -> None:
         st.button("Stop", key="_tformer.deck.stop", on_click=_stop)
 
 
-def show(i: int, slides: list[dict], pages: dict[str, object]) -> None:
+def show(i: int, slides: list[dict], pages: dict[str, Any]) -> None:
     """Open slide i: its page with its query string, every page's remembered view forgotten so the link rules."""
     slide = slides[i]
     st.session_state[SHOWING] = i

@@ -58,6 +58,7 @@ class UrlState:
         self.omitted: dict[str, Any] = {}  # name -> default: left out of the link while the value is its default
         self.described: dict[str, str] = {}  # name -> how the page's notes call it ("your edits of X")
         self._waiting: str | None = None  # what the page waits for before its other settings (`wait_for`)
+        self._undrawn: set[str] = set()  # settings this run does not draw (`undrawn`)
 
     @property
     def notes(self) -> list[str]:
@@ -189,8 +190,9 @@ class UrlState:
             return
         pending: dict[str, str] = {}
         if self.incoming is not None:
-            unknown = [n for n in self.incoming if n not in self.names and n not in (PRESENT_PARAM, CUT)]
-            pending = self._unread(unknown)
+            unread = [n for n in self.incoming if n not in self.names and n not in (PRESENT_PARAM, CUT)]
+            pending = {n: str(self.incoming[n]) for n in unread if n in self._undrawn}
+            pending |= self._unread([n for n in unread if n not in self._undrawn])
         params, length = {}, 0
         for name in self.names:
             value = st.session_state[f"{self.page}.{name}"]
@@ -216,6 +218,12 @@ class UrlState:
         """The page stops before the settings that apply once `what` is there (an upload, which no link carries):
         the link's values it has not read yet are kept (in the link too) for when it is, and the page says why."""
         self._waiting = what
+
+    def undrawn(self, *names: str) -> None:
+        """Settings of this page that this run does not draw (a view not shown, presenter mode's one view off):
+        a link's values for them are no error; they stay in the link, and apply when they are drawn (a slide
+        saved with every view, presented one view at a time, keeps its heatmap's matrix for when it is shown)."""
+        self._undrawn.update(names)
 
     def _unread(self, unknown: list[str]) -> dict[str, str]:
         """The note on the link's values this run did not read, with its true reason; returns those to keep."""

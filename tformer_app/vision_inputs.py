@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from tformer_core import ViT
 from tformer_core.checkpoints.errors import CheckpointError
 from tformer_core.checkpoints.hfconfig import read_json
 from tformer_core.checkpoints.sources import local_models
@@ -68,7 +69,7 @@ def available_default() -> tuple[str, str | None]:
     )
 
 
-def choose_vit(url: UrlState) -> tuple[str, TracedModel | None]:
+def choose_vit(url: UrlState) -> tuple[str, ViT | None]:
     """The model picker. The default is the first ViT that can be had (`available_default`); a link or a
     choice of DeiT-Tiny that cannot be had shows that one instead, and the box and the link name it."""
     default, note = available_default()
@@ -88,9 +89,12 @@ def choose_vit(url: UrlState) -> tuple[str, TracedModel | None]:
     elif source == FALLBACK_VIT:
         st.info(SHAPES_ONLY)
     model = load_model(source)
-    if model is not None and model.kind != "vit":
-        page = "Encoder-decoder" if model.kind == "encoder-decoder" else "Text attention"
-        st.warning(f"**{escape(source)}** reads text, not images: open the {page} page.")
+    if model is None:
+        return source, None
+    if not isinstance(model, ViT):
+        page = {"encoder-decoder": "the Encoder-decoder", "mae": "the Masked autoencoder", "detr": "the DETR"}
+        where = page.get(model.kind, "the Text attention")
+        st.warning(f"**{escape(source)}** is not a Vision Transformer classifier: open {where} page.")
         return source, None
     return source, model
 

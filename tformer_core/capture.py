@@ -9,14 +9,20 @@ session of the server. Registering hooks on it per request would leak one sessio
 into another's trace when two requests overlap. A `ContextVar` is private to each thread (and
 each asyncio task), so each call to `capture()` gets its own sink and the shared model is never
 mutated.
+
+Interventions (`intervene`) use the same mechanism: a hook point whose name has an `Edit` in the calling
+context passes the edit's result on instead of its input (an ablated head, a patched residual stream), so
+two requests with different interventions share one model without seeing each other's. `tformer_core.
+interventions` builds the edits (ablate, scale, patch, branch the batch) and what is measured with them.
 """
 
 from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextvars import ContextVar
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -93,8 +99,43 @@ def capture_active() -> bool:
     return _ACTIVE_SINK.get() is not None
 
 
+@dataclass(frozen=True, eq=False)
+class Edit:
+    """What replaces the activation `name` during a forward pass inside `intervene`: `apply(x)`, where x is the
+    batched tensor the hook point receives ((B, T, D) for a residual stream, (B, h, T, dh) for a head output z).
+
+    `apply` must not write into x (it may be a view shared with the model or another activation): it returns a
+    new tensor, of x's shape, or with more rows (`interventions.branch`), which later layers broadcast over.
+    """
+
+    name: str
+    apply: Callable[[torch.Tensor], torch.Tensor]
+
+
+_ACTIVE_EDITS: ContextVar[Mapping[str, tuple[Edit, ...]] | None] = ContextVar("tformer_edits", default=None)
+
+
+@contextlib.contextmanager
+def intervene(edits: Iterable[Edit]) -> Iterator[None]:
+    """Apply `edits` at their hook points in forward passes run inside the `with` block (this thread or task only).
+
+    Several edits of one name apply in the order given; edits of an enclosing `intervene` apply first. An empty
+    list changes nothing. Names that no hook point of the model has are ignored by the model, so check them
+    against `model.hook_names` (interventions.check_names) before relying on them.
+    """
+    merged: dict[str, tuple[Edit, ...]] = dict(_ACTIVE_EDITS.get() or {})
+    for edit in edits:
+        merged[edit.name] = (*merged.get(edit.name, ()), edit)
+    token = _ACTIVE_EDITS.set(merged or None)
+    try:
+        yield
+    finally:
+        _ACTIVE_EDITS.reset(token)
+
+
 class HookPoint(nn.Module):
-    """Identity on the forward pass; records its input when a capture is active."""
+    """Identity on the forward pass, unless an intervention edits this activation; records what it passes on
+    (the edited tensor, when there is an edit) when a capture is active."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -102,6 +143,10 @@ class HookPoint(nn.Module):
         self.name = ""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        edits = _ACTIVE_EDITS.get()
+        if edits is not None:
+            for edit in edits.get(self.name, ()):
+                x = edit.apply(x)
         sink = _ACTIVE_SINK.get()
         if sink is not None:
             sink.record(self.name, x)

@@ -71,7 +71,9 @@ def masked_picture(image: Image.Image, mask: np.ndarray, patch: int) -> Image.Im
     return Image.fromarray(a)
 
 
-def mask_only(data: bytes, name: str, seed: int, size: int = 224, patch: int = 16, ratio: float = 0.75) -> tuple:
+def mask_only(
+    data: bytes, name: str, seed: int, size: int = 224, patch: int = 16, ratio: float = 0.75
+) -> tuple[Image.Image, np.ndarray]:
     """(picture resized to size x size, mask [patches]): the masking shown without a checkpoint."""
     image = ImagePreprocessing(resize=("exact", (size, size))).resized(read_image(data, name).image)
     return image, random_mask((size // patch) ** 2, ratio, seed)

@@ -79,3 +79,22 @@ def test_the_notice_that_the_hubs_deit_cannot_be_had_is_said_once_a_session(monk
     no_exception(at)
     assert not [m for m in messages(at, "info") if "cannot be had" in m]
     assert any(o.endswith("(needs the internet)") for o in listed(at, "vit.model_choice"))
+
+
+def test_a_failed_load_that_could_not_reach_the_hub_marks_the_hub_unreachable(monkeypatch):
+    """After a load failed because the hub could not be reached, the model lists know it (and mark hub models);
+    the failures are remembered as records with their message and time, which this reads."""
+    import tformer_core as tc
+    from tformer_app import caches
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(caches, "_failures", type(caches._failures)())
+    assert not caches.hub_unreachable()
+
+    def unreachable(source, progress=None):
+        raise tc.CheckpointError(f"the Hugging Face hub cannot be reached (ConnectError) and {source} is not cached")
+
+    monkeypatch.setattr(tc, "load_model", unreachable)
+    with pytest.raises(tc.CheckpointError):
+        caches.cached_model("someone/not-cached")
+    assert caches.hub_unreachable()

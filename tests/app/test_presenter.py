@@ -86,3 +86,21 @@ def test_the_attention_heatmap_grows_once_and_its_numbers_with_it():
     spec = specs(head_view)[""]  # presenter mode's head view: the heading above names it
     labels = [layer["mark"]["fontSize"] for layer in spec["layer"] if layer["mark"]["type"] == "text"]
     assert labels == [18, 18] and spec["usermeta"] == {"scale": 1.5}  # 12 px x 1.5, once
+
+
+def test_a_slide_saved_with_every_view_opens_one_view_at_a_time_and_keeps_the_others_settings():
+    """A deck's slide saved from the page (every default view: the heatmap's matrix, the pair search's key token
+    in its link) presented in presenter mode (one view): no "ignored ... (not a setting of this page)" line on the
+    projector; those settings stay in the link and apply when their view is shown."""
+    from tests.app.pages import messages
+
+    at = run("text_attention", True, layer="2", head="3", matrix="scores", pair_key="2", qk_dims="3", view="head")
+    assert not [m for m in messages(at, "info") if "link" in m], messages(at, "info")
+    assert at.query_params["matrix"] == "scores" and at.query_params["pair_key"] == "2"
+    at.pills(key="text.view").set_value("heatmap").run()
+    no_exception(at)
+    assert at.radio(key="text.matrix").value == "scores"  # the slide's matrix, once its view is shown
+    assert at.query_params["matrix"] == "scores" and at.query_params["pair_key"] == "2"
+    # Out of presenter mode a link's one view ("view", presenter mode's) is no error either.
+    at = run("text_attention", False, layer="2", head="3", view="heatmap")
+    assert not [m for m in messages(at, "info") if "link" in m], messages(at, "info")

@@ -15,6 +15,7 @@ import torch
 
 from ..models.base import TracedModel, default_device, resolve_dtype
 from ..models.detr import DETR
+from ..models.kinds import CausalLM, EncoderDecoderModel
 from ..models.mae import MAE
 from ..models.seq2seq import EncoderDecoder
 from ..models.vit import ViT
@@ -214,9 +215,9 @@ def _check_generation_ids(model: TracedModel) -> None:
     """Every token id generation feeds back in or indexes logits with must be a row of the output layer,
     else decoding would fail later. An end token outside the vocabulary is harmless (it is never produced)
     unless it is forced."""
-    settings, size = getattr(model, "generation", None), model.output_vocab_size
-    if settings is None or not size:
-        return
+    if not isinstance(model, (CausalLM, EncoderDecoderModel)) or not model.output_vocab_size:
+        return  # only the kinds that generate have generation settings
+    settings, size = model.generation, model.output_vocab_size
     start = settings.start_id
     start_key = "decoder_start_token_id (or bos_token_id)"
     if start is None and isinstance(model, EncoderDecoder):  # the decoder then starts from the padding token

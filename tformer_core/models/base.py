@@ -69,6 +69,19 @@ class Capabilities:
     chat_template: bool = False
 
 
+@dataclass(frozen=True, eq=False)
+class LinearReadout:
+    """One output of a head that is linear in the final residual stream (after the final norm):
+    output = sum over `terms` (position p, direction d [D]) of d . normed(x_p), + bias.
+
+    A language model's logit of token c: one term (the predicted position, row c of W_U). DeiT's class score:
+    (class token . W_cls[c] + distillation token . W_dist[c]) / 2, two terms. Read by `lens.direct_attribution`.
+    """
+
+    terms: tuple[tuple[int, torch.Tensor], ...]
+    bias: float
+
+
 def default_device() -> torch.device:
     """CUDA when available, else CPU; the environment variable TFORMER_DEVICE overrides (checked in
     tformer_core.settings: a device this machine does not have is logged and ignored)."""
@@ -160,6 +173,17 @@ class TracedModel(nn.Module, Generic[ConfigT], metaclass=ABCMeta):
         if not isinstance(self.config, BlockConfig):  # a stack is built from a BlockConfig (its activation)
             raise ValueError(f"this {self.kind} model has no Transformer stacks")
         return stack_weights(name, module, self.config.activation)
+
+    def read_out(self, hidden: torch.Tensor) -> torch.Tensor:
+        """What the model's head makes of a residual stream as a block of its output stack leaves it: the stack's
+        final norm (pre-norm models) then the head. hidden (B, T, D) -> the head's output ((B, T, vocab) logits,
+        (B, classes)). The logit lens reads every layer through it; ValueError for a model without a head."""
+        raise ValueError(f"this {self.kind} model has no head to read its residual stream with")
+
+    def linear_readout(self, output: int, position: int) -> LinearReadout:
+        """The head's `output` (a token id, a class) at `position` (ignored by a class head) as a `LinearReadout`;
+        ValueError for a head that is not linear after the final norm (BERT's masked-word head, a pooler)."""
+        raise ValueError(f"this {self.kind} model's head is not a linear read-out of its residual stream")
 
     def _finish_init(self) -> None:
         self.hook_names: tuple[str, ...] = tuple(name_hook_points(self))

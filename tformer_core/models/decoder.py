@@ -18,7 +18,7 @@ import torch
 from ..capture import NameFilter
 from ..generation import Generation, GenerationSettings, Sampling, decode_steps
 from ..trace import Trace
-from .base import Capabilities, TokenInput, per_token
+from .base import Capabilities, LinearReadout, TokenInput, per_token
 from .kinds import CausalLM
 from .layers import BlockConfig, KVCache, LMHead, Stack, causal_window_mask, key_padding_mask, text_embedding
 
@@ -119,6 +119,17 @@ class Decoder(CausalLM[DecoderConfig]):
 
     def _trace_meta(self) -> dict:
         return {**super()._trace_meta(), "n_kv_heads": self.config.kv_heads}
+
+    def read_out(self, hidden: torch.Tensor) -> torch.Tensor:
+        """hidden (B, T, D) -> next-token logits (B, T, vocab): the final norm, then the unembedding."""
+        norm = self.decoder.ln_final
+        return self.head(norm(hidden) if norm is not None else hidden)
+
+    def linear_readout(self, output: int, position: int) -> LinearReadout:
+        """The logit of token `output` after `position`: row `output` of the unembedding W_U, + its bias."""
+        unembed = self.head.unembed
+        bias = float(unembed.bias.detach()[output]) if unembed.bias is not None else 0.0
+        return LinearReadout(((position, unembed.weight.detach()[output]),), bias)
 
     def trace(
         self, inputs: TokenInput, attention_mask: Sequence[int] | None = None, keep: NameFilter | None = None

@@ -132,6 +132,14 @@ class Encoder(EncoderModel[EncoderConfig]):
         hidden = self.encoder(x, self_mask=mask)  # (B, T, D)
         return self.head(hidden) if with_head and self.head is not None else hidden
 
+    def read_out(self, hidden: torch.Tensor) -> torch.Tensor:
+        """hidden (B, T, D) -> the head's output: masked-word logits (B, T, vocab) or class logits (B, labels);
+        the final norm first for a pre-norm encoder. ValueError without a head (MiniLM's sentence encoder)."""
+        if self.head is None:
+            raise ValueError("this encoder has no head (no masked-word head, no classifier) to read")
+        norm = self.encoder.ln_final
+        return self.head(norm(hidden) if norm is not None else hidden)
+
     @property
     def has_head(self) -> bool:
         """True when the encoder has a masked-word head or a classifier."""

@@ -18,7 +18,7 @@ from ..errors import InputError
 from ..generation import Generation, GenerationSettings, choose_next, traced_steps
 from ..tokenizers import Tokenizer
 from ..trace import Trace, stored_by_default
-from .base import TokenInput, per_token
+from .base import LinearReadout, TokenInput, per_token
 from .kinds import EncoderDecoderModel
 from .layers import BlockConfig, LMHead, Stack, TextEmbedding, causal_mask, key_padding_mask, text_embedding
 
@@ -95,6 +95,20 @@ class EncoderDecoder(EncoderDecoderModel[Seq2SeqConfig]):
         if self.config.output_scale != 1.0:
             x = x * self.config.output_scale
         return self.head(x)
+
+    def read_out(self, hidden: torch.Tensor) -> torch.Tensor:
+        """A decoder residual stream (B, T, D) -> next-token logits (B, T, tgt_vocab): the decoder's final norm
+        (pre-norm), T5's output scale, the output layer."""
+        norm = self.decoder.ln_final
+        x = norm(hidden) if norm is not None else hidden
+        return self.head(x * self.config.output_scale if self.config.output_scale != 1.0 else x)
+
+    def linear_readout(self, output: int, position: int) -> LinearReadout:
+        """The logit of target token `output` after target `position`: the output layer's row, scaled as
+        `read_out` scales the decoder's output."""
+        unembed = self.head.unembed
+        bias = float(unembed.bias.detach()[output]) if unembed.bias is not None else 0.0
+        return LinearReadout(((position, unembed.weight.detach()[output] * self.config.output_scale),), bias)
 
     def forward(self, src: torch.Tensor, tgt: torch.Tensor, src_mask: torch.Tensor | None = None) -> torch.Tensor:
         return self.decode(tgt, self.encode(src, src_mask), src_mask)

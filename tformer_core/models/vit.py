@@ -18,7 +18,7 @@ from torch import nn
 from ..capture import HookPoint, NameFilter
 from ..inputs.preprocessing import ImagePreprocessing
 from ..trace import Trace
-from .base import Capabilities
+from .base import Capabilities, LinearReadout
 from .kinds import VisionModel
 from .layers import BlockConfig, Stack
 
@@ -182,6 +182,25 @@ class ViT(VisionModel[ViTConfig]):
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         x = self.encoder(self.encoder.embed(images))  # (B, n_prefix+N, D)
         return x if self.head is None else self.head(x)
+
+    def read_out(self, hidden: torch.Tensor) -> torch.Tensor:
+        """hidden (B, n_prefix+N, D) -> class logits (B, classes): the final norm, then the class head on the class
+        token (and DeiT's distillation head on the distillation token, averaged)."""
+        if self.head is None:
+            raise ValueError("this ViT has no class head")
+        norm = self.encoder.ln_final
+        return self.head(norm(hidden) if norm is not None else hidden)
+
+    def linear_readout(self, output: int, position: int = 0) -> LinearReadout:
+        """Class `output`'s logit: the class token . W_cls[output] (+ the distillation token . W_dist[output],
+        the two averaged, as DeiT's head does at inference), + the bias."""
+        if self.head is None:
+            raise ValueError("this ViT has no class head")
+        cls, dist = self.head.classifier, self.head.dist_classifier
+        if dist is None:
+            return LinearReadout(((0, cls.weight.detach()[output]),), float(cls.bias.detach()[output]))
+        terms = ((0, cls.weight.detach()[output] / 2), (1, dist.weight.detach()[output] / 2))
+        return LinearReadout(terms, float(cls.bias.detach()[output] + dist.bias.detach()[output]) / 2)
 
     def _image(self, image: torch.Tensor | np.ndarray) -> torch.Tensor:
         return image_input(image, self.config, self.device, self.dtype)

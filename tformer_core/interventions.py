@@ -1,0 +1,172 @@
+"""Interventions: change an activation during one forward pass and see what follows from it.
+
+    from tformer_core.interventions import Head, ablate_heads, intervene, patch
+    with intervene(ablate_heads([Head("decoder", 3, 5)])):          # head 5 of layer 3 contributes nothing
+        trace = model.trace("The capital of France is")
+    with intervene([patch("decoder.4.resid_pre", other_trace, {6: 6})]):   # position 6 of layer 4's input from
+        trace = model.trace("The capital of France is")                     # another input's trace
+
+An edit (`capture.Edit`) is a function applied at one named hook point for the calls inside `intervene`: the
+activation names are a trace's (`trace.names`, `model.hook_names`), the tensors batched ((B, T, D) residual
+streams, (B, h, T, dh) head outputs z). As with capture, the edits live in a context variable of the calling
+thread: the shared model is never modified, and a request running beside another sees only its own edits.
+
+Ablating a head replaces its output z (before W_O, the head's share of the attention output) with zeros,
+or with its mean over the positions of the input; scaling multiplies it. `branch` grows the batch at a hook
+point (rows that are copies of row 0 from there on), which is how `probes.head_importance` runs one pass
+whose rows ablate a different head each, the layers below each ablation computed once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .capture import Edit, intervene
+from .trace import ATTENTION_STACKS, Trace
+
+__all__ = ["Edit", "Head", "ablate_heads", "branch", "check_names", "intervene", "patch", "scale_heads"]
+
+ABLATIONS = ("zero", "mean")
+
+
+@dataclass(frozen=True, order=True)
+class Head:
+    """One attention head: stack "encoder", "decoder" or "cross" (an encoder-decoder's cross-attention), layer,
+    head (query head), as a trace names them (`trace.attention(layer, head, stack)`)."""
+
+    stack: str
+    layer: int
+    head: int
+
+    def __post_init__(self) -> None:
+        if self.stack not in ATTENTION_STACKS:
+            raise ValueError(f"stack must be one of {sorted(ATTENTION_STACKS)}, got {self.stack!r}")
+        if self.layer < 0 or self.head < 0:
+            raise ValueError(f"layer and head count from 0, got layer {self.layer}, head {self.head}")
+
+    @property
+    def block(self) -> str:
+        """The activation prefix of its attention block: "decoder.3.attn", "decoder.3.cross_attn"."""
+        return ATTENTION_STACKS[self.stack].format(layer=self.layer)
+
+    def __str__(self) -> str:
+        return f"{self.stack} L{self.layer} H{self.head}"
+
+
+def scale_heads(block: str, factors: torch.Tensor, baseline: str | np.ndarray = "zero") -> Edit:
+    """Edit the head outputs z of one attention block: z_h <- f_h z_h + (1 - f_h) baseline_h.
+
+    factors: [h] for every row of the batch, or [B, h], one set per row (1 leaves a head alone, 0 ablates it).
+    baseline: "zero"; "mean", each head's mean over the input's positions (of batch row 0, the unedited
+    input when the batch was branched); or an array [h, dh] (e.g. a mean over a dataset) or [h, T, dh].
+    """
+    if isinstance(baseline, str) and baseline not in ABLATIONS:
+        raise ValueError(f"baseline must be one of {ABLATIONS} or an array, got {baseline!r}")
+
+    return Edit(f"{block}.z", lambda z: _scaled(z, factors, baseline))
+
+
+def _scaled(z: torch.Tensor, factors: torch.Tensor, baseline: str | np.ndarray) -> torch.Tensor:
+    """z (B, h, T, dh) with each head moved towards its baseline (see `scale_heads`)."""
+    f = factors.to(z.device, z.dtype)
+    f = f.view(1, -1, 1, 1) if f.dim() == 1 else f.view(f.shape[0], f.shape[1], 1, 1)  # (B|1, h, 1, 1)
+    if isinstance(baseline, str) and baseline == "zero":
+        return z * f
+    if isinstance(baseline, str):
+        base = z[:1].mean(dim=2, keepdim=True)  # (1, h, 1, dh): row 0's mean over the positions
+    else:
+        base = torch.as_tensor(np.asarray(baseline), device=z.device, dtype=z.dtype)
+        base = base[None, :, None, :] if base.dim() == 2 else base[None]
+    return z * f + (1 - f) * base
+
+
+def ablate_heads(heads: Iterable[Head], how: str = "zero", factor: float = 0.0) -> list[Edit]:
+    """Edits that ablate every head of `heads` in every row of the batch: its z replaced by zeros ("zero") or by
+    its mean over the positions ("mean"); with `factor` other than 0, scaled instead (z <- factor z + (1 -
+    factor) baseline: 2.0 with how="zero" doubles the head). No heads: no edits (the pass is unchanged)."""
+    if how not in ABLATIONS:
+        raise ValueError(f"how must be one of {ABLATIONS}, got {how!r}")
+    by_block: dict[str, list[int]] = {}
+    for h in heads:
+        by_block.setdefault(h.block, []).append(h.head)
+    edits = []
+    for block, chosen in sorted(by_block.items()):
+        n = max(chosen) + 1
+
+        def apply_factors(z: torch.Tensor, chosen: list[int] = chosen, n: int = n) -> torch.Tensor:
+            if n > z.shape[1]:
+                raise ValueError(f"head {n - 1} is out of range: this block has {z.shape[1]} heads")
+            f = torch.ones(z.shape[1])
+            f[chosen] = factor
+            return _scaled(z, f, how)
+
+        edits.append(Edit(f"{block}.z", apply_factors))
+    return edits
+
+
+def _source_array(source: Trace | np.ndarray | torch.Tensor, name: str) -> torch.Tensor:
+    if isinstance(source, Trace):
+        if name not in source:
+            raise ValueError(f"the source trace has no {name!r}; see its names")
+        return torch.as_tensor(np.array(source[name]))
+    return torch.as_tensor(source if isinstance(source, torch.Tensor) else np.array(source))
+
+
+def patch(
+    name: str,
+    source: Trace | np.ndarray | torch.Tensor,
+    positions: Mapping[int, int] | None = None,
+    rows: Sequence[int] | None = None,
+) -> Edit:
+    """Replace the activation `name` with another input's: `source` is that input's trace (or the array itself,
+    batch dimension dropped, as a trace holds it).
+
+    positions: None replaces the whole activation (shapes must agree); {target: source} replaces the target's
+    positions with the source's, along the token axis (second from last: the tokens of a residual stream,
+    the query positions of a head's z or attention weights). rows: the batch rows patched (None: every row).
+    """
+    values = _source_array(source, name)
+
+    def apply(x: torch.Tensor) -> torch.Tensor:
+        src = values.to(x.device, x.dtype)
+        if positions is None and tuple(src.shape) != tuple(x.shape[1:]):
+            raise ValueError(f"{name}: the source has shape {tuple(src.shape)}, this pass {tuple(x.shape[1:])}")
+        out = x.clone()
+        chosen = slice(None) if rows is None else torch.as_tensor(list(rows), device=x.device)
+        if positions is None:
+            out[chosen] = src
+            return out
+        for target, origin in positions.items():
+            if not (-x.shape[-2] <= target < x.shape[-2] and -src.shape[-2] <= origin < src.shape[-2]):
+                raise ValueError(f"{name}: position {target} <- {origin} is outside the inputs")
+            out[chosen, ..., target, :] = src[..., origin, :]
+        return out
+
+    return Edit(name, apply)
+
+
+def branch(name: str, rows: int) -> Edit:
+    """Grow the batch at `name` by `rows` copies of row 0: the rows added see the same input up to here and may
+    be edited differently from here on (each ablating one head, say), while what came before ran once.
+
+    Later layers broadcast the batch: masks, rotary tables and an encoder's memory of one row serve every row.
+    """
+    if rows < 0:
+        raise ValueError(f"rows must be 0 or more, got {rows}")
+
+    def apply(x: torch.Tensor) -> torch.Tensor:
+        return x if rows == 0 else torch.cat([x, x[:1].expand(rows, *x.shape[1:])])
+
+    return Edit(name, apply)
+
+
+def check_names(hook_names: Iterable[str], edits: Iterable[Edit]) -> None:
+    """ValueError naming any edit whose activation the model has no hook point for (it would never apply)."""
+    known = set(hook_names)
+    unknown = sorted({e.name for e in edits} - known)
+    if unknown:
+        raise ValueError(f"no hook point is named {', '.join(map(repr, unknown))}; see model.hook_names")

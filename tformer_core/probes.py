@@ -1,0 +1,228 @@
+"""Does this head matter? One input made ready to run many times with interventions, and every head ablated.
+
+    probe = next_token_probe(model, "The capital of France is")      # p(" Paris"), the model's own top-1
+    result = head_importance(probe)                                  # every head ablated, in batched passes
+    result.effects["decoder"][3, 5]      # how much p(" Paris") drops when head 5 of layer 3 is ablated
+    result.seconds, result.passes
+
+A `Probe` is a model, an input and the number measured on it, one per model kind: the next token's
+probability (a language model, a translator's next target token), a class's probability (a ViT), the cosine
+similarity of two sentences' mean-pooled embeddings (a sentence encoder such as MiniLM, which has no head).
+
+`head_importance` ablates each head in its own batch row. The rows that ablate a head of layer l are copies
+of the clean row up to layer l (`interventions.branch` grows the batch at layer l's input): the layers below
+an ablation run once, not once per head, and only the predicted position goes through the unembedding. Row 0
+stays clean: the clean score comes from the same pass. Passes are cut so that a pass holds at most
+ROW_TOKENS rows x tokens, which bounds its memory whatever the input's length.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from .capture import Edit, intervene
+from .interventions import ABLATIONS, Head, branch, scale_heads
+from .models.base import TracedModel
+from .models.decoder import Decoder
+from .models.encoder import Encoder
+from .models.seq2seq import EncoderDecoder
+from .models.vit import ViT, image_input
+
+ROW_TOKENS = 8192  # rows x tokens of one batched pass: SmolLM2's FFN holds 8192 x 1536 floats (50 MB) at most
+
+
+@dataclass(frozen=True, eq=False)
+class Probe:
+    """One input of a model, ready to be run many times under edits.
+
+    run(): one forward pass of the input (batch 1, grown by `branch` edits) -> its raw output; score(output) ->
+    (B,) the number measured, per batch row. what: that number in words ("p(' Paris')"). heads: the attention
+    stacks and their (layers, heads). branch_stacks: the stacks whose layers a batch may branch at, in the
+    order the pass runs them (an encoder-decoder's decoder reads the encoder's output, which stays one row).
+    tokens: positions per pass (all sequences together), for the memory bound. edits: always applied.
+    """
+
+    model: TracedModel
+    run: Callable[[], torch.Tensor]
+    score: Callable[[torch.Tensor], torch.Tensor]
+    what: str
+    heads: dict[str, tuple[int, int]]
+    tokens: int
+    edits: tuple[Edit, ...] = ()
+
+    def measure(self, edits: list[Edit] | tuple[Edit, ...] = ()) -> np.ndarray:
+        """The score of every batch row of one pass under `edits` (float64 [B])."""
+        with torch.inference_mode(), intervene([*self.edits, *edits]):
+            return self.score(self.run()).double().cpu().numpy()
+
+
+def _require_core(model: TracedModel) -> None:
+    if model.path != "tformer":
+        raise ValueError("interventions need the core's own modules (hook points); transformers runs this model")
+
+
+def _label(model: TracedModel, output: int) -> str:
+    labels = model.output_labels
+    return repr(str(labels[output])) if labels is not None and output < len(labels) else str(output)
+
+
+def _probability_of(output: int | None, logits_of: Callable[[torch.Tensor], torch.Tensor], clean: torch.Tensor):
+    """(output id, score function): the softmax probability of `output` (default: the clean pass's top-1)."""
+    chosen = int(logits_of(clean)[0].argmax()) if output is None else int(output)
+    return chosen, lambda out: torch.softmax(logits_of(out).double(), dim=-1)[:, chosen]
+
+
+def next_token_probe(model: Decoder, text: str | list[int], token: int | None = None) -> Probe:
+    """A language model's probability of `token` (default: its own top-1) after the last position of `text`."""
+    _require_core(model)
+    with torch.inference_mode(False):  # a plain tensor, which relevancy's backward pass may use
+        ids, _ = model._ids(text, model.config.vocab_size, model.config.max_positions)
+    last = (Edit("decoder.out", lambda x: x[:, -1:]),)  # only the last position reaches the unembedding
+    run = lambda: model(ids)  # noqa: E731
+    with torch.inference_mode(), intervene(last):
+        clean = run()
+    token, score = _probability_of(token, lambda out: out[:, -1], clean)
+    layers, heads = model.config.n_layers, model.config.n_heads
+    return Probe(model, run, score, f"p({_label(model, token)})", {"decoder": (layers, heads)}, ids.shape[1], last)
+
+
+def translation_probe(
+    model: EncoderDecoder, source: str | list[int], target: list[int], token: int | None = None
+) -> Probe:
+    """A translator's probability of target token `token` (default: its top-1) after the target prefix `target`
+    (token ids, starting with the start token), reading `source`."""
+    _require_core(model)
+    c = model.config
+    with torch.inference_mode(False):
+        src, _ = model._ids(source, c.src_vocab_size, c.max_positions, what="source")
+        tgt, _ = model._ids(target, c.tgt_vocab_size, c.max_positions, model.target_tokenizer, "target")
+    last = (Edit("decoder.out", lambda x: x[:, -1:]),)
+    run = lambda: model(src, tgt)  # noqa: E731
+    with torch.inference_mode(), intervene(last):
+        clean = run()
+    token, score = _probability_of(token, lambda out: out[:, -1], clean)
+    heads = {"encoder": (c.n_encoder_layers, c.n_heads), "decoder": (c.n_decoder_layers, c.n_heads)}
+    heads["cross"] = heads["decoder"]
+    return Probe(model, run, score, f"p({_label(model, token)})", heads, src.shape[1] + tgt.shape[1], last)
+
+
+def class_probe(model: ViT, image: torch.Tensor | np.ndarray, class_id: int | None = None) -> Probe:
+    """A ViT's probability of class `class_id` (default: its top-1) for one preprocessed image (C, H, W)."""
+    _require_core(model)
+    if model.head is None:
+        raise ValueError("this ViT has no class head")
+    with torch.inference_mode(False):
+        x = image_input(image, model.config, model.device, model.dtype).clone()
+    run = lambda: model(x)  # noqa: E731
+    with torch.inference_mode():
+        clean = run()
+    class_id, score = _probability_of(class_id, lambda out: out, clean)
+    c = model.config
+    tokens = c.n_prefix_tokens + c.n_patches
+    return Probe(model, run, score, f"p({_label(model, class_id)})", {"encoder": (c.n_layers, c.n_heads)}, tokens)
+
+
+def similarity_probe(model: Encoder, first: str | list[int], second: str | list[int]) -> Probe:
+    """The cosine similarity of two sentences' embeddings (each the mean of its final hidden states over its
+    tokens, as MiniLM's sentence embedding): both sentences run under the same edits, row for row."""
+    _require_core(model)
+    c = model.config
+    with torch.inference_mode(False):
+        a, _ = model._ids(first, c.vocab_size, c.max_positions, what="first sentence")
+        b, _ = model._ids(second, c.vocab_size, c.max_positions, what="second sentence")
+
+    def run() -> torch.Tensor:
+        return torch.stack([model(a).mean(dim=1), model(b).mean(dim=1)])  # (2, B, D)
+
+    def score(out: torch.Tensor) -> torch.Tensor:
+        return torch.cosine_similarity(out[0].double(), out[1].double(), dim=-1)  # (B,)
+
+    return Probe(model, run, score, "cos(first, second)", {"encoder": (c.n_layers, c.n_heads)}, a.shape[1] + b.shape[1])
+
+
+@dataclass(frozen=True, eq=False)
+class HeadImportance:
+    """Every head ablated, one at a time. clean: the probe's score without ablation; scores[stack] [layers,
+    heads]: the score with that head ablated; effects: clean - scores (the drop: positive where the head
+    helped). seconds: the time taken; passes: forward passes run; rows: batch rows run in all (each a whole
+    or, branched, a partial pass)."""
+
+    what: str
+    how: str
+    clean: float
+    scores: dict[str, np.ndarray]
+    seconds: float
+    passes: int
+    rows: int
+    effects: dict[str, np.ndarray] = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "effects", {s: self.clean - v for s, v in self.scores.items()})
+
+    def ranked(self) -> list[tuple[Head, float]]:
+        """Every head with its effect, the largest drop first."""
+        items = [(Head(s, l, h), float(e[l, h])) for s, e in self.effects.items() for l, h in np.ndindex(e.shape)]
+        return sorted(items, key=lambda item: -item[1])
+
+
+def _branch_stack(stack: str) -> str:
+    return "encoder" if stack == "encoder" else "decoder"  # a decoder layer holds its self- and cross-attention
+
+
+def _chunks(probe: Probe) -> list[tuple[str, list[tuple[int, list[Head]]]]]:
+    """The passes: (stack branched, [(layer, the heads its rows ablate)]), each pass within ROW_TOKENS."""
+    passes = []
+    for branched in ("encoder", "decoder"):
+        stacks = [s for s in probe.heads if _branch_stack(s) == branched]
+        if not stacks:
+            continue
+        current: list[tuple[int, list[Head]]] = []
+        rows = 1
+        for layer in range(probe.heads[stacks[0]][0]):
+            units = [Head(s, layer, h) for s in stacks for h in range(probe.heads[s][1])]
+            if current and (rows + len(units)) * probe.tokens > ROW_TOKENS:
+                passes.append((branched, current))
+                current, rows = [], 1
+            current.append((layer, units))
+            rows += len(units)
+        passes.append((branched, current))
+    return passes
+
+
+def _pass_edits(branched: str, layers: list[tuple[int, list[Head]]], how: str) -> list[Edit]:
+    """Branch at each layer's input, one new row per head of that layer, and ablate each row's head."""
+    edits, rows = [], 1
+    for layer, units in layers:
+        edits.append(branch(f"{branched}.{layer}.resid_pre", len(units)))
+        for stack in dict.fromkeys(u.stack for u in units):
+            mine = [(rows + i, u.head) for i, u in enumerate(units) if u.stack == stack]
+            factors = torch.ones(rows + len(units), max(h for _, h in mine) + 1)
+            for row, head in mine:
+                factors[row, head] = 0.0
+            edits.append(scale_heads(Head(stack, layer, 0).block, factors, how))
+        rows += len(units)
+    return edits
+
+
+def head_importance(probe: Probe, how: str = "zero") -> HeadImportance:
+    """Ablate every head of the probe's model, one per batch row (zero: z <- 0; mean: z <- its mean over the
+    positions), in as few passes as ROW_TOKENS allows; see the module docstring."""
+    if how not in ABLATIONS:
+        raise ValueError(f"how must be one of {ABLATIONS}, got {how!r}")
+    scores = {s: np.full(shape, np.nan) for s, shape in probe.heads.items()}
+    start = time.perf_counter()
+    clean, rows, passes = None, 0, 0
+    for branched, layers in _chunks(probe):
+        measured = probe.measure(_pass_edits(branched, layers, how))
+        passes, rows, clean = passes + 1, rows + len(measured), float(measured[0])
+        units = [u for _, us in layers for u in us]
+        for u, value in zip(units, measured[1:], strict=True):
+            scores[u.stack][u.layer, u.head] = value
+    seconds = time.perf_counter() - start
+    assert clean is not None
+    return HeadImportance(probe.what, how, clean, scores, seconds, passes, rows)
