@@ -60,8 +60,8 @@ def choose_seq2seq(url: UrlState) -> tuple[str, TracedModel | None]:
     return source, model
 
 
-def translation_inputs(url: UrlState, source: str) -> tuple | None:
-    """The source sentence, the token limit and the optional target; returns the cache key of the translation."""
+def translation_inputs(url: UrlState, source: str) -> caches.Request[sv.Translation] | None:
+    """The source sentence, the token limit and the optional target; returns the cache request of the translation."""
     default_text = sv.DEFAULT_SOURCES.get(source, "")
     text_key = url.key("text", default_text)
     if st.session_state[text_key] in sv.DEFAULT_SOURCES.values() and default_text:
@@ -80,7 +80,9 @@ def translation_inputs(url: UrlState, source: str) -> tuple | None:
     if not text.strip():
         st.error("The source sentence is empty: type a sentence to translate.")
         return None
-    return ("teacher", source, text, target) if target.strip() else ("translate", source, text, int(max_new))
+    if target.strip():
+        return caches.teacher_forced(source, text, target)
+    return caches.translation(source, text, int(max_new))
 
 
 def page(url: UrlState) -> None:
@@ -88,7 +90,7 @@ def page(url: UrlState) -> None:
     if model is None:
         return
     key = translation_inputs(url, source)
-    translation = run_safely(lambda: caches.cached(*key), "Input") if key else None
+    translation = run_safely(lambda: caches.result(key), "Input") if key else None
     if key is None or translation is None:
         show_vocabulary(model, source)
         return
@@ -151,7 +153,7 @@ def show_vocabulary(model: TracedModel, source: str) -> None:
             st.markdown(model_card(source))
 
 
-def show_translation(key: tuple, translation: sv.Translation) -> None:
+def show_translation(key: caches.Request[sv.Translation], translation: sv.Translation) -> None:
     st.subheader("Translation" if translation.mode == "greedy" else "Your target (teacher forcing)")
     st.code(translation.output_text or "(nothing)", language=None)
     n = translation.n_steps
@@ -159,7 +161,7 @@ def show_translation(key: tuple, translation: sv.Translation) -> None:
         end = "it wrote the end token" if translation.finished else "it reached the token limit before the end token"
         st.caption(f"Greedy decoding: the most likely token at each of {n} steps; {end}.")
     else:
-        agree = caches.derived("teacher_agreement", key)  # once per translation, not on every step change
+        agree = caches.teacher_agreement(key)  # once per translation, not on every step change
         st.caption(
             f"The decoder read your target token by token ({n} steps). The model's own most likely token "
             f"agrees with it at {agree} of {n} steps."

@@ -1,12 +1,14 @@
 """Inside a block: the residual connections, LayerNorm and the feed-forward network of a real model, one
 token at a time, with every number; the residual stream across layers; the lecture's LayerNorm example.
 
-Read widgets (model, input, stack, layer, token) -> one cached trace per input (caches.cached "block_*")
--> tformer_views.lessons.block recomputes the chosen token's path through the block in float64 from
-the model's weights -> draw each step as formulas, tables, charts and CSV files.
+Read widgets (model, input, stack, layer, token) -> one cached trace per input (caches.block_text,
+block_translation, block_image) -> tformer_views.lessons.block recomputes the chosen token's path through
+the block in float64 from the model's weights -> draw each step as formulas, tables, charts and CSV files.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -62,14 +64,14 @@ def choose(url: UrlState) -> tuple[str, TracedModel | None]:
     return source, model
 
 
-def read_input(url: UrlState, source: str, model: TracedModel) -> tuple[tuple, Result] | None:
-    """(the cache key, the cached result) for the input the user gives, or None (said on the page)."""
+def read_input(url: UrlState, source: str, model: TracedModel) -> tuple[caches.Request[Any], Result] | None:
+    """(the cache request, the cached result) for the input the user gives, or None (said on the page)."""
     if model.kind == "vit":
         picked = vi.choose_image(url, model)
         if picked is None:
             return None
         name, data = picked
-        key: tuple = ("block_image", source, data, name)
+        key: caches.Request[Any] = caches.block_image(source, data, name)
     else:
         seq2seq = model.kind == "encoder-decoder"
         label = "Source sentence" if seq2seq else "Sentence"
@@ -78,13 +80,13 @@ def read_input(url: UrlState, source: str, model: TracedModel) -> tuple[tuple, R
         if not text.strip():
             st.error(f"Type a {label.lower()}.")
             return None
-        key = ("block_translation" if seq2seq else "block_text", source, text)
-    result = run_safely(lambda: caches.cached(*key), "Input")
+        key = caches.block_translation(source, text) if seq2seq else caches.block_text(source, text)
+    result = run_safely(lambda: caches.result(key), "Input")
     if result is None:
         return None
     if model.kind == "vit":
         st.columns([2, 3])[0].image(
-            caches.derived("grid_picture", key),
+            caches.grid_picture(key),
             caption="The picture as the model sees it; token r{row}c{column} is the patch in that row and column.",
         )
     if isinstance(result, sv.Translation):
@@ -305,9 +307,9 @@ def show_walk(walk: lb.BlockWalk, n_dims: int) -> None:
 
 
 # ---- across layers -----------------------------------------------------------------------------------------
-def show_across_layers(key: tuple, stack: str, token: int, layout: lb.BlockLayout) -> None:
+def show_across_layers(key: caches.Request[Any], stack: str, token: int, layout: lb.BlockLayout) -> None:
     st.header("Across layers: the size of the residual stream")
-    norms = run_safely(lambda: caches.derived("stream_norms", key, stack), "Norms")
+    norms = run_safely(lambda: caches.stream_norms(key, stack), "Norms")
     if norms is None:
         return
     label = norms.tokens[token]

@@ -89,7 +89,7 @@ def real_controls(url: UrlState, n_heads: int) -> tuple[ls.Example | None, tuple
     if not sentence.strip():
         st.error("Type a sentence to take X from.")
         return None, sig
-    trace = run_safely(lambda: caches.cached("text", MODEL, sentence, None), "Sentence")
+    trace = run_safely(lambda: caches.result(caches.text_trace(MODEL, sentence)), "Sentence")
     if trace is None:
         return None, sig
     too_long = we.too_many_tokens(len(trace.tokens))
