@@ -280,7 +280,7 @@ def show_rollout(
 
 def show_figure_7(source: str, key: caches.Request[vv.VisionResult], result: vv.VisionResult) -> None:
     st.header("The model's own pictures (ViT paper, Fig. 7)")
-    pcs, variance, positions = caches.from_model("figure_7", source)
+    pcs, variance, positions = caches.figure_7(source)
     trace = result.trace
     left, middle, right = st.columns(3)
     with left:

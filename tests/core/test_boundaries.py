@@ -88,6 +88,20 @@ def test_one_cache_layer():
     assert users == ["tformer_app/budget.py", "tformer_app/caches.py"]
 
 
+def test_pages_ask_the_cache_through_its_typed_requests():
+    """Pages build a typed request (caches.text_trace(...), caches.picture(...)) and read it with caches.result
+    or a typed derived view, so the type checker knows what each returns; the string-keyed registry under them
+    (caches.cached / derived / from_model) is the cache's own."""
+    callers = sorted(
+        str(p.relative_to(ROOT))
+        for folder in ("app_pages", "tformer_app")
+        for p in (ROOT / folder).rglob("*.py")
+        if p.name != "caches.py"
+        and any(f"caches.{name}(" in p.read_text() for name in ("cached", "derived", "from_model"))
+    )
+    assert not callers
+
+
 # ---- the views and the app read the core's public API, never its modules ------------------------------
 # Attribute names of the core's nn.Modules that nothing outside the core may reach for: the weights are read
 # through `model.weights()` (TransformerLens's shapes), what a model offers through its kind and capabilities.
