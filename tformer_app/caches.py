@@ -35,6 +35,7 @@ import tformer_core as tc
 from tformer_core.bundled import BUNDLED_MODELS
 from tformer_core.checkpoints import BUNDLED_TEXT
 from tformer_core.checkpoints.sources import looks_like_path
+from tformer_core.interventions import Head
 from tformer_core.trace import lean
 from tformer_views import detection as dv
 from tformer_views import distance, overview, pictures, samples, search
@@ -237,12 +238,11 @@ COMPUTATIONS: dict[str, Callable[..., Any]] = {
     # Masked autoencoder: (image bytes, file name, masking seed) -> MAEResult; DETR: (bytes, name) -> DetrResult
     "mae": mv.analyse,
     "detr": dv.analyse,
-    # Does this head matter?: every head ablated, direct attribution, the logit lens (HeadStudy), per kind:
-    # (text), (source), (image bytes, file name), (first sentence, second sentence)
-    "heads_text": hm.text_study,
-    "heads_translation": hm.translation_study,
-    "heads_image": hm.image_study,
-    "heads_similarity": hm.similarity_study,
+    # Does this head matter?: (study kind, output id or None, stack, layer, head, *the study's inputs) ->
+    # hm.Ablation, one head ablated. (The studies themselves and the patching grids are `computed`, with a bar.)
+    "heads_ablation": lambda model, kind, output, stack, layer, head, *inputs: hm.ablation(
+        model, kind, inputs, output, Head(stack, layer, head)
+    ),
 }
 
 _results = ByteBudgetCache("results", SETTINGS.cache_bytes, on_evict=_give_back.check)
