@@ -113,7 +113,8 @@ def show(url: UrlState, source: str, study: hm.HeadStudy) -> None:
         table = hm.lens_table(study)
         formats = {c: st.column_config.NumberColumn(c, format="%.3g") for c in table.columns if c.startswith("p(")}
         st.dataframe(table, hide_index=True, column_config=formats)
-        st.line_chart(table, x="after layer", y=table.columns[3])
+        ranks = pd.DataFrame({"after layer (-1 = the embedding)": range(-1, len(table) - 1), "rank": table.iloc[:, 3]})
+        st.line_chart(ranks, x=ranks.columns[0], y="rank")  # numbers, not labels: "10" would sort before "2"
 
 
 def _grid(url: UrlState, values, title: str, key: str, clickable: bool = False) -> None:
@@ -156,8 +157,10 @@ def _ablate_one(url: UrlState, source: str, study: hm.HeadStudy, stack: str, key
         st.markdown(f"**The prediction with {escape(str(result.head))} ablated**")
         st.dataframe(pd.DataFrame(result.prediction, columns=["output", "probability"]), hide_index=True)
     with right:
-        _attention(
-            result.own, result.head, result, f"{result.head}: its own attention (the same with or without it)", "own"
+        _attention(result.own, result.head, result, f"{result.head}: its own attention", "own")
+        st.caption(
+            "Its weights come before its output, so its ablation leaves them as they are; "
+            "the heads after it see a changed stream."
         )
     if result.downstream is None:
         st.caption("No later head's attention changes: the ablated head is in the last layer, or nothing reads it.")
@@ -218,6 +221,8 @@ def patching(url: UrlState, source: str, model) -> None:
         diverging=True,
         domain=(-1.0, 1.0),
         annotate=False,
+        cell_size=14,
+        cell_width=min(80, max(24, 560 // len(cols))),
     )
     downloads.chart(spec, key="heads.chart.patching")
     st.caption(
