@@ -200,7 +200,9 @@ def show_attention(url: UrlState, key: tuple, result: vv.VisionResult) -> None:
     st.subheader(f"Every head of layer {choice.layer}")
     strip = vv.head_overlays(result, choice.layer, choice.patch, choice.alpha, choice.smooth)
     st.image(to_jpeg(strip), caption=f"Where {who} looks, head by head; each picture is scaled to its own maximum.")
-    show_rollout(url, key, result, choice)
+    rolled = show_rollout(url, key, result, choice)
+    if rolled is not None and result.trace.has_head:
+        show_class_explanations(url, key, result, choice, rolled)
 
 
 def show_query_picker(url: UrlState, result: vv.VisionResult, choice: AttentionChoice) -> None:
@@ -251,7 +253,7 @@ def show_query_picker(url: UrlState, result: vv.VisionResult, choice: AttentionC
         )
 
 
-def show_rollout(url: UrlState, key: tuple, result: vv.VisionResult, choice: AttentionChoice) -> None:
+def show_rollout(url: UrlState, key: tuple, result: vv.VisionResult, choice: AttentionChoice):
     st.subheader("Attention rollout")
     c1, c2 = st.columns(2)
     fusion = c1.radio(
@@ -274,6 +276,36 @@ def show_rollout(url: UrlState, key: tuple, result: vv.VisionResult, choice: Att
             "the weakest weights dropped, the residual connection added as (A + I) / 2, and the layers multiplied. "
             "The picture is the class token's row of the product over the patches."
         )
+    return rolled
+
+
+def show_class_explanations(url: UrlState, key: tuple, result: vv.VisionResult, choice: AttentionChoice, rolled):
+    """Raw attention, rollout and relevancy side by side, for one of the top-5 classes."""
+    st.subheader("Which patches explain a class? Attention, rollout and relevancy")
+    ids, _ = result.trace.ranked(5)
+    labels = [label for label, _ in result.trace.predictions(5)]
+    rank = st.selectbox(
+        "Class to explain (the model's top 5)",
+        list(range(len(ids))),
+        format_func=lambda i: f"{i + 1}. {labels[i]}",
+        key=url.key("explain", 0, choices=list(range(len(ids)))),
+    )
+    source, data, name = key[1], key[2], key[3]
+    relevance = run_safely(lambda: caches.cached("relevancy", source, data, name, int(ids[rank])), "Relevancy")
+    last = result.trace.n_layers - 1
+    pictures = [
+        (vv.attention_map(result.trace, last, None), f"Raw attention: the class token in layer {last}, mean of heads"),
+        (rolled, "Rollout: attention through every layer"),
+    ]
+    if relevance is not None:
+        pictures.append((relevance, f"Relevancy for {escape(labels[rank])} (attention × its gradient)"))
+    for column, (values, caption) in zip(st.columns(3), pictures, strict=False):
+        column.image(to_jpeg(overlay(result.image, values, alpha=choice.alpha, smooth=choice.smooth)), caption=caption)
+    st.caption(
+        "Raw attention and rollout are the same whichever class is asked about: they say where the model looked. "
+        "Relevancy (Chefer, Gur & Wolf 2021) weights each layer's attention by its gradient for the chosen class's "
+        "probability and keeps only what raises it: it changes with the class."
+    )
 
 
 def show_figure_7(source: str, key: tuple, result: vv.VisionResult) -> None:

@@ -224,6 +224,7 @@ COMPUTATIONS: dict[str, Callable[..., Any]] = {
     # attention rows and top-k, not its trace (a decoder-only model continuing a text)
     "generate": _generate,
     "image": _analyse_image,  # (image file bytes, file name) -> VisionResult
+    "relevancy": vv.relevancy_map,  # (image file bytes, file name, class id) -> [rows, cols] (Chefer et al.)
     "token_distance": _token_distance,  # (text) -> ([layers, heads] tokens, uniform baseline)
     # Inside a block: the residual stream, norms and sub-layer outputs (lb.block_read), no attention internals.
     "block_text": lb.trace_text,  # (text) -> Trace of an encoder or decoder-only model
