@@ -146,8 +146,8 @@ def _ablate_one(url: UrlState, source: str, study: hm.HeadStudy, stack: str, key
     c1, c2 = st.columns(2)
     layer = c1.selectbox("Layer", list(range(shape[0])), key=keys[0])
     head = c2.selectbox("Head", list(range(shape[1])), key=keys[1])
-    args = (study.kind, study.output, stack, int(layer), int(head), *study.inputs)
-    result = run_safely(lambda: caches.cached("heads_ablation", source, *args), "Ablation")
+    request = caches.head_ablation(source, study, stack, int(layer), int(head))
+    result = run_safely(lambda: caches.result(request), "Ablation")
     if result is None:
         return
     clean = study.importance.clean

@@ -24,6 +24,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from timing import interleaved_medians, print_table, run_each_allocator
 
 import tformer_core as tc
+from tformer_core.capture import matching
 from tformer_core.checkpoints.sources import minilm_folder
 
 DEIT = ROOT.parent / "shared" / "models" / "deit-tiny-patch16-224"
@@ -81,7 +82,7 @@ def main() -> None:
             rows.append(("DeiT-Tiny", what, *interleaved_medians(traced, baseline, args.repeats, device)))
             if batch > 1:
                 # Like for like: transformers returns only the attention weights; so does this row.
-                weights_only = lambda images=images: ours.trace_batch(images, keep=lambda n: n.endswith(".weights"))  # noqa: E731
+                weights_only = lambda images=images: ours.trace_batch(images, keep=matching("**.attn.weights"))  # noqa: E731
                 rows.append(
                     (
                         "DeiT-Tiny",

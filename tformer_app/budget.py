@@ -73,6 +73,7 @@ class _Pending:
         self.done = threading.Event()
         self.value: Any = None
         self.error: BaseException | None = None
+        self.abandoned = False  # stopped without a result or a failure: a waiter computes it
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,6 +91,8 @@ class ByteBudgetCache:
     """key -> value, at most `budget_bytes` in all (by `size_of`), least recently used dropped first.
 
     on_evict(bytes): called (outside the lock) after entries were dropped, e.g. to give memory back.
+    shared(): bytes held elsewhere that count against the same budget (the sessions' uploads): the cache keeps
+    at most budget_bytes - shared() itself, and at least its most recent entry.
     """
 
     def __init__(
@@ -98,11 +101,13 @@ class ByteBudgetCache:
         budget_bytes: int,
         weigh: Callable[[Any], int] = size_of,
         on_evict: Callable[[int], None] | None = None,
+        shared: Callable[[], int] | None = None,
     ) -> None:
         self.name = name
         self.budget_bytes = int(budget_bytes)
         self._weigh = weigh
         self._on_evict = on_evict
+        self._shared = shared
         self._entries: OrderedDict[Hashable, tuple[Any, int]] = OrderedDict()
         self._pending: dict[Hashable, _Pending] = {}
         self._lock = threading.Lock()
@@ -116,22 +121,26 @@ class ByteBudgetCache:
                 self._entries.move_to_end(key)
                 self._hits += 1
                 return self._entries[key][0]
-            pending = self._pending.get(key)
-            owner = pending is None
-            if owner:
+            under_way = self._pending.get(key)
+            owner = under_way is None
+            if under_way is None:
                 pending = self._pending[key] = _Pending()
                 self._misses += 1
             else:
+                pending = under_way
                 self._hits += 1
         if not owner:
             pending.done.wait()
+            if pending.abandoned:  # the session computing it was stopped (a rerun): this one computes it
+                return self.get_or_compute(key, compute)
             if pending.error is not None:
                 raise pending.error
             return pending.value
         try:
             value = compute()
         except BaseException as error:
-            pending.error = error
+            # A failure is every waiter's; a stop of the computing session's script (not an Exception) is not.
+            pending.error, pending.abandoned = (error, False) if isinstance(error, Exception) else (None, True)
             with self._lock:
                 del self._pending[key]
             pending.done.set()
@@ -153,13 +162,22 @@ class ByteBudgetCache:
                 self._used -= self._entries.pop(key)[1]
             self._entries[key] = (value, size)
             self._used += size
-            while self._used > self.budget_bytes and len(self._entries) > 1:
+        freed = self.trim()
+        if freed and self._on_evict is not None:
+            self._on_evict(freed)
+
+    def trim(self) -> int:
+        """Drop least recently used entries until this cache and what it shares its budget with fit (its most
+        recent entry stays); returns the bytes dropped. Runs after every store, and whenever the shared part grew."""
+        shared = self._shared() if self._shared is not None else 0
+        freed = 0
+        with self._lock:
+            while self._used + shared > self.budget_bytes and len(self._entries) > 1:
                 _, (_, dropped) = self._entries.popitem(last=False)
                 self._used -= dropped
                 self._evicted += 1
                 freed += dropped
-        if freed and self._on_evict is not None:
-            self._on_evict(freed)
+        return freed
 
     def peek(self, key: Hashable) -> Any | None:
         """The cached value for `key` without computing or reordering anything (None when absent)."""

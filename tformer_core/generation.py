@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from .errors import InputError
 from .trace import Trace
 
 
@@ -55,12 +56,12 @@ class Sampling:
     def __post_init__(self) -> None:
         t = self.temperature
         if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0:
-            raise ValueError(f"temperature must be a number >= 0 (0 = greedy), got {t!r}")
+            raise InputError(f"temperature must be a number >= 0 (0 = greedy), got {t!r}")
         k = self.top_k
         if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
-            raise ValueError(f"top_k must be a whole number >= 1 or None (every token), got {k!r}")
+            raise InputError(f"top_k must be a whole number >= 1 or None (every token), got {k!r}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
-            raise ValueError(f"seed must be a whole number, got {self.seed!r}")
+            raise InputError(f"seed must be a whole number, got {self.seed!r}")
 
     @property
     def greedy(self) -> bool:
@@ -90,7 +91,7 @@ class Generation:
     tokens: tuple[str, ...]
     n_prompt: int
     steps: tuple[Trace, ...]
-    trace: Trace
+    trace: Trace | None  # None when the caller asked for no final pass (Decoder.generate(final_trace=False))
     finished: bool
     probabilities: tuple[float, ...] = ()
     sampling: Sampling | None = None

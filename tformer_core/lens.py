@@ -236,6 +236,6 @@ def _final_logits(model: TracedModel, trace: Trace, stack: str, position: int) -
         return logits if logits.ndim == 1 else logits[position]
     final = trace[f"{stack}.{trace.stack_layers[stack] - 1}.resid_post"]
     with torch.inference_mode():
-        out = model.read_out(torch.as_tensor(np.array(final))[None].to(model.device, model.dtype))
-    out = out[0].double().cpu().numpy()
+        read = model.read_out(torch.as_tensor(np.array(final))[None].to(model.device, model.dtype))
+    out = read[0].double().cpu().numpy()
     return out if out.ndim == 1 else out[position]

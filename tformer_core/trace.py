@@ -56,6 +56,7 @@ import torch
 
 from .attention import attention_logits, attention_weights, grouped_matmul
 from .capture import matching
+from .errors import InputError
 from .numerics import head_scores, softmax
 
 # Attention stacks a trace may hold, and the activation prefix of each.
@@ -121,6 +122,23 @@ def _own(a: np.ndarray) -> np.ndarray:
     while isinstance(root.base, np.ndarray):
         root = root.base
     return a if root.nbytes <= a.nbytes else _read_only(a.copy())
+
+
+TOP_K_ROWS = 16  # positions whose logits become probabilities at once in `_top_k`
+
+
+def _top_k(logits: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each position's k most probable token ids [positions, k] (int32) and their probabilities (float32), in
+    order. TOP_K_ROWS positions at a time: the float64 softmax and its sort over a whole [positions, vocab] table
+    took 5 copies of it at once (300 MB for smollm2's 49,152 tokens at 200 positions), per request."""
+    n = logits.shape[0]
+    ids, probs = np.empty((n, k), dtype=np.int32), np.empty((n, k), dtype=np.float32)
+    for start in range(0, n, TOP_K_ROWS):
+        p = softmax(logits[start : start + TOP_K_ROWS])  # [rows, vocab], float64
+        top = np.argsort(-p, axis=-1, kind="stable")[:, :k]
+        ids[start : start + TOP_K_ROWS] = top
+        probs[start : start + TOP_K_ROWS] = np.take_along_axis(p, top, -1)
+    return _read_only(ids), _read_only(probs)
 
 
 def to_numpy(t: torch.Tensor) -> np.ndarray:
@@ -329,7 +347,7 @@ class Trace:
     def query_heads(self, kv_head: int) -> tuple[int, ...]:
         """The query heads that read key/value head `kv_head` (they share its K and V)."""
         if not -self.n_kv_heads <= kv_head < self.n_kv_heads:
-            raise ValueError(f"key/value head {kv_head} is out of range: the model has {self.n_kv_heads}")
+            raise InputError(f"key/value head {kv_head} is out of range: the model has {self.n_kv_heads}")
         group = self.n_heads // self.n_kv_heads
         start = (kv_head % self.n_kv_heads) * group
         return tuple(range(start, start + group))
@@ -338,14 +356,14 @@ class Trace:
     def patch_grid(self) -> tuple[int, int]:
         """(rows, cols) of an image trace's patch grid; ValueError for a trace of text."""
         if self.grid_hw is None:
-            raise ValueError(f"this {self.kind} trace is not of an image: it has no patch grid")
+            raise InputError(f"this {self.kind} trace is not of an image: it has no patch grid")
         return self.grid_hw
 
     @property
     def patch_side(self) -> int:
         """The side of an image trace's patches in pixels; ValueError for a trace of text."""
         if self.patch_size is None:
-            raise ValueError(f"this {self.kind} trace is not of an image: it has no patches")
+            raise InputError(f"this {self.kind} trace is not of an image: it has no patches")
         return self.patch_size
 
     @property
@@ -389,13 +407,13 @@ class Trace:
         A compact trace keeps TOP_K per position: asking for more gives those.
         """
         if not self.has_head:
-            raise ValueError("this model has no prediction head (no classifier, language-model or masked-word head)")
+            raise InputError("this model has no prediction head (no classifier, language-model or masked-word head)")
         per_position = self.activations.get("head.logits", self.activations.get("head.top_ids"))
         if per_position is not None and per_position.ndim == 2:
             if position is None:
                 position = self.meta.predict_position
             if position is None:
-                raise ValueError("no [MASK] token in the input: put [MASK] where a word should be guessed")
+                raise InputError("no [MASK] token in the input: put [MASK] where a word should be guessed")
         k = max(int(k), 0)
         if "head.logits" not in self.activations:  # a compact trace: each position's top tokens
             return self.activations["head.top_ids"][position, :k], self.activations["head.top_probs"][position, :k]
@@ -437,10 +455,7 @@ class Trace:
             kept[name] = _own(array)
         logits = self.activations.get("head.logits")
         if logits is not None and logits.ndim == 2 and logits.shape[1] > top_k:
-            probs = softmax(logits)  # [positions, vocab], float64
-            top = np.argsort(-probs, axis=-1, kind="stable")[:, :top_k]
-            kept["head.top_ids"] = _read_only(top.astype(np.int32))
-            kept["head.top_probs"] = _read_only(np.take_along_axis(probs, top, -1).astype(np.float32))
+            kept["head.top_ids"], kept["head.top_probs"] = _top_k(logits, top_k)
         elif logits is not None:
             kept["head.logits"] = _own(logits)
         return replace(self, activations=kept)
@@ -449,16 +464,16 @@ class Trace:
     def _block(self, stack: str | None, layer: int) -> str:
         stack = stack or self.main_stack
         if stack not in self.attention_stacks:
-            raise ValueError(f"this {self.kind} trace has no {stack!r} attention; it has {self.attention_stacks}")
+            raise InputError(f"this {self.kind} trace has no {stack!r} attention; it has {self.attention_stacks}")
         n = self.layers_in(stack)
         if not -n <= layer < n:
-            raise ValueError(f"layer {layer} is out of range: the {stack} stack has {n} layers (0..{n - 1})")
+            raise InputError(f"layer {layer} is out of range: the {stack} stack has {n} layers (0..{n - 1})")
         return ATTENTION_STACKS[stack].format(layer=layer % n)
 
     def _check_head(self, head: int, stack: str | None = None) -> int:
         n = self.heads_in(stack)
         if not -n <= head < n:
-            raise ValueError(f"head {head} is out of range: the model has {n} heads (0..{n - 1})")
+            raise InputError(f"head {head} is out of range: the model has {n} heads (0..{n - 1})")
         return head % n
 
     def block(self, part: str, layer: int, head: int | None = None, stack: str | None = None) -> np.ndarray:

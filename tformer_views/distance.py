@@ -18,6 +18,7 @@ import torch
 from PIL import Image
 
 from tformer_core.capture import matching
+from tformer_core.errors import InputError
 from tformer_core.metrics import mean_attention_distance, mean_token_distance, uniform_attention
 from tformer_core.models.vit import ViT
 from tformer_core.trace import Trace
@@ -112,5 +113,5 @@ def distances_over_images(
         if progress is not None:
             progress(done)
     if not out:
-        raise ValueError("no images: choose or upload at least one")
+        raise InputError("no images: choose or upload at least one")
     return np.concatenate(out)  # [images, layers, heads]

@@ -24,6 +24,7 @@ import pandas as pd
 
 from tformer_core import lens as lens_mod
 from tformer_core import probes
+from tformer_core.errors import InputError
 from tformer_core.inputs.image_file import read_image
 from tformer_core.interventions import Head, ablate_heads, intervene
 from tformer_core.models.base import TracedModel
@@ -83,7 +84,9 @@ def _attribution(model: TracedModel, trace: Trace, output: int) -> tuple[lens_mo
 
 
 def _start(model: TracedModel) -> int:
-    generation = model.generation  # type: ignore[attr-defined]
+    if not isinstance(model, EncoderDecoderModel):
+        raise InputError("a translation study needs an encoder-decoder model")
+    generation = model.generation
     return int(generation.start_id if generation.start_id is not None else generation.pad_id or 0)
 
 
@@ -99,7 +102,7 @@ def _checked(kind: str, model: TracedModel) -> None:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
     if not isinstance(model, wanted[kind]):
         needs = {"text": "a language model (decoder-only)", "translation": "an encoder-decoder model"}
-        raise ValueError(
+        raise InputError(
             f"this study needs {needs.get(kind, 'a Vision Transformer' if kind == 'image' else 'a text encoder')}"
         )
 
@@ -119,11 +122,13 @@ def probe_of(kind: str, model: TracedModel, inputs: tuple, output: int | None = 
 def trace_of(kind: str, model: TracedModel, inputs: tuple) -> Trace:
     """The traced pass of a study's input (the first sentence of a pair), under any active intervention."""
     _checked(kind, model)
-    if kind == "translation":
-        return model.trace(inputs[0], [_start(model)])  # type: ignore[call-arg]
-    if kind == "image":
+    if isinstance(model, EncoderDecoderModel):
+        return model.trace(inputs[0], [_start(model)])
+    if isinstance(model, VisionModel):
         return model.trace(_pixels(model, *inputs))
-    return model.trace(inputs[0])
+    if isinstance(model, (CausalLM, EncoderModel)):
+        return model.trace(inputs[0])
+    raise InputError(f"this study does not read a {model.kind} model")
 
 
 def study(kind: str, model: TracedModel, *inputs: Any, progress: Progress | None = None) -> HeadStudy:

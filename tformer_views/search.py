@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tformer_core.errors import InputError
 from tformer_core.trace import Trace
 
 from .tokens import SPECIAL_TOKENS, plain_word
@@ -26,7 +27,7 @@ def query_rows(trace: Trace, query: int, stack: str | None = None) -> np.ndarray
     stack = stack or trace.main_stack
     n_q = len(trace.tokens_for(stack)[0])
     if not 0 <= query < n_q:
-        raise ValueError(f"query {query} is out of range: the input has {n_q} tokens (0..{n_q - 1})")
+        raise InputError(f"query {query} is out of range: the input has {n_q} tokens (0..{n_q - 1})")
     return np.stack([trace.attention(layer, None, stack)[:, query, :] for layer in range(trace.layers_in(stack))])
 
 

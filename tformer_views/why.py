@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from tformer_core.attention import attend_float64
+from tformer_core.errors import InputError
 from tformer_core.trace import Trace
 
 from .text import allowed_mask
@@ -87,7 +88,7 @@ def why_this_weight(trace: Trace, layer: int, head: int, query: int, stack: str 
     q_tokens, k_tokens = trace.tokens_for(stack)
     if not 0 <= query < len(q_tokens):
         n = len(q_tokens)
-        raise ValueError(f"query position {query} is out of range: the input has {n} tokens (0..{n - 1})")
+        raise InputError(f"query position {query} is out of range: the input has {n} tokens (0..{n - 1})")
     q = np.asarray(trace.q(layer, head, stack)[query], dtype=np.float64)
     k = np.asarray(trace.k(layer, head, stack), dtype=np.float64)
     v = np.asarray(trace.v(layer, head, stack), dtype=np.float64)

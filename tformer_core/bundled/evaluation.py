@@ -178,7 +178,7 @@ def class_token_attention(model: ViT, images: torch.Tensor, layer: int = -1, bat
     name = f"encoder.{layer}.attn.weights"
     out = []
     for start in range(0, images.shape[0], batch_size):
-        with capture(lambda n: n == name) as sink:
+        with capture(matching(name)) as sink:
             model(_normalised(model, images[start : start + batch_size]))
         w = sink.tensors[name]  # (b, heads, n, n)
         out.append(w[:, :, 0, model.config.n_prefix_tokens :].mean(1).float().cpu())

@@ -15,6 +15,7 @@ import torch
 
 from ..models.base import TracedModel, default_device, resolve_dtype
 from ..models.detr import DETR
+from ..models.kinds import CausalLM, EncoderDecoderModel
 from ..models.mae import MAE
 from ..models.seq2seq import EncoderDecoder
 from ..models.vit import ViT
@@ -60,6 +61,11 @@ def load_model(
     if not isinstance(source, str) or not source.strip():
         raise CheckpointError("no model given: choose a bundled model, a hub id or a local folder")
     source = source.strip()
+    if any(ord(c) < 32 or 127 <= ord(c) < 160 for c in source):
+        raise CheckpointError(
+            "a model id or folder name cannot hold control characters (such as NUL or a line break): "
+            "choose a bundled model, a hub id or a local folder"
+        )
     _report(progress, 0.0, f"{source}: locating")
     if source in gguf.GGUF_MODELS:
         return _placed(_load_gguf(source, progress), source, device, dtype, progress)
@@ -72,9 +78,9 @@ def load_model(
             try:
                 model = bundled.load_bundled(source, device=device, dtype=dtype)
             except (OSError, ValueError) as error:  # a missing or damaged asset folder
-                raise CheckpointError(f"the bundled model {source!r} cannot be loaded: {error}") from None
+                raise CheckpointError(f"the bundled model {source!r} cannot be loaded: {error}") from error
             except (RuntimeError, MemoryError) as error:  # placing it: out of (GPU) memory
-                raise CheckpointError(_placing_failed(source, device, error)) from None
+                raise CheckpointError(_placing_failed(source, device, error)) from error
             model.source = source
             _report(progress, 1.0, f"{source}: ready")
             return model
@@ -99,7 +105,7 @@ def _placed(
     try:
         model.place(device if device is not None else default_device(), resolve_dtype(dtype))
     except (RuntimeError, MemoryError) as error:  # CUDA out of memory, a device that is not there
-        raise CheckpointError(_placing_failed(name, device, error)) from None
+        raise CheckpointError(_placing_failed(name, device, error)) from error
     _report(progress, 1.0, f"{name}: ready")
     return model
 
@@ -148,11 +154,11 @@ def load_folder(
         return _load_folder(folder, progress, name, converted)
     except CheckpointError:
         raise
-    except MemoryError:
-        raise CheckpointError(f"there is not enough memory on the server to load {name}") from None
+    except MemoryError as error:
+        raise CheckpointError(f"there is not enough memory on the server to load {name}") from error
     except ValueError as error:  # a core config's own check (e.g. image size against patch size)
         problem = scrub(str(error), folder)
-        raise CheckpointError(f"config.json describes a model tformer cannot build: {problem}") from None
+        raise CheckpointError(f"config.json describes a model tformer cannot build: {problem}") from error
     except Exception as error:  # a case no check foresaw: still one line for the user, the cause kept for the log
         raise CheckpointError(
             f"{name} could not be loaded ({type(error).__name__}: {scrub(str(error), folder)})"
@@ -209,9 +215,9 @@ def _check_generation_ids(model: TracedModel) -> None:
     """Every token id generation feeds back in or indexes logits with must be a row of the output layer,
     else decoding would fail later. An end token outside the vocabulary is harmless (it is never produced)
     unless it is forced."""
-    settings, size = getattr(model, "generation", None), model.output_vocab_size
-    if settings is None or not size:
-        return
+    if not isinstance(model, (CausalLM, EncoderDecoderModel)) or not model.output_vocab_size:
+        return  # only the kinds that generate have generation settings
+    settings, size = model.generation, model.output_vocab_size
     start = settings.start_id
     start_key = "decoder_start_token_id (or bos_token_id)"
     if start is None and isinstance(model, EncoderDecoder):  # the decoder then starts from the padding token
