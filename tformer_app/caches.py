@@ -564,6 +564,12 @@ def from_model(view: str, source: str, *args: Any) -> Any:
     )
 
 
+def figure_7(source: str) -> tuple[bytes, list[float], bytes]:
+    """A ViT's patch-embedding filters' principal components (PNG), their variance shares, and its position
+    embeddings' similarity maps (PNG): the ViT paper's Fig. 7, once per model."""
+    return cast(tuple[bytes, list[float], bytes], from_model("figure_7", source))
+
+
 def sample_pictures() -> dict[str, bytes]:
     """The sample pictures (tformer_views.samples), read once per set of configured image folders."""
     dirs = tuple(str(d) for d in samples.image_dirs())
