@@ -1,7 +1,8 @@
-"""Does this head matter? Every head ablated, each head's direct share of the prediction, the logit lens, and
-one head ablated by choice: what attention weights alone cannot tell.
+"""Does this head matter? Every head ablated, each head's direct share of the prediction, a head ablated by a click
+(the prediction and the attention after it), the logit lens, and patching between two inputs: what attention
+weights alone cannot tell.
 
-Read widgets -> one cached study per input (caches.head_study_of_*: tformer_views.head_matters) -> draw.
+Read widgets -> one study per input (caches.computed: tformer_views.head_matters, with a progress bar) -> draw.
 """
 
 from __future__ import annotations
@@ -10,11 +11,11 @@ import pandas as pd
 import streamlit as st
 
 from tformer_app import caches, downloads, vision_inputs
+from tformer_app.events import clicked_cell
 from tformer_app.markdown import escape
 from tformer_app.page import run_page, run_safely
 from tformer_app.url import UrlState
 from tformer_app.widgets import choose_model
-from tformer_core.interventions import Head
 from tformer_views import head_matters as hm
 from tformer_views.charts.spec import heatmap
 from tformer_views.seq2seq import DEFAULT_SOURCES
@@ -23,6 +24,7 @@ DEFAULT = "smollm2"
 SUGGESTIONS = ("smollm2", "translator", "vit-tiny", "minilm")
 TEXT = "The capital of France is"
 PAIR = ("The cat sat on the mat.", "A kitten was sitting on the rug.")
+OWN_PAIR = "your own pair"
 INTRO = (
     "Attention weights show where a head looks, not whether the answer needs it. Here each head is switched off "
     "(its output set to zero) and the prediction measured again; each head's direct share of the winning logit is "
@@ -48,30 +50,40 @@ def page(url: UrlState) -> None:
     if model.path != "tformer" or model.kind not in ("decoder", "encoder-decoder", "vit", "encoder"):
         st.warning(f"**{escape(source)}** cannot be intervened on here: choose one of {', '.join(SUGGESTIONS)}.")
         return
-    with st.spinner("Ablating every head, one batch row each…"):
-        study = run_safely(lambda: _study(url, source, model), "Input")
+    asked = _inputs(url, model)
+    if asked is None:
+        return
+    kind, inputs = asked
+    study = run_safely(
+        lambda: caches.computed(
+            ("heads", kind, source, *inputs),
+            lambda progress: hm.study(kind, model, *inputs, progress=progress),
+            "Ablating every head, one batch row each…",
+        ),
+        "Input",
+    )
     if study is not None:
-        show(url, study)
-
-
-def _study(url: UrlState, source: str, model) -> hm.HeadStudy | None:
+        show(url, source, study)
     if model.kind == "decoder":
-        text = st.text_input("Text (the model predicts the next token)", key=url.key("text", TEXT))
-        return caches.result(caches.head_study_of_text(source, text))
+        patching(url, source, model)
+
+
+def _inputs(url: UrlState, model) -> tuple[str, tuple] | None:
+    """(study kind, its inputs) from this kind's widgets; None while no picture is chosen."""
+    if model.kind == "decoder":
+        return "text", (st.text_input("Text (the model predicts the next token)", key=url.key("text", TEXT)),)
     if model.kind == "encoder-decoder":
-        text = st.text_input(
-            "Source (the model writes its first target word)", key=url.key("source", DEFAULT_SOURCES.get(source, ""))
-        )
-        return caches.result(caches.head_study_of_translation(source, text))
+        label = "Source (the model writes its first target word)"
+        return "translation", (st.text_input(label, key=url.key("source", DEFAULT_SOURCES.get(model.source, ""))),)
     if model.kind == "vit":
         picked = vision_inputs.choose_image(url, model)
-        return None if picked is None else caches.result(caches.head_study_of_picture(source, picked[1], picked[0]))
+        return None if picked is None else ("image", (picked[1], picked[0]))
     first = st.text_input("First sentence", key=url.key("first", PAIR[0]))
     second = st.text_input("Second sentence", key=url.key("second", PAIR[1]))
-    return caches.result(caches.head_study_of_similarity(source, first, second))
+    return "similarity", (first, second)
 
 
-def show(url: UrlState, study: hm.HeadStudy) -> None:
+def show(url: UrlState, source: str, study: hm.HeadStudy) -> None:
     imp = study.importance
     st.subheader("The prediction")
     st.dataframe(pd.DataFrame(study.prediction, columns=["output", "probability"]), hide_index=True)
@@ -81,30 +93,31 @@ def show(url: UrlState, study: hm.HeadStudy) -> None:
     )
     stacks = list(imp.effects)
     stack = st.radio("Attention", stacks, horizontal=True, key=url.key("stack", stacks[0], choices=stacks))
+    effects = hm.grid(study, stack, "ablation")
+    layers, heads = effects.shape
+    top = imp.ranked()[0][0]
+    layer_key = url.key("layer", top.layer if top.stack == stack else 0, choices=list(range(layers)))
+    head_key = url.key("head", top.head if top.stack == stack else 0, choices=list(range(heads)))
     left, right = st.columns(2)
     with left:
-        effects = hm.grid(study, stack, "ablation")
-        _grid(effects, f"Drop in {study.what} when the head is ablated", f"ablation-{stack}")
+        _grid(url, effects, f"Drop in {study.what} when the head is ablated (click one)", f"ablation-{stack}", True)
     with right:
         if study.attribution is None:
             st.info(f"Direct attribution: {escape(study.note)}")
         else:
-            _grid(
-                hm.grid(study, stack, "attribution"),
-                f"Direct share of the logit of {hm.display_token(study.attribution.label)}",
-                f"attr-{stack}",
-            )
-    _ablate_one(url, study, stack, effects)
+            label = hm.display_token(study.attribution.label)
+            _grid(url, hm.grid(study, stack, "attribution"), f"Direct share of the logit of {label}", f"attr-{stack}")
+    _ablate_one(url, source, study, stack, (layer_key, head_key), effects.shape)
     if study.lens is not None:
         st.subheader("The logit lens: the prediction after every layer")
         table = hm.lens_table(study)
         formats = {c: st.column_config.NumberColumn(c, format="%.3g") for c in table.columns if c.startswith("p(")}
         st.dataframe(table, hide_index=True, column_config=formats)
-        rank = table.columns[3]
-        st.line_chart(table, x="after layer", y=rank)
+        ranks = pd.DataFrame({"after layer (-1 = the embedding)": range(-1, len(table) - 1), "rank": table.iloc[:, 3]})
+        st.line_chart(ranks, x=ranks.columns[0], y="rank")  # numbers, not labels: "10" would sort before "2"
 
 
-def _grid(values, title: str, key: str) -> None:
+def _grid(url: UrlState, values, title: str, key: str, clickable: bool = False) -> None:
     layers, heads = values.shape
     spec = heatmap(
         values,
@@ -114,28 +127,109 @@ def _grid(values, title: str, key: str) -> None:
         row_title="layer",
         col_title="head",
         diverging=True,
+        clickable=clickable,
     )
-    downloads.chart(spec, key=key)
+    chart_key = f"heads.chart.{key}"
+
+    def pick() -> None:
+        cell = clicked_cell(st.session_state.get(chart_key), "pair", ("row", "col"))
+        if cell is not None:
+            url.set("layer", cell[0])
+            url.set("head", cell[1])
+
+    selection = {"on_select": pick, "selection_mode": "pair"} if clickable else {}
+    downloads.chart(spec, key=chart_key, **selection)
 
 
-def _ablate_one(url: UrlState, study: hm.HeadStudy, stack: str, effects) -> None:
+def _ablate_one(url: UrlState, source: str, study: hm.HeadStudy, stack: str, keys, shape) -> None:
     st.subheader("Ablate a head yourself")
-    layers, heads = effects.shape
-    top = study.importance.ranked()[0][0]
     c1, c2 = st.columns(2)
-    layer = c1.selectbox(
-        "Layer",
-        list(range(layers)),
-        key=url.key("layer", top.layer if top.stack == stack else 0, choices=list(range(layers))),
+    layer = c1.selectbox("Layer", list(range(shape[0])), key=keys[0])
+    head = c2.selectbox("Head", list(range(shape[1])), key=keys[1])
+    request = caches.head_ablation(source, study, stack, int(layer), int(head))
+    result = run_safely(lambda: caches.result(request), "Ablation")
+    if result is None:
+        return
+    clean = study.importance.clean
+    st.metric(f"{study.what} with {result.head} ablated", f"{result.value:.4f}", f"{result.value - clean:+.4f}")
+    left, right = st.columns(2)
+    with left:
+        st.markdown(f"**The prediction with {escape(str(result.head))} ablated**")
+        st.dataframe(pd.DataFrame(result.prediction, columns=["output", "probability"]), hide_index=True)
+    with right:
+        _attention(result.own, result.head, result, f"{result.head}: its own attention", "own")
+        st.caption(
+            "Its weights come before its output, so its ablation leaves them as they are; "
+            "the heads after it see a changed stream."
+        )
+    if result.downstream is None:
+        st.caption("No later head's attention changes: the ablated head is in the last layer, or nothing reads it.")
+        return
+    st.markdown(
+        f"**The head whose attention changes most: {escape(str(result.downstream))}** (by {result.changed:.3f}, "
+        "half the L1 distance summed over its rows)"
     )
-    head = c2.selectbox(
-        "Head",
-        list(range(heads)),
-        key=url.key("head", top.head if top.stack == stack else 0, choices=list(range(heads))),
+    before, after = st.columns(2)
+    with before:
+        _attention(result.before, result.downstream, result, f"{result.downstream}, before", "before")
+    with after:
+        _attention(result.after, result.downstream, result, f"{result.downstream}, with {result.head} ablated", "after")
+
+
+def _attention(weights, head, result: hm.Ablation, title: str, key: str) -> None:
+    """A head's weights: queries x keys, or for a ViT the class token's row over the patch grid."""
+    rows, cols = result.labels.get(head.stack, ([], []))
+    titles = ("query", "key") if rows else ("patch row", "patch column")
+    if not rows:
+        rows, cols = [str(i) for i in range(weights.shape[0])], [str(j) for j in range(weights.shape[1])]
+    spec = heatmap(weights, list(rows), list(cols), title, row_title=titles[0], col_title=titles[1], domain=(0, 1))
+    downloads.chart(spec, key=f"heads.chart.attention.{key}")
+
+
+def patching(url: UrlState, source: str, model) -> None:
+    st.subheader("Patching between two inputs: which layer × position carries the difference")
+    st.markdown(
+        "Input A runs again with one cell of its residual stream (the input of a layer, at one position) taken "
+        "from input B. Each cell shows how far that moves the prediction from A's answer to B's: 0 = as A, "
+        "1 = as B (the logit difference of the two answers)."
     )
-    value = caches.in_turn(lambda: hm.ablated(study, [Head(stack, int(layer), int(head))]))
-    st.metric(
-        f"{study.what} with {stack} L{layer} H{head} ablated", f"{value:.4f}", f"{value - study.importance.clean:+.4f}"
+    options = [*hm.PAIRS, OWN_PAIR]
+    pair = st.selectbox("Pair", options, key=url.key("pair", options[0], choices=options))
+    a, b = hm.PAIRS.get(pair, hm.PAIRS["France / Italy"])
+    if pair == OWN_PAIR:
+        a = st.text_input("Input A (patched)", key=url.key("a", a))
+        b = st.text_input("Input B (the source of the patches)", key=url.key("b", b))
+    grid = run_safely(
+        lambda: caches.computed(
+            ("heads_patching", source, a, b),
+            lambda progress: hm.patching(model, a, b, progress),
+            "Patching every layer × position…",
+        ),
+        "Patching",
+    )
+    if grid is None:
+        return
+    rows, cols = hm.patching_axes(grid)
+    answers = " → ".join(hm.display_token(x) for x in grid.answers)
+    spec = heatmap(
+        grid.moved,
+        rows,
+        cols,
+        f"Share of the way from A's answer to B's ({answers})",
+        row_title="layer input",
+        col_title="position",
+        diverging=True,
+        domain=(-1.0, 1.0),
+        annotate=False,
+        cell_size=14,
+        cell_width=min(80, max(24, 560 // len(cols))),
+    )
+    downloads.chart(spec, key="heads.chart.patching")
+    st.caption(
+        f"logit({escape(hm.display_token(grid.answers[1]))}) − logit({escape(hm.display_token(grid.answers[0]))}): "
+        f"{grid.clean:+.3f} on A, "
+        f"{grid.source:+.3f} on B. {grid.rows} rows in {grid.passes} batched pass(es), {grid.seconds:.2f} s. "
+        "Row “out”: the stream after the last layer, where only the last position is read."
     )
 
 

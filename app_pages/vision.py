@@ -8,21 +8,20 @@ pictures from the cached trace. Pictures go to the browser as PNG or JPEG, never
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import pandas as pd
 import streamlit as st
 
 from tformer_app import caches, downloads, patch_embedding, presenter
+from tformer_app import vision_explain as explain
 from tformer_app import vision_inputs as vi
 from tformer_app.events import clicked_patch
 from tformer_app.markdown import escape
 from tformer_app.page import run_page, run_safely
 from tformer_app.url import UrlState
+from tformer_app.vision_explain import AttentionChoice
 from tformer_core.models.base import TracedModel
-from tformer_views import distance
 from tformer_views import vision as vv
-from tformer_views.charts.attention import distance_chart
 from tformer_views.charts.pickers import patch_picker
 from tformer_views.pictures import overlay, to_jpeg, to_png
 
@@ -59,7 +58,7 @@ def page(url: UrlState) -> None:
     show_patches(key, result, model)
     patch_embedding.draw(url, result, model)
     show_attention(url, key, result)
-    show_figure_7(source, key, result)
+    explain.show_figure_7(source, key, result)
 
 
 def show_prediction(trace) -> None:
@@ -126,17 +125,6 @@ def show_patches(key: caches.Request[vv.VisionResult], result: vv.VisionResult, 
     st.caption("Every number in the last column is the shape of a tensor the model computed for this picture.")
 
 
-@dataclass(frozen=True)
-class AttentionChoice:
-    """What the attention section's widgets chose."""
-
-    layer: int
-    head: int | None  # None: the mean of the heads
-    patch: int | None  # None: the class token is the query
-    alpha: float
-    smooth: bool
-
-
 def attention_controls(url: UrlState, result: vv.VisionResult) -> AttentionChoice:
     trace = result.trace
     L, Hn = trace.n_layers, trace.n_heads
@@ -200,7 +188,9 @@ def show_attention(url: UrlState, key: caches.Request[vv.VisionResult], result: 
     st.subheader(f"Every head of layer {choice.layer}")
     strip = vv.head_overlays(result, choice.layer, choice.patch, choice.alpha, choice.smooth)
     st.image(to_jpeg(strip), caption=f"Where {who} looks, head by head; each picture is scaled to its own maximum.")
-    show_rollout(url, key, result, choice)
+    rolled = explain.show_rollout(url, key, result, choice)
+    if rolled is not None and result.trace.has_head:
+        explain.show_class_explanations(url, key, result, choice, rolled)
 
 
 def show_query_picker(url: UrlState, result: vv.VisionResult, choice: AttentionChoice) -> None:
@@ -248,68 +238,6 @@ def show_query_picker(url: UrlState, result: vv.VisionResult, choice: AttentionC
             f"overlay_L{choice.layer}.png",
             "image/png",
             f"{url.page}.overlay_png",
-        )
-
-
-def show_rollout(
-    url: UrlState, key: caches.Request[vv.VisionResult], result: vv.VisionResult, choice: AttentionChoice
-) -> None:
-    st.subheader("Attention rollout")
-    c1, c2 = st.columns(2)
-    fusion = c1.radio(
-        "Head fusion", list(vv.FUSIONS), horizontal=True, key=url.key("fusion", "mean", choices=list(vv.FUSIONS))
-    )
-    discard = c2.slider(
-        "Discard ratio",
-        0.0,
-        0.99,
-        step=0.01,
-        key=url.key("discard", 0.9, cast=float, lo=0.0, hi=0.99),
-        help="The lowest share of each layer's fused weights set to 0 before rolling out",
-    )
-    rolled = run_safely(lambda: caches.rollout(key, fusion, float(discard)), "Rollout")
-    if rolled is not None:
-        # At its own size: a width would make Streamlit decode, resize and encode it again on every rerun.
-        st.image(to_jpeg(overlay(result.image, rolled, alpha=choice.alpha, smooth=choice.smooth)))
-        st.caption(
-            "Rollout (Abnar & Zuidema, 2020) follows attention through all the layers: each layer's heads are fused, "
-            "the weakest weights dropped, the residual connection added as (A + I) / 2, and the layers multiplied. "
-            "The picture is the class token's row of the product over the patches."
-        )
-
-
-def show_figure_7(source: str, key: caches.Request[vv.VisionResult], result: vv.VisionResult) -> None:
-    st.header("The model's own pictures (ViT paper, Fig. 7)")
-    pcs, variance, positions = caches.figure_7(source)
-    trace = result.trace
-    left, middle, right = st.columns(3)
-    with left:
-        st.image(
-            pcs,
-            caption=f"Patch-embedding filters: the first {len(variance)} principal components "
-            f"({sum(variance):.0%} of their variance), as RGB {result.patch_size} × "
-            f"{result.patch_size} tiles.",
-        )
-    with middle:
-        st.image(
-            positions,
-            caption="Position embeddings: for each patch (at its place in the grid), the cosine "
-            "similarity of its position embedding with every patch's (blue −1, red 1).",
-        )
-    with right:
-        mad = caches.image_distances(key)  # every layer's weights: once per picture
-        baseline = distance.uniform_image_distance(result.grid_hw, result.patch_size, trace.n_prefix_tokens)
-        # 320 px at most, axes and legend included (the chart fits its width): narrower in a third of a projector.
-        fig_7 = {"width": 320, "height": 240, "config": {"legend": {"orient": "bottom", "columns": 6}}}
-        downloads.chart(
-            distance_chart(mad, baseline, trace.n_heads, title="mean attention distance", unit="pixels") | fig_7,
-            key="vit.chart.mad",
-            file_name="mean_attention_distance",
-        )
-        st.caption(
-            "Each dot is a head: how far, in pixels, it looks on average for this picture (not renormalised "
-            "over the patches). The dashed line is uniform attention. The Mean attention distance page "
-            "averages over many pictures."
         )
 
 

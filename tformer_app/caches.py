@@ -40,6 +40,7 @@ from tformer_core.bundled import BUNDLED_MODELS
 from tformer_core.capture import matching
 from tformer_core.checkpoints import BUNDLED_TEXT
 from tformer_core.checkpoints.sources import looks_like_path
+from tformer_core.interventions import Head
 from tformer_core.trace import lean
 from tformer_views import detection as dv
 from tformer_views import distance, overview, pictures, samples, search
@@ -300,6 +301,7 @@ COMPUTATIONS: dict[str, Callable[..., Any]] = {
     # attention rows and top-k, not its trace (a decoder-only model continuing a text)
     "generate": _generate,
     "image": _analyse_image,  # (image file bytes, file name) -> VisionResult
+    "relevancy": vv.relevancy_map,  # (image file bytes, file name, class id) -> [rows, cols] (Chefer et al.)
     "token_distance": _token_distance,  # (text) -> ([layers, heads] tokens, uniform baseline)
     # Inside a block: the residual stream, norms and sub-layer outputs (lb.block_read), no attention internals.
     "block_text": lb.trace_text,  # (text) -> Trace of an encoder or decoder-only model
@@ -314,12 +316,11 @@ COMPUTATIONS: dict[str, Callable[..., Any]] = {
     # Masked autoencoder: (image bytes, file name, masking seed) -> MAEResult; DETR: (bytes, name) -> DetrResult
     "mae": mv.analyse,
     "detr": dv.analyse,
-    # Does this head matter?: every head ablated, direct attribution, the logit lens (HeadStudy), per kind:
-    # (text), (source), (image bytes, file name), (first sentence, second sentence)
-    "heads_text": hm.text_study,
-    "heads_translation": hm.translation_study,
-    "heads_image": hm.image_study,
-    "heads_similarity": hm.similarity_study,
+    # Does this head matter?: (study kind, output id or None, stack, layer, head, *the study's inputs) ->
+    # hm.Ablation, one head ablated. (The studies themselves and the patching grids are `computed`, with a bar.)
+    "heads_ablation": lambda model, kind, output, stack, layer, head, *inputs: hm.ablation(
+        model, kind, inputs, output, Head(stack, layer, head)
+    ),
 }
 
 # The sessions' uploads and the pictures they were sent share this budget: while a class holds many photos,
@@ -399,20 +400,14 @@ def detr(source: str, data: bytes, name: str) -> Request[dv.DetrResult]:
     return Request("detr", source, (data, name))
 
 
-def head_study_of_text(source: str, text: str) -> Request[hm.HeadStudy]:
-    return Request("heads_text", source, (text,))
+def relevancy(source: str, data: bytes, name: str, class_id: int) -> Request[np.ndarray]:
+    """A picture's gradient-weighted relevancy [rows, cols] for class `class_id` (Chefer et al. 2021)."""
+    return Request("relevancy", source, (data, name, int(class_id)))
 
 
-def head_study_of_translation(source: str, sentence: str) -> Request[hm.HeadStudy]:
-    return Request("heads_translation", source, (sentence,))
-
-
-def head_study_of_picture(source: str, data: bytes, name: str) -> Request[hm.HeadStudy]:
-    return Request("heads_image", source, (data, name))
-
-
-def head_study_of_similarity(source: str, first: str, second: str) -> Request[hm.HeadStudy]:
-    return Request("heads_similarity", source, (first, second))
+def head_ablation(source: str, study: hm.HeadStudy, stack: str, layer: int, head: int) -> Request[hm.Ablation]:
+    """`study`'s input with one head ablated: the number measured, the prediction and the attention that changed."""
+    return Request("heads_ablation", source, (study.kind, study.output, stack, int(layer), int(head), *study.inputs))
 
 
 def result(request: Request[ResultT]) -> ResultT:

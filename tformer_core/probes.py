@@ -33,6 +33,7 @@ from .models.encoder import Encoder
 from .models.seq2seq import EncoderDecoder
 from .models.vit import ViT, image_input
 
+Progress = Callable[[float, str], None]
 ROW_TOKENS = 8192  # rows x tokens of one batched pass: SmolLM2's FFN holds 8192 x 1536 floats (50 MB) at most
 
 
@@ -71,9 +72,15 @@ def _label(model: TracedModel, output: int) -> str:
     return repr(str(labels[output])) if labels is not None and output < len(labels) else str(output)
 
 
-def _probability_of(output: int | None, logits_of: Callable[[torch.Tensor], torch.Tensor], clean: torch.Tensor):
-    """(output id, score function): the softmax probability of `output` (default: the clean pass's top-1)."""
-    chosen = int(logits_of(clean)[0].argmax()) if output is None else int(output)
+def _probability_of(
+    output: int | None, logits_of: Callable[[torch.Tensor], torch.Tensor], run: Callable[[], torch.Tensor], edits=()
+):
+    """(output id, score function): the softmax probability of `output` (default: the clean pass's top-1, which
+    costs one pass; given an output, none runs)."""
+    if output is None:
+        with torch.inference_mode(), intervene(edits):
+            output = int(logits_of(run())[0].argmax())
+    chosen = int(output)
     return chosen, lambda out: torch.softmax(logits_of(out).double(), dim=-1)[:, chosen]
 
 
@@ -84,9 +91,7 @@ def next_token_probe(model: Decoder, text: str | list[int], token: int | None = 
         ids, _ = model._ids(text, model.config.vocab_size, model.config.max_positions)
     last = (Edit("decoder.out", lambda x: x[:, -1:]),)  # only the last position reaches the unembedding
     run = lambda: model(ids)  # noqa: E731
-    with torch.inference_mode(), intervene(last):
-        clean = run()
-    token, score = _probability_of(token, lambda out: out[:, -1], clean)
+    token, score = _probability_of(token, lambda out: out[:, -1], run, last)
     layers, heads = model.config.n_layers, model.config.n_heads
     return Probe(model, run, score, f"p({_label(model, token)})", {"decoder": (layers, heads)}, ids.shape[1], last)
 
@@ -103,9 +108,7 @@ def translation_probe(
         tgt, _ = model._ids(target, c.tgt_vocab_size, c.max_positions, model.target_tokenizer, "target")
     last = (Edit("decoder.out", lambda x: x[:, -1:]),)
     run = lambda: model(src, tgt)  # noqa: E731
-    with torch.inference_mode(), intervene(last):
-        clean = run()
-    token, score = _probability_of(token, lambda out: out[:, -1], clean)
+    token, score = _probability_of(token, lambda out: out[:, -1], run, last)
     heads = {"encoder": (c.n_encoder_layers, c.n_heads), "decoder": (c.n_decoder_layers, c.n_heads)}
     heads["cross"] = heads["decoder"]
     return Probe(model, run, score, f"p({_label(model, token)})", heads, src.shape[1] + tgt.shape[1], last)
@@ -119,9 +122,7 @@ def class_probe(model: ViT, image: torch.Tensor | np.ndarray, class_id: int | No
     with torch.inference_mode(False):
         x = image_input(image, model.config, model.device, model.dtype).clone()
     run = lambda: model(x)  # noqa: E731
-    with torch.inference_mode():
-        clean = run()
-    class_id, score = _probability_of(class_id, lambda out: out, clean)
+    class_id, score = _probability_of(class_id, lambda out: out, run)
     c = model.config
     tokens = c.n_prefix_tokens + c.n_patches
     return Probe(model, run, score, f"p({_label(model, class_id)})", {"encoder": (c.n_layers, c.n_heads)}, tokens)
@@ -209,16 +210,31 @@ def _pass_edits(branched: str, layers: list[tuple[int, list[Head]]], how: str) -
     return edits
 
 
-def head_importance(probe: Probe, how: str = "zero") -> HeadImportance:
+def _ticks(n_layers: int, branched: str, done: list[int], total: int, progress: Progress) -> list[Edit]:
+    """Identity edits at each layer's input that report the layers run so far (one pass can take seconds)."""
+
+    def tick(x: torch.Tensor) -> torch.Tensor:
+        done[0] += 1  # a sentence pair's probe runs each layer twice a pass: the fraction stops at 1
+        progress(min(done[0] / total, 1.0), "Ablating every head, one batch row each")
+        return x
+
+    return [Edit(f"{branched}.{layer}.resid_pre", tick) for layer in range(n_layers)]
+
+
+def head_importance(probe: Probe, how: str = "zero", progress: Progress | None = None) -> HeadImportance:
     """Ablate every head of the probe's model, one per batch row (zero: z <- 0; mean: z <- its mean over the
-    positions), in as few passes as ROW_TOKENS allows; see the module docstring."""
+    positions), in as few passes as ROW_TOKENS allows; see the module docstring. progress(fraction, message):
+    called as each layer of each pass runs."""
     if how not in ABLATIONS:
         raise ValueError(f"how must be one of {ABLATIONS}, got {how!r}")
     scores = {s: np.full(shape, np.nan) for s, shape in probe.heads.items()}
     start = time.perf_counter()
     clean, rows, passes = None, 0, 0
-    for branched, layers in _chunks(probe):
-        measured = probe.measure(_pass_edits(branched, layers, how))
+    chunks, done = _chunks(probe), [0]
+    total = sum(probe.heads[branched][0] for branched, _ in chunks)
+    for branched, layers in chunks:
+        ticks = [] if progress is None else _ticks(probe.heads[branched][0], branched, done, total, progress)
+        measured = probe.measure([*_pass_edits(branched, layers, how), *ticks])
         passes, rows, clean = passes + 1, rows + len(measured), float(measured[0])
         units = [u for _, us in layers for u in us]
         for u, value in zip(units, measured[1:], strict=True):

@@ -4,41 +4,69 @@
     study.importance.effects["decoder"]     # [layers, heads] drop in p when each head is ablated
     study.attribution.heads                 # [layers, heads] each head's direct share of the logit (or None)
     study.lens                              # the prediction read after every layer (or None)
-    ablated(study, [Head("decoder", 3, 5)]) # the prediction with those heads ablated
+    ablated(model, study, [Head("decoder", 3, 5)])   # the number with those heads ablated
+    ablation(model, study.kind, study.inputs, study.output, Head("decoder", 3, 5))   # and what it changes
+    patching(model, *PAIRS["France / Italy"])       # which layer x position carries the difference
 
 One study per kind: next-token (CausalLM), translation's next target word (EncoderDecoderModel), class (ViT),
 two sentences' similarity (an encoder without a head, e.g. MiniLM). Each is computed once per input (the page
-caches it); ablating a chosen head is one more pass.
+caches it); ablating a chosen head is three more passes. A study keeps arrays and labels, not the model.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from tformer_core import lens as lens_mod
 from tformer_core import probes
+from tformer_core.errors import InputError
 from tformer_core.inputs.image_file import read_image
-from tformer_core.interventions import Head, ablate_heads
+from tformer_core.interventions import Head, ablate_heads, intervene
 from tformer_core.models.base import TracedModel
 from tformer_core.models.kinds import CausalLM, EncoderDecoderModel, EncoderModel, VisionModel
+from tformer_core.patching import ResidualPatching, residual_patching
 from tformer_core.trace import Trace
 
 from .tokens import display_token
 
-__all__ = ["HeadStudy", "ablated", "display_token", "grid", "image_study", "lens_table", "similarity_study"]
-__all__ += ["text_study", "translation_study"]
+__all__ = ["Ablation", "HeadStudy", "ablated", "ablation", "display_token", "grid", "image_study", "lens_table"]
+__all__ += [
+    "PAIRS",
+    "patching",
+    "patching_axes",
+    "probe_of",
+    "similarity_study",
+    "study",
+    "text_study",
+    "trace_of",
+    "translation_study",
+]
+
+
+Progress = Callable[[float, str], None]
+KINDS = ("text", "translation", "image", "similarity")
 
 
 @dataclass(frozen=True, eq=False)
 class HeadStudy:
-    """One input's study. what: the number measured ("p(' Paris')", "cos(first, second)"); prediction: the model's
-    top outputs [(label, probability)] (similarity: [("cosine similarity", value)]); importance: every head
-    ablated; attribution: each head's direct share of the logit, None with `note` saying why; lens: the logit
-    lens, None for a model without a head; trace: the clean pass (for the attention views)."""
+    """One input's study. kind: "text", "translation", "image" or "similarity"; inputs: what it was asked
+    for (`study(kind, model, *inputs)` computes it again); output: the output followed (None: a similarity);
+    what: the number measured ("p(' Paris')", "cos(first, second)"); prediction: the model's top outputs
+    [(label, probability)] (similarity: [("cosine similarity", value)]); importance: every head ablated;
+    attribution: each head's direct share of the logit, None with `note` saying why; lens: the logit lens,
+    None for a model without a head; trace: the clean pass (compact, for the attention views).
 
+    It holds arrays and labels only, never the model (a cached study must not keep an evicted model alive):
+    what needs the model again (`ablation`) takes it as an argument."""
+
+    kind: str
+    inputs: tuple
+    output: int | None
     what: str
     prediction: list[tuple[str, float]]
     importance: probes.HeadImportance
@@ -46,7 +74,6 @@ class HeadStudy:
     note: str
     lens: lens_mod.LogitLens | None
     trace: Trace
-    probe: probes.Probe
 
 
 def _attribution(model: TracedModel, trace: Trace, output: int) -> tuple[lens_mod.Attribution | None, str]:
@@ -56,59 +83,204 @@ def _attribution(model: TracedModel, trace: Trace, output: int) -> tuple[lens_mo
         return None, str(error)
 
 
-def _finish(model: TracedModel, trace: Trace, probe: probes.Probe, output: int | None) -> HeadStudy:
-    importance = probes.head_importance(probe)
+def _start(model: TracedModel) -> int:
+    if not isinstance(model, EncoderDecoderModel):
+        raise InputError("a translation study needs an encoder-decoder model")
+    generation = model.generation
+    return int(generation.start_id if generation.start_id is not None else generation.pad_id or 0)
+
+
+def _pixels(model: TracedModel, data: bytes, name: str) -> np.ndarray:
+    if not isinstance(model, VisionModel) or model.preprocessing is None:
+        raise ValueError("this study needs a Vision Transformer with its preprocessing")
+    return np.asarray(model.preprocessing(read_image(data, name).image))
+
+
+def _checked(kind: str, model: TracedModel) -> None:
+    wanted = {"text": CausalLM, "translation": EncoderDecoderModel, "image": VisionModel, "similarity": EncoderModel}
+    if kind not in wanted:
+        raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+    if not isinstance(model, wanted[kind]):
+        needs = {"text": "a language model (decoder-only)", "translation": "an encoder-decoder model"}
+        raise InputError(
+            f"this study needs {needs.get(kind, 'a Vision Transformer' if kind == 'image' else 'a text encoder')}"
+        )
+
+
+def probe_of(kind: str, model: TracedModel, inputs: tuple, output: int | None = None) -> probes.Probe:
+    """The probe of a study: `inputs` as `study` takes them; output None: the model's own top-1."""
+    _checked(kind, model)
+    if kind == "text":
+        return probes.next_token_probe(model, inputs[0], output)  # type: ignore[arg-type]
+    if kind == "translation":
+        return probes.translation_probe(model, inputs[0], [_start(model)], output)  # type: ignore[arg-type]
+    if kind == "image":
+        return probes.class_probe(model, _pixels(model, *inputs), output)  # type: ignore[arg-type]
+    return probes.similarity_probe(model, inputs[0], inputs[1])  # type: ignore[arg-type]
+
+
+def trace_of(kind: str, model: TracedModel, inputs: tuple) -> Trace:
+    """The traced pass of a study's input (the first sentence of a pair), under any active intervention."""
+    _checked(kind, model)
+    if isinstance(model, EncoderDecoderModel):
+        return model.trace(inputs[0], [_start(model)])
+    if isinstance(model, VisionModel):
+        return model.trace(_pixels(model, *inputs))
+    if isinstance(model, (CausalLM, EncoderModel)):
+        return model.trace(inputs[0])
+    raise InputError(f"this study does not read a {model.kind} model")
+
+
+def study(kind: str, model: TracedModel, *inputs: Any, progress: Progress | None = None) -> HeadStudy:
+    """One input's study (see HeadStudy): text: (text,) a language model's next token; translation: (source,)
+    a translator's first target word; image: (file bytes, file name) a ViT's top class; similarity: (first,
+    second) a sentence encoder's cosine similarity of two mean-pooled embeddings. progress(fraction, message)."""
+    trace = trace_of(kind, model, inputs)
+    output = None if kind == "similarity" else int(trace.ranked(1)[0][0])
+    probe = probe_of(kind, model, inputs, output)
+    tick = progress or (lambda fraction, message: None)
+    importance = probes.head_importance(probe, progress=lambda f, m: tick(0.9 * f, m))
+    tick(0.9, "The logit lens and direct attribution")
     if output is None:
         prediction = [("cosine similarity", importance.clean)]
-        note = "a sentence encoder has no logit"
-        return HeadStudy(probe.what, prediction, importance, None, note, None, trace.compact(), probe)
+        return HeadStudy(
+            kind,
+            inputs,
+            None,
+            probe.what,
+            prediction,
+            importance,
+            None,
+            "a sentence encoder has no logit",
+            None,
+            trace.compact(),
+        )
     attribution, note = _attribution(model, trace, output)
     lens = lens_mod.logit_lens(model, trace, k=5, target=output)
     prediction = [(display_token(label), p) for label, p in trace.predictions(5)]
     what = f"p({display_token(trace.predictions(1)[0][0])!r})"
-    return HeadStudy(what, prediction, importance, attribution, note, lens, trace.compact(), probe)
+    return HeadStudy(kind, inputs, output, what, prediction, importance, attribution, note, lens, trace.compact())
 
 
 def text_study(model: TracedModel, text: str) -> HeadStudy:
     """A language model's next token after `text`: which heads its probability depends on."""
-    if not isinstance(model, CausalLM):
-        raise ValueError("this study needs a language model (decoder-only)")
-    trace = model.trace(text)
-    probe = probes.next_token_probe(model, text)  # type: ignore[arg-type]
-    return _finish(model, trace, probe, int(trace.ranked(1)[0][0]))
+    return study("text", model, text)
 
 
 def translation_study(model: TracedModel, source: str) -> HeadStudy:
     """A translator's first target word for `source` (its greedy choice after the start token)."""
-    if not isinstance(model, EncoderDecoderModel):
-        raise ValueError("this study needs an encoder-decoder model")
-    start = model.generation.start_id if model.generation.start_id is not None else model.generation.pad_id
-    trace = model.trace(source, [int(start or 0)])
-    probe = probes.translation_probe(model, source, [int(start or 0)])  # type: ignore[arg-type]
-    return _finish(model, trace, probe, int(trace.ranked(1)[0][0]))
+    return study("translation", model, source)
 
 
 def image_study(model: TracedModel, data: bytes, name: str = "") -> HeadStudy:
     """A ViT's top class for a picture file."""
-    if not isinstance(model, VisionModel) or model.preprocessing is None:
-        raise ValueError("this study needs a Vision Transformer with its preprocessing")
-    pixels = model.preprocessing(read_image(data, name).image)
-    trace = model.trace(pixels)
-    probe = probes.class_probe(model, pixels)  # type: ignore[arg-type]
-    return _finish(model, trace, probe, int(trace.ranked(1)[0][0]))
+    return study("image", model, data, name)
 
 
 def similarity_study(model: TracedModel, first: str, second: str) -> HeadStudy:
     """A sentence encoder's cosine similarity of two sentences' mean-pooled embeddings."""
-    if not isinstance(model, EncoderModel):
-        raise ValueError("this study needs a text encoder")
-    trace = model.trace(first)
-    return _finish(model, trace, probes.similarity_probe(model, first, second), None)  # type: ignore[arg-type]
+    return study("similarity", model, first, second)
 
 
-def ablated(study: HeadStudy, heads: list[Head]) -> float:
-    """The probe's number with `heads` ablated together (zero), one pass."""
-    return float(study.probe.measure(ablate_heads(heads))[0])
+@dataclass(frozen=True, eq=False)
+class Ablation:
+    """One head ablated (zero). value: the study's number with it ablated; prediction: the top outputs then
+    (a similarity: the value); own: the head's own attention (computed before its output, which the
+    ablation replaces: the same with and without); labels: each stack's (query, key) tokens (a ViT: none, its
+    weights are shown as the class token's row over the patch grid); downstream: the later head whose
+    attention changed most, with its weights before and after (None: no later head, or none changed);
+    changed: that largest change, the sum over its rows of half the L1 distance (0 = the same, 1 a row =
+    disjoint)."""
+
+    head: Head
+    value: float
+    prediction: list[tuple[str, float]]
+    own: np.ndarray
+    labels: dict[str, tuple[tuple[str, ...], tuple[str, ...]]]
+    downstream: Head | None
+    before: np.ndarray | None
+    after: np.ndarray | None
+    changed: float
+
+
+def _shown(trace: Trace, head: Head) -> np.ndarray:
+    weights = np.asarray(trace.attention(head.layer, head.head, head.stack), dtype=np.float64)
+    if trace.kind != "vit":
+        return weights
+    return weights[0, trace.n_prefix_tokens :].reshape(trace.patch_grid)  # the class token's row over the picture
+
+
+def _most_changed(clean: Trace, ablated: Trace, head: Head) -> tuple[Head | None, float]:
+    """The head (other than `head`) whose attention weights moved most, and by how much. Heads that run before
+    the ablated one do not move at all, so every head is compared."""
+    best, change = None, 0.0
+    for stack in clean.attention_stacks:
+        for layer in range(clean.layers_in(stack)):
+            a = np.asarray(clean.attention(layer, None, stack), dtype=np.float64)  # [heads, n_q, n_k]
+            b = np.asarray(ablated.attention(layer, None, stack), dtype=np.float64)
+            per_head = 0.5 * np.abs(a - b).sum(axis=(1, 2))
+            if stack == head.stack and layer == head.layer:
+                per_head[head.head] = 0.0
+            if per_head.max() > max(change, 1e-6):
+                best, change = Head(stack, layer, int(per_head.argmax())), float(per_head.max())
+    return best, change
+
+
+def _display(tokens: tuple[tuple[str, ...], tuple[str, ...]]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    return tuple(display_token(t) for t in tokens[0]), tuple(display_token(t) for t in tokens[1])
+
+
+def ablation(model: TracedModel, kind: str, inputs: tuple, output: int | None, head: Head) -> Ablation:
+    """`head` ablated in a study's input (`study.kind, study.inputs, study.output`): the number measured, the
+    prediction, and the attention of the head and of the head that changed most (three passes: the probe, a
+    traced one under the ablation, the clean trace)."""
+    edits = ablate_heads([head])
+    value = float(probe_of(kind, model, inputs, output).measure(edits)[0])
+    with intervene(edits):
+        ablated_trace = trace_of(kind, model, inputs)
+    clean = trace_of(kind, model, inputs)
+    if output is None:
+        prediction = [("cosine similarity", value)]
+    else:
+        prediction = [(display_token(label), p) for label, p in ablated_trace.predictions(5)]
+    labels = {} if clean.kind == "vit" else {s: _display(clean.tokens_for(s)) for s in clean.attention_stacks}
+    later, changed = _most_changed(clean, ablated_trace, head)
+    before = None if later is None else _shown(clean, later)
+    after = None if later is None else _shown(ablated_trace, later)
+    return Ablation(head, value, prediction, _shown(clean, head), labels, later, before, after, changed)
+
+
+def ablated(model: TracedModel, study: HeadStudy, heads: list[Head]) -> float:
+    """The study's number with `heads` ablated together (zero), one pass."""
+    return float(probe_of(study.kind, model, study.inputs, study.output).measure(ablate_heads(heads))[0])
+
+
+# ---- patching between two inputs -----------------------------------------------------------------------
+PAIRS = {
+    "France / Italy": ("The capital of France is", "The capital of Italy is"),
+    "tired / wide": (
+        "The animal didn't cross the street because it was too tired",
+        "The animal didn't cross the street because it was too wide",
+    ),
+}
+
+
+def patching(model: TracedModel, a: str, b: str, progress: Progress | None = None) -> ResidualPatching:
+    """B's residual stream patched into A at every layer x position (tformer_core.patching), for a language
+    model; the answers are each input's own next token (or, when they agree, what B says instead)."""
+    if not isinstance(model, CausalLM):
+        raise ValueError("patching between two inputs is shown for language models (decoder-only)")
+    return residual_patching(model, a, b, progress=progress)  # type: ignore[arg-type]
+
+
+def patching_axes(grid: ResidualPatching) -> tuple[list[str], list[str]]:
+    """(row labels, column labels) of the patching grid: "L0".. "out"; each position's token, "A→B" where the
+    inputs differ."""
+    rows = [f"L{layer}" if layer != "out" else "out" for layer in grid.layers]
+    cols = []
+    for i, (a, b) in enumerate(zip(grid.tokens, grid.source_tokens, strict=True)):
+        cols.append(f"{i}: {display_token(a)}" if a == b else f"{i}: {display_token(a)}→{display_token(b)}")
+    return rows, cols
 
 
 def grid(study: HeadStudy, stack: str, part: str) -> np.ndarray:

@@ -4,6 +4,7 @@ result = analyse(model, image_bytes, "photo.jpg")          # the picture as the 
 attention_map(result.trace, layer=5, head=None)             # [rows, cols]: the class token's attention, mean of heads
 pictures.overlay(result.image, that_map)                    # PIL: the map as heat over the picture
 rollout(result.trace, "max", 0.9)                           # attention rollout (Abnar & Zuidema 2020)
+relevancy_map(model, image_bytes, "photo.jpg", class_id)     # gradient-weighted relevancy for one class
 embedding_filter_pcs(model), position_similarity_maps(model)   # ViT paper, Fig. 7, left and centre
 """
 
@@ -19,6 +20,8 @@ from tformer_core.errors import InputError
 from tformer_core.inputs.image_file import ImageError, read_image
 from tformer_core.models.base import TracedModel
 from tformer_core.models.vit import ViT
+from tformer_core.probes import class_probe
+from tformer_core.relevancy import relevancy
 from tformer_core.trace import Trace, to_numpy
 
 from .colour import colourise
@@ -116,6 +119,17 @@ def rollout(trace: Trace, head_fusion: str = "mean", discard_ratio: float = 0.9)
         a /= a.sum(-1, keepdims=True)
         result = a @ result
     return result
+
+
+def relevancy_map(model: TracedModel, data: bytes, name: str, class_id: int) -> np.ndarray:
+    """[rows, cols]: the class token's gradient-weighted relevancy (Chefer et al. 2021; tformer_core.relevancy)
+    over the patches for class `class_id` of a picture file: one forward and one backward pass. Unlike raw
+    attention and rollout, which are the same whatever class is asked about, it follows the class's score."""
+    vit = require_vit(model)
+    assert vit.preprocessing is not None  # require_vit refuses a ViT without one
+    probe = class_probe(vit, vit.preprocessing(read_image(data, name).image), int(class_id))
+    relevance = relevancy(probe)[0].relevance  # [n, n]
+    return relevance[0, vit.config.n_prefix_tokens :].reshape(vit.config.grid_hw)
 
 
 def rollout_map(trace: Trace, head_fusion: str = "mean", discard_ratio: float = 0.9) -> np.ndarray:

@@ -21,7 +21,7 @@ def _grid_values(at, title_start):
 
 
 @needs_smollm2
-def test_smollm2_predicts_paris_and_every_head_is_measured():
+def test_smollm2_predicts_paris_every_head_is_measured_and_patching_finds_where_italy_matters():
     at = run(PAGE, timeout=300)
     no_exception(at)
     prediction = at.dataframe[0].value
@@ -29,12 +29,29 @@ def test_smollm2_predicts_paris_and_every_head_is_measured():
     ablation = _grid_values(at, "Drop in p(")
     assert len(ablation) == 30 * 9  # every head of every layer, one cell each
     assert _grid_values(at, "Direct share of the logit")["value"].abs().max() > 0
-    lens = at.dataframe[1].value
+    # The chosen head (the most important one by default) ablated: p(Paris) drops by its grid value.
+    metric = at.metric[0]
+    top = ablation.loc[ablation["value"].idxmax()]
+    assert float(metric.delta) == pytest.approx(-top["value"], abs=1e-3)
+    assert at.dataframe[1].value.iloc[0]["probability"] < prediction.iloc[0]["probability"] or (
+        at.dataframe[1].value.iloc[0]["output"] != "␣Paris"
+    )
+    assert any(title.startswith("decoder L") and "own attention" in title for title in charts(at))
+    lens = at.dataframe[2].value
     assert list(lens["after layer"])[:2] == ["embed", "0"] and len(lens) == 31
     assert lens.iloc[-1]["top"] == "␣Paris" and lens.iloc[-1].iloc[3] == 0  # Paris is first at the end
-    # Ablating the chosen head (the most important one by default) lowers p(Paris) by its grid value.
-    metric = at.metric[0]
-    assert float(metric.value) < float(prediction.iloc[0]["probability"])
+    # Patching Italy into France: the last row's last cell gives B's logit difference (all the way: 1), and
+    # the positions before " France" carry nothing (the inputs agree there).
+    patched = _grid_values(at, "Share of the way from A's answer to B's")
+    assert "␣Paris → ␣Rome" in next(t for t in charts(at) if t.startswith("Share of the way"))
+    assert len(patched) == 31 * 5
+    cell = patched[(patched["row"] == 30) & (patched["col"] == 4)]["value"].iloc[0]
+    assert cell == pytest.approx(1.0, abs=1e-3)
+    assert patched[patched["col"] < 3]["value"].abs().max() < 1e-3
+    assert patched[(patched["row"] == 0) & (patched["col"] == 3)]["value"].iloc[0] == pytest.approx(1.0, abs=1e-3)
+    widget(at, "heads.pair").set_value("tired / wide").run(timeout=300)
+    no_exception(at)
+    assert len(_grid_values(at, "Share of the way from A's answer to B's")) == 31 * 12
 
 
 def test_translator_studies_its_first_word_and_explains_why_no_attribution():
@@ -46,7 +63,8 @@ def test_translator_studies_its_first_word_and_explains_why_no_attribution():
     widget(at, "heads.stack").set_value("cross").run()
     no_exception(at)
     assert len(_grid_values(at, "Drop in p(")) == 2 * 4
-    assert len(at.dataframe[1].value) == 3  # the lens: embed + 2 decoder layers
+    assert len(at.dataframe[2].value) == 3  # the lens: embed + 2 decoder layers
+    assert not any(t.startswith("Share of the way") for t in charts(at))  # patching: language models only
 
 
 def test_vit_tiny_gives_class_grids_and_the_ablation_metric_follows_the_chosen_head():
@@ -60,6 +78,13 @@ def test_vit_tiny_gives_class_grids_and_the_ablation_metric_follows_the_chosen_h
     metric = at.metric[0]
     cell = effects[(effects["row"] == 0) & (effects["col"] == 1)]["value"].iloc[0]
     assert float(metric.delta) == pytest.approx(-cell, abs=1e-3)
+    # The class token's attention over the 8 x 8 patches, before and after, for the head that changed most.
+    own = _grid_values(at, "encoder L0 H1: its own attention")
+    assert len(own) == 64 and 0 < own["value"].sum() <= 1.0 + 1e-6  # the rest goes to the class token
+    titles = [t for t in charts(at) if t.endswith(", before") or "with encoder L0 H1 ablated" in t]
+    assert len(titles) == 2
+    before, after = (charts(at)[t][0]["value"].to_numpy() for t in titles)
+    assert np.abs(before - after).max() > 0
 
 
 def test_minilm_measures_the_similarity_of_two_sentences():

@@ -262,3 +262,41 @@ def test_mad_page_with_the_real_deit_over_the_shared_photos(shared_models, monke
     dots = max(chart_data(at, f"{DEIT.parent.name}/{DEIT.name}: mean attention distance"), key=len)  # no path
     assert len(dots) == 12 * 3 and dots["distance"].between(0, 160).all()
     assert os.environ["TFORMER_IMAGE_DIRS"] == str(IMAGES)
+
+
+def test_attention_rollout_and_relevancy_side_by_side_for_a_chosen_class():
+    at = page(VISION, model="vit-tiny")
+    no_exception(at)
+    options = widget(at, "vit.explain").options
+    assert len(options) == 5 and options[0].startswith("1. ")
+
+    def shown(at):
+        images = at.get("image")
+        captions = [i.proto.imgs[0].caption for i in images]
+        start = next(i for i, c in enumerate(captions) if c.startswith("Raw attention: the class token"))
+        assert captions[start + 1].startswith("Rollout") and captions[start + 2].startswith("Relevancy for")
+        return [images[start + k].proto.imgs[0].url for k in range(3)], captions[start + 2]
+
+    first, caption = shown(at)
+    top = top5(at)["class"]
+    assert caption.startswith(f"Relevancy for {top.iloc[0]}")
+    widget(at, "vit.explain").set_value(3).run()
+    no_exception(at)
+    second, caption = shown(at)
+    assert caption.startswith(f"Relevancy for {top.iloc[3]}")
+    assert second[:2] == first[:2]  # where the model looked does not depend on the class asked about
+    assert second[2] != first[2]  # relevancy does
+    assert at.query_params["explain"] == "3"
+
+
+def test_the_relevancy_map_is_the_class_tokens_row_of_the_cores_relevancy_for_that_class():
+    from tformer_core import probes
+    from tformer_core.relevancy import relevancy
+
+    model = caches.cached_model("vit-tiny")
+    picture = Image.new("RGB", (64, 64), "white")
+    maps = [vv.relevancy_map(model, png(picture), "white.png", c) for c in (0, 1)]
+    assert maps[0].shape == model.config.grid_hw and np.all(maps[0] >= 0)
+    assert not np.allclose(maps[0], maps[1])  # another class, another map
+    direct = relevancy(probes.class_probe(model, model.preprocessing(picture), 1))[0].relevance
+    np.testing.assert_allclose(maps[1].ravel(), direct[0, model.config.n_prefix_tokens :], rtol=1e-6)

@@ -1,0 +1,70 @@
+"""The head page's views on tiny models: a study keeps no model alive, one head ablated agrees with the grid and
+shows what changes after it, patching's grid for the page."""
+
+import gc
+import weakref
+
+import numpy as np
+import pytest
+
+from tests.core.test_interventions import tiny_llama
+from tests.core.tiny_models import tiny_seq2seq
+from tformer_core.interventions import Head
+from tformer_views import head_matters as hm
+
+A = [3, 7, 1, 12, 9, 4]
+
+
+def test_a_cached_study_keeps_no_reference_to_its_model():
+    model = tiny_llama().double()
+    study = hm.study("text", model, A)
+    gone = weakref.ref(model)
+    del model
+    gc.collect()
+    assert gone() is None  # an evicted model is freed even while its study stays cached
+    assert study.importance.effects["decoder"].shape == (2, 4)
+
+
+def test_ablating_a_head_gives_the_grids_value_and_the_attention_it_changes():
+    model = tiny_llama().double()
+    study = hm.study("text", model, A)
+    head = Head("decoder", 0, 2)
+    result = hm.ablation(model, study.kind, study.inputs, study.output, head)
+    assert result.value == pytest.approx(study.importance.scores["decoder"][0, 2], abs=1e-12)
+    assert result.value == pytest.approx(hm.ablated(model, study, [head]), abs=1e-12)
+    assert result.prediction[0][1] != pytest.approx(study.prediction[0][1], abs=1e-9)
+    clean = model.trace(A)
+    np.testing.assert_allclose(result.own, clean.attention(0, 2), atol=1e-12)  # its weights come before z
+    assert result.downstream is not None and result.downstream.layer == 1  # only layer 1 reads layer 0
+    np.testing.assert_allclose(result.before, clean.attention(1, result.downstream.head), atol=1e-12)
+    changed = 0.5 * np.abs(result.after - result.before).sum()
+    assert changed == pytest.approx(result.changed) and changed > 1e-6
+    assert result.labels["decoder"][0] == result.labels["decoder"][1] and len(result.labels["decoder"][0]) == 6
+    # A head of the last layer: nothing after it has attention to change.
+    assert hm.ablation(model, "text", (A,), study.output, Head("decoder", 1, 0)).downstream is None
+
+
+def test_an_encoder_head_ablated_changes_the_cross_attention_of_a_translator():
+    model = tiny_seq2seq().double()
+    study = hm.study("translation", model, A)
+    assert set(study.importance.effects) == {"encoder", "decoder", "cross"}
+    result = hm.ablation(model, "translation", study.inputs, study.output, Head("encoder", 1, 0))
+    assert result.downstream is not None and result.downstream.stack == "cross"  # reads the encoder's output
+    assert result.value == pytest.approx(study.importance.scores["encoder"][1, 0], abs=1e-12)
+
+
+def test_the_study_reports_its_progress_up_to_done():
+    seen = []
+    hm.study("text", tiny_llama().double(), A, progress=lambda f, m: seen.append(f))
+    assert seen == sorted(seen) and seen[0] > 0 and seen[-1] == pytest.approx(0.9)
+    assert len(seen) == 2 + 1  # each of the 2 layers as it runs, then the lens and attribution
+
+
+def test_the_patching_axes_name_the_positions_where_the_inputs_differ():
+    grid = hm.patching(tiny_llama().double(), A, [3, 7, 1, 15, 9, 4])
+    rows, cols = hm.patching_axes(grid)
+    assert rows == ["L0", "L1", "out"]
+    assert cols[3] == "3: 12→15" and cols[0] == "0: 3"
+    assert grid.moved[-1, -1] == pytest.approx(1.0) and grid.moved[0, 3] == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="language models"):
+        hm.patching(tiny_seq2seq(), A, A)
