@@ -11,13 +11,14 @@ import io
 from dataclasses import dataclass, field
 
 import numpy as np
+import torch
 from PIL import Image, ImageDraw
 
-from tformer_core.trace import Trace
+from tformer_core.trace import Trace, to_host
 
 from .colour import colourise
 from .pictures import label_font
-from .text import head_matrix
+from .text import allowed_cells, reduction_dtype, shown_weights
 from .tokens import visible_positions
 
 THUMBNAIL_PX = 64  # the largest side of one head's thumbnail in the overview picture
@@ -47,6 +48,26 @@ def block_mean(a: np.ndarray, size: int = THUMBNAIL_PX) -> np.ndarray:
             counts = np.minimum(b, n - np.arange(m) * b)
         out = summed / counts
     return np.asarray(out, dtype=np.float64)
+
+
+def block_mean_tensor(t: torch.Tensor, size: int = THUMBNAIL_PX) -> torch.Tensor:
+    """`block_mean` on a tensor, where it is (a GPU's attention stays there): [..., m_q, m_k] in `reduction_dtype`."""
+    out = t.to(reduction_dtype(t.device))
+    for axis in (-2, -1):
+        n = out.shape[axis]
+        b = -(-n // size)
+        if b == 1:
+            continue
+        m = -(-n // b)
+        if m * b != n:  # zeros after the last position: the last block is averaged over the positions it has
+            pad = [0, 0] * (-axis - 1) + [0, m * b - n]  # F.pad's order: last axis first
+            out = torch.nn.functional.pad(out, pad)
+        counts = (n - torch.arange(m, device=out.device) * b).clamp(max=b).to(out.dtype)
+        if axis == -2:
+            out = out.reshape(*out.shape[:-2], m, b, out.shape[-1]).sum(-2) / counts[:, None]
+        else:
+            out = out.reshape(*out.shape[:-1], m, b).sum(-1) / counts
+    return out
 
 
 @dataclass(frozen=True)
@@ -89,16 +110,22 @@ def overview_thumbnails(
     Blocks in which every cell is masked are NaN (drawn grey).
     """
     stack = stack or trace.main_stack
-    thumbs, shares = [], []
-    for layer in range(trace.layers_in(stack)):
-        m = head_matrix(trace, layer, None, stack, hide_special, None, widen=False)
-        thumb = block_mean(m.weights, size)
-        if m.allowed is not None:
-            thumb = np.where(block_mean(m.allowed.astype(np.float64), size) > 0, thumb, np.nan)
-        thumbs.append(thumb)
-        shares.append(m.hidden_share.mean(-1))
-    n_tokens = max(len(m.queries), len(m.keys))
-    return np.stack(thumbs), np.stack(shares), -(-n_tokens // size)
+    q_tokens, k_tokens = trace.tokens_for(stack)
+    queries, keys = visible_positions(q_tokens, hide_special), visible_positions(k_tokens, hide_special)
+    hidden = len(keys) < len(k_tokens)
+    with torch.inference_mode():  # every layer reduced on the trace's device; the thumbnails come to the host once
+        thumbs, shares = [], []
+        for layer in range(trace.layers_in(stack)):
+            weights, hidden_share = shown_weights(trace, layer, stack, queries, keys, hidden)
+            thumb = block_mean_tensor(weights, size)
+            allowed = allowed_cells(trace, layer, stack, queries, keys)  # each layer's (sliding windows differ)
+            if allowed is not None:
+                thumb = torch.where(block_mean_tensor(allowed, size) > 0, thumb, torch.nan)
+            thumbs.append(thumb)
+            shares.append(hidden_share.mean(-1))
+        host_thumbs, host_shares = to_host([torch.stack(thumbs), torch.stack(shares)])
+    n_tokens = max(len(queries), len(keys))
+    return host_thumbs.astype(np.float64), host_shares.astype(np.float64), -(-n_tokens // size)
 
 
 def overview(

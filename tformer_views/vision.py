@@ -13,12 +13,13 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 from PIL import Image
 
 from tformer_core.inputs.image_file import ImageError, read_image
 from tformer_core.models.base import TracedModel
 from tformer_core.models.vit import ViT
-from tformer_core.trace import Trace, to_numpy
+from tformer_core.trace import Trace, to_host, to_numpy
 
 from .colour import colourise
 from .pictures import overlay, tiles
@@ -86,10 +87,10 @@ def attention_map(trace: Trace, layer: int, head: int | None, patch: int | None 
 
     Not renormalised: the share the query gives the prefix tokens is `1 - map.sum()`.
     """
-    w = trace.attention(layer)  # [heads, n, n]
+    w = trace.block_tensor("weights", layer)  # [heads, n, n], on the trace's device
     row = w[:, query_token(trace, patch), trace.n_prefix_tokens :]  # [heads, N]
-    row = row.mean(0) if head is None else row[head]
-    return np.asarray(row, dtype=np.float64).reshape(trace.patch_grid)
+    row = row.float().mean(0) if head is None else row[head]
+    return np.asarray(to_host([row])[0], dtype=np.float64).reshape(trace.patch_grid)
 
 
 def rollout(trace: Trace, head_fusion: str = "mean", discard_ratio: float = 0.9) -> np.ndarray:
@@ -104,17 +105,21 @@ def rollout(trace: Trace, head_fusion: str = "mean", discard_ratio: float = 0.9)
     if not 0.0 <= discard_ratio < 1.0:
         raise ValueError(f"the discard ratio must be in [0, 1), got {discard_ratio}")
     n = len(trace.tokens)
-    result = np.eye(n)
-    for layer in range(trace.n_layers):
-        w = np.asarray(trace.attention(layer), dtype=np.float64)  # [heads, n, n]
-        fused = getattr(w, head_fusion)(axis=0)
-        flat = fused.ravel().copy()
-        drop = np.argsort(flat, kind="stable")[: int(flat.size * discard_ratio)]
-        flat[drop[drop != 0]] = 0.0
-        a = (flat.reshape(n, n) + np.eye(n)) / 2
-        a /= a.sum(-1, keepdims=True)
-        result = a @ result
-    return result
+    device = trace.device
+    exact = torch.float32 if device.type == "mps" else torch.float64  # MPS has no float64
+    with torch.inference_mode():  # on the trace's device, every layer; the [n, n] result comes to the host once
+        eye = torch.eye(n, dtype=exact, device=device)
+        result = eye
+        for layer in range(trace.n_layers):
+            w = trace.block_tensor("weights", layer).to(exact)  # [heads, n, n]
+            fused = w.mean(0) if head_fusion == "mean" else w.amax(0) if head_fusion == "max" else w.amin(0)
+            flat = fused.reshape(-1).clone()
+            drop = torch.sort(flat, stable=True).indices[: int(flat.numel() * discard_ratio)]
+            flat[drop[drop != 0]] = 0.0
+            a = (flat.reshape(n, n) + eye) / 2
+            a = a / a.sum(-1, keepdim=True)
+            result = a @ result
+    return to_host([result])[0]
 
 
 def rollout_map(trace: Trace, head_fusion: str = "mean", discard_ratio: float = 0.9) -> np.ndarray:

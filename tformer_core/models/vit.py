@@ -125,7 +125,7 @@ class ClassHead(nn.Module):
         logits = self.classifier(x[:, 0])  # (B, n_classes) from the class token
         if self.dist_classifier is not None:
             logits = (logits + self.dist_classifier(x[:, 1])) / 2
-        return self.hook_logits(logits)
+        return self.hook_logits(logits.float())  # float32 whatever the model's dtype, as every head's logits
 
 
 class ViT(VisionModel[ViTConfig]):
