@@ -12,8 +12,10 @@
 - Long work over many inputs (`computed`) shows a progress bar in the page that asked.
 
 Results, derived views and long work share one budget, TFORMER_CACHE_MB, with least-recently-used
-eviction (tformer_app.budget); forward passes run at most TFORMER_PASSES at a time. Every cached value
-is shared by all sessions and read-only: pages must not modify them.
+eviction (tformer_app.budget); what they hold on a GPU (traces stay on their model's device) is bounded apart
+(TFORMER_GPU_MB, tformer_app.settings). Forward passes run at most TFORMER_PASSES at a time, counted per GPU
+across the server's processes when the models run on one (tformer_app.gpu). Every cached value is shared by
+all sessions and read-only: pages must not modify them.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from tformer_views import seq2seq as sv
 from tformer_views import vision as vv
 from tformer_views.lessons import block as lb
 
+from . import gpu
 from .budget import ByteBudgetCache, CacheStats
 from .markdown import escape
 from .settings import server_settings
@@ -57,6 +60,8 @@ SETTINGS = server_settings()
 # caches drop entries (`_freed`). See tformer_core/runtime.py.
 tc.limit_malloc_arenas(2)
 tc.retain_freed_memory()
+DEVICE = tc.default_device()  # where this process runs its models
+gpu.limit_gpu_memory(SETTINGS.gpu_bytes, DEVICE)  # TFORMER_GPU_MB: this replica's share of a shared GPU
 
 
 # ---- memory given back ---------------------------------------------------------------------------
@@ -222,8 +227,10 @@ COMPUTATIONS: dict[str, Callable[..., Any]] = {
     "block_image": lb.trace_image,  # (image file bytes, file name) -> VisionResult
 }
 
-_results = ByteBudgetCache("results", SETTINGS.cache_bytes, on_evict=_give_back.check)
-_passes = threading.BoundedSemaphore(SETTINGS.passes)
+_results = ByteBudgetCache(
+    "results", SETTINGS.cache_bytes, on_evict=_give_back.check, device_budget_bytes=SETTINGS.results_gpu_bytes
+)
+_passes = gpu.pass_slots(SETTINGS.passes, DEVICE)  # per GPU across processes when the models run on one
 
 
 def _key(args: tuple) -> tuple:
@@ -349,6 +356,7 @@ class MemoryReport:
     results: CacheStats
     models: CacheStats
     rss_bytes: int | None
+    gpu_bytes: int | None = None  # what this process's tensors hold on its GPU; None without one
 
 
 def rss_bytes() -> int | None:
@@ -361,7 +369,8 @@ def rss_bytes() -> int | None:
 
 
 def memory_report() -> MemoryReport:
-    return MemoryReport(_results.stats(), _models.stats(), rss_bytes())
+    on_gpu = torch.cuda.memory_allocated(DEVICE) if DEVICE.type == "cuda" else None
+    return MemoryReport(_results.stats(), _models.stats(), rss_bytes(), on_gpu)
 
 
 def clear_results() -> int:

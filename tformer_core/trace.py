@@ -178,7 +178,8 @@ def tensor_bytes(tensors: Iterable[torch.Tensor]) -> int:
     seen: dict[tuple[torch.device, int], int] = {}
     for t in tensors:
         storage = t.untyped_storage()
-        key = (t.device, storage.data_ptr())
+        # A storage without an address (the meta device: shapes only) is counted per tensor.
+        key = (t.device, storage.data_ptr() or -id(t))
         seen[key] = max(seen.get(key, 0), storage.nbytes())
     return sum(seen.values())
 
