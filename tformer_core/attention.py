@@ -73,7 +73,9 @@ def attention_weights(logits: torch.Tensor, allowed: torch.Tensor | None = None)
         weights = torch.softmax(logits, dim=-1)
     if allowed is not None:
         attends_nothing = ~allowed.any(dim=-1, keepdim=True)
-        if bool(attends_nothing.any()):
+        # On the CPU, skip the pass when no row is empty (the usual case). Elsewhere always fill: asking would make
+        # the host wait for the GPU in every layer (the whole pass then runs as slowly as its launches).
+        if attends_nothing.device.type != "cpu" or bool(attends_nothing.any()):
             weights = weights.masked_fill(attends_nothing, 0.0)
     return weights
 

@@ -159,18 +159,27 @@ class ViT(VisionModel[ViTConfig]):
         x = self.encoder(self.encoder.embed(images))  # (B, n_prefix+N, D)
         return x if self.head is None else self.head(x)
 
+    def _images(self, images: torch.Tensor) -> torch.Tensor:
+        """A batch (B, C, H, W) checked (shape, floats, finite: one check for the whole batch, so a GPU batch waits
+        once) and moved to the model's device and dtype in one copy."""
+        expected = (self.config.n_channels, *self.config.image_hw)
+        if images.dim() != 4 or tuple(images.shape[1:]) != expected:
+            shape = tuple(images.shape[1:]) if images.dim() == 4 else tuple(images.shape)
+            raise ValueError(f"expected one preprocessed image of shape {expected} (C, H, W), got {shape}")
+        if not images.is_floating_point():
+            raise ValueError("the image tensor must hold floats (normalised pixel values)")
+        if not bool(torch.isfinite(images).all()):
+            raise ValueError("the image tensor holds NaN or infinite values")
+        return images.to(device=self.device, dtype=self.dtype)
+
     def _image(self, image: torch.Tensor | np.ndarray) -> torch.Tensor:
         t = torch.as_tensor(np.asarray(image) if not isinstance(image, torch.Tensor) else image)
         if t.dim() == 4 and t.shape[0] == 1:
             t = t[0]
-        expected = (self.config.n_channels, *self.config.image_hw)
-        if t.dim() != 3 or tuple(t.shape) != expected:
+        if t.dim() != 3:
+            expected = (self.config.n_channels, *self.config.image_hw)
             raise ValueError(f"expected one preprocessed image of shape {expected} (C, H, W), got {tuple(t.shape)}")
-        if not t.is_floating_point():
-            raise ValueError("the image tensor must hold floats (normalised pixel values)")
-        if not bool(torch.isfinite(t).all()):
-            raise ValueError("the image tensor holds NaN or infinite values")
-        return t.to(device=self.device, dtype=self.dtype).unsqueeze(0)  # (1, C, H, W)
+        return self._images(t.unsqueeze(0))  # (1, C, H, W)
 
     def patch_labels(self) -> tuple[str, ...]:
         rows, cols = self.config.grid_hw
@@ -198,5 +207,5 @@ class ViT(VisionModel[ViTConfig]):
         batch = torch.as_tensor(images)
         if batch.dim() != 4 or batch.shape[0] == 0:
             raise ValueError(f"expected a batch of images (B, C, H, W), got shape {tuple(batch.shape)}")
-        x = torch.cat([self._image(image) for image in batch])  # each image checked like trace() does
+        x = self._images(batch)  # every image checked as trace() checks one
         return self._trace_batch(lambda: self(x), keep, x.shape[0], **self._trace_fields())
