@@ -60,7 +60,7 @@ SETTINGS = server_settings()
 # caches drop entries (`_freed`). See tformer_core/runtime.py.
 tc.limit_malloc_arenas(2)
 tc.retain_freed_memory()
-DEVICE = tc.default_device()  # where this process runs its models
+DEVICE = gpu.server_device()  # where this process runs its models
 gpu.limit_gpu_memory(SETTINGS.gpu_bytes, DEVICE)  # TFORMER_GPU_MB: this replica's share of a shared GPU
 
 

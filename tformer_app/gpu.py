@@ -23,9 +23,21 @@ from pathlib import Path
 
 import torch
 
+from tformer_core.models.base import default_device
+
 from .slots import DeviceSlots, Slots
 
 log = logging.getLogger("tformer")  # as tformer_app.settings
+
+
+def server_device() -> torch.device:
+    """Where this server process runs its models (TFORMER_DEVICE, else a GPU when there is one); the CPU, with a
+    warning in the log, for a TFORMER_DEVICE torch cannot read (loading a model then says why)."""
+    try:
+        return default_device()
+    except (RuntimeError, ValueError) as error:
+        log.warning("TFORMER_DEVICE is not a device torch knows (%s): counting passes as on the CPU", error)
+        return torch.device("cpu")
 
 
 def runtime_folder() -> Path:

@@ -168,3 +168,8 @@ def test_the_results_budget_counts_gpu_bytes_apart_from_the_hosts():
     assert cache.get_or_compute("huge", lambda: huge) is huge and cache.peek("huge") is None
     cache.clear()
     assert cache.stats().device_bytes == 0
+
+
+def test_a_device_torch_cannot_read_leaves_the_server_on_the_cpu(monkeypatch):
+    monkeypatch.setenv("TFORMER_DEVICE", "gpu-please")
+    assert gpu.server_device() == torch.device("cpu")  # the server starts; loading a model says what is wrong

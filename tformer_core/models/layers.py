@@ -390,13 +390,14 @@ class TextEmbedding(nn.Module):
         if self.scale != 1.0:
             tok = tok * self.scale
         x = self.hook_tok(tok)
-        # Segments before positions, as BERT adds them: in bfloat16 the order of the sums shows in the last bit.
+        pos = self.hook_pos(self.pos(T, offset).expand(B, T, -1)) if self.pos is not None else None  # a view
+        # Segments are added before positions, as BERT adds them: in bfloat16 the order of the sums shows.
         if self.segment is not None:
             if token_type_ids is None:
                 token_type_ids = torch.zeros_like(ids)
             x = x + self.hook_segment(self.segment(token_type_ids))
-        if self.pos is not None:
-            x = x + self.hook_pos(self.pos(T, offset).expand(B, T, -1))  # a view: no copy per batch row
+        if pos is not None:
+            x = x + pos
         if self.ln is not None:
             x = self.ln(x)
         return self.hook_out(x)
