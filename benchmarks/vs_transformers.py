@@ -130,10 +130,10 @@ def saved(hf_model: torch.nn.Module, folder: Path) -> Path:
     return path
 
 
-def pair(path: Path, hf_class, device, dtype: str):
+def pair(path: Path, hf_class, device, dtype: str, **hf_options):
     ours = tc.load_model(str(path), device=device, dtype=dtype, model_dirs=[path.parent])
-    theirs = hf_class.from_pretrained(path, dtype=ours.dtype, attn_implementation="eager").to(device).eval()
-    return ours, theirs
+    theirs = hf_class.from_pretrained(path, dtype=ours.dtype, attn_implementation="eager", **hf_options)
+    return ours, theirs.to(device).eval()
 
 
 def text_row(name: str, ours, theirs, n: int, args, device, dtype: str) -> Row:
@@ -156,7 +156,7 @@ def large_rows(args, device, dtype: str, folder: Path) -> list[Row]:
     torch.manual_seed(0)
     rows = []
     bert = saved(T.BertModel(T.BertConfig(attn_implementation="eager"), add_pooling_layer=False), folder)
-    ours, theirs = pair(bert, T.BertModel, device, dtype)
+    ours, theirs = pair(bert, T.BertModel, device, dtype, add_pooling_layer=False)  # the encoder only, as ours
     rows.append(text_row("BERT-base (random)", ours, theirs, 512, args, device, dtype))
     del ours, theirs
     vit = saved(T.ViTForImageClassification(T.ViTConfig(num_labels=1000, attn_implementation="eager")), folder)
