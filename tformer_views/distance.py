@@ -26,7 +26,7 @@ from tformer_core.metrics import (
     uniform_attention,
 )
 from tformer_core.models.vit import ViT
-from tformer_core.trace import Trace, to_host
+from tformer_core.trace import Trace, reduces_on_device, to_host
 
 from .text import head_matrix, shown_weights
 from .tokens import visible_positions
@@ -41,6 +41,14 @@ def token_distances(trace: Trace, stack: str | None = None, hide_special: bool =
     (positions counted among the shown tokens).
     """
     stack = stack or trace.main_stack
+    layers = range(trace.layers_in(stack))
+    if not reduces_on_device(trace.device):
+        return np.stack(
+            [
+                mean_token_distance(head_matrix(trace, layer, None, stack, hide_special, widen=False).weights)
+                for layer in layers
+            ]
+        )
     q_tokens, k_tokens = trace.tokens_for(stack)
     queries, keys = visible_positions(q_tokens, hide_special), visible_positions(k_tokens, hide_special)
     renormalise = len(keys) < len(k_tokens)
@@ -48,7 +56,7 @@ def token_distances(trace: Trace, stack: str | None = None, hide_special: bool =
         grid = torch.stack(
             [
                 mean_token_distance_tensor(shown_weights(trace, layer, stack, queries, keys, renormalise)[0])
-                for layer in range(trace.layers_in(stack))
+                for layer in layers
             ]
         )
     return to_host([grid])[0].astype(np.float64)
@@ -62,21 +70,18 @@ def uniform_token_distance(trace: Trace, stack: str | None = None, hide_special:
 
 
 def image_distances(trace: Trace, renormalize: bool = False) -> np.ndarray:
-    """[layers, heads] mean attention distance in pixels of one traced image, reduced on the trace's device."""
-    with torch.inference_mode():
-        grid = torch.stack(
-            [
-                mean_attention_distance_tensor(
-                    trace.block_tensor("weights", layer),
-                    trace.patch_grid,
-                    trace.patch_side,
-                    trace.n_prefix_tokens,
-                    renormalize,
-                )
-                for layer in range(trace.n_layers)
-            ]
+    """[layers, heads] mean attention distance in pixels of one traced image: reduced on a GPU (the grid crosses
+    to the host), with numpy over the weights in place on the CPU."""
+    grid, side, prefix = trace.patch_grid, trace.patch_side, trace.n_prefix_tokens
+    layers = range(trace.n_layers)
+    if not reduces_on_device(trace.device):
+        return np.stack(
+            [mean_attention_distance(trace.attention(layer), grid, side, prefix, renormalize) for layer in layers]
         )
-    return to_host([grid])[0].astype(np.float64)
+    with torch.inference_mode():
+        weights = [trace.block_tensor("weights", layer) for layer in layers]
+        figures = torch.stack([mean_attention_distance_tensor(w, grid, side, prefix, renormalize) for w in weights])
+    return to_host([figures])[0].astype(np.float64)
 
 
 def uniform_image_distance(
@@ -136,23 +141,33 @@ def distances_over_images(
     out, done, pictures = [], 0, iter(images)
     while batch := [preprocessing(image) for image in itertools.islice(pictures, batch_size)]:
         traces = model.trace_batch(torch.stack(batch), keep=matching("**.attn.weights"))
-        with torch.inference_mode():
-            per_layer = [
-                mean_attention_distance_tensor(
-                    torch.stack([t.block_tensor("weights", layer) for t in traces]),  # [batch, heads, n, n]
-                    c.grid_hw,
-                    c.patch_size,
-                    c.n_prefix_tokens,
-                    renormalize,
-                )
-                for layer in range(c.n_layers)
-            ]
-            figures = torch.stack(per_layer, dim=1)  # [batch, layers, heads]
+        out.append(_batch_distances(traces, c.n_layers, c.grid_hw, c.patch_size, c.n_prefix_tokens, renormalize))
         del traces
-        out.append(to_host([figures])[0].astype(np.float64))
         done += len(batch)
         if progress is not None:
             progress(done)
     if not out:
         raise ValueError("no images: choose or upload at least one")
     return np.concatenate(out)  # [images, layers, heads]
+
+
+def _batch_distances(
+    traces: list[Trace], n_layers: int, grid: tuple[int, int], side: int, prefix: int, renormalize: bool
+) -> np.ndarray:
+    """[batch, layers, heads] of one traced batch, reduced layer by layer where it ran: on a GPU the figures cross
+    to the host once (no [batch, layers, heads, n, n] copy); on the CPU numpy reads the weights in place."""
+    if not reduces_on_device(traces[0].device):
+        per_layer = [
+            mean_attention_distance(np.stack([t.attention(layer) for t in traces]), grid, side, prefix, renormalize)
+            for layer in range(n_layers)
+        ]
+        return np.stack(per_layer, axis=1)
+    with torch.inference_mode():
+        per_layer_t = [
+            mean_attention_distance_tensor(
+                torch.stack([t.block_tensor("weights", layer) for t in traces]), grid, side, prefix, renormalize
+            )  # [batch, heads]
+            for layer in range(n_layers)
+        ]
+        figures = torch.stack(per_layer_t, dim=1)  # [batch, layers, heads]
+    return to_host([figures])[0].astype(np.float64)

@@ -27,7 +27,7 @@ from tformer_core.models.base import TracedModel
 from tformer_core.models.encoder import class_scores as tc_class_scores
 from tformer_core.models.encoder import first_token_attention as tc_first_token_attention
 from tformer_core.tokenizers import Tokenizer
-from tformer_core.trace import Trace, to_host
+from tformer_core.trace import Trace, reduces_on_device, to_host
 
 from .tokens import display_token, display_tokens, visible_positions
 
@@ -94,21 +94,14 @@ def _renormalise(w: np.ndarray, kept_total: np.ndarray) -> np.ndarray:
     return np.divide(w, kept_total, out=np.zeros_like(w), where=kept_total > 0)
 
 
-def reduction_dtype(device: torch.device) -> torch.dtype:
-    """What views reduce attention in, where it is: float64 on the CPU (the numbers numpy views computed),
-    float32 on a GPU (fast there; thumbnails and distances need no more)."""
-    return torch.float64 if device.type == "cpu" else torch.float32
-
-
 def shown_weights(
     trace: Trace, layer: int, stack: str, queries: np.ndarray, keys: np.ndarray, renormalise: bool
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Every head's weights over the shown queries and keys, on the trace's device (`reduction_dtype`): ([heads, q, k],
+    """Every head's weights over the shown queries and keys, on the trace's device, float32: ([heads, q, k],
     [heads, q] the share of each row on the keys left out). renormalise: rows rescaled over the shown keys
     (hidden special tokens), as `head_matrix` shows them. For views that reduce every layer there (the
     overview's thumbnails, the distances), so that only their small results are copied to the host."""
-    w = _select(trace.block_tensor("weights", layer, None, stack), queries, keys)
-    w = w.to(reduction_dtype(w.device))
+    w = _select(trace.block_tensor("weights", layer, None, stack), queries, keys).float()
     if not renormalise:
         return w, w.new_zeros(w.shape[:-1])
     total = w.sum(-1, keepdim=True)
@@ -242,12 +235,13 @@ def peak_weights(trace: Trace, stack: str | None = None) -> np.ndarray:
     For cross-attention, where a distance in tokens means nothing (queries and keys are two sentences).
     """
     stack = stack or trace.main_stack
-    with torch.inference_mode():  # on the device, every layer; [layers, heads] comes to the host
-        layers = range(trace.layers_in(stack))
-        peaks = torch.stack(
-            [trace.block_tensor("weights", layer, None, stack).float().amax(-1).mean(-1) for layer in layers]
-        )
-    return to_host([peaks])[0].astype(np.float64)
+    layers = range(trace.layers_in(stack))
+    if not reduces_on_device(trace.device):
+        return np.stack([trace.attention(layer, None, stack).max(-1).mean(-1) for layer in layers])
+    with torch.inference_mode():  # every layer on the device; [layers, heads] comes to the host
+        peaks = [trace.block_tensor("weights", layer, None, stack).float().amax(-1).mean(-1) for layer in layers]
+        grid = torch.stack(peaks)
+    return to_host([grid])[0].astype(np.float64)
 
 
 # ---- head view -----------------------------------------------------------------------------------------

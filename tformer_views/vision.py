@@ -19,7 +19,7 @@ from PIL import Image
 from tformer_core.inputs.image_file import ImageError, read_image
 from tformer_core.models.base import TracedModel
 from tformer_core.models.vit import ViT
-from tformer_core.trace import Trace, to_host, to_numpy
+from tformer_core.trace import Trace, reduces_on_device, to_host, to_numpy
 
 from .colour import colourise
 from .pictures import overlay, tiles
@@ -104,11 +104,12 @@ def rollout(trace: Trace, head_fusion: str = "mean", discard_ratio: float = 0.9)
         raise ValueError(f"head fusion must be one of {FUSIONS}, got {head_fusion!r}")
     if not 0.0 <= discard_ratio < 1.0:
         raise ValueError(f"the discard ratio must be in [0, 1), got {discard_ratio}")
+    if not reduces_on_device(trace.device):
+        return _rollout_on_host(trace, head_fusion, discard_ratio)
     n = len(trace.tokens)
-    device = trace.device
-    exact = torch.float32 if device.type == "mps" else torch.float64  # MPS has no float64
-    with torch.inference_mode():  # on the trace's device, every layer; the [n, n] result comes to the host once
-        eye = torch.eye(n, dtype=exact, device=device)
+    exact = torch.float32 if trace.device.type == "mps" else torch.float64  # Apple's GPUs have no float64
+    with torch.inference_mode():  # every layer on the GPU; the [n, n] result crosses to the host once
+        eye = torch.eye(n, dtype=exact, device=trace.device)
         result = eye
         for layer in range(trace.n_layers):
             w = trace.block_tensor("weights", layer).to(exact)  # [heads, n, n]
@@ -120,6 +121,21 @@ def rollout(trace: Trace, head_fusion: str = "mean", discard_ratio: float = 0.9)
             a = a / a.sum(-1, keepdim=True)
             result = a @ result
     return to_host([result])[0]
+
+
+def _rollout_on_host(trace: Trace, head_fusion: str, discard_ratio: float) -> np.ndarray:
+    n = len(trace.tokens)
+    result = np.eye(n)
+    for layer in range(trace.n_layers):
+        w = np.asarray(trace.attention(layer), dtype=np.float64)  # [heads, n, n]
+        fused = getattr(w, head_fusion)(axis=0)
+        flat = fused.ravel().copy()
+        drop = np.argsort(flat, kind="stable")[: int(flat.size * discard_ratio)]
+        flat[drop[drop != 0]] = 0.0
+        a = (flat.reshape(n, n) + np.eye(n)) / 2
+        a /= a.sum(-1, keepdims=True)
+        result = a @ result
+    return result
 
 
 def rollout_map(trace: Trace, head_fusion: str = "mean", discard_ratio: float = 0.9) -> np.ndarray:

@@ -5,6 +5,7 @@ when it reads it: tracing converts nothing; a view that reads several tensors ge
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -82,7 +83,15 @@ def test_tracing_converts_nothing_to_numpy_until_a_view_reads(conversions, kind)
     assert conversions.transfers == 1 and weights.ndim == 2 and not weights.flags.writeable
 
 
-def test_views_that_read_several_tensors_copy_them_in_one_transfer(conversions):
+@pytest.fixture
+def as_on_a_gpu(monkeypatch):
+    """Views take the path they take on a GPU (reduce with torch where the tensors are, copy the result once),
+    here on the CPU's tensors; by default the CPU's views reduce with numpy over zero-copy arrays."""
+    monkeypatch.setattr(trace_module, "HOST_DEVICE_TYPES", ())
+    assert trace_module.reduces_on_device(torch.device("cpu"))
+
+
+def test_views_that_read_several_tensors_copy_them_in_one_transfer(conversions, as_on_a_gpu):
     model = tiny_encoder()
     model.tokenizer = None
     trace = model.trace([1, 2, 3, 4, 5, 6], attention_mask=[1, 1, 1, 1, 1, 0])  # masked: weights and mask
@@ -111,7 +120,7 @@ def test_views_that_read_several_tensors_copy_them_in_one_transfer(conversions):
         assert conversions.transfers == 1, f"{name}: {conversions.transfers} transfers"
 
 
-def test_distances_over_many_pictures_copy_one_grid_per_batch(conversions):
+def test_distances_over_many_pictures_copy_one_grid_per_batch(conversions, as_on_a_gpu):
     vit = tiny_vit()
     vit.preprocessing = tc.ImagePreprocessing(resize=("exact", (12, 16)), mean=(0.5,) * 3, std=(0.25,) * 3)
     rng = np.random.default_rng(0)
@@ -176,3 +185,34 @@ def test_a_trace_built_by_hand_from_numpy_shares_the_arrays():
     assert isinstance(trace.activations["encoder.0.attn.weights"], torch.Tensor)
     assert trace.nbytes == w.nbytes and trace.device.type == "cpu"
     assert np.shares_memory(trace.attention(0), w)
+
+
+def _reductions(trace: tc.Trace, vit_trace: tc.Trace) -> dict:
+    """Every view that reduces many layers or heads, on a text trace (special tokens hidden or not) and a picture's."""
+    hidden_thumbs, hidden_shares, _ = overview.overview_thumbnails(trace, hide_special=True, size=3)  # 2 x 2 blocks
+    return {
+        "thumbnails": overview.overview_thumbnails(trace, size=4)[0],  # 6 tokens: blocks of 2, 3 x 3 thumbnails
+        "thumbnails, special tokens hidden": hidden_thumbs,
+        "shares on the hidden tokens": hidden_shares,
+        "token distances": distance.token_distances(trace),
+        "token distances, special tokens hidden": distance.token_distances(trace, hide_special=True),
+        "peaks": text.peak_weights(trace),
+        "query rows": search.query_rows(trace, 3),
+        "all attention": trace.all_attention(),
+        "pixel distances": distance.image_distances(vit_trace, renormalize=True),
+        "rollout": vision.rollout(vit_trace, "max", 0.5),
+    }
+
+
+def test_the_gpu_path_of_every_reduction_gives_the_cpus_numbers(monkeypatch):
+    """What a GPU computes with torch is what the CPU computes with numpy (float32 sums against float64)."""
+    trace = tiny_decoder().trace([1, 2, 3, 4, 5, 6])  # causal: masked blocks in the thumbnails
+    trace = replace(trace, tokens=("<s>", "a", "b", "</s>", "c", "d"))  # two special tokens to hide
+    vit_trace = tiny_vit().trace(image())
+    on_cpu = _reductions(trace, vit_trace)
+    monkeypatch.setattr(trace_module, "HOST_DEVICE_TYPES", ())
+    on_gpu = _reductions(trace, vit_trace)
+    for name, expected in on_cpu.items():
+        assert on_gpu[name].shape == expected.shape, name  # NaN where every cell is masked, on both alike
+        np.testing.assert_allclose(on_gpu[name], expected, rtol=1e-5, atol=1e-6, err_msg=name)
+    assert on_cpu["thumbnails"].shape[-2:] == (3, 3) and np.isnan(on_cpu["thumbnails"]).any()  # causal: empty blocks
