@@ -22,6 +22,7 @@ st.set_page_config(
 PAGES = {
     "tformer": [st.Page("app_pages/home.py", title="Home", icon="🏠", default=True)],
     "Learn": [
+        st.Page("app_pages/before_transformers.py", title="Attention before Transformers", icon="🕰️", url_path="early"),
         st.Page("app_pages/step_by_step.py", title="Attention, step by step", icon="🧮", url_path="step-by-step"),
         st.Page("app_pages/positional.py", title="Positional encoding", icon="〰️", url_path="positional"),
         st.Page("app_pages/inside_block.py", title="Inside a block", icon="🧱", url_path="block"),
@@ -31,7 +32,11 @@ PAGES = {
         st.Page("app_pages/encoder_decoder.py", title="Encoder-decoder", icon="🔁", url_path="seq2seq"),
         st.Page("app_pages/vision.py", title="Vision Transformer", icon="🖼️", url_path="vision"),
         st.Page("app_pages/attention_distance.py", title="Mean attention distance", icon="📏", url_path="distance"),
+        st.Page("app_pages/inductive_bias.py", title="Inductive bias", icon="↔️", url_path="shift"),
+        st.Page("app_pages/mae.py", title="Masked autoencoder", icon="🧩", url_path="mae"),
+        st.Page("app_pages/detr.py", title="DETR: detection", icon="📦", url_path="detr"),
     ],
+    "Train": [st.Page("app_pages/train.py", title="Train a Transformer", icon="🏋️", url_path="train")],
 }
 
 if os.environ.get("TFORMER_ADMIN", "").strip() == "1":  # for whoever runs the server, not for students

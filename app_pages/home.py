@@ -23,6 +23,13 @@ st.caption(NUMBERING)
 # Each entry: page file, what it teaches. Links go through st.page_link so they follow the app's routing.
 GUIDE = [
     (
+        "app_pages/before_transformers.py",
+        "Attention before Transformers",
+        "Where the lectures start: the score functions (dot, cosine, bilinear, additive) side by side on two "
+        "vectors you edit; attention pooling against mean pooling on a sentence you type (two small models "
+        "trained on real movie-review sentences); an RNN translator's alignment beside the Transformer's.",
+    ),
+    (
         "app_pages/step_by_step.py",
         "Attention, step by step",
         "The lecture's worked example, editable: X, W^Q, W^K, W^V → Q, K, V → scores → scaling by 1/√d_k → "
@@ -71,6 +78,30 @@ GUIDE = [
         "Mean attention distance",
         "How far every head of every layer looks, in pixels over many pictures (ViT, DeiT) or in tokens over many "
         "sentences (BERT, GPT-2), against uniform attention.",
+    ),
+    (
+        "app_pages/inductive_bias.py",
+        "Inductive bias",
+        "Shift your picture by k pixels: the patch embeddings move with it (a strided convolution), the attention "
+        "and the class probabilities do not simply follow (learned positions). With numbers, for DeiT.",
+    ),
+    (
+        "app_pages/mae.py",
+        "Masked autoencoder",
+        "75 % of your picture's patches masked at random; with an MAE checkpoint, what the decoder rebuilds and "
+        "the error per patch.",
+    ),
+    (
+        "app_pages/detr.py",
+        "DETR: detection",
+        "With a DETR checkpoint: each object query's box and class, where it looks in the picture, and how the "
+        "queries attend to each other.",
+    ),
+    (
+        "app_pages/train.py",
+        "Train a Transformer",
+        "Train a small Transformer classifier (movie sentences) or a tiny ViT (digits) here, watch its curves and "
+        "its heads form epoch by epoch, then open it in the other pages (for you only).",
     ),
 ]
 

@@ -38,13 +38,16 @@ from tformer_core.bundled import BUNDLED_MODELS
 from tformer_core.checkpoints import BUNDLED_TEXT
 from tformer_core.checkpoints.sources import looks_like_path
 from tformer_core.trace import lean
+from tformer_views import detection as dv
 from tformer_views import distance, overview, pictures, samples, search
 from tformer_views import generation as gen
+from tformer_views import inductive_bias as ib
+from tformer_views import mae as mv
 from tformer_views import seq2seq as sv
 from tformer_views import vision as vv
 from tformer_views.lessons import block as lb
 
-from . import gpu
+from . import gpu, session_models
 from .budget import ByteBudgetCache, CacheStats
 from .markdown import escape
 from .settings import server_settings
@@ -116,8 +119,11 @@ def cached_model(source: str, progress: Progress | None = None) -> tc.TracedMode
     """The model for `source`, loaded once per server process; raises what the loader raises.
 
     Concurrent sessions asking for one model load it once. A failed load is tried again after
-    RETRY_AFTER_S (until then the same error comes back at once, without touching the hub).
+    RETRY_AFTER_S (until then the same error comes back at once, without touching the hub). A model trained
+    on the Train page ("session:...") comes from this session's own models, never from the shared cache.
     """
+    if session_models.is_session_name(source):
+        return session_models.get(source)
     with _failures_lock:
         failure = _failures.get(source)
     if failure is not None and time.monotonic() - failure[1] < RETRY_AFTER_S:
@@ -225,6 +231,15 @@ COMPUTATIONS: dict[str, Callable[..., Any]] = {
     "block_text": lb.trace_text,  # (text) -> Trace of an encoder or decoder-only model
     "block_translation": lb.trace_translation,  # (source) -> Translation (greedy, no step traces)
     "block_image": lb.trace_image,  # (image file bytes, file name) -> VisionResult
+    # The small models of attention before Transformers (a sentiment model, an RNN encoder-decoder): their
+    # whole trace, a few KB (no [heads, n, n] parts to drop). (text) -> Trace
+    "small_trace": lambda model, text: model.trace(text),
+    # Inductive bias: (image bytes, file name, shift in px) -> ShiftStudy; (bytes, name, shifts) -> DataFrame
+    "shift": ib.shift_study,
+    "shift_sweep": lambda model, data, name, shifts: ib.sweep(model, data, name, list(shifts)),
+    # Masked autoencoder: (image bytes, file name, masking seed) -> MAEResult; DETR: (bytes, name) -> DetrResult
+    "mae": mv.analyse,
+    "detr": dv.analyse,
 }
 
 _results = ByteBudgetCache(
@@ -240,6 +255,13 @@ def _key(args: tuple) -> tuple:
     )
 
 
+def _owned(source: object) -> None:
+    """A trained model's results are this session's only: CheckpointError before any cache is read when
+    `source` names another session's model (its results may be cached under that name)."""
+    if isinstance(source, str) and session_models.is_session_name(source):
+        session_models.get(source)
+
+
 def in_turn(compute: Callable[[], Any]) -> Any:
     """compute() when a forward-pass slot is free: at most TFORMER_PASSES passes run at once, so a burst of
     requests queues instead of sharing the cores (and the memory of their activations) all at once."""
@@ -251,6 +273,7 @@ def cached(kind: str, source: str, *args: Any) -> Any:
     """COMPUTATIONS[kind](the model for `source`, *args), computed once per (kind, source, args)."""
     if kind not in COMPUTATIONS:
         raise ValueError(f"unknown cached computation {kind!r}")
+    _owned(source)
 
     def compute() -> Any:
         model = cached_model(source)
@@ -297,6 +320,7 @@ def derived(view: str, key: tuple, *args: Any) -> Any:
     """VIEWS[view](cached(*key), *args) once per (view, key, args): key is what `cached` was called with."""
     if view not in VIEWS:
         raise ValueError(f"unknown derived view {view!r}")
+    _owned(key[1] if len(key) > 1 else "")
     return _results.get_or_compute(("derived", view, _key(key), *_key(args)), lambda: VIEWS[view](cached(*key), *args))
 
 
@@ -315,6 +339,7 @@ def from_model(view: str, source: str, *args: Any) -> Any:
     """MODEL_VIEWS[view](the model for `source`, *args), once per (view, source, args)."""
     if view not in MODEL_VIEWS:
         raise ValueError(f"unknown model view {view!r}")
+    _owned(source)
     return _results.get_or_compute(
         ("model-view", view, source, *_key(args)), lambda: MODEL_VIEWS[view](cached_model(source), *args)
     )

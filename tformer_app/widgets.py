@@ -11,6 +11,7 @@ import streamlit as st
 from tformer_core.checkpoints.errors import CheckpointError
 from tformer_core.checkpoints.sources import display_name, local_model_names
 
+from . import session_models
 from .markdown import escape
 from .url import UrlState
 
@@ -46,7 +47,8 @@ def choose_model(url: UrlState, suggestions: Sequence[str], default: str, placeh
     """
     url.key("model", default)
     current = short_name(str(url.value("model")).strip() or default)
-    options = list(dict.fromkeys([*suggestions, *local_model_names()])) + [OTHER]
+    # This session's models from the Train page come last (no other session lists or loads them).
+    options = list(dict.fromkeys([*suggestions, *local_model_names(), *session_models.names()])) + [OTHER]
     choice_key, other_key = f"{url.page}.model_choice", f"{url.page}.model_other"
     if choice_key not in st.session_state:
         st.session_state[choice_key] = current if current in options else OTHER

@@ -7,6 +7,8 @@
     trace.q(0, 1), trace["encoder.0.attn.scores"]
     model.weights().block(0).attn.W_Q       # [heads, d_model, d_head], TransformerLens's shapes
     isinstance(model, tc.EncoderModel), model.capabilities   # its kind's contract, what it offers besides
+                                            # (kinds: EncoderModel, CausalLM, EncoderDecoderModel, VisionModel,
+                                            #  MaskedAutoencoder, DetectionModel, PoolingModel, RecurrentSeq2Seq)
 
 The engine a notebook imports: torch and numpy, no Streamlit, no charts, no page logic (a test
 checks). The views (tformer_views) and the app (tformer_app) import the core, never the other way,
@@ -34,7 +36,16 @@ from .models.base import Capabilities, TracedModel, default_device, resolve_dtyp
 from .models.decoder import Decoder, DecoderConfig
 from .models.encoder import Encoder, EncoderConfig, class_scores, first_token_attention
 from .models.fallback import TransformersModel
-from .models.kinds import CausalLM, EncoderDecoderModel, EncoderModel, VisionModel
+from .models.kinds import (
+    CausalLM,
+    DetectionModel,
+    EncoderDecoderModel,
+    EncoderModel,
+    MaskedAutoencoder,
+    PoolingModel,
+    RecurrentSeq2Seq,
+    VisionModel,
+)
 from .models.layers import BlockConfig, MultiHeadAttention, causal_mask
 from .models.llama import Llama, LlamaConfig
 from .models.positional import (
@@ -67,6 +78,7 @@ __all__ = [
     "CheckpointError",
     "Decoder",
     "DecoderConfig",
+    "DetectionModel",
     "Encoder",
     "EncoderConfig",
     "EncoderDecoder",
@@ -85,12 +97,15 @@ __all__ = [
     "Llama",
     "LlamaConfig",
     "LoadedImage",
+    "MaskedAutoencoder",
     "MultiHeadAttention",
     "NormWeights",
     "PatchEmbeddingSteps",
     "PatchWeights",
+    "PoolingModel",
     "QKProjection",
     "RMSNormSteps",
+    "RecurrentSeq2Seq",
     "Rope",
     "Sampling",
     "Seq2SeqConfig",

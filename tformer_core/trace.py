@@ -76,6 +76,10 @@ DERIVED_PARTS = ("scores", "scaled", "weights", "z")  # what a trace can recompu
 KV_PARTS = ("k", "v", "k_pre_rope")  # one per key/value head: fewer than the query heads with grouped-query attention
 TOP_K = 50  # predictions a compact trace keeps per position
 TOP_K_ROWS = 16  # positions whose probabilities over a vocabulary are computed at once (bounded working memory)
+# Kinds whose trace holds two sequences, `tokens` (the encoder's) and `target_tokens` (the decoder's); in the
+# first two the decoder reads the encoder through cross-attention (MAE's decoder reads every patch instead).
+CROSS_ATTENDING = ("encoder-decoder", "detr")
+TWO_SEQUENCES = (*CROSS_ATTENDING, "mae")
 
 
 _SCORES = matching("**.scores", "**.scaled")
@@ -220,7 +224,9 @@ class TraceMeta:
     "masked-word", "next-token", "classification" or None. problem_type: a classifier's (transformers'
     problem_type), probabilities: how its logits become scores ("softmax", "sigmoid", "none"). architecture,
     absent, absent_parts, dropped_head: a model transformers runs: its class, what its traces cannot hold
-    (a sentence and the activation parts), an architecture whose head was left out.
+    (a sentence and the activation parts), an architecture whose head was left out. stack_heads,
+    stack_scales: the heads and the attention_scale of a stack that has its own ({"decoder": 16}: MAE's
+    decoder has other heads than its encoder); every other stack has the trace's n_heads and attention_scale.
 
     Read by attribute (`trace.meta.query_start`); `meta["path"]` and `meta.get("path", default)` also work,
     for code written when meta was a dict (`get` gives `default` for a field left at None).
@@ -240,6 +246,8 @@ class TraceMeta:
     absent: str | None = None
     absent_parts: tuple[str, ...] = ()
     dropped_head: str | None = None
+    stack_heads: Mapping[str, int] = field(default_factory=dict)
+    stack_scales: Mapping[str, float] = field(default_factory=dict)
 
     @classmethod
     def of(cls, meta: TraceMeta | Mapping[str, Any] | None) -> TraceMeta:
@@ -268,12 +276,14 @@ _META_FIELDS = frozenset(f.name for f in fields(TraceMeta))
 class Trace:
     """Captured activations of one input.
 
-    kind: "encoder" | "decoder" | "encoder-decoder" | "vit".
+    kind: the model's (`TracedModel.kind`): "encoder" | "decoder" | "encoder-decoder" | "vit" | "mae" | "detr" |
+        "pooling" | "rnn-seq2seq".
     activations: name -> tensor, on the model's device in the model's dtype, batch dimension dropped (numpy
         arrays given here, for a trace built by hand, are held as CPU tensors sharing their memory).
     tokens: labels of the first stack's positions (text tokens; for a ViT "[CLS]", "[DIST]",
-        then one "r{row}c{col}" per patch); target_tokens: the decoder's input tokens of an
-        encoder-decoder model.
+        then one "r{row}c{col}" per patch); target_tokens: the decoder's positions of a kind with two
+        sequences (`TWO_SEQUENCES`: an encoder-decoder's target, DETR's object queries, MAE's every patch).
+    n_heads: attention heads of the main stack (a stack with its own number: `heads_in`).
     stack_layers: number of layers per stack, e.g. {"encoder": 6, "decoder": 6}.
     grid_hw, patch_size, n_prefix_tokens: the ViT patch grid (rows, cols), patch side in pixels
         and the number of tokens before the patches (class token, distillation token).
@@ -326,7 +336,7 @@ class Trace:
         head); K and V of a grouped-query model give the key/value head that query head reads."""
         if name in self.activations:
             tensor = self.activations[name]
-            if head is not None and name.rpartition(".")[2] in KV_PARTS and tensor.shape[0] != self.n_heads:
+            if head is not None and name.rpartition(".")[2] in KV_PARTS and tensor.shape[0] != self._heads_of(name):
                 head = self.kv_head(head)
             return tensor if head is None else tensor[head]
         if not self._derivable(name):
@@ -378,7 +388,8 @@ class Trace:
                 return scores
             mask = self.activations.get(f"{prefix}.mask")
             allowed = mask if mask is None or head is None else mask[0]  # [1, n_q, n_k]: shared by the heads
-            logits = attention_logits(scores, self.meta.attention_scale, self._bias(prefix, head), allowed)
+            scale = self.meta.stack_scales.get(prefix.split(".")[0], self.meta.attention_scale)  # MAE's decoder
+            logits = attention_logits(scores, scale, self._bias(prefix, head), allowed)
             return logits if part == "scaled" else attention_weights(logits, allowed)
 
     def _bias(self, prefix: str, head: int | None = None) -> torch.Tensor | None:
@@ -399,7 +410,16 @@ class Trace:
         self, layer: int, head: int | None = None, stack: str | None = None
     ) -> torch.Tensor | None:
         """`attention_bias` as a tensor on the trace's device (see `tensor`)."""
-        return self._bias(self._block(stack, layer), None if head is None else self._check_head(head))
+        return self._bias(self._block(stack, layer), None if head is None else self._check_head(head, stack))
+
+    def heads_in(self, stack: str | None = None) -> int:
+        """Query heads of an attention stack ("encoder", "decoder" or "cross"; default: the main stack): n_heads,
+        or the stack's own number (`meta.stack_heads`)."""
+        stack = stack or self.main_stack
+        return self.meta.stack_heads.get("decoder" if stack == "cross" else stack, self.n_heads)
+
+    def _heads_of(self, name: str) -> int:
+        return self.meta.stack_heads.get(name.split(".")[0], self.n_heads)  # "decoder.0.cross_attn.k": the decoder's
 
     @property
     def n_kv_heads(self) -> int:
@@ -448,7 +468,7 @@ class Trace:
         """The attention stacks this trace holds: ("encoder",), ("decoder",), ("encoder", "decoder", "cross"),
         or ("decoder", "cross") for an encoder-decoder generation step (the encoder ran once, before)."""
         stacks = tuple(s for s in ("encoder", "decoder") if s in self.stack_layers)
-        if self.kind == "encoder-decoder" and "decoder" in self.stack_layers:
+        if self.kind in CROSS_ATTENDING and "decoder" in self.stack_layers:
             stacks += ("cross",)
         return stacks
 
@@ -546,15 +566,16 @@ class Trace:
             raise ValueError(f"layer {layer} is out of range: the {stack} stack has {n} layers (0..{n - 1})")
         return ATTENTION_STACKS[stack].format(layer=layer % n)
 
-    def _check_head(self, head: int) -> int:
-        if not -self.n_heads <= head < self.n_heads:
-            raise ValueError(f"head {head} is out of range: the model has {self.n_heads} heads (0..{self.n_heads - 1})")
-        return head % self.n_heads
+    def _check_head(self, head: int, stack: str | None = None) -> int:
+        n = self.heads_in(stack)
+        if not -n <= head < n:
+            raise ValueError(f"head {head} is out of range: the model has {n} heads (0..{n - 1})")
+        return head % n
 
     def block_tensor(self, part: str, layer: int, head: int | None = None, stack: str | None = None) -> torch.Tensor:
         """`block`'s part as a torch tensor on the trace's device (see `tensor`)."""
         name = f"{self._block(stack, layer)}.{part}"
-        return self._get(name, None if head is None else self._check_head(head))
+        return self._get(name, None if head is None else self._check_head(head, stack))
 
     def block(self, part: str, layer: int, head: int | None = None, stack: str | None = None) -> np.ndarray:
         """One captured part (q, k, v, scores, scaled, weights, z) of an attention block.
@@ -591,9 +612,10 @@ class Trace:
         return to_host([stacked])[0]
 
     def tokens_for(self, stack: str | None = None) -> tuple[tuple[str, ...], tuple[str, ...]]:
-        """(query labels, key labels) of an attention stack: cross-attention is target x source."""
+        """(query labels, key labels) of an attention stack: cross-attention is target x source; the decoder of a
+        kind with two sequences reads its own (an encoder-decoder's target, DETR's queries, MAE's every patch)."""
         stack = stack or self.main_stack
-        if self.kind != "encoder-decoder":
+        if self.kind not in TWO_SEQUENCES:
             start = self.meta.query_start  # a cached generation step: its new token only
             return self.tokens[start:], self.tokens
         target = self.target_tokens or ()

@@ -93,7 +93,14 @@ USERS = [
     "tformer_core/steps.py",
     "tformer_views/why.py",
     "tformer_views/lessons/block.py",
+    # attention before Transformers: their own score functions (tformer_core.scores), the rule's mask and softmax
+    "tformer_core/models/pooling.py",
+    "tformer_core/models/rnn.py",
+    "tformer_core/scores.py",
 ]
+# Families whose attention is the core's own modules (MultiHeadAttention, in blocks or stacks): nothing of the
+# rule written again in them.
+MODULE_USERS = ["tformer_core/models/detr.py", "tformer_core/models/mae.py"]
 
 
 @pytest.mark.parametrize("path", USERS)
@@ -106,6 +113,17 @@ def test_no_copy_of_the_rule_is_left(path):
         assert "softmax" not in {f.id for f in calls if isinstance(f, ast.Name)}, path
     imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) for alias in node.names}
     assert imported & {"attention_logits", "attention_weights", "grouped_matmul", "attend", "attend_float64"}, path
+
+
+@pytest.mark.parametrize("path", MODULE_USERS)
+def test_families_built_on_the_cores_attention_write_none_of_it_again(path):
+    tree = ast.parse((ROOT / path).read_text())
+    calls = [node.func for node in ast.walk(tree) if isinstance(node, ast.Call)]
+    names = {f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", None) for f in calls}
+    assert not names & {"softmax", "masked_fill", "repeat_interleave", "attention_logits", "attention_weights"}, path
+    matmuls = [node for node in ast.walk(tree) if isinstance(node, ast.BinOp) and isinstance(node.op, ast.MatMult)]
+    assert not matmuls, path  # no Q K^T or weights V of their own
+    assert names & {"MultiHeadAttention", "Stack"}, path
 
 
 def test_a_heads_logits_become_the_scores_shown_by_one_rule():

@@ -10,7 +10,16 @@ evaluation (what the model cards report), cards (the model cards, from the recor
 """
 
 from . import evaluation
-from .loading import ASSETS_DIR, BUNDLED_MODELS, asset_dir, file_sha256, load_bundled, load_from_dir, model_card
+from .loading import (
+    ASSETS_DIR,
+    BUNDLED_MODELS,
+    asset_dir,
+    file_sha256,
+    load_bundled,
+    load_from_dir,
+    model_card,
+    recorded,
+)
 from .tokenizer import WordTokenizer
 
 __all__ = [
@@ -23,4 +32,5 @@ __all__ = [
     "load_bundled",
     "load_from_dir",
     "model_card",
+    "recorded",
 ]

@@ -89,7 +89,37 @@ def _vit_fields(meta: dict) -> dict:
     }
 
 
-FIELDS = {"translator": _translator_fields, "vit-tiny": _vit_fields}
+def _sentiment_fields(meta: dict) -> dict:
+    m = meta["evaluation"]
+    return {
+        "pooling_rule": POOLING_RULES[meta["config"]["pooling"]],
+        "per_class": ", ".join(f"{k} {v:.1%}" for k, v in m["test_per_class"].items()),
+        "top_words": ", ".join(f"{w} ({n})" for w, n in m["most_often_top_word"]),
+    }
+
+
+POOLING_RULES = {
+    "attention": "a small network scores every word, s_j = v^T tanh(h_j W_s + b_s), and the softmax of the "
+    "scores over the sentence's words gives the weights",
+    "mean": "every word gets the same weight, 1/n (mean pooling: the baseline without attention)",
+}
+
+
+def _rnn_fields(meta: dict) -> dict:
+    m = meta["evaluation"]
+    rules = {
+        "additive": "Bahdanau's additive score e_mj = v^T tanh(W s_(m-1) + U h_j), from the state before step m; "
+        "the context enters the GRU with the previous word",
+        "dot": "Luong's dot score e_mj = s_m . h_j, from the state after step m",
+        "bilinear": "Luong's bilinear (general) score e_mj = s_m^T W h_j, from the state after step m",
+    }
+    return {
+        "score_rule": rules[meta["config"]["score"]],
+        "examples": "\n".join(f"| {e['source']} | {e['reference']} | {e['model']} |" for e in m["examples"]),
+    }
+
+
+FIELDS = {"translator": _translator_fields, "vit-tiny": _vit_fields, "sentiment": _sentiment_fields, "rnn": _rnn_fields}
 
 
 def render(folder: str | Path) -> str:
@@ -99,8 +129,9 @@ def render(folder: str | Path) -> str:
     name = meta["name"]
     if "evaluation" not in meta:
         raise ValueError(f"{folder / CONFIG_FILE} holds no evaluation: train without --no-eval to write a card")
-    template = (TEMPLATES / f"{name}.md").read_text(encoding="utf-8")
-    return template.format_map({**_common(meta, folder), **FIELDS[name](meta)})
+    card = meta.get("card", name)  # several models may share one template (sentiment-attention, -mean)
+    template = (TEMPLATES / f"{card}.md").read_text(encoding="utf-8")
+    return template.format_map({**_common(meta, folder), **FIELDS[card](meta), "name": name})
 
 
 def write_card(folder: str | Path) -> Path:

@@ -23,13 +23,33 @@ from ..checkpoints.hfconfig import read_json
 from ..generation import GenerationSettings
 from ..inputs.preprocessing import ImagePreprocessing
 from ..models.base import TracedModel
+from ..models.pooling import PoolingClassifier, PoolingConfig
+from ..models.rnn import RNNConfig, RNNSeq2Seq
 from ..models.seq2seq import EncoderDecoder, Seq2SeqConfig
 from ..models.vit import ViT, ViTConfig
+from .sentence_tokenizer import SentenceTokenizer
 from .tokenizer import WordTokenizer
 
 ASSETS_DIR = Path(__file__).resolve().parents[2] / "assets"
-BUNDLED_MODELS: dict[str, str] = {"translator": "translator", "vit-tiny": "vit-tiny"}  # name -> folder in assets/
-FAMILIES = {"encoder-decoder": (EncoderDecoder, Seq2SeqConfig), "vit": (ViT, ViTConfig)}
+# name -> folder in assets/
+BUNDLED_MODELS: dict[str, str] = {
+    name: name
+    for name in (
+        "translator",
+        "vit-tiny",
+        "sentiment-attention",
+        "sentiment-mean",
+        "rnn-additive",
+        "rnn-dot",
+        "rnn-bilinear",
+    )
+}
+FAMILIES = {
+    "encoder-decoder": (EncoderDecoder, Seq2SeqConfig),
+    "vit": (ViT, ViTConfig),
+    "pooling": (PoolingClassifier, PoolingConfig),
+    "rnn-seq2seq": (RNNSeq2Seq, RNNConfig),
+}
 
 CONFIG_FILE, WEIGHTS_FILE, CARD_FILE = "config.json", "model.safetensors", "MODEL_CARD.md"
 
@@ -103,8 +123,9 @@ def load_from_dir(
     model_cls, config_cls = FAMILIES[family]
     try:
         fields = dict(meta["config"])
-        if isinstance(fields.get("image_size"), list):
-            fields["image_size"] = tuple(fields["image_size"])
+        for key in ("image_size", "labels"):  # JSON lists; the frozen configs hold tuples (hashable)
+            if isinstance(fields.get(key), list):
+                fields[key] = tuple(fields[key])
         model = model_cls(config_cls(**fields))
     except Exception as error:  # a missing "config", unknown or mistyped fields: the constructors' own errors
         raise CheckpointError(
@@ -119,7 +140,7 @@ def load_from_dir(
             f"{shown}/{WEIGHTS_FILE} is damaged or does not match {CONFIG_FILE} ({scrub(str(error), folder)})"
         ) from None
     try:
-        _attach_inputs(model, meta, folder, shown, family)
+        _attach_inputs(model, meta, folder, shown)
     except CheckpointError:
         raise
     except (KeyError, TypeError, ValueError, OSError) as error:
@@ -136,23 +157,44 @@ def _listed_file(folder: Path, meta: dict, key: str, shown: str) -> Path:
     return folder / name
 
 
-def _attach_inputs(model: TracedModel, meta: dict, folder: Path, shown: str, family: str) -> None:
-    """Tokenizers, generation rules and labels (encoder-decoder), or labels and preprocessing (ViT)."""
-    if family == "encoder-decoder" and isinstance(model, EncoderDecoder):
-        source = WordTokenizer(read_lines(_listed_file(folder, meta, "source_vocab", shown)))
-        tgt = WordTokenizer(read_lines(_listed_file(folder, meta, "target_vocab", shown)), prepend_bos=True)
-        model.attach_tokenizer(source)
-        model.target_tokenizer = tgt
-        for side, tok in (("source", source), ("target", tgt)):
-            expected = meta["special_tokens"]
-            got = {"pad": tok.pad_id, "bos": tok.bos_id, "eos": tok.eos_id, "unk": tok.unk_id}
-            if got != expected:
-                raise CheckpointError(
-                    f"{shown}: the {side} vocabulary's special ids {got} differ from config.json {expected}"
-                )
-        if len(source) != model.config.src_vocab_size or len(tgt) != model.config.tgt_vocab_size:
-            raise CheckpointError(f"{shown}: vocabulary files do not match the vocabulary sizes in config.json")
-        model.output_labels = tgt.labels(model.output_vocab_size)  # predictions name target words
+def _check_special(tokenizers: dict[str, WordTokenizer], meta: dict, shown: str) -> None:
+    for side, tok in tokenizers.items():
+        expected = meta["special_tokens"]
+        got = {"pad": tok.pad_id, "bos": tok.bos_id, "eos": tok.eos_id, "unk": tok.unk_id}
+        if got != expected:
+            raise CheckpointError(
+                f"{shown}: the {side} vocabulary's special ids {got} differ from config.json {expected}"
+            )
+
+
+def _attach_seq2seq_vocabularies(
+    model: EncoderDecoder | RNNSeq2Seq, meta: dict, folder: Path, shown: str
+) -> WordTokenizer:
+    """Source and target word tokenizers (the Transformer translator and the RNN encoder-decoders); the
+    target's is returned. Its words label the outputs."""
+    source = WordTokenizer(read_lines(_listed_file(folder, meta, "source_vocab", shown)))
+    target = WordTokenizer(read_lines(_listed_file(folder, meta, "target_vocab", shown)), prepend_bos=True)
+    _check_special({"source": source, "target": target}, meta, shown)
+    if len(source) != model.config.src_vocab_size or len(target) != model.config.tgt_vocab_size:
+        raise CheckpointError(f"{shown}: vocabulary files do not match the vocabulary sizes in config.json")
+    model.attach_tokenizer(source)
+    model.target_tokenizer = target
+    model.output_labels = target.labels(model.output_vocab_size)  # predictions name target words
+    return target
+
+
+def _attach_inputs(model: TracedModel[Any], meta: dict, folder: Path, shown: str) -> None:
+    """Tokenizers, generation rules and labels (text families), or labels and preprocessing (ViT)."""
+    if isinstance(model, PoolingClassifier):
+        tokenizer = SentenceTokenizer(read_lines(_listed_file(folder, meta, "vocab", shown)))
+        _check_special({"sentence": tokenizer}, meta, shown)
+        if len(tokenizer) != model.config.vocab_size:
+            raise CheckpointError(f"{shown}: the vocabulary file does not match the vocabulary size in config.json")
+        model.attach_tokenizer(tokenizer)
+    elif isinstance(model, RNNSeq2Seq):
+        _attach_seq2seq_vocabularies(model, meta, folder, shown)
+    elif isinstance(model, EncoderDecoder):
+        tgt = _attach_seq2seq_vocabularies(model, meta, folder, shown)
         # generate() starts from <bos>, stops at <eos>, never emits <pad> or a second <bos>.
         model.generation = GenerationSettings(
             eos_id=tgt.eos_id,
@@ -168,7 +210,7 @@ def _attach_inputs(model: TracedModel, meta: dict, folder: Path, shown: str, fam
         model.class_names = names
         model.preprocessing = preprocessing_from_meta(meta["preprocessing"])
     else:
-        raise CheckpointError(f"{shown}: a {family} folder holds a {model.kind} model")
+        raise CheckpointError(f"{shown}: a {model.kind} model is not one the bundled format holds")
 
 
 def load_bundled(
@@ -176,6 +218,11 @@ def load_bundled(
 ) -> TracedModel:
     """Load a bundled model by name ("translator", "vit-tiny") from assets/, offline, in eval mode."""
     return load_from_dir(asset_dir(name), device, dtype)
+
+
+def recorded(name: str) -> dict:
+    """What a bundled model's training run recorded in its config.json (config, training, evaluation)."""
+    return read_json(asset_dir(name) / CONFIG_FILE, f"{BUNDLED_MODELS.get(name, name)}/{CONFIG_FILE}")
 
 
 def model_card(name: str) -> str:

@@ -378,9 +378,17 @@ def _command(name: str, steps: int | None, seed: int, threads: int) -> str:
 TRAINERS = {"translator": train_translator, "vit-tiny": train_vit}
 
 
+def all_trainers() -> dict[str, Callable[..., RunResult]]:
+    """Every bundled model's training run: these two, and the models of attention before Transformers."""
+    from .early_attention import TRAINERS as EARLY  # imports this module: not at the top
+
+    return {**TRAINERS, **EARLY}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tformer_core.bundled.train", description=__doc__.split("\n\n")[0])
-    parser.add_argument("name", choices=sorted(TRAINERS), help="which bundled model to train")
+    trainers = all_trainers()
+    parser.add_argument("name", choices=sorted(trainers), help="which bundled model to train")
     parser.add_argument("--steps", type=int, default=None, help="optimizer steps (default: the recipe's)")
     parser.add_argument("--seed", type=int, default=0, help="seed of initialisation and data (default 0)")
     parser.add_argument(
@@ -398,7 +406,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--seed must be >= 0, got {args.seed}")
     if args.threads < 1:
         parser.error(f"--threads must be >= 1, got {args.threads}")
-    result = TRAINERS[args.name](
+    result = trainers[args.name](
         steps=args.steps, seed=args.seed, out=args.out, threads=args.threads, evaluate=not args.no_eval
     )
     print(f"wrote {result.out} (weights sha256 {result.weights_sha256}, {result.train_seconds:.1f}s training)")

@@ -9,20 +9,23 @@ config's model_type values it reads) and build(config, tensors, generation_confi
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from ..models.base import TracedModel, default_device, resolve_dtype
+from ..models.detr import DETR
+from ..models.mae import MAE
 from ..models.seq2seq import EncoderDecoder
 from ..models.vit import ViT
-from . import bart, bert, fallback, gguf, gpt2, llama, marian, t5, vit
+from . import bart, bert, detr, fallback, gguf, gpt2, llama, mae, marian, t5, vit
 from .common import load_tokenizer, on_meta, scrub
 from .errors import CheckpointError
 from .hfconfig import read_json
 from .sources import Progress, display_name, hub_folder, local_folder, looks_like_path, minilm_folder
 from .weights import read_tensors
 
-FAMILIES = {t: module for module in (bert, vit, gpt2, llama, marian, bart, t5) for t in module.MODEL_TYPES}
+FAMILIES = {t: module for module in (bert, vit, gpt2, llama, marian, bart, t5, mae, detr) for t in module.MODEL_TYPES}
 # Text models that need no network: name -> its folder (smollm2's is the cache of its converted GGUF file).
 BUNDLED_TEXT = {"minilm": minilm_folder, "smollm2": lambda: gguf.converted_folder("smollm2")}
 
@@ -184,13 +187,22 @@ def _load_folder(folder: Path, progress: Progress | None, name: str, converted: 
         tensors.close()
     _check_generation_ids(model)
     _report(progress, 0.9, "loading the tokenizer / image processor")
+    _attach_inputs(model, folder, converted)
+    return model
+
+
+def _attach_inputs(model: TracedModel[Any], folder: Path, converted: bool) -> None:
+    """A vision family's image preprocessing, or a text family's tokenizer (when the folder has one)."""
     if isinstance(model, ViT):
         model.preprocessing = vit.preprocessing(folder, model.config)
+    elif isinstance(model, MAE):
+        model.preprocessing = mae.preprocessing(folder, model.config)
+    elif isinstance(model, DETR):
+        model.preprocessing = detr.preprocessing(folder, model.config)
     else:
         tokenizer = load_tokenizer(folder, by_class=converted)
         if tokenizer is not None:
             model.attach_tokenizer(tokenizer)
-    return model
 
 
 def _check_generation_ids(model: TracedModel) -> None:

@@ -13,7 +13,7 @@ import os
 from abc import ABCMeta
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Generic, Literal, Self
+from typing import Any, ClassVar, Generic, Literal, Protocol, Self
 
 import numpy as np
 import torch
@@ -29,9 +29,21 @@ from .weights import StackWeights, stack_weights
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
-ModelKind = Literal["encoder", "decoder", "encoder-decoder", "vit"]
-# A family's config: TracedModel[EncoderConfig] reads EncoderConfig's fields; a bare TracedModel only BlockConfig's.
-ConfigT = TypeVar("ConfigT", bound=BlockConfig, default=BlockConfig, covariant=True)
+ModelKind = Literal["encoder", "decoder", "encoder-decoder", "vit", "pooling", "rnn-seq2seq", "mae", "detr"]
+
+
+class ModelConfig(Protocol):
+    """What the base reads of every family's config: how many heads a trace counts (1 for a model that weighs
+    its inputs once, as attention pooling and an RNN's alignment do). A Transformer family's config is a
+    `BlockConfig`, and the base reads its head width and activation too."""
+
+    @property
+    def n_heads(self) -> int: ...
+
+
+# A family's config: TracedModel[EncoderConfig] reads EncoderConfig's fields; a bare TracedModel only BlockConfig's
+# (the Transformer kinds'): code handed a model of the kinds without Transformer blocks narrows it to its kind first.
+ConfigT = TypeVar("ConfigT", bound=ModelConfig, default=BlockConfig, covariant=True)
 
 
 @dataclass(frozen=True)
@@ -41,7 +53,8 @@ class Capabilities:
     qkv: traces hold each attention block's Q, K and V (the core's own modules); False for a model that
     transformers runs, whose traces hold the attention weights only. weights: `model.weights()` gives its
     weight matrices (the core's own modules). head: the head the model ran with, "masked-word",
-    "next-token", "classification" or None. generates: it has `generate`. sampling: `generate` draws with
+    "next-token", "classification", "pixels" (a masked autoencoder's), "detection" (boxes and classes) or
+    None. generates: it has `generate`. sampling: `generate` draws with
     a temperature and a top-k (else greedy only). kv_cache: `generate` keeps keys and values between steps.
     chat_template: its tokenizer has a chat template (`chat_prompt` applies it).
     """
@@ -90,7 +103,8 @@ TokenInput = str | Sequence[int] | np.ndarray | torch.Tensor  # text, or the tok
 class TracedModel(nn.Module, Generic[ConfigT], metaclass=ABCMeta):
     """Base of the model families. Subclasses build their modules, then call `_finish_init()`.
 
-    kind: "encoder" | "decoder" | "encoder-decoder" | "vit" (each kind's contract: `kinds.py`).
+    kind: "encoder" | "decoder" | "encoder-decoder" | "vit" | "pooling" | "rnn-seq2seq" | "mae" | "detr" (each
+    kind's contract: `kinds.py`).
     main_stack: the stack a trace shows first ("encoder", or "decoder" for decoder-only models).
     tokenizer: reads text (None for a ViT, or a model built without one: it then takes token ids).
     output_labels: a display label per output of the model's head (vocabulary tokens as the tokenizer
@@ -143,7 +157,10 @@ class TracedModel(nn.Module, Generic[ConfigT], metaclass=ABCMeta):
         """The weights of `stack` (default: the main stack) by meaning, in TransformerLens's shapes: W_Q, W_K,
         W_V, W_O per head, biases, the FFN, the norms, the embeddings (see `tformer_core.models.weights`)."""
         name = stack or self.main_stack
-        return stack_weights(name, self.stack(name), self.config.activation)
+        module = self.stack(name)
+        if not isinstance(self.config, BlockConfig):  # a stack is built from a BlockConfig (its activation)
+            raise ValueError(f"this {self.kind} model has no Transformer stacks")
+        return stack_weights(name, module, self.config.activation)
 
     def _finish_init(self) -> None:
         self.hook_names: tuple[str, ...] = tuple(name_hook_points(self))
@@ -223,7 +240,8 @@ class TracedModel(nn.Module, Generic[ConfigT], metaclass=ABCMeta):
         return Trace(kind=self.kind, activations=activations, n_heads=self.config.n_heads, meta=full, **trace_fields)
 
     def _trace_meta(self) -> dict[str, Any]:
-        scale = 1.0 / self.config.head_dim**0.5 if self.config.scale_attention else 1.0
+        config = self.config
+        scale = 1.0 / config.head_dim**0.5 if isinstance(config, BlockConfig) and config.scale_attention else 1.0
         return {"labels": self.output_labels, "attention_scale": scale, "path": self.path}
 
     def _trace_batch(

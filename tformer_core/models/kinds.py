@@ -1,14 +1,23 @@
-"""The four kinds of model, each the contract its families keep: what `trace` takes, whether it generates.
+"""The kinds of model, each the contract its families keep: what `trace` takes, whether it generates.
 
     EncoderModel         text in, every token sees every other (BERT, MiniLM; ELECTRA run by transformers)
     CausalLM             text in, each token sees the ones before it; generate() continues a prompt (GPT-2, Llama)
     EncoderDecoderModel  a source and a target; generate() writes the target (the original Transformer, Marian)
     VisionModel          a preprocessed image in, patches as tokens (ViT, DeiT)
+    MaskedAutoencoder    a preprocessed image in, most patches masked; the decoder rebuilds their pixels (ViT-MAE)
+    DetectionModel       a preprocessed picture in, CNN features as tokens; object queries give boxes (DETR)
+    and the attention before Transformers, without Transformer blocks:
+    PoolingModel         a sentence in, one weight per word, a class out (attention pooling, or the mean)
+    RecurrentSeq2Seq     a source and a target; an RNN decoder attends over the source at every step
 
 Every family derives from one of them (`Encoder` and `TransformersEncoder` are both `EncoderModel`s), so a
 view narrows a model it was handed with `isinstance(model, CausalLM)` and then calls what the kind declares;
 the type checker holds each family to its kind's signatures. What differs within a kind (sampling, a
 key/value cache, Q/K/V in traces, a chat template) is declared in `model.capabilities`, never probed.
+
+A trace's `kind` is its model's. The structure the views read follows from it (`Trace.attention_stacks`):
+an encoder-decoder's and DETR's decoder reads the encoder through cross-attention; MAE's decoder has a
+sequence of its own (every patch) and, like any stack, may have its own number of heads (`Trace.heads_in`).
 """
 
 from __future__ import annotations
@@ -16,7 +25,7 @@ from __future__ import annotations
 from abc import abstractmethod
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import ClassVar
+from typing import ClassVar, Protocol
 
 import numpy as np
 import torch
@@ -141,3 +150,117 @@ class VisionModel(TracedModel[ConfigT]):
     @abstractmethod
     def trace_batch(self, images: torch.Tensor | np.ndarray, keep: NameFilter | None = None) -> list[Trace]:
         """Trace a batch (B, C, H, W) in one pass; one Trace per image."""
+
+
+class MaskedAutoencoder(TracedModel[ConfigT]):
+    """A ViT encoder that sees the patches left visible by a random mask, and a ViT decoder that predicts the
+    pixels of the masked ones (He et al. 2022).
+
+    Its trace has two stacks: "encoder" over [CLS] and the visible patches (`tokens`, in the order they were
+    kept), "decoder" over [CLS] and every patch (`target_tokens`); `encoder.embed.mask` [patches] is 1 where a
+    patch was masked; head.pixels [patches, P*P*C] the prediction. preprocessing: how a photo becomes the
+    input tensor (set by loaders), or None.
+    """
+
+    kind: ClassVar[ModelKind] = "mae"
+    main_stack: ClassVar[str] = "encoder"
+    preprocessing: ImagePreprocessing | None
+
+    @abstractmethod
+    def trace(
+        self,
+        image: torch.Tensor | np.ndarray,
+        seed: int = 0,
+        noise: torch.Tensor | None = None,
+        keep: NameFilter | None = None,
+    ) -> Trace:
+        """Trace one preprocessed image (C, H, W) with the patches masked by `seed` (or by `noise` (1, N):
+        the patches with the smallest numbers are kept)."""
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return replace(super().capabilities, head="pixels")
+
+
+class DetectionModel(TracedModel[ConfigT]):
+    """A CNN's feature map read by a Transformer encoder, and a decoder over a fixed set of object queries, each
+    of which ends as a box and a class or "no object" (DETR, Carion et al. 2020).
+
+    Its trace: `tokens` name the feature cells ("r{row}c{col}", `grid_hw` the feature grid), `target_tokens` the
+    object queries; the decoder's cross-attention is [queries, cells], its self-attention [queries, queries];
+    head.logits [queries, classes + 1] (the last: "no object"), head.boxes [queries, 4] (cx, cy, w, h as
+    fractions of the picture).
+    """
+
+    kind: ClassVar[ModelKind] = "detr"
+    main_stack: ClassVar[str] = "encoder"
+
+    @abstractmethod
+    def trace(self, image: torch.Tensor | np.ndarray, keep: NameFilter | None = None) -> Trace:
+        """Trace one preprocessed picture (C, H, W); the feature grid follows its size."""
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return replace(super().capabilities, head="detection")
+
+
+class WordTokenizing(Tokenizer, Protocol):
+    """A word-level tokenizer (the bundled models' `WordTokenizer`): one id per word of a fixed vocabulary."""
+
+    vocab: list[str]
+    pad_id: int
+    bos_id: int
+    eos_id: int
+    unk_id: int
+
+    def words(self, text: str) -> list[str]:
+        """The words `encode` reads of `text`, in order (an unknown one is read as <unk>)."""
+
+
+class PoolingModel(TracedModel[ConfigT]):
+    """A sentence classifier without Transformer blocks: each word gets one score, a softmax over the words
+    turns the scores into weights, the weighted sum of the word vectors is classified (attention pooling;
+    or every weight 1/n: mean pooling). Its trace: pool.word_scores, pool.weights [words], pool.context,
+    head.logits [classes]."""
+
+    kind: ClassVar[ModelKind] = "pooling"
+    main_stack: ClassVar[str] = "encoder"
+    tokenizer: WordTokenizing | None
+
+    @abstractmethod
+    def trace(self, inputs: TokenInput, keep: NameFilter | None = None) -> Trace:
+        """Trace one sentence: text (needs a tokenizer) or word ids."""
+
+    def words(self, text: str) -> list[str]:
+        """The words the model reads of `text`, in order, unknown ones included (ValueError without a tokenizer)."""
+        if self.tokenizer is None:
+            raise ValueError("this model has no tokenizer: pass word ids instead of text")
+        return self.tokenizer.words(text)
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return Capabilities(qkv=False, weights=False, head="classification")
+
+
+class RecurrentSeq2Seq(TracedModel[ConfigT]):
+    """An RNN encoder-decoder with attention (Bahdanau et al. 2015; Luong et al. 2015): at every output step the
+    decoder scores each source annotation, softmaxes the scores into weights and reads their weighted sum.
+    Its trace: encoder.states [J, H], decoder.states [M, H], attn.energies and attn.weights [M, J] (one row per
+    output step), attn.context [M, H], head.logits [M, vocab]; `target_tokens` are the decoder's inputs.
+
+    target_tokenizer: reads and writes the target side.
+    """
+
+    kind: ClassVar[ModelKind] = "rnn-seq2seq"
+    main_stack: ClassVar[str] = "encoder"
+    tokenizer: WordTokenizing | None
+    target_tokenizer: WordTokenizing | None
+
+    @abstractmethod
+    def trace(self, source: TokenInput, target: TokenInput | None = None, keep: NameFilter | None = None) -> Trace:
+        """Trace one translation: the model's own greedy output (target None) or a given target (teacher
+        forcing, starting with the start token)."""
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return Capabilities(qkv=False, weights=False, head="next-token")

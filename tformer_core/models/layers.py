@@ -206,14 +206,15 @@ class MultiHeadAttention(nn.Module):
     def _qkv(
         self,
         x: torch.Tensor,
-        kv_input: torch.Tensor,
+        k_input: torch.Tensor,
+        v_input: torch.Tensor,
         rotary: tuple[torch.Tensor, torch.Tensor] | None,
         cache: LayerCache | None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Q (B, h, Tq, dh), K and V (B, h_kv, Tk, dh) as the scores use them: normalised, rotated, cached."""
         q = self._split_heads(self.W_q(x), self.n_heads)  # (B, h, Tq, dh)
-        k = self._split_heads(self.W_k(kv_input), self.n_kv_heads)  # (B, h_kv, Tk, dh)
-        v = self._split_heads(self.W_v(kv_input), self.n_kv_heads)  # (B, h_kv, Tk, dh)
+        k = self._split_heads(self.W_k(k_input), self.n_kv_heads)  # (B, h_kv, Tk, dh)
+        v = self._split_heads(self.W_v(v_input), self.n_kv_heads)  # (B, h_kv, Tk, dh)
         if self.q_norm is not None and self.k_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         if self.rotary:
@@ -233,11 +234,14 @@ class MultiHeadAttention(nn.Module):
         position_bias: torch.Tensor | None = None,
         rotary: tuple[torch.Tensor, torch.Tensor] | None = None,
         cache: LayerCache | None = None,
+        values: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """x: queries' input (B, Tq, D); memory: keys' and values' input (B, Tk, D), x when None.
         rotary: (cos, sin) of the new positions, (1, 1, Tq, dh); cache: this layer's keys and values of
-        earlier positions (the mask then covers them: (.., Tq, T_cached + Tq))."""
-        q, k, v = self._qkv(x, x if memory is None else memory, rotary, cache)
+        earlier positions (the mask then covers them: (.., Tq, T_cached + Tq)). values: the values' input
+        when it is not the keys' (DETR adds its positions to the queries' and keys' inputs only)."""
+        kv_input = x if memory is None else memory
+        q, k, v = self._qkv(x, kv_input, kv_input if values is None else values, rotary, cache)
         # The rule of tformer_core.attention, step by step, each step through its hook point.
         scores = self.hook_scores(grouped_matmul(q, k.transpose(-2, -1)))  # (B, h, Tq, Tk)
         if mask is not None:

@@ -83,6 +83,40 @@ def patchify(images: torch.Tensor, patch_size: int) -> torch.Tensor:
     return x.reshape(B, (H // P) * (W // P), C * P * P)  # (B, N, C*P*P)
 
 
+def images_input(images: torch.Tensor, config: ViTConfig, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """A batch of preprocessed images (B, C, H, W) checked against `config` (shape, floats, finite: one check for
+    the whole batch, so a GPU batch waits once) and moved to `device` and `dtype` in one copy."""
+    expected = (config.n_channels, *config.image_hw)
+    if images.dim() != 4 or tuple(images.shape[1:]) != expected:
+        shape = tuple(images.shape[1:]) if images.dim() == 4 else tuple(images.shape)
+        raise ValueError(f"expected one preprocessed image of shape {expected} (C, H, W), got {shape}")
+    if not images.is_floating_point():
+        raise ValueError("the image tensor must hold floats (normalised pixel values)")
+    if not bool(torch.isfinite(images).all()):
+        raise ValueError("the image tensor holds NaN or infinite values")
+    return images.to(device=device, dtype=dtype)
+
+
+def image_input(
+    image: torch.Tensor | np.ndarray, config: ViTConfig, device: torch.device, dtype: torch.dtype
+) -> torch.Tensor:
+    """One preprocessed image (C, H, W) or (1, C, H, W), checked against `config` -> (1, C, H, W) on `device`."""
+    t = torch.as_tensor(np.asarray(image) if not isinstance(image, torch.Tensor) else image)
+    if t.dim() == 4 and t.shape[0] == 1:
+        t = t[0]
+    if t.dim() != 3:
+        expected = (config.n_channels, *config.image_hw)
+        raise ValueError(f"expected one preprocessed image of shape {expected} (C, H, W), got {tuple(t.shape)}")
+    return images_input(t.unsqueeze(0), config, device, dtype)
+
+
+def patch_labels(config: ViTConfig) -> tuple[str, ...]:
+    """The tokens' labels: "[CLS]" (and DeiT's "[DIST]"), then "r{row}c{col}" per patch in row-major order."""
+    rows, cols = config.grid_hw
+    prefix = ("[CLS]", "[DIST]")[: config.n_prefix_tokens]
+    return prefix + tuple(f"r{r}c{c}" for r in range(rows) for c in range(cols))
+
+
 class PatchEmbedding(nn.Module):
     """Hooks: patches (B, N, C*P*P), patch (B, N, D) the embedded patches, tokens (B, n_prefix+N, D)
     with the prefix tokens prepended, pos (B, n_prefix+N, D) the position embeddings, out their sum."""
@@ -159,32 +193,11 @@ class ViT(VisionModel[ViTConfig]):
         x = self.encoder(self.encoder.embed(images))  # (B, n_prefix+N, D)
         return x if self.head is None else self.head(x)
 
-    def _images(self, images: torch.Tensor) -> torch.Tensor:
-        """A batch (B, C, H, W) checked (shape, floats, finite: one check for the whole batch, so a GPU batch waits
-        once) and moved to the model's device and dtype in one copy."""
-        expected = (self.config.n_channels, *self.config.image_hw)
-        if images.dim() != 4 or tuple(images.shape[1:]) != expected:
-            shape = tuple(images.shape[1:]) if images.dim() == 4 else tuple(images.shape)
-            raise ValueError(f"expected one preprocessed image of shape {expected} (C, H, W), got {shape}")
-        if not images.is_floating_point():
-            raise ValueError("the image tensor must hold floats (normalised pixel values)")
-        if not bool(torch.isfinite(images).all()):
-            raise ValueError("the image tensor holds NaN or infinite values")
-        return images.to(device=self.device, dtype=self.dtype)
-
     def _image(self, image: torch.Tensor | np.ndarray) -> torch.Tensor:
-        t = torch.as_tensor(np.asarray(image) if not isinstance(image, torch.Tensor) else image)
-        if t.dim() == 4 and t.shape[0] == 1:
-            t = t[0]
-        if t.dim() != 3:
-            expected = (self.config.n_channels, *self.config.image_hw)
-            raise ValueError(f"expected one preprocessed image of shape {expected} (C, H, W), got {tuple(t.shape)}")
-        return self._images(t.unsqueeze(0))  # (1, C, H, W)
+        return image_input(image, self.config, self.device, self.dtype)
 
     def patch_labels(self) -> tuple[str, ...]:
-        rows, cols = self.config.grid_hw
-        prefix = ("[CLS]", "[DIST]")[: self.config.n_prefix_tokens]
-        return prefix + tuple(f"r{r}c{c}" for r in range(rows) for c in range(cols))
+        return patch_labels(self.config)
 
     def _trace_fields(self) -> dict:
         c = self.config
@@ -207,5 +220,5 @@ class ViT(VisionModel[ViTConfig]):
         batch = torch.as_tensor(images)
         if batch.dim() != 4 or batch.shape[0] == 0:
             raise ValueError(f"expected a batch of images (B, C, H, W), got shape {tuple(batch.shape)}")
-        x = self._images(batch)  # every image checked as trace() checks one
+        x = images_input(batch, self.config, self.device, self.dtype)  # checked as trace() checks one
         return self._trace_batch(lambda: self(x), keep, x.shape[0], **self._trace_fields())
