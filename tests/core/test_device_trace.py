@@ -14,11 +14,19 @@ from PIL import Image
 
 import tformer_core as tc
 import tformer_core.trace as trace_module
+from tests.core.test_mae_detr import save_tiny_detr, save_tiny_mae
 from tests.core.tiny_models import image, tiny_decoder, tiny_encoder, tiny_seq2seq, tiny_vit
+from tformer_core.capture import matching
+from tformer_core.checkpoints import load_folder
 from tformer_core.generation import next_token_table
 from tformer_core.models.llama import Llama, LlamaConfig
+from tformer_core.models.pooling import PoolingClassifier, PoolingConfig
+from tformer_core.models.rnn import RNNConfig, RNNSeq2Seq
 from tformer_core.trace import _one_transfer
+from tformer_views import detection as dv
 from tformer_views import distance, overview, search, text, vision, why
+from tformer_views import early_attention as ea
+from tformer_views import mae as mae_view
 
 
 class Conversions:
@@ -216,3 +224,52 @@ def test_the_gpu_path_of_every_reduction_gives_the_cpus_numbers(monkeypatch):
         assert on_gpu[name].shape == expected.shape, name  # NaN where every cell is masked, on both alike
         np.testing.assert_allclose(on_gpu[name], expected, rtol=1e-5, atol=1e-6, err_msg=name)
     assert on_cpu["thumbnails"].shape[-2:] == (3, 3) and np.isnan(on_cpu["thumbnails"]).any()  # causal: empty blocks
+
+
+@pytest.fixture(scope="module")
+def new_families(tmp_path_factory):
+    """Issue 26's families, tiny: MAE and DETR loaded from transformers' checkpoints, the models before
+    Transformers built from their configs."""
+    mae_folder, detr_folder = tmp_path_factory.mktemp("mae"), tmp_path_factory.mktemp("detr")
+    save_tiny_mae(mae_folder), save_tiny_detr(detr_folder)
+    torch.manual_seed(0)
+    pooling = PoolingClassifier(PoolingConfig(vocab_size=20, d_embed=4, d_hidden=4, d_score=4, pooling="attention"))
+    mean = PoolingClassifier(PoolingConfig(vocab_size=20, d_embed=4, d_hidden=4, d_score=4, pooling="mean"))
+    rnn = RNNSeq2Seq(RNNConfig(src_vocab_size=10, tgt_vocab_size=12, d_embed=8, d_hidden=8, d_attn=4))
+    return load_folder(mae_folder), load_folder(detr_folder), pooling, mean, rnn
+
+
+def test_the_new_families_trace_on_the_device_and_their_views_read_in_one_transfer(conversions, new_families):
+    mae, detr, pooling, mean, rnn = new_families
+    picture, keep_all = torch.randn(3, 16, 16, generator=torch.Generator().manual_seed(1)), lambda name: True
+    conversions.reset()
+    traces = {
+        "pooling": [pooling.trace([3, 4, 5, 6], keep=k) for k in (None, keep_all)],
+        "mean": [mean.trace([3, 4, 5, 6], keep=k) for k in (None, keep_all)],
+        "rnn": [rnn.trace([4, 5, 6], [1, 7, 8, 9], keep=k) for k in (None, keep_all)],  # a given target
+        "detr": [detr.trace(torch.randn(3, 96, 128), keep=k) for k in (None, keep_all, dv.KEEP)],
+    }
+    compacts = [t.compact() for ts in traces.values() for t in ts]
+    assert (conversions.transfers, conversions.numpy) == (0, 0)
+    assert all(isinstance(a, torch.Tensor) for t in compacts for a in t.activations.values())
+    # An MAE names its encoder's tokens after the patches it kept, which the model chose where it ran: that one
+    # [kept] row of ids is the only thing tracing copies.
+    mae_trace = mae.trace(picture, seed=3, keep=matching("head.pixels", "encoder.1.attn.q", "encoder.1.attn.k"))
+    assert conversions.transfers == 1 and len(mae_trace.tokens) == 1 + 4  # (a zero-copy .numpy() on the CPU)
+    detr_result = dv.DetrResult(Image.new("RGB", (128, 96)), traces["detr"][2].compact())
+    mae_result = mae_view.MAEResult(
+        Image.new("RGB", (16, 16)), picture.numpy(), mae_trace, (0.5,) * 3, (0.25,) * 3, True
+    )
+    views = {
+        "detections": lambda: dv.detections(detr_result, 0.0),
+        "cross-attention map": lambda: dv.cross_map(detr_result, 2, 1, None),
+        "queries' attention": lambda: dv.query_attention(detr_result, 1, 0, [0, 2, 4]),
+        "masked patches' errors": lambda: mae_view.patch_errors(mae_result),
+        "reconstruction": lambda: mae_view.reconstruction(mae_result),
+        "alignment": lambda: ea.rnn_alignment(traces["rnn"][0]),
+    }
+    for name, view in views.items():
+        conversions.reset()
+        view()
+        assert conversions.transfers == 1, f"{name}: {conversions.transfers} transfers"
+    assert len(dv.detections(detr_result, 0.0)) == 5  # every query, with its box
