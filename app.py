@@ -5,12 +5,13 @@ old-style multipage app, and the first session of a fresh server would then run 
 own, without this shell (no sidebar, no page config), or show "Page not found" for a shared link.
 """
 
-import os
-
 import streamlit as st
 
-from tformer_app import presenter
-from tformer_app.page import device_summary, models_summary
+from tformer_app import admin, caches, logs, presenter
+from tformer_app.page import count_visit, device_summary, models_summary
+
+logs.configure()  # once per process: the log's handlers, and every setting checked (bad ones logged)
+caches.start()  # once per process: the sweeper that gives back what ended sessions held
 
 st.set_page_config(
     page_title="tformer: inside Transformers",
@@ -39,11 +40,15 @@ PAGES = {
     "Train": [st.Page("app_pages/train.py", title="Train a Transformer", icon="🏋️", url_path="train")],
 }
 
-if os.environ.get("TFORMER_ADMIN", "").strip() == "1":  # for whoever runs the server, not for students
-    PAGES["Server"] = [st.Page("app_pages/server.py", title="Memory and caches", icon="🖥️", url_path="server")]
+if admin.served():  # for whoever runs the server: not in the sidebar, and it asks for TFORMER_ADMIN_TOKEN
+    PAGES["tformer"].append(
+        st.Page("app_pages/server.py", title="Memory and caches", icon="🖥️", url_path="server", visibility="hidden")
+    )
 
 navigation = st.navigation(PAGES)
 BY_PATH = {page.url_path: page for section in PAGES.values() for page in section}
+presenter.keys(BY_PATH)  # a slide the keys or a button asked for opens here, before any page runs
+count_visit(navigation.url_path)
 
 with st.sidebar:
     presenter.switch()
@@ -51,6 +56,7 @@ with st.sidebar:
     models_line = st.empty()  # filled after the page ran, so it lists the model the page just loaded
     slides = st.container()  # after the page ran: a slide is the page's view as its link holds it
 presenter.style()
+presenter.bar(navigation.url_path, BY_PATH)  # presenter mode: every page, the slides, the way out
 
 try:
     navigation.run()

@@ -8,6 +8,7 @@ the GPU when there is one) keeping only the attention weights; the result is com
 
 from __future__ import annotations
 
+import functools
 import hashlib
 
 import numpy as np
@@ -19,7 +20,7 @@ from tformer_app import vision_inputs as vi
 from tformer_app.markdown import escape
 from tformer_app.page import DEFAULT_TEXT_MODEL, TEXT_MODEL_SUGGESTIONS, run_page, run_safely
 from tformer_app.url import UrlState
-from tformer_core.checkpoints.sources import local_model_names
+from tformer_app.widgets import NEEDS_INTERNET, local_model_names_of, needs_internet
 from tformer_views import distance
 from tformer_views import text as tv
 from tformer_views import vision as vv
@@ -63,6 +64,8 @@ def vision(url: UrlState) -> None:
     source, model = vi.choose_vit(url)
     if model is None:
         return
+    # The figure first (the page's key idea on its first screen), the pictures it is made of under it.
+    figure = st.container()
     files = vi.choose_images(url, model)
     renormalize = st.toggle(
         "Renormalise each row over the patches", key=url.key("renorm", False), help="Off: the common recipe. See below."
@@ -77,7 +80,8 @@ def vision(url: UrlState) -> None:
     key = ("mad", source, digest.hexdigest(), bool(renormalize))
 
     def compute(progress):
-        names, refused = [], []
+        names: list[str] = []
+        refused: list[str] = []
         per_image = None
         pictures = vv.read_pictures(files, names, refused)  # decoded one by one as the batches need them
         if len(refused) < len(files):
@@ -96,11 +100,12 @@ def vision(url: UrlState) -> None:
     for message in refused:
         st.warning(f"Left out: {escape(message)}")
     if per_image is not None and names:
-        show_pixel_distances(source, model, per_image, names, bool(renormalize))
+        with figure:
+            show_pixel_distances(source, model, per_image, names, bool(renormalize))
 
 
 def show_pixel_distances(
-    source: str, model: tc.TracedModel, per_image: np.ndarray, names: list[str], renormalize: bool
+    source: str, model: tc.ViT, per_image: np.ndarray, names: list[str], renormalize: bool
 ) -> None:
     """per_image: [pictures, layers, heads] in pixels."""
     c = model.config
@@ -141,11 +146,13 @@ def text(url: UrlState) -> None:
         "The same plot for a text model: Σ_j w_ij·|i − j| in tokens, averaged over the query tokens of "
         "each sentence and over the sentences."
     )
+    options = list(dict.fromkeys([*TEXT_MODEL_SUGGESTIONS, *local_model_names_of(("encoder", "decoder"))]))
     source = st.selectbox(
         "Text model",
-        list(dict.fromkeys([*TEXT_MODEL_SUGGESTIONS, *local_model_names()])),
-        key=url.key("text_model", DEFAULT_TEXT_MODEL),
-    )
+        options,
+        key=url.key("text_model", DEFAULT_TEXT_MODEL, choices=options),
+        format_func=lambda o: o + NEEDS_INTERNET * needs_internet(o),
+    )  # a link's model that is not offered is replaced, and the page says so
     lines = st.text_area("Sentences, one per line", key=url.key("sentences", "\n".join(SENTENCES)), height=120)
     sentences = [s.strip() for s in lines.splitlines() if s.strip()]
     if not sentences:
@@ -162,9 +169,10 @@ def text(url: UrlState) -> None:
         st.info(f"{len(sentences)} sentences given; the first {MAX_SENTENCES} are read.")
     grids, baselines = [], []
     for sentence in sentences[:MAX_SENTENCES]:
-        fitted = run_safely(lambda s=sentence: tc.fit_to_model(model, s), "Sentence")
+        fitted = run_safely(functools.partial(tc.fit_to_model, model, sentence), "Sentence")
         # Each sentence is reduced to its [layers, heads] figures as it is traced; no trace is kept.
-        figures = fitted and run_safely(lambda f=fitted: caches.cached("token_distance", source, f.text), "Sentence")
+        request = caches.token_distance(source, fitted.text) if fitted is not None else None
+        figures = request and run_safely(functools.partial(caches.result, request), "Sentence")
         if figures:
             grids.append(figures[0])
             baselines.append(figures[1])

@@ -2,7 +2,7 @@
 encoder-decoder's alignment beside the Transformer translator's cross-attention.
 
 Read widgets -> ask the core (tformer_core.scores) and the cached traces of the small bundled models
-(caches.cached "small_trace") -> the views (tformer_views.early_attention) -> draw.
+(caches.small_trace) -> the views (tformer_views.early_attention) -> draw.
 """
 
 from __future__ import annotations
@@ -118,9 +118,10 @@ def pooling_section(url: UrlState) -> None:
     words = run_safely(lambda: ea.pooling_input(att_model, text), "Sentence")
     if words is None:
         return
-    att = caches.cached("small_trace", "sentiment-attention", words)
-    mean = caches.cached("small_trace", "sentiment-mean", words)
-    p = ea.compare_pooling(att, mean, att_model.tokenizer.unknown_words(text))
+    att = caches.result(caches.small_trace("sentiment-attention", words))
+    mean = caches.result(caches.small_trace("sentiment-mean", words))
+    unknown = att_model.tokenizer.unknown_words(text) if att_model.tokenizer is not None else ()
+    p = ea.compare_pooling(att, mean, unknown)
     left, right = st.columns(2)
     for column, name, prediction in ((left, "attention", p.attention_prediction), (right, "mean", p.mean_prediction)):
         figures = recorded(f"sentiment-{name}")["evaluation"]
@@ -153,14 +154,19 @@ def rnn_section(url: UrlState) -> None:
     )
     left, right = st.columns([3, 1])
     text = left.text_input("Source sentence", key=url.key("source", sv.DEFAULT_SOURCES["translator"]))
-    score = right.selectbox(
-        "Score", list(SCORES), format_func=SCORES.get, key=url.key("score", "additive", choices=list(SCORES))
+    score = str(
+        right.selectbox(
+            "Score",
+            list(SCORES),
+            format_func=lambda s: SCORES.get(s, s),
+            key=url.key("score", "additive", choices=list(SCORES)),
+        )
     )
     name = f"rnn-{score}"
     if caches.load_model(name) is None or caches.load_model("translator") is None:
         return
-    trace = run_safely(lambda: caches.cached("small_trace", name, text), "Source sentence")
-    translation = run_safely(lambda: caches.cached("translate", "translator", text, 40), "Source sentence")
+    trace = run_safely(lambda: caches.result(caches.small_trace(name, text)), "Source sentence")
+    translation = run_safely(lambda: caches.result(caches.translation("translator", text, 40)), "Source sentence")
     if trace is None or translation is None:
         return
     rnn = ea.rnn_alignment(trace)

@@ -1,7 +1,7 @@
 """DETR: object detection as a set of object queries. Each query's box, its cross-attention over the picture,
 and the decoder's self-attention between the queries.
 
-Read widgets -> one cached traced pass per picture (caches.cached "detr") -> the views
+Read widgets -> one cached traced pass per picture (caches.detr) -> the views
 (tformer_views.detection) -> draw.
 """
 
@@ -56,7 +56,7 @@ def page(url: UrlState) -> None:
     if picked is None:
         return
     name, data = picked
-    result = run_safely(lambda: caches.cached("detr", source, data, name), "Picture")
+    result = run_safely(lambda: caches.result(caches.detr(source, data, name)), "Picture")
     if result is None:
         return
     threshold = st.slider(

@@ -48,6 +48,7 @@ def choose_seq2seq(url: UrlState) -> tuple[str, TracedModel | None]:
         SUGGESTIONS,
         DEFAULT_MODEL,
         placeholder="e.g. Helsinki-NLP/opus-mt-en-fr or ./models/my-t5",
+        kinds=("encoder-decoder",),
         help="translator is trained by this project and works offline (a toy English → Tarish). "
         "Hub models need the internet the first time.",
     )
@@ -89,12 +90,13 @@ def page(url: UrlState) -> None:
     source, model = choose_seq2seq(url)
     if model is None:
         return
-    show_vocabulary(model, source)
     key = translation_inputs(url, source)
     translation = run_safely(lambda: caches.cached(*key), "Input") if key else None
     if translation is None:
+        show_vocabulary(model, source)
         return
-    show_translation(key, translation)
+    show_translation(key, translation)  # the translation first: the page's key idea on its first screen
+    show_vocabulary(model, source)
     if translation.n_steps == 0:
         return
     trace = translation.trace
@@ -217,7 +219,7 @@ def step_through(url: UrlState, translation: sv.Translation, layer: int, head: i
     st.button(
         "⏸ Pause" if playing else "▶ Play",
         key=f"{url.page}.play",
-        on_click=toggle,
+        on_click=url.callback(toggle),
         disabled=n < 2,
         help=f"Advance one decoding step every {PLAY_SECONDS:.1f} s",
     )

@@ -20,88 +20,109 @@ NUMBERING = (
 )
 st.caption(NUMBERING)
 
-# Each entry: page file, what it teaches. Links go through st.page_link so they follow the app's routing.
+# Each entry: page file, what it teaches, in the README's words (its table of pages; a test keeps them equal).
+# Links go through st.page_link so they follow the app's routing.
 GUIDE = [
     (
         "app_pages/before_transformers.py",
         "Attention before Transformers",
-        "Where the lectures start: the score functions (dot, cosine, bilinear, additive) side by side on two "
-        "vectors you edit; attention pooling against mean pooling on a sentence you type (two small models "
-        "trained on real movie-review sentences); an RNN translator's alignment beside the Transformer's.",
+        "the score functions side by side on two vectors you edit (dot, scaled dot, cosine, bilinear aᵀWb, "
+        "additive vᵀtanh(W₁a + W₂b)) with every intermediate number; attention pooling for classification (a "
+        "score per word, softmax, c = Σ α_j h_j) against mean pooling, two small models trained by this "
+        "project on real labelled movie-review sentences, α over your sentence and both predictions; an RNN "
+        "encoder-decoder (bidirectional GRU) with Bahdanau's additive or Luong's dot / bilinear attention, "
+        "its alignment α per output word beside the Transformer translator's cross-attention on the same "
+        "sentence",
     ),
     (
         "app_pages/step_by_step.py",
         "Attention, step by step",
-        "The lecture's worked example, editable: X, W^Q, W^K, W^V → Q, K, V → scores → scaling by 1/√d_k → "
-        "softmax → Z, with causal and padding masks, several heads and W^O. Pick a query row to see every "
-        "number of its computation. Also: Q, K, V given directly (PyTorch's scaled_dot_product_attention demo, "
-        'checked against PyTorch), "tayo ay masaya", and the padding mask in PyTorch\'s conventions.',
+        "the lecture's worked example, editable: X, W^Q, W^K, W^V → Q, K, V → QKᵀ → ÷√d_k → softmax → Z; masks, "
+        "several heads and W^O; one query row with every number; Q, K, V given directly (PyTorch's "
+        '`scaled_dot_product_attention` demo, checked against PyTorch), "tayo ay masaya", the padding mask in '
+        "PyTorch's conventions",
     ),
     (
         "app_pages/positional.py",
         "Positional encoding",
-        "Sinusoidal encodings for any size and base (10000, or 100 as in the lecture), the formula cell by cell, "
-        "similarity between positions, and the learned position embeddings of a real model.",
+        "sinusoidal encodings (any size, base 10000 or 100), the formula cell by cell, similarity by offset, x + "
+        "PE on a real sentence, learned vs sinusoidal positions; rotary embeddings (RoPE), opened on request "
+        "(they load SmolLM2), with smollm2's own frequencies: θ_i and wavelengths, one pair turned to a position "
+        "(the rotation matrix in numbers), q·k after RoPE depending on the offset only",
     ),
     (
         "app_pages/inside_block.py",
         "Inside a block",
-        "The rest of the encoder layer on a real model (MiniLM, the translator's encoder and decoder, a ViT): "
-        "the block drawn as post-norm or pre-norm, one token's residual sums, LayerNorm's μ and σ², the "
-        "feed-forward network's hidden units, checked against the model's next layer; the stream's size "
-        "across layers; the lecture's LayerNorm example, editable.",
+        "the rest of the layer on a real model (MiniLM, the translator's encoder and decoder, a ViT, SmolLM2): "
+        "the block drawn post-norm or pre-norm from the config, one token's residual sums, LayerNorm's μ, σ², x̂,"
+        " γ, β (or RMSNorm), the FFN's hidden units before and after the activation, checked against the model's "
+        "next-layer input; the residual stream's size across layers; the lecture's LayerNorm example, editable",
     ),
     (
         "app_pages/text_attention.py",
         "Text attention",
-        "A real encoder (MiniLM, offline) or decoder-only model (SmolLM2, offline), or any BERT / RoBERTa / GPT-2 / "
-        "Llama / Qwen from the hub: head view, heatmaps, which heads link two tokens, all layers × heads at once, "
-        "Q/K/V, why a weight has its value, the query–key space, attention distance, next-token and masked-word "
-        "predictions, and a continuation generated token by token with every head's attention.",
+        "an encoder (MiniLM, offline; any BERT / RoBERTa / DistilBERT / XLM-R) or a decoder-only model "
+        "(SmolLM2-135M, offline; GPT-2, Llama, Mistral, Qwen): head view, heatmaps, which heads link two tokens, "
+        "all layers × heads, Q/K/V (with the key/value head a grouped-query head reads), why a weight has its "
+        "value, query–key space (PCA, 2-D / 3-D), attention distance; masked-word and next-token top 5 after "
+        "every position; a continuation, written when asked (greedy, or sampled with temperature, top-k and a "
+        "seed), stepped through token by token with the new token's attention in every layer and head; a "
+        "classifier's labels and its first token's attention; any other architecture transformers implements, "
+        "weights only",
     ),
     (
         "app_pages/encoder_decoder.py",
         "Encoder-decoder",
-        "Translation one token at a time (the bundled toy translator offline, or opus-mt / T5 / BART): the "
-        "decoder's masked self-attention and its cross-attention over the source at every step, with a play "
-        "button; the whole alignment; Q from the decoder, K and V from the encoder; teacher forcing.",
+        "the bundled toy translator (offline) or opus-mt / T5 / BART: translation step by step with a play "
+        "button, masked self-attention and cross-attention per step, alignment, cross-attention Q/K/V, teacher "
+        "forcing",
     ),
     (
         "app_pages/vision.py",
         "Vision Transformer",
-        "Your photo cut into patches (N = HW/P²), the shapes through the patch embedding, each head's attention as "
-        "heat over the picture for the class token or any patch you click, attention rollout, the top-5 classes, "
-        "and the ViT paper's Fig. 7: embedding filters, position similarities, attention distance.",
+        "your picture in patches (N = HW/P²), embedding shapes, each head's attention as heat over the picture "
+        "(class token or any patch you click), rollout, top 5 classes, the ViT paper's Fig. 7; patch embedding by"
+        " hand (the lecture's 8×8 image and two 4×4 kernels, every product sum, equal to flattening times a "
+        "matrix) and on one patch of your picture",
     ),
     (
         "app_pages/attention_distance.py",
         "Mean attention distance",
-        "How far every head of every layer looks, in pixels over many pictures (ViT, DeiT) or in tokens over many "
-        "sentences (BERT, GPT-2), against uniform attention.",
+        "how far every head looks, in pixels over many pictures and in tokens over many sentences (at most 64 per"
+        " request)",
     ),
     (
         "app_pages/inductive_bias.py",
         "Inductive bias",
-        "Shift your picture by k pixels: the patch embeddings move with it (a strided convolution), the attention "
-        "and the class probabilities do not simply follow (learned positions). With numbers, for DeiT.",
+        "your picture rolled k pixels sideways through DeiT-Tiny (offline: vit-tiny): for shifts by whole "
+        "patches every patch embedding is the same vector moved (difference printed), while the class token's"
+        " attention and the class probabilities change (learned positions); every shift from 0 to two patches"
+        " in one chart",
     ),
     (
         "app_pages/mae.py",
         "Masked autoencoder",
-        "75 % of your picture's patches masked at random; with an MAE checkpoint, what the decoder rebuilds and "
-        "the error per patch.",
+        "a random 75 % of the patches masked on your picture (a seed chooses which; offline too); with a "
+        "ViT-MAE checkpoint (facebook/vit-mae-base online, or a local folder) the decoder's reconstruction "
+        "and the squared error per masked patch",
     ),
     (
         "app_pages/detr.py",
         "DETR: detection",
-        "With a DETR checkpoint: each object query's box and class, where it looks in the picture, and how the "
-        "queries attend to each other.",
+        "with a DETR checkpoint (facebook/detr-resnet-50 online, or a local folder; offline the page says "
+        "what it needs): the object queries' boxes and classes, each query's cross-attention over the "
+        "picture, the decoder's self-attention between the queries",
     ),
     (
         "app_pages/train.py",
         "Train a Transformer",
-        "Train a small Transformer classifier (movie sentences) or a tiny ViT (digits) here, watch its curves and "
-        "its heads form epoch by epoch, then open it in the other pages (for you only).",
+        "train a small Transformer encoder classifier in the lectures' form (nn.MultiheadAttention, ReLU FFN,"
+        " post-norm LayerNorm eps 1e-6) on the movie sentences, or a tiny ViT on handwritten digits; you pick"
+        " layers, heads, d_model, epochs, seed (within limits); a progress bar, loss and accuracy curves and "
+        "the attention on a fixed sentence / picture after every epoch; the test accuracy; the model then "
+        "opens in the Text attention or Vision Transformer page, for your session only. One training runs at "
+        "a time per server (a worker thread; the others wait, their place shown), cancellable; a training "
+        "whose page is closed is dropped",
     ),
 ]
 

@@ -43,7 +43,7 @@ def page(url: UrlState) -> None:
         2 * P,
         key=url.key("k", P, lo=0, hi=2 * P),
     )
-    study = run_safely(lambda: caches.cached("shift", source, data, name, int(k)), "Picture")
+    study = run_safely(lambda: caches.result(caches.shift(source, data, name, int(k))), "Picture")
     if study is None:
         return
     show_embeddings(study)
@@ -90,7 +90,9 @@ def show_predictions(study) -> None:
 
 def show_sweep(source: str, data: bytes, name: str, P: int) -> None:
     st.subheader(f"Every shift from 0 to {2 * P} px")
-    frame = run_safely(lambda: caches.cached("shift_sweep", source, data, name, tuple(range(2 * P + 1))), "Picture")
+    frame = run_safely(
+        lambda: caches.result(caches.shift_sweep(source, data, name, tuple(range(2 * P + 1)))), "Picture"
+    )
     if frame is None:
         return
     label = frame.attrs["label"]

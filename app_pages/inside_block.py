@@ -18,7 +18,7 @@ from tformer_app import caches, downloads
 from tformer_app import vision_inputs as vi
 from tformer_app.markdown import escape
 from tformer_app.page import DEFAULT_TEXT_MODEL, run_page, run_safely
-from tformer_app.tables import Inputs, matrix_panel
+from tformer_app.tables import Inputs, data_editor, matrix_panel
 from tformer_app.url import UrlState, finite_float, int_key
 from tformer_app.widgets import choose_model
 from tformer_core.block_steps import LayerNormSteps, layer_norm_steps, rms_norm_steps
@@ -403,11 +403,13 @@ def edit_norm_tables(d: int) -> Inputs:
         st.markdown("**x**: one row per token (add or delete rows)")
         frame = pd.DataFrame(X, columns=cols)
         frame.insert(0, "token", list(lb.EXAMPLE_TOKENS))
-        edited = st.data_editor(frame, key=f"block.ln.X.{digest}", num_rows="dynamic", hide_index=True)
+        edited = data_editor(st, frame, key=f"block.ln.X.{digest}", num_rows="dynamic", hide_index=True)
     with right:
         st.markdown("**γ** (scale) and **β** (shift), one per dimension")
-        p = st.data_editor(
-            pd.DataFrame(params, index=pd.Index(["γ", "β"], name="parameter"), columns=cols), key=f"block.ln.p.{digest}"
+        p = data_editor(
+            st,
+            pd.DataFrame(params, index=pd.Index(["γ", "β"], name="parameter"), columns=cols),
+            key=f"block.ln.p.{digest}",
         )
     out.tokens = lt.tokens_from_column(edited["token"].tolist()) if "token" in edited else []
     out.parse("X", lambda: lt.matrix_from_frame(edited, "x", skip=["token"]))

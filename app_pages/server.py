@@ -1,12 +1,13 @@
-"""Server: what this server process holds in memory, for whoever runs it for a class (shown only when the
-environment sets TFORMER_ADMIN=1: a student's click must not empty everyone's caches)."""
+"""Server: what this server process holds in memory, for whoever runs it for a class (served only when the
+environment sets TFORMER_ADMIN=1 and TFORMER_ADMIN_TOKEN, and shown only to a session that gives that token:
+a student's click must not empty everyone's caches, nor see the hub ids others typed)."""
 
 from __future__ import annotations
 
 import pandas as pd
 import streamlit as st
 
-from tformer_app import caches
+from tformer_app import admin, caches
 from tformer_app.markdown import escape
 
 MB = 2**20
@@ -14,6 +15,8 @@ MB = 2**20
 
 def main() -> None:
     st.title("Server")
+    if not admin.granted():
+        return
     st.caption(
         "Memory this server process holds, and its caches. Budgets come from TFORMER_CACHE_MB and "
         "TFORMER_MODELS_MB; least recently used entries are dropped first when a budget is full."
@@ -32,6 +35,10 @@ def main() -> None:
     if report.gpu_bytes is not None:
         held, budget = report.results.device_bytes / MB, (report.results.device_budget_bytes or 0) / MB
         st.markdown(f"On its GPU: **{report.gpu_bytes / MB:,.0f} MB**, cached results {held:,.0f} of {budget:,.0f} MB")
+    st.caption(
+        f"The sessions' uploads and the pictures they were sent: {report.sessions_bytes / MB:,.1f} MB, counted in "
+        "the results' budget (a closed tab's are given back about three minutes later)."
+    )
     st.caption("Models loaded: " + (", ".join(escape(m) for m in caches.loaded_models()) or "none"))
     if st.button("Clear cached results", help="Every session recomputes what it shows next; models stay loaded"):
         freed = caches.clear_results()

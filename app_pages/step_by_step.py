@@ -15,10 +15,10 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from tformer_app import caches, downloads
+from tformer_app import caches, downloads, presenter
 from tformer_app.markdown import escape
 from tformer_app.page import DEFAULT_TEXT_MODEL, run_page, run_safely
-from tformer_app.tables import Inputs, matrix_panel
+from tformer_app.tables import Inputs, data_editor, matrix_panel
 from tformer_app.url import UrlState, int_key, int_list
 from tformer_core.steps import AttentionSteps
 from tformer_views.charts.spec import unique_labels
@@ -264,14 +264,15 @@ def edit_as_tables(ex: ls.Example, matrices: Matrices, digest: str, n_heads: int
     x_frame.insert(0, "token", list(ex.tokens))
     if ex.given_qkv:
         st.markdown("$Q$ (n × d_k), one row per token:")
-    edited = st.data_editor(x_frame, key=f"step.edit.{first}.{digest}", num_rows="dynamic", hide_index=True)
+    edited = data_editor(st, x_frame, key=f"step.edit.{first}.{digest}", num_rows="dynamic", hide_index=True)
     out.tokens = lt.tokens_from_column(edited["token"].tolist()) if "token" in edited else []
     out.parse(first, lambda: lt.matrix_from_frame(edited, first, skip=["token"]))
 
     def editor(name: str, where: Any, label: str, **kwargs: Any) -> None:
         matrix, rows, cols = matrices[name]
         where.markdown(label)
-        frame = where.data_editor(
+        frame = data_editor(
+            where,
             # "K given": the corner of the input table, apart from the K computed below it
             pd.DataFrame(
                 matrix, index=pd.Index(rows, name=ls.latex_name(name) + (" given" * (name in GIVEN))), columns=cols
@@ -346,6 +347,20 @@ def formulas(biased: set[str], masked: bool, given: bool = False) -> dict[str, s
     }
 
 
+# What each part is computed from: when those are all there and the part is not, its numbers overflowed.
+INPUTS_OF = {"scores": {"Q", "K"}, "Z": {"scores", "V"}, "output": {"Z"}}
+OVERFLOWED = {
+    "scores": "QKᵀ overflowed (see the message above): the scores, the weights and Z are not shown.",
+    "Z": "Z overflowed (see the message above): it is not shown.",
+    "output": "The output overflowed (see the message above): it is not shown.",
+}
+
+
+def missing(part: str, available: set[str], otherwise: str) -> str:
+    """Why `part` is not shown: it overflowed (said in an error above), or `otherwise` (an input is missing)."""
+    return OVERFLOWED[part] if INPUTS_OF[part] <= available else otherwise
+
+
 def draw_head_blocks(view: dict[str, np.ndarray], available: set[str], tokens: list[str], head: int) -> None:
     """Head j's Q, K, V: the j-th block of columns of the full Q, K, V."""
     for part, letter in (("Q", "q"), ("K", "k"), ("V", "v")):
@@ -370,7 +385,7 @@ def draw_head(steps: AttentionSteps, available: set[str], tokens: list[str], hea
     if h > 1:
         draw_head_blocks(view, available, tokens, head)
     if "scores" not in available:
-        st.info("Q and K are needed for the scores: fix the inputs above.")
+        st.info(missing("scores", available, "Q and K are needed for the scores: fix the inputs above."))
         return
     show_matrix(
         f"QKᵀ{tag}",
@@ -413,14 +428,14 @@ def draw_head(steps: AttentionSteps, available: set[str], tokens: list[str], hea
             col_title="z",
         )
     else:
-        st.info("V is needed for Z: fix W^V above.")
+        st.info(missing("Z", available, "V is needed for Z: fix W^V above."))
 
 
 def draw_row(url: UrlState, steps: AttentionSteps, available: set[str], tokens: list[str]) -> None:
     """One query row with every number written out."""
-    st.subheader("One query row, every number")
+    st.subheader("One query row, every number", anchor="row")
     if "scores" not in available:
-        st.info("Q and K are needed: fix the inputs above.")
+        st.info(missing("scores", available, "Q and K are needed: fix the inputs above."))
         return
     n = len(tokens)
     left, right = st.columns(2)
@@ -448,7 +463,7 @@ def draw_row(url: UrlState, steps: AttentionSteps, available: set[str], tokens: 
     numeric = [c for c in walk.keys.columns if c not in ("key", "q·k written out")]
     st.caption(f"Keys for q({escape(name)}):")  # a table's corner is too narrow for this
     frame = walk.keys.set_index(pd.Index(unique_labels(walk.keys["key"]), name="key")).drop(columns="key")
-    st.dataframe(frame.style.format("{:.4g}", subset=numeric))
+    presenter.table(frame.style.format("{:.4g}", subset=numeric))
     if walk.shift:
         st.caption(
             f"The scores are large, so exp is taken of a − max = a − {ls.fmt(walk.shift)} to avoid overflow; "
@@ -458,14 +473,14 @@ def draw_row(url: UrlState, steps: AttentionSteps, available: set[str], tokens: 
     total = ls.tex(walk.exp_sum)
     st.latex(rf"\sum_j {exp_name} = {total},\qquad \alpha_{{{query}j}} = \frac{{{exp_name}}}{{{total}}}")
     if "Z" not in available:
-        st.info("V is needed for z: fix W^V above.")
+        st.info(missing("Z", available, "V is needed for z: fix W^V above."))
         return
     st.markdown(f"z({escape(name)}) is the weighted sum of the rows of V:")
     terms = " + ".join(f"{ls.tex(w)}\\,v_{{{j}}}" for j, w in enumerate(walk.keys["weight"]))
     st.latex(rf"z_{{{query}}} = {terms} = [{', '.join(ls.tex(x) for x in walk.z)}]")
     contributions = walk.contributions.copy()
     contributions.index = pd.Index(unique_labels(contributions.index), name="weighted V rows")
-    st.dataframe(contributions.style.format("{:.4g}"))
+    presenter.table(contributions.style.format("{:.4g}"))
     downloads.matrix_download(
         walk.contributions.to_numpy(),
         list(walk.contributions.index),
@@ -500,7 +515,7 @@ def settings(url: UrlState) -> tuple[str, int, str]:
 
 def masks(url: UrlState, tokens: list[str]) -> np.ndarray | None:
     """The causal and padding masks chosen, as one [n, n] boolean mask (None: nothing masked)."""
-    st.subheader("Masks")
+    st.subheader("Masks", anchor="masks")
     n = len(tokens)
     left, right = st.columns(2)
     causal = left.checkbox("Causal mask (a token sees only itself and earlier tokens)", key=url.key("causal", False))
@@ -534,7 +549,7 @@ def draw_mask_conventions(tokens: list[str], padding: list[int]) -> None:
             ),
             columns=unique_labels(tokens),
         )
-        st.dataframe(frame)
+        presenter.table(frame)
         st.caption(
             "nn.MultiheadAttention's key_padding_mask marks the padding with True; F.scaled_dot_product_attention's "
             "boolean attn_mask marks what may be attended to with True. Passing one where the other is expected "
@@ -544,7 +559,7 @@ def draw_mask_conventions(tokens: list[str], padding: list[int]) -> None:
 
 
 def draw_qkv(steps: AttentionSteps, available: set[str], tokens: list[str], f: dict[str, str]) -> None:
-    st.subheader("Q, K, V")
+    st.subheader("Q, K, V", anchor="qkv")
     n_heads = steps.n_heads
     for part, letter in (("Q", "q"), ("K", "k"), ("V", "v")):
         if part in available:
@@ -561,7 +576,7 @@ def draw_qkv(steps: AttentionSteps, available: set[str], tokens: list[str], f: d
 
 
 def draw_heads(steps: AttentionSteps, available: set[str], tokens: list[str], f: dict[str, str]) -> None:
-    st.subheader("Scores, scaling, softmax, Z")
+    st.subheader("Scores, scaling, softmax, Z", anchor="softmax")
     if steps.n_heads == 1:
         draw_head(steps, available, tokens, 0, f)
         return
@@ -585,7 +600,7 @@ def draw_combined(steps: AttentionSteps, available: set[str], tokens: list[str],
         caption=f"{n_heads} heads × d_v = {d_v} → {steps.concat.shape[1]} columns.",
     )
     if "output" not in available:
-        st.info("W^O is needed for the output: fix it above.")
+        st.info(missing("output", available, "W^O is needed for the output: fix it above."))
         return
     show_matrix(
         "output",
@@ -599,12 +614,20 @@ def draw_combined(steps: AttentionSteps, available: set[str], tokens: list[str],
         st.caption("The model also adds a bias b^O here; it is left out of this slice.")
 
 
+JUMPS = (
+    "Jump to: [Q, K, V](#qkv) · [**Scores, scaling, softmax, Z**](#softmax) · [One query row, every number](#row) · "
+    "[Masks](#masks)"
+)
+
+
 def page(url: UrlState) -> None:
     preset, n_heads, mode = settings(url)
     preset_example, sig = preset_controls(url, preset, n_heads)
     if preset_example is None:
         return
     st.caption(preset_example.note)
+    # The lesson's point is one click away on the first screen: the softmax and Z are below the inputs.
+    st.markdown(JUMPS)
     example, sig = link_edits(url, preset_example, sig)
 
     st.subheader("Inputs")
@@ -616,6 +639,9 @@ def page(url: UrlState) -> None:
     steps, available, tokens, mask = run_steps(url, example, inputs, n_heads)
     if steps is None:
         return
+    available, overflowed = ls.non_finite(steps, available, tokens)
+    for message in overflowed:
+        st.error(escape(message))
     if example.given_qkv:
         f = formulas(set(), mask is not None, given=True)
     else:
@@ -676,7 +702,7 @@ def draw_pytorch_check(steps: AttentionSteps, available: set[str], tokens: list[
                 index=pd.Index(unique_labels(tokens), name=label),
                 columns=[f"z{c + 1}" for c in range(block.shape[1])],
             )
-            st.dataframe(frame.style.format("{:.4f}"))
+            presenter.table(frame.style.format("{:.4f}"))
         st.caption(f"Largest difference from Z above: {diff:.1e} (float64 rounding).")
 
 

@@ -60,13 +60,11 @@ def choose_job(url: UrlState) -> classroom.Job | None:
     lo, hi = classroom.LIMITS[f"{kind}_epochs"]
     epochs = c4.slider("Epochs", lo, hi, key=url.key(f"epochs_{kind}", 15 if image else 3, lo=lo, hi=hi))
     seed = c5.number_input("Seed", 0, 9999, key=url.key("seed", 0, lo=0, hi=9999))
-    patch = (
-        st.radio(
+    patch = 2
+    if image:
+        patch = st.radio(
             "Patch size (pixels of the 8 × 8 picture)", [2, 4], horizontal=True, key=url.key("patch", 2, choices=[2, 4])
         )
-        if image
-        else None
-    )
     try:
         if image:
             return classroom.ImageJob(

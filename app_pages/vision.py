@@ -1,7 +1,7 @@
 """Vision Transformer: how a ViT cuts a picture into patches, where each head looks, and the ViT paper's Fig. 7.
 
 Read widgets -> ask the views (tformer_views.vision, pictures) for pictures and numbers -> draw. One
-forward pass per picture (caches.cached); every layer, head, query patch or overlay choice redraws
+forward pass per picture (caches.result); every layer, head, query patch or overlay choice redraws
 pictures from the cached trace. Pictures go to the browser as PNG or JPEG, never as attention tensors.
 """
 
@@ -49,8 +49,8 @@ def page(url: UrlState) -> None:
     if picked is None:
         return
     name, data = picked
-    key = ("image", source, data, name)
-    result = run_safely(lambda: caches.cached(*key), "Picture")
+    key = caches.picture(source, data, name)
+    result = run_safely(lambda: caches.result(key), "Picture")
     if result is None:
         return
     for note in result.notes:
@@ -76,7 +76,7 @@ def show_prediction(trace) -> None:
     )
 
 
-def show_patches(key: tuple, result: vv.VisionResult, model: TracedModel) -> None:
+def show_patches(key: caches.Request[vv.VisionResult], result: vv.VisionResult, model: TracedModel) -> None:
     trace, image = result.trace, result.image
     P, (rows, cols) = result.patch_size, result.grid_hw
     H, W = image.height, image.width
@@ -94,8 +94,8 @@ def show_patches(key: tuple, result: vv.VisionResult, model: TracedModel) -> Non
         f"pixels: **N = HW / P² = {H} · {W} / {P}² = {rows * cols}** patches, {rows} rows × {cols} columns."
     )
     # Drawn once per picture: they do not change with the layer or head.
-    grid = caches.derived("grid_picture", key)
-    sequence = caches.derived("patch_sequence", key)
+    grid = caches.grid_picture(key)
+    sequence = caches.patch_sequence(key)
     st.image(grid, caption=f"The model's input with its {P}-pixel grid")
     st.image(
         sequence,
@@ -169,7 +169,7 @@ def layer_keys(url: UrlState, n_layers: int, n_heads: int) -> None:
     heads = [MEAN, *range(n_heads)]
 
     def head(by: int) -> Callable[[], None]:
-        return lambda: url.set("head", heads[(heads.index(url.value("head")) + by) % len(heads)])
+        return url.callback(lambda: url.set("head", heads[(heads.index(url.value("head")) + by) % len(heads)]))
 
     previous, following = presenter.cycle(url, "layer", n_layers, -1), presenter.cycle(url, "layer", n_layers, 1)
     presenter.stepper(
@@ -192,7 +192,7 @@ def describe_query(result: vv.VisionResult, patch: int | None) -> str:
     return f"patch {patch} (row {patch // cols}, column {patch % cols})"
 
 
-def show_attention(url: UrlState, key: tuple, result: vv.VisionResult) -> None:
+def show_attention(url: UrlState, key: caches.Request[vv.VisionResult], result: vv.VisionResult) -> None:
     st.header("Attention over the picture")
     choice = attention_controls(url, result)
     show_query_picker(url, result, choice)
@@ -225,7 +225,7 @@ def show_query_picker(url: UrlState, result: vv.VisionResult, choice: AttentionC
             patch_picker(picture, result.grid_hw, choice.patch, title=f"query: {who}", width=width),
             key=f"{url.page}.picker",
             file_name=f"attention_L{choice.layer}_{'mean' if choice.head is None else f'H{choice.head}'}",
-            on_select=pick,
+            on_select=url.callback(pick),
             selection_mode="patch",
         )
     with right:
@@ -251,7 +251,9 @@ def show_query_picker(url: UrlState, result: vv.VisionResult, choice: AttentionC
         )
 
 
-def show_rollout(url: UrlState, key: tuple, result: vv.VisionResult, choice: AttentionChoice) -> None:
+def show_rollout(
+    url: UrlState, key: caches.Request[vv.VisionResult], result: vv.VisionResult, choice: AttentionChoice
+) -> None:
     st.subheader("Attention rollout")
     c1, c2 = st.columns(2)
     fusion = c1.radio(
@@ -265,7 +267,7 @@ def show_rollout(url: UrlState, key: tuple, result: vv.VisionResult, choice: Att
         key=url.key("discard", 0.9, cast=float, lo=0.0, hi=0.99),
         help="The lowest share of each layer's fused weights set to 0 before rolling out",
     )
-    rolled = run_safely(lambda: caches.derived("rollout", key, fusion, float(discard)), "Rollout")
+    rolled = run_safely(lambda: caches.rollout(key, fusion, float(discard)), "Rollout")
     if rolled is not None:
         # At its own size: a width would make Streamlit decode, resize and encode it again on every rerun.
         st.image(to_jpeg(overlay(result.image, rolled, alpha=choice.alpha, smooth=choice.smooth)))
@@ -276,7 +278,7 @@ def show_rollout(url: UrlState, key: tuple, result: vv.VisionResult, choice: Att
         )
 
 
-def show_figure_7(source: str, key: tuple, result: vv.VisionResult) -> None:
+def show_figure_7(source: str, key: caches.Request[vv.VisionResult], result: vv.VisionResult) -> None:
     st.header("The model's own pictures (ViT paper, Fig. 7)")
     pcs, variance, positions = caches.from_model("figure_7", source)
     trace = result.trace
@@ -295,7 +297,7 @@ def show_figure_7(source: str, key: tuple, result: vv.VisionResult) -> None:
             "similarity of its position embedding with every patch's (blue −1, red 1).",
         )
     with right:
-        mad = caches.derived("image_distances", key)  # every layer's weights: once per picture
+        mad = caches.image_distances(key)  # every layer's weights: once per picture
         baseline = distance.uniform_image_distance(result.grid_hw, result.patch_size, trace.n_prefix_tokens)
         # 320 px at most, axes and legend included (the chart fits its width): narrower in a third of a projector.
         fig_7 = {"width": 320, "height": 240, "config": {"legend": {"orient": "bottom", "columns": 6}}}

@@ -6,16 +6,22 @@ A real server (`streamlit run app.py`, offline, on the CPU, as tests/browser/ser
 from ../shared/models where it is there) and Debian's Chromium driven by Playwright, with the browser
 tests' window (1400 x 1000) and flags. Interactions, each on its page with its defaults:
 
-    text-head     Text attention (MiniLM, the lecture's sentence, default views): choose another head
-    text-layer    the same page: choose another layer
-    s2s-head      Encoder-decoder (the bundled translator): choose another head
-    vision-patch  Vision Transformer (DeiT-Tiny, else vit-tiny): click another patch of the picture
+    text-head          Text attention (MiniLM, the lecture's sentence, default views): choose another head
+    text-layer         the same page: choose another layer
+    s2s-head           Encoder-decoder (the bundled translator): choose another head
+    vision-patch       Vision Transformer (DeiT-Tiny, else vit-tiny): click another patch of the picture
+    text-sentence      Text attention (MiniLM, default views): type a new sentence (Ctrl+Enter); the baseline for
+                       the decoder's, measured in the same run on the same machine
+    decoder-sentence   Text attention's decoder side (SmolLM2, default views): type a new sentence (Ctrl+Enter)
+    deck-slide         a deck of two slides (Text attention on layer 2, head 3; Attention, step by step) presented
+                       in presenter mode: Page Down / Page Up, as a clicker sends them
+    presenter-head     Text attention in presenter mode (the head view): the → key, the next head
 
 Each run is a real change (another head, layer or patch than the run before); one warm-up run first.
-A run is timed from the click (the pointer going down, as the page records it) to the first moment the
-page is settled and stays so for a second (tests/browser/helpers.settle's condition): the address changed,
-every script run the click started has finished (the websocket's new_session / script_finished messages),
-no status widget and no stale element. Measured beside it, per run:
+A run is timed from the click or the key (the pointer or the key going down, as the page records it) to the
+first moment the page is settled and stays so for a second (tests/browser/helpers.settle's condition): the
+address changed, every script run the click started has finished (the websocket's new_session /
+script_finished messages), no status widget and no stale element. Measured beside it, per run:
 
 - server: the script runs, from their new_session to their script_finished as the browser receives them
   (the script, the element messages and their transfer); "browser" = settled - the last script_finished
@@ -105,9 +111,10 @@ class Interaction:
     name: str
     label: str
     path: str
-    budget: float
-    before: float
+    budget: float | None  # seconds; None: the issue set none
+    before: float | None  # the figure measured before the work that set the budget (None: none was)
     act: Callable  # (page, i) -> None: the i-th change
+    setup: Callable | None = None  # (page) -> None: after the page opened, before the warm-up
     runs: list[Run] = field(default_factory=list)
 
 
@@ -145,8 +152,11 @@ class Wire:
                 self.charts_sent += 1
 
         page.on("websocket", lambda ws: ws.on("framereceived", on_frame))
-        # When the user's click happened: the pointer going down, on the system clock (as time.time()).
-        page.add_init_script("addEventListener('pointerdown', () => { window.__benchClick = Date.now(); }, true)")
+        # When the user's click or key happened: the pointer or the key going down, on the system clock.
+        page.add_init_script(
+            "addEventListener('pointerdown', () => { window.__benchClick = Date.now(); }, true);"
+            "addEventListener('keydown', () => { window.__benchClick = Date.now(); }, true);"
+        )
 
 
 def passes(path: Path) -> int:
@@ -169,7 +179,7 @@ def timed(page, wire: Wire, cdp, pass_file: Path, act: Callable[[], None], timeo
     act()
     t0 = page.evaluate("window.__benchClick") / 1000  # the click itself, not Playwright's work before it
     if not t0:
-        raise AssertionError("no pointerdown reached the page")
+        raise AssertionError("no pointerdown or keydown reached the page")
     quiet_since = None
     while time.time() - t0 < timeout:
         quiet = page.evaluate(QUIET_JS)  # also lets Playwright deliver the websocket frames
@@ -221,6 +231,59 @@ def choose_nth(label: str, options: Callable[[int], str]) -> Callable:
     return prepare
 
 
+SENTENCES = (
+    "The cat sat on the mat because it was warm.",
+    "A robot wrote a poem about the sea.",
+    "Students asked why the model looked at the first token.",
+    "The river flooded the village after the storm.",
+    "My neighbour plays the violin every evening.",
+    "Paris is the capital of France and a large city.",
+    "The trophy did not fit in the suitcase because it was too big.",
+    "Bees carry pollen from one flower to the next.",
+    "The old clock in the hall stopped at midnight.",
+    "We trained a small transformer on children's stories.",
+)
+
+
+def type_sentence(page, i: int) -> Callable[[], None]:
+    """The Sentence box filled with the i-th sentence (not timed); the key that sends it (timed)."""
+    box = page.get_by_role("textbox", name="Sentence", exact=True)
+    box.evaluate("e => e.scrollIntoView({block: 'center'})")
+    box.fill(SENTENCES[i % len(SENTENCES)])
+    return lambda: box.press("Control+Enter")
+
+
+def press_key(key: Callable[[int], str]) -> Callable:
+    """The page itself focused (nothing else: the keys go to the document), the i-th key (timed)."""
+
+    def prepare(page, i: int) -> Callable[[], None]:
+        settle(page)
+        page.evaluate("() => document.activeElement && document.activeElement.blur()")
+        return lambda: page.keyboard.press(key(i))
+
+    return prepare
+
+
+def make_deck(page) -> None:
+    """Two slides from the page the interaction opened on (Text attention): it, then Attention, step by step;
+    presenter mode on and the deck presented from slide 1."""
+    sidebar = page.locator('[data-testid="stSidebar"]')
+    for then in ("Attention, step by step", None):
+        add = sidebar.get_by_role("button", name="Add this view")
+        if not add.is_visible():
+            sidebar.get_by_text("Slides (", exact=False).click()
+        add.click()
+        settle(page)
+        if then:
+            sidebar.get_by_role("link", name=then).click()
+            settle(page)
+    page.locator('[data-testid="stMain"] h1').first.click()
+    page.keyboard.press("Shift+P")
+    settle(page)
+    page.locator(".st-key-tformer-bar").get_by_role("button", name="Present the slides (2)").click()
+    settle(page, timeout=600)
+
+
 def click_patch(page, i: int) -> Callable[[], None]:
     """The picture's patch picker: a click on the i-th of a few spots, each another patch."""
     spots = [(0.3, 0.6), (0.7, 0.35), (0.45, 0.8), (0.8, 0.7), (0.2, 0.3), (0.6, 0.55), (0.35, 0.4), (0.75, 0.85)]
@@ -268,6 +331,33 @@ def interactions() -> list[Interaction]:
             1.25,
             click_patch,
         ),
+        Interaction("text-sentence", "Text attention: new sentence (MiniLM)", "/text", None, None, type_sentence),
+        # Issue 20: before, a new sentence also wrote the 20-token continuation (2.5-8 s on a quiet machine).
+        Interaction(
+            "decoder-sentence",
+            "Text attention: decoder new sentence (SmolLM2)",
+            "/text?arch=decoder",
+            1.0,
+            2.5,
+            type_sentence,
+        ),
+        Interaction(
+            "deck-slide",
+            "Deck: slide change, presenter mode (Page Down/Up)",
+            "/text?layer=2&head=3",
+            None,
+            0.8,
+            press_key(lambda i: "PageUp" if i % 2 else "PageDown"),
+            setup=make_deck,
+        ),
+        Interaction(
+            "presenter-head",
+            "Presenter mode: head step (→, head view)",
+            "/text?present=1",
+            0.6,
+            None,
+            press_key(lambda i: "ArrowRight"),
+        ),
     ]
 
 
@@ -284,6 +374,8 @@ def measure(chosen: list[Interaction], runs: int, url: str, browser, pass_file: 
         cdp.send("Performance.enable")
         page.goto(url + it.path)
         settle(page, timeout=600)
+        if it.setup is not None:
+            it.setup(page)
         for i in range(runs + 1):  # the first: warm-up
             run = timed(page, wire, cdp, pass_file, it.act(page, i))
             if i:
@@ -300,7 +392,7 @@ def pct(values: list[float], q: float) -> float:
 def report(chosen: list[Interaction], loads: list[str]) -> None:
     print(f"\nClick to settled page, headless Chromium, {len(chosen[0].runs)} runs each (median, 90th pct).")
     header = (
-        f"| {'interaction':<44} | median | p90    | budget | before | median/budget | median/before |"
+        f"| {'interaction':<50} | median | p90    | budget | before | median/budget | median/before |"
         " to start | server/run | browser | passes |"
     )
     print(header)
@@ -311,10 +403,13 @@ def report(chosen: list[Interaction], loads: list[str]) -> None:
         server = statistics.median([s for r in it.runs for s in r.server] or [0.0])
         browser_s = statistics.median([r.total - r.last_finished for r in it.runs])
         to_start = statistics.median([r.first_started for r in it.runs])
-        flag = "ok" if med <= it.budget else "over"
+        budget = f"{it.budget:5.2f}s" if it.budget else "    - "
+        before = f"{it.before:5.2f}s" if it.before else "    - "
+        versus_budget = f"{med / it.budget:8.2f} {'ok' if med <= it.budget else 'over':>4}" if it.budget else " " * 13
+        versus_before = f"{med / it.before:13.2f}" if it.before else " " * 13
         print(
-            f"| {it.label:<44} | {med:5.2f}s | {pct(totals, 0.9):5.2f}s | {it.budget:5.2f}s | {it.before:5.2f}s "
-            f"| {med / it.budget:8.2f} {flag:>4} | {med / it.before:13.2f} | {to_start:7.2f}s | {server:9.2f}s "
+            f"| {it.label:<50} | {med:5.2f}s | {pct(totals, 0.9):5.2f}s | {budget} | {before} "
+            f"| {versus_budget} | {versus_before} | {to_start:7.2f}s | {server:9.2f}s "
             f"| {browser_s:6.2f}s "
             f"| {sum(r.passes for r in it.runs):6d} |"
         )
@@ -385,7 +480,7 @@ def summarise(folded: Path, out: Path, top: int = 30) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=7)
-    parser.add_argument("--only", nargs="*", help="interaction names (text-head, text-layer, s2s-head, vision-patch)")
+    parser.add_argument("--only", nargs="*", help="interaction names (text-head, ..., presenter-head: see above)")
     parser.add_argument("--profile", type=Path, help="a folder: py-spy each interaction's server time into it")
     args = parser.parse_args()
     from playwright.sync_api import sync_playwright

@@ -13,8 +13,9 @@ runs a lecture's loop with think times (uniform, 0.5 to 1.5 x --think seconds; s
                       a layer change, a head change
         the first time and then every other time:
             open the Vision Transformer page (the sidebar link; --vision-model as a link's ?model=),
-            pick another sample picture, click a patch of the picture (the chart's point selection)
-            back to the Text attention page ("open page")
+            pick another sample picture, or (--photos of the times) upload a photo of one's own (12 megapixels,
+            a JPEG of about 4.5 MB, each upload a different one), click a patch of the picture (the chart's
+            point selection), back to the Text attention page ("open page")
 
 An action's time is from its first byte sent to the end of the script run it caused (the pictures it
 shows are fetched after that, as a browser does, and not counted). An error is an action that raised
@@ -63,7 +64,16 @@ from deploy.serve import Deployment, _children
 
 MAX_SESSIONS = 200
 MAX_DURATION_S = 15 * 60
-KINDS = ("open page", "new sentence", "layer change", "head change", "open vision", "sample", "patch click")
+KINDS = (
+    "open page",
+    "new sentence",
+    "layer change",
+    "head change",
+    "open vision",
+    "sample",
+    "upload photo",
+    "patch click",
+)
 SHARED_SENTENCES = (  # what the lecturer puts on the slide: everyone types the same
     "The animal didn't cross the street because it was too tired.",
     "The animal didn't cross the street because it was too wide.",
@@ -105,6 +115,20 @@ class Plan:
     shared: float
     vision_model: str | None
     timeout_s: float
+    photo_share: float = 0.0  # of the vision rounds that upload a photo instead of picking a sample
+    photos: tuple[tuple[str, bytes, str], ...] = ()  # (name, bytes, MIME type), each uploaded once in turn
+
+
+class PhotoPool:
+    """Distinct photos handed out one per upload (round robin once all were used)."""
+
+    def __init__(self, photos: tuple[tuple[str, bytes, str], ...]) -> None:
+        self.photos, self.next = photos, 0
+
+    def take(self) -> tuple[str, bytes, str]:
+        photo = self.photos[self.next % len(self.photos)]
+        self.next += 1
+        return photo
 
 
 def own_sentence(rng: random.Random) -> str:
@@ -121,8 +145,8 @@ def another(options: list[str], current: object, rng: random.Random) -> str:
 class Student:
     """One simulated user: a session and the loop of the lecture."""
 
-    def __init__(self, index: int, plan: Plan, results: Results, seed: int) -> None:
-        self.index, self.plan, self.results = index, plan, results
+    def __init__(self, index: int, plan: Plan, results: Results, seed: int, pool: PhotoPool | None = None) -> None:
+        self.index, self.plan, self.results, self.pool = index, plan, results, pool
         self.rng = random.Random(seed * 1_000_003 + index)
         self.session: Session | None = None
 
@@ -168,13 +192,27 @@ class Student:
     async def vision_round(self) -> bool:
         s = self.session
         query = f"model={urllib.parse.quote(self.plan.vision_model)}" if self.plan.vision_model else ""
+        upload = self.pool is not None and self.rng.random() < self.plan.photo_share
         steps = [
             ("open vision", lambda: s.switch_page("vision", query)),
-            ("sample", lambda: s.set_value("Sample", self.pick("Sample"), "selectbox")),
+            ("upload photo", self.upload_photo) if upload else ("sample", self.pick_sample),
             ("patch click", self.click_patch),
             ("open page", lambda: s.switch_page("text")),
         ]
         return await self.steps(steps)
+
+    async def pick_sample(self):
+        s = self.session
+        if s.value("Picture", "radio") != "Sample":  # a photo was uploaded last time
+            await s.set_value("Picture", "Sample", "radio")
+        return await s.set_value("Sample", self.pick("Sample"), "selectbox")
+
+    async def upload_photo(self):
+        s = self.session
+        if s.value("Picture", "radio") != "Upload":
+            await s.set_value("Picture", "Upload", "radio")
+        label = next(w.label for w in s.last.widgets() if w.kind == "file_uploader" and w.key == "vit.upload")
+        return await s.upload_files(label, [self.pool.take()])
 
     async def steps(self, steps) -> bool:
         for kind, action in steps:
@@ -502,9 +540,13 @@ async def run_class(args: argparse.Namespace, base_url: str, processes: dict[int
     watcher = asyncio.create_task(monitor.run(stop))
     results.started = time.perf_counter()
     now = time.monotonic()
-    plan = Plan(base_url, now + args.duration, args.think, args.shared, args.vision_model, args.timeout)
+    photos = photo_files(args.photo_files) if args.photos > 0 else ()
+    plan = Plan(
+        base_url, now + args.duration, args.think, args.shared, args.vision_model, args.timeout, args.photos, photos
+    )
     ramp = min(args.ramp, args.duration / 4)
-    students = [Student(i, plan, results, args.seed) for i in range(args.sessions)]
+    pool = PhotoPool(photos) if photos else None
+    students = [Student(i, plan, results, args.seed, pool) for i in range(args.sessions)]
     try:
         await asyncio.gather(*(s.lecture(now + ramp * i / args.sessions) for i, s in enumerate(students)))
     finally:
@@ -516,6 +558,15 @@ async def run_class(args: argparse.Namespace, base_url: str, processes: dict[int
     if args.p95_goal is not None:
         p95_verdict(results, args.p95_goal)
     server_table(monitor, os.cpu_count() or 1)
+
+
+def photo_files(n: int) -> tuple[tuple[str, bytes, str], ...]:
+    """n distinct 12-megapixel JPEG photos (benchmarks/memory.py makes them once and keeps them)."""
+    import tempfile
+
+    from memory import photos
+
+    return tuple(photos(n, Path(tempfile.gettempdir()) / "tformer-memory-benchmark" / "photos"))
 
 
 def server_processes(args: argparse.Namespace, base_url: str, deployment: Deployment | None) -> dict[int, str]:
@@ -547,6 +598,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--ramp", type=float, default=10.0, help="seconds over which the sessions arrive")
     parser.add_argument("--shared", type=float, default=0.5, help="share of sentences that are the lecture's")
     parser.add_argument("--vision-model", help="the ViT the Vision page is opened with (a link's ?model=)")
+    parser.add_argument("--photos", type=float, default=0.0, help="share of vision rounds that upload a photo")
+    parser.add_argument("--photo-files", type=int, default=160, help="distinct photos to upload, in turn")
     parser.add_argument("--timeout", type=float, default=180.0, help="seconds an action may take")
     parser.add_argument("--pid", type=int, action="append", help="with --url: a server process to watch")
     parser.add_argument("--app", type=Path, default=ROOT / "app.py", help="with --start: the app to run")
@@ -564,8 +617,8 @@ def parse_args() -> argparse.Namespace:
         parser.error(f"--duration must be more than 0 and at most {MAX_DURATION_S} s")
     if args.start is not None and not 1 <= args.start <= 16:
         parser.error("--start must be 1..16 replicas")
-    if args.think < 0 or not 0 <= args.shared <= 1:
-        parser.error("--think must be >= 0 and --shared in 0..1")
+    if args.think < 0 or not 0 <= args.shared <= 1 or not 0 <= args.photos <= 1 or args.photo_files < 1:
+        parser.error("--think must be >= 0, --shared and --photos in 0..1, --photo-files >= 1")
     return args
 
 

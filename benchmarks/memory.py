@@ -1,24 +1,37 @@
-"""Server memory under the inputs that once took a class's server from 1.8 GB to 17 GB, today's code beside ours.
+"""Server memory under the inputs that once took a class's server from 1.8 GB to 17 GB, a class uploading photos and
+a decoder writing long continuations; the baseline commit's code beside ours.
 
     python benchmarks/memory.py                       # ours, and the baseline commit (a git worktree) beside it
     python benchmarks/memory.py --skip-baseline       # ours only
     python benchmarks/memory.py --baseline-rev <rev>  # another baseline
+    python benchmarks/memory.py --photos 40 --skip-smollm2   # a shorter run
 
-Each server is started fresh (`streamlit run app.py` of its tree, offline, on the CPU) and driven by one
-simulated browser (benchmarks/stclient.py) through, in order:
+Each server is started fresh (`streamlit run app.py` of its tree, offline, on the CPU, DeiT-Tiny from
+../shared/models when it is there) and driven by simulated browsers (benchmarks/stclient.py) through, in order:
 
-    warm-up      the Text attention page and the Mean attention distance page with their defaults
-                 (MiniLM and vit-tiny loaded, a first trace of each)
-    (a) text     64 distinct 512-token sentences typed into the Text attention page, one after another
-    (b) distance 64 distinct 512-token lines on the Mean attention distance page, then 64 other ones
-    (c) pictures 20 distinct 56-megapixel pictures (PNG, 8640 x 6480) uploaded to that page at once
-    cleared      ours: the Server page's "Clear cached results" (TFORMER_ADMIN=1); the baseline has no
-                 such control, so it gets Streamlit's own "Clear caches" (st.cache_*, models included);
-                 then every session is closed
+    warm-up   the Text attention page (MiniLM), the Mean attention distance page (vit-tiny) and the Vision
+              Transformer page (DeiT-Tiny, else vit-tiny) with their defaults: their models loaded, a first result
+    (a) text      64 distinct 512-token sentences typed into the Text attention page, one after another
+    (b) distance  64 distinct 512-token lines on the Mean attention distance page, then 64 other ones
+    (c) pictures  20 distinct 56-megapixel pictures (PNG, 8640 x 6480) uploaded to that page at once
+    photos    160 distinct 12-megapixel JPEG photos (4032 x 3024, about 4.5 MB), each uploaded to the Vision page by
+              a new session, which then closes (a class, one student after another)
+    smollm2   8 distinct prompts of about 200 tokens on the Text attention page with smollm2, 64 new tokens each
+    cleared   every session closed, Streamlit's time to resume a closed tab (server.disconnectedSessionTTL, 2 min)
+              and the sweeps that release what those sessions held waited out, then the Server page's "Clear
+              cached results" (the baseline's Server page has the same button)
 
-and the server's resident memory (RSS, /proc) is read after each step, with the peak since the start.
-Goal (ours): RSS stays under the results budget (TFORMER_CACHE_MB) + the loaded models + the
-post-warm-up level, and falls back to within 10 % of the post-warm-up level once the caches are cleared.
+The server's resident memory (RSS, /proc) is read after each step, with the step's peak. What each step may take
+(ours; "models since" is read from the Server page's table):
+
+    after a step   warm-up + models since + TFORMER_CACHE_MB (results, and the sessions' uploads and pictures)
+                   + caches.SLACK (freed memory kept for the next pass)
+    during a step  warm-up + models since + TFORMER_CACHE_MB + WORKING_MB (tformer_app/settings.py): the working
+                   memory of the pass under way
+    ("models since": their weights from the Server page, or for smollm2 what the process grew by when it loaded:
+    weights, tokenizer and tables)
+    photos         at most 1.10 x (warm-up + TFORMER_CACHE_MB)
+    cleared        at most 1.10 x (warm-up + models since)
 """
 
 from __future__ import annotations
@@ -29,6 +42,7 @@ import contextlib
 import io
 import os
 import random
+import secrets
 import socket
 import subprocess
 import sys
@@ -36,17 +50,20 @@ import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from stclient import Session
-from streamlit.proto.BackMsg_pb2 import BackMsg
 
-BASELINE_REV = "443d66d"  # the code before the memory work (issue 12)
+BASELINE_REV = "545e704"  # main before issue 21 (photos kept ~14.5 MB each); 443d66d is the code before issue 12
 MB = 2**20
 PICTURE_WH = (8640, 6480)  # 56 megapixels
+PHOTO_WH = (4032, 3024)  # a phone's 12 megapixels
+SHARED_MODELS = ROOT.parent / "shared" / "models"
+RESUME_S = 120 + 2 * 30 + 15  # Streamlit keeps a closed tab 120 s; the sweeper needs two passes 30 s apart
 WORDS = [
     "the",
     "animal",
@@ -123,6 +140,32 @@ def pictures(n: int, folder: Path) -> list[tuple[str, bytes, str]]:
     return out
 
 
+def photos(n: int, folder: Path) -> list[tuple[str, bytes, str]]:
+    """n distinct 12-megapixel JPEG photos (noise over smooth colours: about 4.5 MB each, like a phone's), made
+    once and kept in `folder`."""
+    import numpy as np
+    from PIL import Image
+
+    folder.mkdir(parents=True, exist_ok=True)
+    out = []
+    for i in range(n):
+        path = folder / f"photo-{i}.jpg"
+        if not path.exists():
+            rng = np.random.default_rng(i)
+            w, h = PHOTO_WH
+            small = Image.fromarray(rng.integers(0, 255, (h // 48, w // 48, 3), dtype=np.uint8))
+            base = np.asarray(small.resize((w, h), Image.Resampling.BILINEAR), dtype=np.int16)
+            noisy = (base + rng.integers(-20, 20, (h, w, 3), dtype=np.int16)).clip(0, 255).astype(np.uint8)
+            Image.fromarray(noisy).save(path, quality=90)
+        out.append((path.name, path.read_bytes(), "image/jpeg"))
+    return out
+
+
+def prompts(n: int) -> list[str]:
+    """n distinct prompts of 200 words (about 200 smollm2 tokens: under the 256 a continuation starts from)."""
+    return [" ".join(sentences(1, seed=100 + i)[0].split()[:200]) for i in range(n)]
+
+
 def rss(pid: int) -> tuple[int, int]:
     """(resident, peak resident) bytes of a process, from /proc."""
     fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
@@ -167,55 +210,150 @@ def server(tree: Path, log: Path, **env: str) -> Iterator[tuple[str, subprocess.
             proc.kill()
 
 
-async def settled(session: Session, label: str, value: str) -> None:
-    run = await session.set_value(label, value)
-    if run.exceptions:
-        raise RuntimeError(f"{label}: the page raised {run.exceptions[0][:300]}")
+async def settled(session: Session, label: str, value: str, kind: str | None = None) -> None:
+    run = await session.set_value(label, value, kind)
+    if run.errors:
+        raise RuntimeError(f"{label}: the page showed {run.errors[0][:300]}")
 
 
-async def drive(url: str, pid: int, ours: bool, picture_files: list[tuple[str, bytes, str]]) -> dict[str, int]:
-    """The steps of the module docstring; returns RSS after each (and "peak")."""
-    figures: dict[str, int] = {}
+class Admin:
+    """The Server page in a session of its own: its table (models and results MB) and its Clear button."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    @classmethod
+    async def open(cls, url: str, token: str) -> Admin:
+        session = await Session.open(url, "/server", timeout_s=300)
+        if any(w.label == "Admin token" for w in session.last.widgets()):  # ours asks for TFORMER_ADMIN_TOKEN
+            await session.set_value("Admin token", token, "text_input")
+        return cls(session)
+
+    async def models_mb(self) -> float:
+        """The MB of weights the server holds now, from the page's table."""
+        from streamlit import dataframe_util
+
+        run = await self.session.rerun()
+        for _, element in run.items("dataframe"):
+            table = dataframe_util.convert_arrow_bytes_to_pandas_df(element.dataframe.arrow_data.data)
+            return float(table.set_index("cache").loc["models", "MB used"])
+        raise RuntimeError("the Server page shows no table")
+
+    async def clear(self) -> None:
+        await self.session.click("Clear cached results")
+
+
+@dataclass
+class Figures:
+    rss: dict[str, int] = field(default_factory=dict)  # step -> RSS after it ("... peak": during it)
+    models: dict[str, float] = field(default_factory=dict)  # step -> MB of model weights held after it
+    # MB the process grew by when a step's model first loaded (its weights, tokenizer, tables): from then on
+    loaded: float = 0.0
+
+    def step(self, name: str, pid: int, models_mb: float) -> None:
+        self.rss[name], self.rss[f"{name} peak"] = rss(pid)
+        self.models[name] = models_mb
+        print(f"  {name}: RSS {self.rss[name] / MB:,.0f} MB (peak {self.rss[name + ' peak'] / MB:,.0f} MB)", flush=True)
+        reset_peak(pid)
+
+
+async def inputs_steps(url: str, pid: int, admin: Admin, figures: Figures, picture_files, n: int) -> list[Session]:
+    """Steps (a), (b), (c) of the module docstring (n sentences and lines); returns the sessions they opened."""
     text = await Session.open(url, "/text", timeout_s=900)
     distance = await Session.open(url, "/distance", timeout_s=900)
-    figures["warm-up"] = rss(pid)[0]
+    vision = await Session.open(url, "/vision", timeout_s=900)
+    await vision.close()
+    figures.rss["warm-up"] = rss(pid)[0]
+    figures.models["warm-up"] = await admin.models_mb()
     reset_peak(pid)
-    for i, sentence in enumerate(sentences(64, seed=1)):
+    for sentence in sentences(n, seed=1):
         await settled(text, "Sentence", sentence)
-        if i % 16 == 15:
-            print(f"  (a) {i + 1} sentences, RSS {rss(pid)[0] / MB:,.0f} MB", flush=True)
-    figures["(a) 64 sentences, text page"], figures["(a) peak"] = rss(pid)
-    reset_peak(pid)
+    figures.step(f"(a) {n} sentences, text page", pid, await admin.models_mb())
     for seed in (2, 3):
-        await settled(distance, "Sentences, one per line", "\n".join(sentences(64, seed=seed)))
-        print(f"  (b) 64 lines, RSS {rss(pid)[0] / MB:,.0f} MB", flush=True)
-    figures["(b) 2 x 64 lines, distance page"], figures["(b) peak"] = rss(pid)
-    reset_peak(pid)
+        await settled(distance, "Sentences, one per line", "\n".join(sentences(n, seed=seed)))
+    figures.step(f"(b) 2 x {n} lines, distance page", pid, await admin.models_mb())
     run = await distance.upload_files("And your own pictures", picture_files)
-    if run.exceptions:
-        raise RuntimeError(f"pictures: the page raised {run.exceptions[0][:300]}")
-    figures["(c) 20 x 56 MP pictures, distance page"], figures["(c) peak"] = rss(pid)
-    if ours:
-        admin = await Session.open(url, "/server", timeout_s=300)
-        await admin.click("Clear cached results")
-        await admin.close()
-    else:  # Streamlit's own "Clear caches" (the C key in developer mode): st.cache_data and st.cache_resource
-        msg = BackMsg()
-        msg.clear_cache = True
-        await text._send(msg)
-        await asyncio.sleep(2)
-    for session in (text, distance):
+    if run.errors:
+        raise RuntimeError(f"pictures: the page showed {run.errors[0][:300]}")
+    figures.step(f"(c) {len(picture_files)} x 56 MP pictures, distance page", pid, await admin.models_mb())
+    return [text, distance]
+
+
+async def one_photo(url: str, name: str, data: bytes, mime: str) -> None:
+    """A new session opens the Vision page, uploads one photo, sees its result, and closes."""
+    session = await Session.open(url, "/vision", timeout_s=600)
+    try:
+        await settled(session, "Picture", "Upload", "radio")
+        label = next(w.label for w in session.last.widgets() if w.kind == "file_uploader" and w.key == "vit.upload")
+        run = await session.upload_files(label, [(name, data, mime)])
+        if run.errors or not any("top 5" in h for h in run.headings()):
+            raise RuntimeError(f"{name}: the page showed {(run.errors or ['no prediction'])[0][:300]}")
+    finally:
         await session.close()
-    await asyncio.sleep(15)  # sessions end on disconnect; their uploads, media and state go with them
-    figures["caches cleared, sessions closed"] = rss(pid)[0]
+
+
+async def photos_step(url: str, pid: int, admin: Admin, figures: Figures, files) -> None:
+    started = time.monotonic()
+    for i, (name, data, mime) in enumerate(files):
+        await one_photo(url, name, data, mime)
+        if i % 40 == 39:
+            print(f"  photos: {i + 1}, RSS {rss(pid)[0] / MB:,.0f} MB, {time.monotonic() - started:.0f} s", flush=True)
+    figures.step(f"photos: {len(files)} x 12 MP, a new session each", pid, await admin.models_mb())
+
+
+async def write(session: Session, prompt: str) -> None:
+    """Type a prompt on the Text attention page; if the continuation is written on request, ask for it."""
+    await settled(session, "Sentence", prompt, "text_area")
+    buttons = [w for w in session.last.widgets() if w.kind == "button" and ("ontinu" in w.label or "Write" in w.label)]
+    if buttons:
+        run = await session.click(buttons[0].label)
+        if run.errors:
+            raise RuntimeError(f"continuation: the page showed {run.errors[0][:300]}")
+
+
+async def smollm2_step(url: str, pid: int, admin: Admin, figures: Figures, n: int) -> None:
+    before = rss(pid)[0]
+    session = await Session.open(url, "/text?model=smollm2&new=64", timeout_s=1800)  # the default sentence
+    figures.loaded = (rss(pid)[0] - before) / MB  # smollm2 loaded (a 12-token trace and continuation besides)
+    print(f"  smollm2 loaded: the process grew by {figures.loaded:,.0f} MB", flush=True)
+    try:
+        for i, prompt in enumerate(prompts(n)):
+            await write(session, prompt)
+            print(f"  smollm2: {i + 1} prompts, RSS {rss(pid)[0] / MB:,.0f} MB", flush=True)
+    finally:
+        await session.close()
+    figures.step(f"smollm2: {n} prompts x 64 new tokens", pid, await admin.models_mb())
+
+
+async def drive(url: str, pid: int, token: str, args: argparse.Namespace, picture_files, photo_files) -> Figures:
+    """The steps of the module docstring."""
+    figures = Figures()
+    admin = await Admin.open(url, token)
+    sessions = await inputs_steps(url, pid, admin, figures, picture_files, args.sentences)
+    if photo_files:
+        await photos_step(url, pid, admin, figures, photo_files)
+    if not args.skip_smollm2:
+        await smollm2_step(url, pid, admin, figures, args.prompts)
+    for session in sessions:
+        await session.close()
+    print(f"  waiting {RESUME_S} s: closed tabs are kept that long for resuming, then released", flush=True)
+    await asyncio.sleep(RESUME_S)
+    await admin.clear()
+    await asyncio.sleep(2)
+    figures.rss["cleared"] = rss(pid)[0]
+    figures.models["cleared"] = await admin.models_mb()
+    await admin.session.close()
     return figures
 
 
-def measure(tree: Path, ours: bool, picture_files: list[tuple[str, bytes, str]], log: Path) -> dict[str, int]:
-    print(f"{'ours' if ours else 'baseline'}: {tree}", flush=True)
-    env = {"TFORMER_ADMIN": "1"} if ours else {}
+def measure(tree: Path, args: argparse.Namespace, picture_files, photo_files, log: Path) -> Figures:
+    print(f"{tree}", flush=True)
+    token = secrets.token_hex(16)
+    env = {"TFORMER_ADMIN": "1", "TFORMER_ADMIN_TOKEN": token}
+    if SHARED_MODELS.is_dir():
+        env["TFORMER_MODEL_DIRS"] = str(SHARED_MODELS)
     with server(tree, log, **env) as (url, proc):
-        return asyncio.run(drive(url, proc.pid, ours, picture_files))
+        return asyncio.run(drive(url, proc.pid, token, args, picture_files, photo_files))
 
 
 @contextlib.contextmanager
@@ -228,56 +366,79 @@ def worktree(rev: str) -> Iterator[Path]:
         subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(folder)], check=False)
 
 
-def report(ours: dict[str, int], baseline: dict[str, int] | None, budget_mb: float) -> None:
-    print()
-    print("| step | baseline RSS | ours RSS | ours / baseline |")
-    print("|---|---:|---:|---:|")
-    for step, value in ours.items():
-        base = baseline.get(step) if baseline else None
+def ceilings(ours: Figures, cache_mb: float, working_mb: float, slack_mb: float) -> dict[str, float]:
+    """Step -> the most RSS ours may have then (module docstring)."""
+    warm = ours.rss["warm-up"]
+    out = {}
+    for step in ours.rss:
+        if step == "warm-up":
+            continue
+        base = step.removesuffix(" peak")
+        weights = ours.models.get(base, ours.models["warm-up"]) - ours.models["warm-up"]
+        models = max(weights, ours.loaded if base.startswith(("smollm2", "cleared")) else 0.0) * MB
+        if step == "cleared":
+            out[step] = 1.10 * (warm + models)
+        elif step.startswith("photos") and not step.endswith("peak"):
+            out[step] = 1.10 * (warm + cache_mb * MB)
+        else:
+            extra = working_mb if step.endswith("peak") else slack_mb  # a pass under way / freed memory kept
+            out[step] = warm + models + (cache_mb + extra) * MB
+    return out
+
+
+def report(ours: Figures, baseline: Figures | None, cache_mb: float, working_mb: float, slack_mb: float) -> None:
+    limits = ceilings(ours, cache_mb, working_mb, slack_mb)
+    print("\n| step | baseline RSS | ours RSS | ours / baseline | ours may take | verdict |")
+    print("|---|---:|---:|---:|---:|---|")
+    for step, value in ours.rss.items():
+        base = baseline.rss.get(step) if baseline else None
         ratio = f"{value / base:.2f}" if base else "-"
         base_text = f"{base / MB:,.0f} MB" if base else "-"
-        print(f"| {step} | {base_text} | {value / MB:,.0f} MB | {ratio} |")
-    warm = ours["warm-up"]
-    ceiling = warm + budget_mb * MB
-    steady = max(v for k, v in ours.items() if k[0] == "(" and "peak" not in k)
-    peak = max(v for k, v in ours.items() if "peak" in k)
-    print()
+        limit = limits.get(step)
+        verdict = "-" if limit is None else ("within" if value <= limit else "OVER")
+        limit_text = "-" if limit is None else f"{limit / MB:,.0f} MB"
+        print(f"| {step} | {base_text} | {value / MB:,.0f} MB | {ratio} | {limit_text} | {verdict} |")
+    warm = ours.rss["warm-up"]
     print(
-        f"Ours: post-warm-up {warm / MB:,.0f} MB (MiniLM and vit-tiny loaded: the models of these pages) + the "
-        f"results budget {budget_mb:,.0f} MB (TFORMER_CACHE_MB) = {ceiling / MB:,.0f} MB; after each step at most "
-        f"{steady / MB:,.0f} MB ({'within' if steady <= ceiling else 'OVER'}); peak during a step "
-        f"{peak / MB:,.0f} MB ({'within' if peak <= ceiling else 'OVER'}: a forward pass's activations, freed "
-        "memory not yet handed back)."
+        f"\nOurs: post-warm-up {warm / MB:,.0f} MB ({ours.models['warm-up']:,.0f} MB of models); TFORMER_CACHE_MB "
+        f"{cache_mb:,.0f} MB; smollm2 grew the process by {ours.loaded:,.0f} MB when it loaded; freed memory kept "
+        f"for the next pass: at most {slack_mb:,.0f} MB (caches.SLACK); a pass's working memory reserved: "
+        f"{working_mb:,.0f} MB (WORKING_MB x TFORMER_PASSES)."
     )
-    back = ours["caches cleared, sessions closed"] / warm
-    print(
-        f"After clearing: {back:.2f} x the post-warm-up level (goal <= 1.10): {'within' if back <= 1.10 else 'OVER'}."
-    )
+    over = [step for step, limit in limits.items() if ours.rss[step] > limit]
+    print("Every step within its ceiling." if not over else f"OVER: {', '.join(over)}.")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--baseline-rev", default=BASELINE_REV)
     parser.add_argument("--skip-baseline", action="store_true")
+    parser.add_argument("--sentences", type=int, default=64, help="sentences of (a), lines of (b)")
+    parser.add_argument("--pictures", type=int, default=20, help="56-megapixel pictures of (c)")
+    parser.add_argument("--photos", type=int, default=160, help="photos uploaded, each by a new session (0: none)")
+    parser.add_argument("--prompts", type=int, default=8, help="smollm2 prompts of 64 new tokens each")
+    parser.add_argument("--skip-smollm2", action="store_true")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
-    from tformer_app.settings import server_settings
+    from tformer_app.caches import SLACK
+    from tformer_app.settings import WORKING_MB, server_settings
 
     settings = server_settings()
     cache = Path(tempfile.gettempdir()) / "tformer-memory-benchmark"
-    picture_files = pictures(20, cache / "pictures")
+    picture_files = pictures(args.pictures, cache / "pictures")
+    photo_files = photos(args.photos, cache / "photos")
     print(
-        f"Load average at the start: {os.getloadavg()[0]:.2f}; {os.cpu_count()} CPUs; "
-        f"{sum(len(d) for _, d, _ in picture_files) / MB:.1f} MB of pictures"
+        f"Load average at the start: {' '.join(f'{v:.2f}' for v in os.getloadavg())} (1, 5, 15 min); "
+        f"{os.cpu_count()} CPUs; {sum(len(d) for _, d, _ in photo_files) / MB:,.0f} MB of photos"
     )
     logs = Path(tempfile.mkdtemp(prefix="tformer-memory-logs-"))
     baseline = None
     if not args.skip_baseline:
         with worktree(args.baseline_rev) as tree:
-            baseline = measure(tree, False, picture_files, logs / "baseline.log")
-    ours = measure(ROOT, True, picture_files, logs / "ours.log")
-    report(ours, baseline, settings.cache_bytes / MB)
-    print(f"\nLoad average at the end: {os.getloadavg()[0]:.2f}. Server logs: {logs}")
+            baseline = measure(tree, args, picture_files, photo_files, logs / "baseline.log")
+    ours = measure(ROOT, args, picture_files, photo_files, logs / "ours.log")
+    report(ours, baseline, settings.cache_bytes / MB, WORKING_MB * settings.passes, SLACK / MB)
+    print(f"\nLoad average at the end: {' '.join(f'{v:.2f}' for v in os.getloadavg())}. Server logs: {logs}")
 
 
 if __name__ == "__main__":

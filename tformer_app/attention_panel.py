@@ -3,7 +3,7 @@
     c = attention_panel.controls(url, trace, stack="encoder", prefix="enc_")   # layer, head, views, query...
     attention_panel.draw(shown, url, c)                                          # the views chosen in c
 
-`Shown` is the trace on screen with the key it was cached under (`caches.cached(*key)`), so what the
+`Shown` is the trace on screen with the request it was cached under (`caches.result(key)`), so what the
 views derive from it once (the overview picture, the distance grid) is cached with it. The numbers
 come from tformer_views; this module only lays them out. `prefix` keeps the widgets (and URL
 parameters) of two attention sections on one page apart; with prefix "" the names are the plain
@@ -12,8 +12,10 @@ ones ("layer", "head", ...).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -23,9 +25,9 @@ from tformer_core.trace import ATTENTION_STACKS, Trace
 from tformer_views import search
 from tformer_views import text as tv
 from tformer_views.charts.attention import distance_chart, head_view_chart
-from tformer_views.charts.pickers import head_grid_chart, thumbnail_picker
+from tformer_views.charts.pickers import PICKER_PADDING, head_grid_chart, thumbnail_picker
 from tformer_views.charts.projection import qk_figure, qk_space
-from tformer_views.charts.spec import heatmap
+from tformer_views.charts.spec import fitting, heatmap
 from tformer_views.lessons.attention import tex
 from tformer_views.text import peak_weights
 from tformer_views.tokens import MAX_DETAIL_TOKENS, SPECIAL_TOKENS, display_tokens, token_window, visible_positions
@@ -50,14 +52,23 @@ VIEWS = {
 }
 OPT_IN = frozenset({"qk"})  # views a page shows only when chosen (not among the defaults of `controls`)
 SPECIAL_LABELS = frozenset(display_tokens(list(SPECIAL_TOKENS)))  # as the query box shows them
+HEAD_VIEW_MAX_PX = 900  # the head view's widest (a line from a query to a key stays easy to follow)
+# The link's settings each view draws (a slide saved with every view keeps them while another view is shown).
+VIEW_SETTINGS = {
+    "head": ("focus",),
+    "heatmap": ("matrix",),
+    "search": ("pair_key",),
+    "why": ("key",),
+    "qk": ("qk_dims", "qk_align"),
+}
 MATRICES = {"weights": "weights (softmax)", "scaled": "softmax input QKᵀ/√d_k", "scores": "scores QKᵀ"}
 
 
 @dataclass(frozen=True)
 class Shown:
-    """A trace on screen: `key` is what `caches.cached` was called with to get the result holding it."""
+    """A trace on screen: `key` is the cache request whose result holds it."""
 
-    key: tuple
+    key: caches.Request[Any]
     trace: Trace
 
 
@@ -82,40 +93,52 @@ def controls(
     stack: str | None = None,
     prefix: str = "",
     default_query: int | None = None,
+    default_head: tuple[int, int] | None = None,
     views: Sequence[str] = tuple(VIEWS),
     default_views: Sequence[str] | None = None,
     label: str = "",
     keys: bool = True,
+    where: Any = None,
 ) -> Controls:
     """Layer, head, hide-special-tokens, the views to show, the query token and (long inputs) the window.
 
     label ("encoder ", ...) starts the layer and head selectors' names. keys: arrow and page keys step
-    through the heads and layers (one section of a page may have them).
+    through the heads and layers (one section of a page may have them). default_head: (layer, head) chosen
+    when the link names none (else the first). where: a container for the layer,
+    head and query boxes (presenter mode's closed settings, `presenter.settings_box`); the keys and the
+    views stay on the page.
     """
     stack = stack or trace.main_stack
     L, H = trace.layers_in(stack), trace.n_heads
     q_tokens, _ = trace.tokens_for(stack)
-    c1, c2, c3 = st.columns([1, 1, 2])
+    box = st if where is None else where
+    first_layer, first_head = default_head or (0, 0)
+    c1, c2, c_query, c3 = box.columns([1, 1, 2, 1.6], vertical_alignment="bottom")
     layer = c1.selectbox(
-        f"{label}layer".capitalize(), list(range(L)), key=url.key(f"{prefix}layer", 0, choices=range(L))
+        f"{label}layer".capitalize(), list(range(L)), key=url.key(f"{prefix}layer", first_layer, choices=range(L))
     )
-    head = c2.selectbox(f"{label}head".capitalize(), list(range(H)), key=url.key(f"{prefix}head", 0, choices=range(H)))
+    head = c2.selectbox(
+        f"{label}head".capitalize(), list(range(H)), key=url.key(f"{prefix}head", first_head, choices=range(H))
+    )
     hide = c3.checkbox(
-        "Hide [CLS], [SEP], <s>, </s>, BOS",
+        "Hide [CLS], [SEP], BOS",
         key=url.key(f"{prefix}hide", False),
         help="Drops their rows and columns and renormalises each row over the remaining tokens; "
         "the share of attention they received is reported.",
     )
-    if keys:
-        head_keys(url, prefix, L, H)
     url.key(f"{prefix}heads", list(range(H)), choices=list(range(H)))
-    chosen = _views(url, prefix, views, default_views)
+    # The keys' buttons and the views: one row on a projector in presenter mode (the page's whole width).
+    row = presenter.presenting() and where is not None
+    with st.container(horizontal=True, vertical_alignment="center") if row else contextlib.nullcontext():
+        if keys:
+            head_keys(url, prefix, L, H)
+        chosen = _views(url, prefix, views, default_views)
     shown = visible_positions(q_tokens, hide)
-    query = _query(url, prefix, shown, display_tokens(q_tokens), default_query)
+    query = _query(url, prefix, shown, display_tokens(q_tokens), default_query, c_query)
     window = slice(None)
     if len(shown) > MAX_DETAIL_TOKENS:
         last_start = len(shown) - MAX_DETAIL_TOKENS
-        start = st.number_input(
+        start = box.number_input(
             f"Long input: the head view, heatmap and Q/K/V show {MAX_DETAIL_TOKENS} tokens from this one",
             min_value=0,
             max_value=last_start,
@@ -151,18 +174,38 @@ def _views(url: UrlState, prefix: str, views: Sequence[str], default_views: Sequ
     views_key = url.key(f"{prefix}views", defaults, choices=list(views))
     if presenter.presenting():
         view_key = url.key(f"{prefix}view", defaults[0], choices=list(views))
-        one = st.pills("View", list(views), key=view_key, format_func=VIEWS.get, selection_mode="single")
+        one = st.pills(
+            "View",
+            list(views),
+            key=view_key,
+            format_func=lambda view: VIEWS.get(view, view),
+            selection_mode="single",
+            label_visibility="collapsed",
+        )
         return (one or defaults[0],)
-    return tuple(st.pills("Views", list(views), key=views_key, format_func=VIEWS.get, selection_mode="multi") or ())
+    url.undrawn(f"{prefix}view")  # presenter mode's one view, for when it is on again
+    chosen = st.pills(
+        "Views",
+        list(views),
+        key=views_key,
+        format_func=lambda view: VIEWS.get(view, view),
+        selection_mode="multi",
+        label_visibility="collapsed",
+    )
+    return tuple(chosen or ())
 
 
-def _query(url: UrlState, prefix: str, shown: np.ndarray, labels: list[str], default: int | None) -> int:
+def _query(
+    url: UrlState, prefix: str, shown: np.ndarray, labels: list[str], default: int | None, where: Any = st
+) -> int:
     """The query token: `default` ("it" on the Text attention page) when there is one, else the first token
     that is not a special one; a new input keeps the same word when it has it."""
     options = [int(i) for i in shown]
     content = [i for i in options if labels[i] not in SPECIAL_LABELS] or options
     fallback = int(default) if default is not None and default in options else content[0]
-    return following_choice(url, f"{prefix}query", "Query token (the row being explained)", options, labels, fallback)
+    return following_choice(
+        url, f"{prefix}query", "Query token (the row being explained)", options, labels, fallback, where=where
+    )
 
 
 def _key(url: UrlState, c: Controls, name: str) -> str:
@@ -202,6 +245,7 @@ def kv_sharing(trace: Trace, head: int) -> str | None:
 def draw(shown: Shown, url: UrlState, c: Controls, label: str = "") -> None:
     """Every view chosen in `c`, in a fixed order. `label` ("encoder ", ...) goes into the titles."""
     trace = shown.trace
+    url.undrawn(*(c.prefix + name for view, names in VIEW_SETTINGS.items() if view not in c.views for name in names))
     if "head" in c.views:
         draw_head_view(trace, url, c, label)
     if "heatmap" in c.views:
@@ -221,22 +265,39 @@ def draw(shown: Shown, url: UrlState, c: Controls, label: str = "") -> None:
 
 
 def draw_head_view(trace: Trace, url: UrlState, c: Controls, label: str = "") -> None:
+    """Every head's lines from the queries to the keys. In presenter mode the chosen head (stepped with the
+    keys) is drawn in colour over the others, grey and faint; else the heads chosen in a box, one colour each."""
     H = trace.n_heads
-    st.subheader(f"Head view · {label}layer {c.layer}", anchor=f"{c.prefix}head-view")
-    if presenter.presenting():  # every head; a click on the legend shows one
-        heads = list(range(H))
+    presenting = presenter.presenting()
+    where = f"{label}layer {c.layer}, head {c.head}" if presenting else f"{label}layer {c.layer}"
+    st.subheader(f"Head view · {where}", anchor=f"{c.prefix}head-view")
+    focus_key = url.key(f"{c.prefix}focus", False)
+    if presenting:  # every head, the chosen one over the others; no boxes (the keys step the head)
+        heads, focus = list(range(H)), bool(st.session_state[focus_key])
     else:
-        heads = st.multiselect("Heads shown (one colour each)", list(range(H)), key=_key(url, c, "heads"))
-    focus = st.checkbox("Only the query token's lines", key=url.key(f"{c.prefix}focus", False))
+        left, right = st.columns([1, 2], vertical_alignment="center")
+        heads_key = _key(url, c, "heads")
+        chosen = st.session_state.get(heads_key, list(range(H)))
+        with left.popover(f"Heads shown: {'all ' + str(H) if len(chosen) == H else ', '.join(map(str, chosen))}"):
+            heads = st.multiselect("Heads shown (one colour each)", list(range(H)), key=heads_key)
+        focus = right.checkbox("Only the query token's lines", key=focus_key)
     view = tv.head_view(
         trace, c.layer, heads, c.stack, hide_special=c.hide, window=c.window, focus=c.query if focus else None
     )
+    scale = presenter.scale()
     downloads.chart(
         head_view_chart(
-            view, H, title=f"{label}layer {c.layer}: queries (left) → keys (right)", scale=presenter.scale()
+            view,
+            H,
+            # In presenter mode the heading above says it, and the view keeps the first screen's room.
+            title="" if presenting else f"{label}{where}: queries (left) → keys (right)",
+            row_px=15 if presenting else 18,
+            scale=scale,
+            highlight=c.head if presenting else None,
+            width=min(presenter.room(), round(HEAD_VIEW_MAX_PX * scale)),
         ),
         key=_key(url, c, "chart.head_view"),
-        file_name=f"{c.prefix}head_view_L{c.layer}",
+        file_name=f"{c.prefix}head_view_L{c.layer}" + (f"_H{c.head}" if presenting else ""),
     )
     note = (
         f"Line opacity = weight; lines below {view.threshold:.3f} are not drawn. "
@@ -279,6 +340,7 @@ def draw_heatmap(trace: Trace, url: UrlState, c: Controls, label: str = "") -> N
         clickable=True,
         cell_size=presenter.cell_size(max(len(m.queries), len(m.keys))),
     )
+    chart["usermeta"] = {"scale": presenter.scale()}  # sized for the room and presenter mode already
     name = f"{c.prefix}attention_L{layer}_H{head}_{part}"
     pick_key = _key(url, c, "chart.heatmap")
 
@@ -288,7 +350,7 @@ def draw_heatmap(trace: Trace, url: UrlState, c: Controls, label: str = "") -> N
             choose_token(url, f"{c.prefix}query", int(m.queries[cell[0]]))
             choose_token(url, f"{c.prefix}pair_key", int(m.keys[cell[1]]))
 
-    downloads.chart(chart, key=pick_key, file_name=name, on_select=pick, selection_mode="pair")
+    downloads.chart(chart, key=pick_key, file_name=name, on_select=url.callback(pick), selection_mode="pair")
     st.caption("Click a cell to make its row the query and search the heads that link its two tokens.")
     downloads.matrix_download(
         full.weights, full.query_labels, full.key_labels, f"{name}.csv", key=_key(url, c, "csv_matrix")
@@ -307,7 +369,7 @@ def draw_search(shown: Shown, url: UrlState, c: Controls, label: str = "") -> No
     trace = shown.trace
     q_labels, k_labels = (display_tokens(t) for t in trace.tokens_for(c.stack))
     st.subheader(f"Which {label}heads link two tokens?")
-    rows = caches.derived("query_rows", shown.key, c.stack, c.query)  # [layers, heads, keys]
+    rows = caches.query_rows(shown.key, c.stack, c.query)  # [layers, heads, keys]
     default = search.default_key(trace.tokens_for(c.stack)[1], c.query, int(np.argmax(rows[c.layer, c.head])))
     left, right = st.columns([1, 1])
     with left:
@@ -328,7 +390,7 @@ def draw_search(shown: Shown, url: UrlState, c: Controls, label: str = "") -> No
             head_grid_chart(grid, (c.layer, c.head), title="click a head to select it", value_title="weight"),
             key=pick_key,
             file_name=f"{c.prefix}heads_{c.query}_{key}",
-            on_select=pick,
+            on_select=url.callback(pick),
             selection_mode="cell",
         )
     with right:
@@ -337,7 +399,7 @@ def draw_search(shown: Shown, url: UrlState, c: Controls, label: str = "") -> No
             st.button(
                 f"layer {layer}, head {head}: {weight:.3f}",
                 key=_key(url, c, f"rank.{layer}.{head}"),
-                on_click=select_head,
+                on_click=url.callback(select_head),
                 args=(url, c.prefix, layer, head),
                 type="primary" if (layer, head) == (c.layer, c.head) else "secondary",
             )
@@ -357,9 +419,14 @@ def select_head(url: UrlState, prefix: str, layer: int, head: int) -> None:
     url.set(f"{prefix}head", int(head))
 
 
+def thumbnail_width(png: bytes) -> int:
+    """The overview picture's width in pixels, read from its PNG header (bytes 16-19)."""
+    return int.from_bytes(png[16:20], "big")
+
+
 def draw_overview(shown: Shown, url: UrlState, c: Controls, label: str = "") -> None:
     st.subheader(f"All {label}layers × heads")
-    picture = caches.derived("overview", shown.key, c.stack, c.hide)
+    picture = caches.overview_picture(shown.key, c.stack, c.hide)
     n_q, n_k = picture.n_tokens
     b = picture.block
     detail = "one pixel per token pair" if b == 1 else f"each pixel averages {b}×{b} token pairs"
@@ -376,11 +443,13 @@ def draw_overview(shown: Shown, url: UrlState, c: Controls, label: str = "") -> 
             select_head(url, c.prefix, *cell)
             scroll_to_views(url, c.prefix)
 
+    # As large as the main column allows (half as large again at most: the thumbnails are small pictures).
+    picker_px = max(200, min(presenter.room() - 2 * PICKER_PADDING, round(1.5 * thumbnail_width(picture.png))))
     st.vega_lite_chart(
-        thumbnail_picker(picture.png, boxes),
+        thumbnail_picker(picture.png, boxes, width=picker_px),
         width="content",
         key=thumbs_key,
-        on_select=pick_thumbnail,
+        on_select=url.callback(pick_thumbnail),
         selection_mode="cell",
     )
     st.caption(caption + " Click a thumbnail to select that head.")
@@ -389,7 +458,7 @@ def draw_overview(shown: Shown, url: UrlState, c: Controls, label: str = "") -> 
         values = peak_weights(shown.trace, "cross")
         title, value_title = "Click a head to select it (colour: mean of each row's largest weight)", "peak weight"
     else:
-        values = caches.derived("token_distances", shown.key, c.stack, c.hide)
+        values = caches.token_distances(shown.key, c.stack, c.hide)
         title, value_title = "Click a head to select it (colour: mean distance, tokens)", "distance"
     pick_key = _key(url, c, "cell_pick")
 
@@ -402,7 +471,7 @@ def draw_overview(shown: Shown, url: UrlState, c: Controls, label: str = "") -> 
         head_grid_chart(values, (c.layer, c.head), title=title, value_title=value_title),
         key=pick_key,
         file_name=f"{c.prefix}heads_grid",
-        on_select=pick,
+        on_select=url.callback(pick),
         selection_mode="cell",
     )
 
@@ -442,8 +511,10 @@ def draw_qkv(trace: Trace, url: UrlState, c: Controls, label: str = "") -> None:
                 col_title="dimension",
                 diverging=True,
                 annotate=False,
-                cell_width=max(3, min(12, 120 // max(matrix.shape[1], 1))),  # fits a third of a 1280-px page
             )
+            # Its third of the page, whatever the page's width: the dimensions' columns narrow to fit (at most
+            # 12 px each).
+            chart = fitting(chart, 12 * max(matrix.shape[1], 1))
             chart["title"] = {"text": chart["title"], "subtitle": f"{full[name][0].shape[0]} × {matrix.shape[1]}"}
             which = f"KV{trace.kv_head(head)}" if name != "Q" and sharing else f"H{head}"
             file_name = f"{c.prefix}{name}_L{layer}_{which}"
@@ -623,8 +694,8 @@ def _qk_caption(trace: Trace, space, c: Controls, head: int, align: bool) -> str
 def draw_distance(shown: Shown, url: UrlState, c: Controls, label: str = "") -> None:
     L, H = shown.trace.layers_in(c.stack), shown.trace.n_heads
     st.subheader(f"How far each {label}head looks")
-    distances = caches.derived("token_distances", shown.key, c.stack, c.hide)
-    baseline = caches.derived("uniform_token_distance", shown.key, c.stack, c.hide)
+    distances = caches.token_distances(shown.key, c.stack, c.hide)
+    baseline = caches.uniform_token_distance(shown.key, c.stack, c.hide)
     downloads.chart(
         distance_chart(distances, baseline, H, (c.layer, c.head), title=f"mean attention distance per {label}head"),
         key=_key(url, c, "chart.distance"),

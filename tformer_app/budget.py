@@ -101,6 +101,7 @@ class _Pending:
         self.done = threading.Event()
         self.value: Any = None
         self.error: BaseException | None = None
+        self.abandoned = False  # stopped without a result or a failure: a waiter computes it
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,6 +123,8 @@ class ByteBudgetCache:
     on_evict(bytes): called (outside the lock) after entries were dropped, e.g. to give memory back.
     device_budget_bytes: what the entries may hold on a GPU (by `device_size_of`), counted apart from the host's
     bytes (a trace on the GPU costs its memory, not the host's); None: not bounded.
+    shared(): bytes held elsewhere that count against the same budget (the sessions' uploads): the cache keeps
+    at most budget_bytes - shared() itself, and at least its most recent entry.
     """
 
     def __init__(
@@ -131,6 +134,7 @@ class ByteBudgetCache:
         weigh: Callable[[Any], int] = size_of,
         on_evict: Callable[[int], None] | None = None,
         device_budget_bytes: int | None = None,
+        shared: Callable[[], int] | None = None,
     ) -> None:
         self.name = name
         self.budget_bytes = int(budget_bytes)
@@ -139,6 +143,7 @@ class ByteBudgetCache:
         self._on_evict = on_evict
         self._device_used = 0
         self._device_sizes: dict[Hashable, int] = {}  # the entries that hold GPU memory
+        self._shared = shared
         self._entries: OrderedDict[Hashable, tuple[Any, int]] = OrderedDict()
         self._pending: dict[Hashable, _Pending] = {}
         self._lock = threading.Lock()
@@ -152,22 +157,26 @@ class ByteBudgetCache:
                 self._entries.move_to_end(key)
                 self._hits += 1
                 return self._entries[key][0]
-            pending = self._pending.get(key)
-            owner = pending is None
-            if owner:
+            under_way = self._pending.get(key)
+            owner = under_way is None
+            if under_way is None:
                 pending = self._pending[key] = _Pending()
                 self._misses += 1
             else:
+                pending = under_way
                 self._hits += 1
         if not owner:
             pending.done.wait()
+            if pending.abandoned:  # the session computing it was stopped (a rerun): this one computes it
+                return self.get_or_compute(key, compute)
             if pending.error is not None:
                 raise pending.error
             return pending.value
         try:
             value = compute()
         except BaseException as error:
-            pending.error = error
+            # A failure is every waiter's; a stop of the computing session's script (not an Exception) is not.
+            pending.error, pending.abandoned = (error, False) if isinstance(error, Exception) else (None, True)
             with self._lock:
                 del self._pending[key]
             pending.done.set()
@@ -182,7 +191,6 @@ class ByteBudgetCache:
     def _store(self, key: Hashable, value: Any) -> None:
         size = self._weigh(value)
         on_device = device_size_of(value) if self.device_budget_bytes is not None else 0
-        freed = 0
         with self._lock:
             if size > self.budget_bytes or (
                 self.device_budget_bytes is not None and on_device > self.device_budget_bytes
@@ -196,18 +204,28 @@ class ByteBudgetCache:
             if on_device:
                 self._device_sizes[key] = on_device
                 self._device_used += on_device
-            while self._over_budget() and len(self._entries) > 1:
+        freed = self.trim()
+        if freed and self._on_evict is not None:
+            self._on_evict(freed)
+
+    def trim(self) -> int:
+        """Drop least recently used entries until this cache and what it shares its budget with fit, on the host
+        and on a GPU (its most recent entry stays); returns the host bytes dropped. Runs after every store, and
+        whenever the shared part grew."""
+        shared = self._shared() if self._shared is not None else 0
+        freed = 0
+        with self._lock:
+            while self._over_budget(shared) and len(self._entries) > 1:
                 dropped_key, (_, dropped) = self._entries.popitem(last=False)
                 self._used -= dropped
                 self._device_used -= self._device_sizes.pop(dropped_key, 0)
                 self._evicted += 1
                 freed += dropped
-        if freed and self._on_evict is not None:
-            self._on_evict(freed)
+        return freed
 
-    def _over_budget(self) -> bool:
+    def _over_budget(self, shared: int) -> bool:
         over_device = self.device_budget_bytes is not None and self._device_used > self.device_budget_bytes
-        return self._used > self.budget_bytes or over_device
+        return self._used + shared > self.budget_bytes or over_device
 
     def peek(self, key: Hashable) -> Any | None:
         """The cached value for `key` without computing or reordering anything (None when absent)."""

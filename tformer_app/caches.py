@@ -20,21 +20,26 @@ all sessions and read-only: pages must not modify them.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar, cast
 
+import numpy as np
+import pandas as pd
 import streamlit as st
 import torch
+from streamlit.runtime.scriptrunner_utils.exceptions import ScriptControlException
 
 import tformer_core as tc
 from tformer_core.bundled import BUNDLED_MODELS
+from tformer_core.capture import matching
 from tformer_core.checkpoints import BUNDLED_TEXT
 from tformer_core.checkpoints.sources import looks_like_path
 from tformer_core.trace import lean
@@ -47,14 +52,17 @@ from tformer_views import seq2seq as sv
 from tformer_views import vision as vv
 from tformer_views.lessons import block as lb
 
-from . import gpu, session_models
+from . import gpu, logs, session_models, sessions
 from .budget import ByteBudgetCache, CacheStats
 from .markdown import escape
 from .settings import server_settings
 
 Progress = Callable[[float, str], None]
+ResultT = TypeVar("ResultT")
 RETRY_AFTER_S = 300.0  # a failed load is not tried again for this long (an unreachable hub costs seconds a try)
-SLACK = 128 * 2**20  # freed memory the process may keep for reuse before it is handed back to the OS
+# Freed memory the process may keep for reuse before it is handed back to the OS: more saves page faults on the
+# next pass (a few percent of a BERT-base pass), less keeps the resident size closer to what the caches hold.
+SLACK = 32 * 2**20
 
 SETTINGS = server_settings()
 
@@ -95,7 +103,7 @@ class _GiveBack:
 
 
 def _held() -> int:
-    return _results.stats().used_bytes + _models.stats().used_bytes
+    return _results.stats().used_bytes + _models.stats().used_bytes + sessions.held_bytes()
 
 
 _give_back = _GiveBack()
@@ -111,31 +119,85 @@ def model_bytes(model: torch.nn.Module) -> int:
 
 
 _models = ByteBudgetCache("models", SETTINGS.models_bytes, weigh=model_bytes, on_evict=_give_back.check)
-_failures: OrderedDict[str, tuple[Exception, float]] = OrderedDict()
+
+
+@dataclass(frozen=True)
+class _Failure:
+    """A load that failed: its message, and no exception object. An exception raised again keeps growing its
+    traceback with every page that hits it, and keeps those pages' frames (their uploads, their traces) alive."""
+
+    message: str
+    at: float
+
+    def error(self) -> tc.CheckpointError:
+        """A new exception, with a traceback of its own, each time."""
+        return tc.CheckpointError(self.message)
+
+
+_failures: OrderedDict[str, _Failure] = OrderedDict()
 _failures_lock = threading.Lock()
 
 
 def cached_model(source: str, progress: Progress | None = None) -> tc.TracedModel:
-    """The model for `source`, loaded once per server process; raises what the loader raises.
+    """The model for `source`, loaded once per server process; CheckpointError when it cannot be loaded.
 
-    Concurrent sessions asking for one model load it once. A failed load is tried again after
-    RETRY_AFTER_S (until then the same error comes back at once, without touching the hub). A model trained
+    Concurrent sessions asking for one model load it once. A failed load is logged with its cause once, and
+    tried again after RETRY_AFTER_S (until then a new error with the same message comes back at once,
+    without touching the hub). A bug in the loader (any other exception) is raised as it is. A model trained
     on the Train page ("session:...") comes from this session's own models, never from the shared cache.
     """
     if session_models.is_session_name(source):
         return session_models.get(source)
     with _failures_lock:
         failure = _failures.get(source)
-    if failure is not None and time.monotonic() - failure[1] < RETRY_AFTER_S:
-        raise failure[0]
+    if failure is not None and time.monotonic() - failure.at < RETRY_AFTER_S:
+        raise failure.error()
     try:
         return _models.get_or_compute(source, lambda: tc.load_model(source, progress=progress))
-    except (tc.CheckpointError, ValueError, OSError) as error:
+    except (tc.CheckpointError, OSError) as error:  # OSError: a file system's own refusal (a full disk...)
+        logs.failure(f"loading the model {source!r}", error)
+        message = str(error) if isinstance(error, tc.CheckpointError) else f"{source} cannot be read from disk"
         with _failures_lock:
-            _failures[source] = (error, time.monotonic())
+            _failures[source] = _Failure(message, time.monotonic())
             while len(_failures) > 64:
                 _failures.popitem(last=False)
-        raise
+        raise tc.CheckpointError(message) from None
+
+
+@contextlib.contextmanager
+def progress_bar() -> Iterator[Progress]:
+    """A progress bar in the page for work other sessions may be waiting on (a model load, many pictures),
+    removed afterwards. A rerun asked for meanwhile (a click, a key) reaches the script where the bar is drawn:
+    it is held until the work is done and raised then, so the work is not thrown away, for this session or
+    for the others waiting on it."""
+    slot = st.empty()
+    held: list[ScriptControlException] = []
+
+    def progress(fraction: float, message: str) -> None:
+        if held:
+            return
+        try:
+            slot.progress(min(max(fraction, 0.0), 1.0), text=escape(message))
+        except ScriptControlException as stop:
+            held.append(stop)
+
+    try:
+        yield progress
+    finally:
+        slot.empty()
+    if held:
+        raise held[0]
+
+
+def hub_unreachable() -> bool:
+    """True when the hub is switched off (HF_HUB_OFFLINE), or a load failed in the last RETRY_AFTER_S because it
+    could not be reached: then a hub model not in the local cache cannot be had (the model lists say so)."""
+    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
+        return True
+    now = time.monotonic()
+    with _failures_lock:
+        recent = [failure.message for failure in _failures.values() if now - failure.at < RETRY_AFTER_S]
+    return any("cannot be reached" in message for message in recent)
 
 
 def load_model(source: str, quiet: bool = False) -> tc.TracedModel | None:
@@ -145,25 +207,30 @@ def load_model(source: str, quiet: bool = False) -> tc.TracedModel | None:
     returns None: the page stops drawing that part, the session keeps working. quiet: no message
     (the page falls back to another model and says so itself).
     """
-    bar = st.empty()
-
-    def progress(fraction: float, message: str) -> None:
-        bar.progress(min(max(fraction, 0.0), 1.0), text=escape(message))
-
     try:
-        return cached_model(source, progress)
-    except (tc.CheckpointError, ValueError, OSError) as error:
+        with progress_bar() as progress:
+            return cached_model(source, progress)
+    except tc.CheckpointError as error:
         if not quiet:
             st.error(f"Could not load **{escape(source)}**: {escape(error)}")
         return None
-    finally:
-        bar.empty()
+    except Exception as error:  # a bug in a loader: said as one, never as if the model id were wrong
+        what = f"Loading {source}"
+        note_id = logs.bug(what, error)
+        if not quiet:
+            st.error(logs.bug_note(what, note_id))
+        return None
 
 
 def is_server_model(source: str) -> bool:
     """True for the models this server offers itself (bundled ones and folders under its model folders,
     named as `local_model_names` names them), False for a hub id someone typed."""
     return source in BUNDLED_TEXT or source in BUNDLED_MODELS or looks_like_path(source)
+
+
+def is_loaded(source: str) -> bool:
+    """True when this server holds the model for `source` already (using it costs no load)."""
+    return source in loaded_models()
 
 
 def loaded_models() -> list[str]:
@@ -181,8 +248,18 @@ def views_read(name: str) -> bool:
     return lean(name) and not name.endswith(_UNREAD) and ".cross_attn.out" not in name
 
 
+def _text_model(model: tc.TracedModel) -> tc.EncoderModel | tc.CausalLM:
+    if not isinstance(model, (tc.EncoderModel, tc.CausalLM)):
+        raise tc.InputError(f"this reads text with an encoder or a decoder-only model, not a {model.kind} model")
+    return model
+
+
 def _trace_text(model: tc.TracedModel, text: str, pair: str | None) -> tc.Trace:
-    trace = model.trace(text, pair=pair, keep=views_read) if pair else model.trace(text, keep=views_read)
+    reader = _text_model(model)
+    if isinstance(reader, tc.EncoderModel):
+        trace = reader.trace(text, pair=pair or None, keep=views_read)
+    else:
+        trace = reader.trace(text, keep=views_read)
     return trace.compact()
 
 
@@ -213,7 +290,7 @@ def _analyse_image(model: tc.TracedModel, data: bytes, name: str) -> vv.VisionRe
 def _token_distance(model: tc.TracedModel, text: str) -> tuple[Any, float]:
     """(mean attention distance [layers, heads] in tokens, uniform baseline) of one sentence; the
     trace is dropped as soon as its figures are computed (a batch of 64 sentences keeps 64 small grids)."""
-    trace = model.trace(text, keep=lambda name: name.endswith((".attn.q", ".attn.k", ".attn.mask")))
+    trace = _text_model(model).trace(text, keep=matching("**.attn.q", "**.attn.k", "**.attn.mask"))
     return distance.token_distances(trace), distance.uniform_token_distance(trace)
 
 
@@ -242,10 +319,92 @@ COMPUTATIONS: dict[str, Callable[..., Any]] = {
     "detr": dv.analyse,
 }
 
+# The sessions' uploads and the pictures they were sent share this budget: while a class holds many photos,
+# fewer results are kept (tformer_app.sessions). Results on a GPU are bounded apart, in its bytes.
 _results = ByteBudgetCache(
-    "results", SETTINGS.cache_bytes, on_evict=_give_back.check, device_budget_bytes=SETTINGS.results_gpu_bytes
+    "results",
+    SETTINGS.cache_bytes,
+    on_evict=_give_back.check,
+    device_budget_bytes=SETTINGS.results_gpu_bytes,
+    shared=sessions.held_bytes,
 )
 _passes = gpu.pass_slots(SETTINGS.passes, DEVICE)  # per GPU across processes when the models run on one
+
+
+@dataclass(frozen=True)
+class Request(Generic[ResultT]):
+    """One cached computation, typed by what it gives: COMPUTATIONS[kind](the model for `source`, *args).
+
+    Pages build one with the functions below (`text_trace(...)`, `picture(...)`, ...), read it with `result`,
+    and hand it to the derived views (`overview`, `query_rows`, ...), so the type checker knows what each
+    returns; equal requests share one cached result for the whole server."""
+
+    kind: str
+    source: str
+    args: tuple[Any, ...] = ()
+
+
+def text_trace(source: str, text: str, pair: str | None = None) -> Request[tc.Trace]:
+    return Request("text", source, (text, pair))
+
+
+def translation(source: str, sentence: str, max_new_tokens: int) -> Request[sv.Translation]:
+    return Request("translate", source, (sentence, int(max_new_tokens)))
+
+
+def teacher_forced(source: str, sentence: str, target: str) -> Request[sv.Translation]:
+    return Request("teacher", source, (sentence, target))
+
+
+def continuation(
+    source: str, prompt: str, max_new_tokens: int, temperature: float, top_k: int | None, seed: int
+) -> Request[gen.Continuation]:
+    return Request("generate", source, (prompt, max_new_tokens, temperature, top_k, seed))
+
+
+def picture(source: str, data: bytes, name: str) -> Request[vv.VisionResult]:
+    return Request("image", source, (data, name))
+
+
+def token_distance(source: str, text: str) -> Request[tuple[np.ndarray, float]]:
+    return Request("token_distance", source, (text,))
+
+
+def block_text(source: str, text: str) -> Request[tc.Trace]:
+    return Request("block_text", source, (text,))
+
+
+def block_translation(source: str, sentence: str) -> Request[sv.Translation]:
+    return Request("block_translation", source, (sentence,))
+
+
+def block_image(source: str, data: bytes, name: str) -> Request[vv.VisionResult]:
+    return Request("block_image", source, (data, name))
+
+
+def small_trace(source: str, text: str) -> Request[tc.Trace]:
+    return Request("small_trace", source, (text,))
+
+
+def shift(source: str, data: bytes, name: str, k: int) -> Request[ib.ShiftStudy]:
+    return Request("shift", source, (data, name, int(k)))
+
+
+def shift_sweep(source: str, data: bytes, name: str, shifts: tuple[int, ...]) -> Request[pd.DataFrame]:
+    return Request("shift_sweep", source, (data, name, tuple(shifts)))
+
+
+def mae(source: str, data: bytes, name: str, seed: int) -> Request[mv.MAEResult]:
+    return Request("mae", source, (data, name, int(seed)))
+
+
+def detr(source: str, data: bytes, name: str) -> Request[dv.DetrResult]:
+    return Request("detr", source, (data, name))
+
+
+def result(request: Request[ResultT]) -> ResultT:
+    """What `request` computes, once per request for the whole server (a pass waits for a free slot)."""
+    return cast(ResultT, cached(request.kind, request.source, *request.args))
 
 
 def _key(args: tuple) -> tuple:
@@ -324,6 +483,58 @@ def derived(view: str, key: tuple, *args: Any) -> Any:
     return _results.get_or_compute(("derived", view, _key(key), *_key(args)), lambda: VIEWS[view](cached(*key), *args))
 
 
+def _view(view: str, request: Request[Any] | tuple, *args: Any) -> Any:
+    key = request if isinstance(request, tuple) else (request.kind, request.source, *request.args)
+    return derived(view, key, *args)
+
+
+def overview_picture(request: Request[Any], stack: str, hide: bool) -> overview.Overview:
+    """All layers x heads as one picture (tformer_views.overview) of the trace in `request`'s result."""
+    return cast(overview.Overview, _view("overview", request, stack, hide))
+
+
+def token_distances(request: Request[Any], stack: str, hide: bool) -> np.ndarray:
+    """Mean attention distance [layers, heads] in tokens."""
+    return cast(np.ndarray, _view("token_distances", request, stack, hide))
+
+
+def uniform_token_distance(request: Request[Any], stack: str, hide: bool) -> float:
+    return float(_view("uniform_token_distance", request, stack, hide))
+
+
+def query_rows(request: Request[Any], stack: str, query: int) -> np.ndarray:
+    """One query's weights in every layer and head: [layers, heads, keys]."""
+    return cast(np.ndarray, _view("query_rows", request, stack, query))
+
+
+def teacher_agreement(request: Request[sv.Translation]) -> int:
+    return int(_view("teacher_agreement", request))
+
+
+def grid_picture(request: Request[vv.VisionResult]) -> bytes:
+    """The picture cut into its patches, as PNG."""
+    return cast(bytes, _view("grid_picture", request))
+
+
+def patch_sequence(request: Request[vv.VisionResult]) -> bytes:
+    """The patches in a row, as the model reads them, as PNG."""
+    return cast(bytes, _view("patch_sequence", request))
+
+
+def image_distances(request: Request[vv.VisionResult]) -> np.ndarray:
+    """Mean attention distance [layers, heads] in pixels."""
+    return cast(np.ndarray, _view("image_distances", request))
+
+
+def rollout(request: Request[vv.VisionResult], fusion: str, discard: float) -> np.ndarray:
+    """Attention rollout to the class token over the patch grid [rows, cols]."""
+    return cast(np.ndarray, _view("rollout", request, fusion, float(discard)))
+
+
+def stream_norms(request: Request[Any], stack: str) -> lb.StreamNorms:
+    return cast(lb.StreamNorms, _view("stream_norms", request, stack))
+
+
 def _figure_7(model: tc.TracedModel) -> tuple[bytes, list[float], bytes]:
     pcs, variance = vv.embedding_filter_pcs(model)
     return pictures.to_png(pcs), [float(v) for v in variance], pictures.to_png(vv.position_similarity_maps(model))
@@ -360,19 +571,16 @@ def computed(key: tuple, compute: Callable[[Progress], Any], label: str) -> Any:
     The bar is drawn outside any Streamlit cache: Streamlit replays elements drawn inside a cached
     function on later hits, and the bar belongs to the page that asked first.
     """
-    slot = st.empty()
+    with progress_bar() as progress:
+        progress(0.0, label)
 
-    def run() -> Any:
-        bar = slot.progress(0.0, text=escape(label))
-        try:
-            return in_turn(lambda: compute(lambda f, m: bar.progress(min(max(f, 0.0), 1.0), text=escape(m))))
-        finally:
-            _give_back.check()
+        def run() -> Any:
+            try:
+                return in_turn(lambda: compute(progress))
+            finally:
+                _give_back.check()
 
-    try:
         return _results.get_or_compute(("computed", *_key(key)), run)
-    finally:
-        slot.empty()
 
 
 # ---- for the server page and the tests --------------------------------------------------------------
@@ -381,6 +589,7 @@ class MemoryReport:
     results: CacheStats
     models: CacheStats
     rss_bytes: int | None
+    sessions_bytes: int = 0  # the sessions' uploads and media (counted in the results' budget)
     gpu_bytes: int | None = None  # what this process's tensors hold on its GPU; None without one
 
 
@@ -395,15 +604,30 @@ def rss_bytes() -> int | None:
 
 def memory_report() -> MemoryReport:
     on_gpu = torch.cuda.memory_allocated(DEVICE) if DEVICE.type == "cuda" else None
-    return MemoryReport(_results.stats(), _models.stats(), rss_bytes(), on_gpu)
+    return MemoryReport(_results.stats(), _models.stats(), rss_bytes(), sessions.held_bytes(), on_gpu)
 
 
 def clear_results() -> int:
-    """Drop every cached result (models stay loaded) and give the memory back; returns the bytes dropped."""
+    """Drop every cached result (models stay loaded), release what ended sessions still hold, and give the
+    memory back; returns the bytes of results dropped."""
     freed = _results.clear()
+    sessions.release_ended()
     _give_back.level = None  # hand everything back now
     _give_back.check()
     return freed
+
+
+def swept(released: int) -> None:
+    """After each sweep of tformer_app.sessions (every 30 s): hand back every freed byte. The level `_give_back`
+    compares with is measured right after a hand-back, when another session's pass may be under way: this resets
+    it, so that what those passes freed since goes back too, and the process follows what it holds."""
+    _give_back.level = None
+    _give_back.check()
+
+
+def start() -> None:
+    """What a server process starts once (app.py calls it on every run): the sweeper of ended sessions."""
+    sessions.start_sweeper(after=swept)
 
 
 def clear_models() -> None:

@@ -6,8 +6,9 @@ click does not rerun the page), so drawing a page costs nothing for the files it
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
@@ -16,6 +17,7 @@ import streamlit as st
 
 from tformer_views.charts.export import to_svg
 from tformer_views.charts.raster import chart_png
+from tformer_views.charts.spec import grid_heatmap, thin
 
 from . import presenter
 
@@ -32,7 +34,7 @@ def chart(spec: dict, key: str, file_name: str | None = None, **selection: Any) 
     return event
 
 
-def _width(spec: dict) -> int | str:
+def _width(spec: dict) -> int | Literal["content"]:
     """A chart that fits its width (autosize "fit" or "fit-x") has its spec's width at most, less in a narrower
     column; any other is drawn at its own size (where the column is narrower, it scrolls in its own box)."""
     fits = str((spec.get("autosize") or {}).get("type", "")).startswith("fit")
@@ -52,7 +54,7 @@ def export_buttons(spec: dict, key: str, file_name: str) -> None:
         for kind, mime, render in (("svg", "image/svg+xml", to_svg), ("png", "image/png", chart_png)):
             st.download_button(
                 kind.upper(),
-                lambda render=render: render(spec),
+                functools.partial(render, spec),
                 file_name=f"{file_name}.{kind}",
                 mime=mime,
                 key=f"{key}.{kind}",
@@ -112,4 +114,46 @@ def matrix_download(
 
     st.download_button(
         label, csv, file_name=file_name, mime="text/csv", key=key, on_click="ignore", icon=":material/download:"
+    )
+
+
+CORNER = 8  # the numbers of the top-left corner of each big matrix are printed as a table
+
+
+def corner(name: str, matrix: np.ndarray, rows: list[str], cols: list[str]) -> None:
+    """The top-left CORNER x CORNER numbers of a matrix as a table (its corner cell says `name`)."""
+    k_r, k_c = min(CORNER, matrix.shape[0]), min(CORNER, matrix.shape[1])
+    frame = pd.DataFrame(matrix[:k_r, :k_c], index=pd.Index(rows[:k_r], name=name), columns=cols[:k_c])
+    st.dataframe(frame.style.format("{:.4f}"))
+
+
+def big_heatmap(
+    matrix: np.ndarray, title: str, row_title: str, col_title: str, key: str, square: bool = False, width: int = 520
+) -> None:
+    """A large matrix as a heatmap (thinned to a light payload, saying so) with its full CSV."""
+    sub, rows, cols = thin(matrix, keep_rows=not square)
+    side = min(width, 420)
+    spec = grid_heatmap(
+        sub,
+        rows,
+        cols,
+        title,
+        row_title=row_title,
+        col_title=col_title,
+        height=side if square else 320,
+        width=side if square else width,
+    )
+    chart(spec, key=f"pe.chart.{key}")
+    if sub.shape != matrix.shape:
+        step = cols[1] - cols[0]
+        st.caption(
+            f"Drawn: one {'row and column' if square else 'column'} in {step} of {matrix.shape[0]} × "
+            f"{matrix.shape[1]} (keeps the chart light); the CSV has every number."
+        )
+    matrix_download(
+        matrix,
+        [str(i) for i in range(matrix.shape[0])],
+        [str(j) for j in range(matrix.shape[1])],
+        f"{key}.csv",
+        key=f"pe.csv.{key}",
     )

@@ -23,21 +23,17 @@ from pathlib import Path
 
 import torch
 
-from tformer_core.models.base import default_device
+from tformer_core import settings
 
 from .slots import DeviceSlots, Slots
 
-log = logging.getLogger("tformer")  # as tformer_app.settings
+log = logging.getLogger("tformer_app")
 
 
 def server_device() -> torch.device:
-    """Where this server process runs its models (TFORMER_DEVICE, else a GPU when there is one); the CPU, with a
-    warning in the log, for a TFORMER_DEVICE torch cannot read (loading a model then says why)."""
-    try:
-        return default_device()
-    except (RuntimeError, ValueError) as error:
-        log.warning("TFORMER_DEVICE is not a device torch knows (%s): counting passes as on the CPU", error)
-        return torch.device("cpu")
+    """Where this server process runs its models: TFORMER_DEVICE, else a GPU when there is one (read and checked
+    in tformer_core.settings: a device this machine cannot use is logged and the default used)."""
+    return settings.device()
 
 
 def runtime_folder() -> Path:

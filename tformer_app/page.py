@@ -11,7 +11,9 @@ import streamlit.components.v1 as components
 import torch
 
 import tformer_core as tc
+from tformer_core.errors import InputError
 
+from . import logs, presenter
 from .caches import is_server_model, loaded_models
 from .markdown import escape
 from .url import UrlState, notices
@@ -34,21 +36,44 @@ def run_page(title: str, intro: str, name: str, draw: Callable[[UrlState], None]
     """A page: its title and introduction, then draw(url) with the page's URL state.
 
     The URL is written even when drawing stops early (a bad input), so the link still shows what
-    the user chose.
+    the user chose; not when another run cut this one short (that run writes it).
     """
     st.html(LAYOUT_CSS)
-    st.title(title)
-    st.caption(intro)
+    if presenter.presenting():  # the first screen is the view's: the introduction behind the title's "?"
+        st.title(title, help=intro)
+    else:
+        st.title(title)
+        st.caption(intro)
     url = UrlState(name)
     notice = st.empty()  # filled after drawing: what the link changed, what it cannot carry
+    drawn = False
     try:
         draw(url)
+        drawn = True
     finally:
-        url.publish()
-        line = notices(url)
+        # Not when another run cut this one short (a click, a key): that run draws the page and writes the URL.
+        url.publish(drawn)
+        line = notices(url) if drawn else None
         if line:
             notice.info(line)
     _scroll_if_asked()
+
+
+VISIT = "_tformer.visit"  # session state: (number, url path) of the page on screen, a new number per page opened
+
+
+def count_visit(path: str) -> None:
+    """The shell's note of the page it runs: a page opened (not a rerun of the one on screen) is a new visit."""
+    number, last = st.session_state.get(VISIT, (0, None))
+    if path != last:
+        st.session_state[VISIT] = (number + 1, path)
+
+
+def once_per_session(name: str) -> bool:
+    """True throughout the first visit that asks, False on later ones: a notice said once in a session (it stays
+    while that page is on screen), not on every visit."""
+    visit = st.session_state.get(VISIT, (0, None))[0]
+    return st.session_state.setdefault(f"_tformer.once.{name}", visit) == visit
 
 
 _SCROLL = "_tformer.scroll_to"
@@ -78,12 +103,17 @@ def _scroll_if_asked() -> None:
 
 
 def run_safely(compute: Callable[[], Any], what: str) -> Any | None:
-    """compute(), or None with an inline error message when the input is bad (never a traceback)."""
+    """compute(), or None with an inline message (never a traceback): the input's problem for an InputError,
+    else a short "something went wrong" note with an id that the server's log also has (a bug, not the input).
+    Either is logged (tformer_app.logs)."""
     try:
         return compute()
-    except (ValueError, tc.CheckpointError) as error:
+    except InputError as error:
+        logs.failure(what, error)
         st.error(f"{escape(what)}: {escape(error)}")
-        return None
+    except Exception as error:  # a bug (ours or a library's), even a ValueError: never blamed on the input
+        st.error(logs.bug_note(what, logs.bug(what, error)))
+    return None
 
 
 def device_summary() -> str:

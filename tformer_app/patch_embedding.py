@@ -10,6 +10,7 @@ Widget values live in the page's link under names starting with "pe_"; the edite
 
 from __future__ import annotations
 
+import functools
 import hashlib
 
 import numpy as np
@@ -28,7 +29,7 @@ from tformer_views.vision import VisionResult
 from . import downloads
 from .markdown import escape
 from .page import run_safely
-from .tables import Inputs, matrix_panel
+from .tables import Inputs, data_editor, matrix_panel
 from .url import UrlState, int_key
 
 
@@ -70,7 +71,7 @@ def edit_example(url: UrlState, h: int, w: int, p: int, d: int) -> Inputs:
         image = pd.DataFrame(
             lpe.default_image(h, w), index=pd.Index(range(h), name="image"), columns=[str(c) for c in range(w)]
         )
-        edited = st.data_editor(image, key=f"{url.page}.pe.image.{digest}")
+        edited = data_editor(st, image, key=f"{url.page}.pe.image.{digest}")
         out.parse("image", lambda: lt.matrix_from_frame(edited, "The image"))
     kernels = lpe.default_kernels(d, p)
     with right:
@@ -80,8 +81,8 @@ def edit_example(url: UrlState, h: int, w: int, p: int, d: int) -> Inputs:
             with columns[k % len(columns)]:
                 frame = pd.DataFrame(kernels[k], index=pd.Index(range(p), name=f"kernel {k + 1}"))
                 frame.columns = [str(c) for c in range(p)]
-                edited_k = st.data_editor(frame, key=f"{url.page}.pe.kernel{k}.{digest}")
-                out.parse(f"kernel {k + 1}", lambda e=edited_k, k=k: lt.matrix_from_frame(e, f"Kernel {k + 1}"))
+                edited_k = data_editor(st, frame, key=f"{url.page}.pe.kernel{k}.{digest}")
+                out.parse(f"kernel {k + 1}", functools.partial(lt.matrix_from_frame, edited_k, f"Kernel {k + 1}"))
     return out
 
 
@@ -91,8 +92,9 @@ def worked_example(url: UrlState) -> None:
     for message in inputs.errors.values():
         st.error(escape(message))
     image = inputs.values.get("image")
-    kernels = [inputs.values.get(f"kernel {k + 1}") for k in range(d)]
-    if image is None or any(k is None for k in kernels):
+    given = [inputs.values.get(f"kernel {k + 1}") for k in range(d)]
+    kernels = [k for k in given if k is not None]
+    if image is None or len(kernels) < d:
         st.info("Fix the tables above to see the patch embeddings.")
         return
     if any(k.shape != (p, p) for k in kernels):

@@ -1,12 +1,19 @@
 """Presenter mode, keyboard steps and a deck of prepared views: the app on a projector, driven with a clicker.
 
+    presenter.keys(pages)               # the keys the browser keeps (Page Up / Down on a deck, Shift+P, Esc)
     presenter.switch()                  # the sidebar's switch (and ?present=1 in any link)
     presenter.style()                   # large type, one view per screen, no toolbar (when on)
+    presenter.bar(page_path, pages)     # presenter mode's slim bar: every page, the slides, the way out
     presenter.stepper(url, steps)       # buttons with keys: ← → / Page Up, Page Down / ↑ ↓
     presenter.deck(page_path, title)    # save this view as a slide, reorder, present, export / import
 
 A slide is a link: a page and its query string (every view keeps its state in its address). A deck is a
 list of them; exported, it is a small JSON file that opens the same slides later, on any server.
+
+Keys that change the slide are counted in the browser (`KEYS_JS`), not by buttons: a slide change takes a
+second, and a button pressed meanwhile acts on the page still on screen (its ◀ disabled on slide 1, its
+page about to go). The browser sends the slide it wants (a number, not "one more"), so presses made during
+a change add up and the deck ends where the keys say.
 """
 
 from __future__ import annotations
@@ -14,37 +21,154 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import parse_qsl, urlencode
 
 import streamlit as st
+import streamlit.components.v2 as components
 
+from . import logs
+from .deck_file import DECK_FORMAT, MAX_SLIDES, DeckError, read_deck
 from .markdown import escape
-from .url import MAX_LINK, PRESENT_STATE, UrlState, forget_pages
+from .url import MAX_LINK, PRESENT_STATE, STALE_CLICK, UrlState, forget_pages
 
 PRESENT = PRESENT_STATE  # session state; "present=1" in links
+SWITCH = "_tformer.present.switch"  # the sidebar's switch (a widget: it shows PRESENT, and sets it)
 DECK = "_tformer.deck"  # session state: list of slides
 SHOWING = "_tformer.showing"  # session state: index of the slide on screen while presenting, or None
+GOTO = "_tformer.goto"  # session state: the slide to open before the page runs (a key, a button)
+KEYS_SEQ = "_tformer.keys.seq"  # session state: the last key command the server acted on
+ROOM = "_tformer.room"  # session state: the main column's width in CSS pixels, as the browser measured it
+DEFAULT_ROOM = 900  # the main column of a 1280-px window with the sidebar open, until the browser says
+MIN_ROOM, MAX_ROOM = 200, 6000
+ROOM_COOKIES = {False: "tformer_room", True: "tformer_room_presenting"}  # the width last measured, per mode
 FONT_SCALE = 1.5  # presenter type against the app's own
-MAX_SLIDES = 50
-DECK_FORMAT = "tformer-deck"
+HEATMAP_MARGIN_PX = 200  # beside a heatmap's cells: its token labels, axis titles, colour legend and padding
+# Short names of the pages for presenter mode's bar (url path -> label).
+# Pages not named here (the operator's hidden page) are not in the bar.
+SHORT_TITLES = {
+    "": "Home",
+    "early": "Before",
+    "step-by-step": "Step by step",
+    "positional": "Positional",
+    "block": "Block",
+    "text": "Text",
+    "seq2seq": "Enc-dec",
+    "vision": "Vision",
+    "distance": "Distance",
+    "shift": "Shift",
+    "mae": "MAE",
+    "detr": "DETR",
+    "train": "Train",
+}
 
 # Large type for what the class reads (text, captions, headings, formulas; charts get theirs from
-# `chart_fonts`), compact widgets for the lecturer, no toolbar or Deploy button, the page at full width.
+# `chart_fonts`), compact widgets for the lecturer, no toolbar or menu, the page at full width. The header's
+# ">" that opens the sidebar stays; the bar (`bar`) sits above the page in small type.
 PRESENTER_CSS = """<style>
-[data-testid="stToolbar"], [data-testid="stAppDeployButton"], [data-testid="stDecoration"] { display: none; }
-[data-testid="stMainBlockContainer"] { padding: 3.5rem 2rem 1rem; max-width: 100%; }  /* below the header bar */
+[data-testid="stToolbarActions"], [data-testid="stMainMenu"], [data-testid="stAppDeployButton"],
+[data-testid="stDecoration"] { display: none; }
+[data-testid="stHeader"] { background: transparent; }  /* only its ">" is left */
+[data-testid="stHeader"], [data-testid="stHeader"] * { pointer-events: none; }
+[data-testid="stHeader"] [data-testid="stExpandSidebarButton"],
+[data-testid="stHeader"] [data-testid="stExpandSidebarButton"] * { pointer-events: auto; }
+[data-testid="stMain"] [data-testid="stMainBlockContainer"] { padding: 0.5rem 2rem 1rem 3.5rem; max-width: 100%; }
 [data-testid="stVerticalBlock"] { gap: 0.5rem; }
 [data-testid="stMain"] [data-testid="stMarkdown"] p,
 [data-testid="stMain"] [data-testid="stMarkdown"] li { font-size: 24px; line-height: 1.35; }
 [data-testid="stMain"] [data-testid="stCaptionContainer"] p { font-size: 20px; }
-[data-testid="stMain"] h1 { font-size: 48px; padding: 0; }
+[data-testid="stMain"] h1 { font-size: 40px; padding: 0; }
 [data-testid="stMain"] h2 { font-size: 40px; }
 [data-testid="stMain"] h3 { font-size: 34px; }
 [data-testid="stMain"] .katex { font-size: 1.6em; }
 [data-testid="stMain"] [data-testid="stWidgetLabel"] p { font-size: 14px; }
+[data-testid="stMain"] [data-testid="stTable"] :is(td, th) { font-size: 22px; }
+.st-key-tformer-bar { position: sticky; top: 0; z-index: 99; background: var(--st-background-color, #fff);
+  border-bottom: 1px solid rgba(49, 51, 63, 0.2); padding: 0.1rem 0 0.3rem; }
+.st-key-tformer-bar p, .st-key-tformer-bar [data-testid="stMarkdownContainer"] p { font-size: 15px; line-height: 1.2; }
+.st-key-tformer-bar [data-testid="stPageLink"] a { padding: 0.1rem 0.35rem; }
+.st-key-tformer-bar button { min-height: 1.9rem; padding: 0.1rem 0.5rem; }
 </style>"""
+# On every page: the keys' element draws nothing and takes no room; the page starts just below the header bar
+# (Streamlit leaves 6rem), so that a 720-px projector's first screen holds more than the controls.
+ALWAYS_CSS = """<style>.st-key-tformer-keys { display: none; }
+[data-testid="stMain"] [data-testid="stMainBlockContainer"] { padding-top: 3.75rem; }
+[data-testid="stMain"] h1 { padding-top: 0.25rem; }</style>"""
 # Buttons whose keys act without being seen (Page Up / Page Down: what a presentation clicker sends).
 HIDDEN_KEY_CSS = "<style>%s { display: none; }</style>"
+
+# The keys the browser keeps for the deck and presenter mode, run in the page (Streamlit's components v2):
+# Page Up / Page Down while a deck is presented, Shift+P (presenter mode on / off), Esc (leave it). State lives
+# on `window`, so it outlives the element when a slide opens another page. What the server last acted on comes
+# in `data` (showing, n, seq, present); a key sends what it wants as the state value "command", numbered: the
+# server acts on a number it has not seen, once. Keys typed into a text box (but Esc), or Esc closing a list,
+# are not ours.
+KEYS_JS = """
+export default function (component) {
+  const { data, setStateValue } = component;
+  const k = window.__tformerKeys || (window.__tformerKeys = { seq: 0, pending: {}, timer: null });
+  // The main column's width (its content box), sent once the page is idle (a new width must not cut a run
+  // short) when it differs from what the server has by more than a few per cent: charts are sized to it
+  // (`room`). A scroll bar coming and going does not count. A cookie keeps it for the next visit's first run.
+  // `measuring` says a measure is due (the browser tests wait for it, as for a run).
+  k.measure = () => {
+    clearTimeout(k.timer);
+    k.measuring = true;
+    k.timer = setTimeout(() => {
+      const state = document.querySelector('[data-testid="stApp"]')?.getAttribute("data-test-script-state");
+      if (state === "running" || state === "rerunRequested") { k.measure(); return; }
+      k.measuring = false;
+      const main = document.querySelector('[data-testid="stMainBlockContainer"]');
+      if (!main || !k.data) return;
+      const style = getComputedStyle(main);
+      const px = Math.round(main.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight));
+      if (px <= 0 || Math.abs(px - (k.data.room || 0)) <= 40) return;
+      document.cookie = `${k.data.cookie}=${px}; path=/; max-age=31536000; SameSite=Lax`;
+      k.data = { ...k.data, room: px };
+      k.sendRoom(px);
+    }, 150);
+  };
+  if (!k.observer) {
+    // Only a change of width counts: the column grows taller as the page draws, and that is no reason to wait.
+    k.observer = new ResizeObserver((entries) => {
+      const width = Math.round(entries[entries.length - 1].contentRect.width);
+      if (width !== k.observedWidth) { k.observedWidth = width; k.measure(); }
+    });
+  }
+  const main = document.querySelector('[data-testid="stMainBlockContainer"]');
+  if (main && k.observed !== main) { k.observer.disconnect(); k.observer.observe(main); k.observed = main; }
+  k.send = (command) => setStateValue("command", command);
+  k.sendRoom = (px) => setStateValue("room", px);
+  k.data = data;
+  if (data.seq >= k.seq) { k.seq = data.seq; k.pending = {}; }  // the server has caught up with every key
+  k.measure();
+  if (k.listening) return;
+  k.listening = true;
+  const typing = (t) => t && (t.isContentEditable || t.tagName === "TEXTAREA" || t.tagName === "SELECT" ||
+    (t.tagName === "INPUT" && !["checkbox", "radio", "range", "button", "submit", "file"].includes(t.type)));
+  const listOpen = () => document.querySelector('[data-baseweb="popover"], [role="listbox"], [role="dialog"]');
+  const send = (what) => { k.seq += 1; Object.assign(k.pending, what); k.send({ seq: k.seq, ...k.pending }); };
+  document.addEventListener("keydown", (e) => {
+    const d = k.data;
+    if (!d || e.defaultPrevented || e.ctrlKey || e.metaKey || e.altKey) return;
+    if (e.key !== "Escape" && typing(e.target)) return;
+    const present = "present" in k.pending ? k.pending.present : d.present;
+    if ((e.key === "PageDown" || e.key === "PageUp") && d.showing !== null && !e.shiftKey) {
+      e.preventDefault(); e.stopImmediatePropagation();
+      const from = "slide" in k.pending ? k.pending.slide : d.showing;
+      const to = Math.min(Math.max(from + (e.key === "PageDown" ? 1 : -1), 0), d.n - 1);
+      if (to !== from) send({ slide: to });
+    } else if (e.key === "Escape" && present && !listOpen()) {
+      e.preventDefault(); e.stopImmediatePropagation();
+      send({ present: false });
+    } else if (e.shiftKey && (e.key === "P" || e.key === "p")) {
+      e.preventDefault(); e.stopImmediatePropagation();
+      send({ present: !present });
+    }
+  }, true);
+}
+"""
+_keys_component = components.component("tformer_keys", js=KEYS_JS)
 
 
 def presenting() -> bool:
@@ -52,19 +176,143 @@ def presenting() -> bool:
 
 
 def switch() -> None:
-    """The sidebar's switch; a link's present=1 turns it on for the session it opens."""
+    """The sidebar's switch; a link's present=1 turns it on for the session it opens.
+
+    The mode itself is kept apart from the switch (PRESENT, not the widget's key): opening a slide switches
+    pages without the browser's widget values, and a widget's value would be lost there."""
     if PRESENT not in st.session_state:
         st.session_state[PRESENT] = st.query_params.get("present") == "1"
+    st.session_state[SWITCH] = presenting()  # set before it is drawn: the switch shows the mode
     st.toggle(
         "Presenter mode",
-        key=PRESENT,
-        help="Large type, one view at a time, keys to step (say ← → ↑ ↓, Page Up / Page Down); in every link.",
+        key=SWITCH,
+        on_change=_switched,
+        help="Large type, one view at a time, a bar with every page and the slides; keys to step (← → ↑ ↓, Page "
+        "Up / Page Down); Shift+P turns it on and off, Esc leaves it. In every link made meanwhile.",
     )
 
 
+def _switched() -> None:
+    st.session_state[PRESENT] = bool(st.session_state[SWITCH])
+
+
 def style() -> None:
-    if presenting():
-        st.html(PRESENTER_CSS)
+    st.html(ALWAYS_CSS + (PRESENTER_CSS if presenting() else ""))
+
+
+def keys(pages: dict[str, Any]) -> None:
+    """The keys the browser keeps (KEYS_JS), and the slide they or a button asked for, opened before the page
+    runs. Call it in the shell after st.navigation and before the page. pages: url path -> st.Page."""
+    slides = st.session_state.get(DECK, [])
+    if st.session_state.pop(STALE_CLICK, False) and st.session_state.get(SHOWING) is not None:
+        _go(st.session_state[SHOWING])  # a click on the page a slide replaced: the slide stays on screen
+    cookie = ROOM_COOKIES[presenting()]
+    if ROOM not in st.session_state:  # a new session: the width the browser measured on its last visit
+        _store_room(st.context.cookies.get(cookie))
+    data = {
+        "showing": st.session_state.get(SHOWING) if slides else None,  # the slide about to open, if one is
+        "n": len(slides),
+        "seq": int(st.session_state.get(KEYS_SEQ, 0)),
+        "present": presenting(),
+        "room": st.session_state.get(ROOM),
+        "cookie": cookie,
+    }
+    with st.container(key="tformer-keys"):  # hidden: it draws nothing
+        result = _keys_component(
+            key="_tformer.keys", data=data, on_command_change=_command, on_room_change=_ignore, height=0
+        )
+    _store_room(result.get("room") if hasattr(result, "get") else None)
+    target = st.session_state.pop(GOTO, None)
+    if target is not None and target < len(slides):
+        show(target, slides, pages)
+
+
+def _store_room(px: Any) -> None:
+    """Keep the main column's width the browser reported (a number, or the cookie's text), if it is one."""
+    try:
+        value = int(float(px))
+    except (TypeError, ValueError, OverflowError):
+        return
+    if MIN_ROOM <= value <= MAX_ROOM:
+        st.session_state[ROOM] = value
+
+
+def _ignore() -> None:
+    """The room's callback: none needed (a callback names the state values the element keeps)."""
+
+
+def room() -> int:
+    """The width of the page's main column in CSS pixels, as the browser last measured it (DEFAULT_ROOM before it
+    did, and in tests without a browser): charts size themselves to it, so they fit at 1280 px and grow at 1920."""
+    return int(st.session_state.get(ROOM, DEFAULT_ROOM))
+
+
+def _command() -> None:
+    """A command from KEYS_JS (a callback: it runs before the script): acted on once, whatever came first."""
+    command = (st.session_state.get("_tformer.keys") or {}).get("command")
+    if not isinstance(command, dict) or not isinstance(command.get("seq"), int):
+        return
+    if command["seq"] <= st.session_state.get(KEYS_SEQ, 0):
+        return
+    st.session_state[KEYS_SEQ] = command["seq"]
+    if isinstance(command.get("present"), bool):
+        st.session_state[PRESENT] = command["present"]
+    showing = st.session_state.get(SHOWING)
+    if isinstance(command.get("slide"), int) and showing is not None and command["slide"] != showing:
+        _go(command["slide"])
+
+
+def bar(page_path: str, pages: dict[str, Any]) -> None:
+    """Presenter mode's slim bar above the page: every page, the slides (◀ k of n ▶, or present them) and the
+    way out, by mouse or keyboard (Tab reaches them; Shift+P and Esc leave). Nothing outside presenter mode."""
+    if not presenting():
+        return
+    slides = st.session_state.get(DECK, [])
+    showing = st.session_state.get(SHOWING)
+    with st.container(key="tformer-bar", horizontal=True, gap="small", vertical_alignment="center"):
+        for path, page in pages.items():
+            if path not in SHORT_TITLES:
+                continue
+            if path != page_path:
+                st.page_link(page, label=SHORT_TITLES.get(path, getattr(page, "title", path)))
+            else:
+                st.markdown(f"**{escape(SHORT_TITLES.get(path, path))}**")
+        st.space("stretch")
+        if slides and showing is None:
+            st.button(f"Present the slides ({len(slides)})", key="_tformer.bar.start", on_click=_go, args=(0,))
+        elif slides and isinstance(showing, int):
+            st.button("◀", key="_tformer.bar.prev", on_click=_go, args=(showing - 1,), disabled=showing == 0)
+            st.markdown(f"Slide {showing + 1} of {len(slides)}")
+            last = showing >= len(slides) - 1
+            st.button("▶", key="_tformer.bar.next", on_click=_go, args=(showing + 1,), disabled=last)
+            st.button("Stop", key="_tformer.bar.stop", on_click=_stop)
+        st.button(
+            "Leave presenter mode",
+            key="_tformer.bar.leave",
+            on_click=_leave,
+            help="Esc or Shift+P. Shift+P turns it on again; the sidebar's switch too.",
+        )
+
+
+def _go(i: int) -> None:
+    """Show slide i (clamped to the deck) from the next run on: `keys` opens it before the page runs."""
+    slides = st.session_state.get(DECK, [])
+    if slides:
+        st.session_state[SHOWING] = st.session_state[GOTO] = min(max(int(i), 0), len(slides) - 1)
+
+
+def _stop() -> None:
+    st.session_state[SHOWING] = None
+
+
+def _leave() -> None:
+    st.session_state[PRESENT] = False
+
+
+def settings_box(label: str) -> Any:
+    """Where a page's inputs and settings go: in presenter mode a closed expander (the first screen shows the
+    view, not the controls: the keys step it), else the page itself (None)."""
+    return st.expander(label, expanded=False) if presenting() else None
 
 
 def sidebar_state() -> str:
@@ -75,7 +323,9 @@ def sidebar_state() -> str:
 
 
 def chart_fonts(spec: dict) -> dict:
-    """A chart with its type 1.5 times larger in presenter mode (axis, legend and title fonts), else as it is."""
+    """A chart as presenter mode draws it, else as it is: its type 1.5 times larger (axis, legend and title
+    fonts); a chart drawn at its own size (a heatmap of a lesson's matrix) 1.5 times larger with the numbers in
+    its cells, unless its builder sized it for presenter mode already (usermeta "scale")."""
     if not presenting():
         return spec
     size = {"labelFontSize": round(11 * FONT_SCALE), "titleFontSize": round(11 * FONT_SCALE)}
@@ -84,7 +334,36 @@ def chart_fonts(spec: dict) -> dict:
         config[part] = {**size, **config.get(part, {})}
     config["title"] = {"fontSize": round(13 * FONT_SCALE), **config.get("title", {})}
     config["text"] = {"fontSize": round(11 * FONT_SCALE), **config.get("text", {})}
+    own_size = (spec.get("autosize") or {}).get("type") == "pad"
+    if own_size and "scale" not in (spec.get("usermeta") or {}):
+        spec = _enlarged(spec, FONT_SCALE)
     return {**spec, "config": config}
+
+
+def _enlarged(spec: dict, k: float) -> dict:
+    """The chart k times larger: its width and height (so its cells), and the text its layers print."""
+    out = {**spec, "usermeta": {**(spec.get("usermeta") or {}), "scale": k}}
+    for side in ("width", "height"):
+        if isinstance(out.get(side), (int, float)):
+            out[side] = round(out[side] * k)
+    layers = []
+    for layer in out.get("layer", []):
+        mark = layer.get("mark")
+        if isinstance(mark, dict) and mark.get("type") == "text" and isinstance(mark.get("fontSize"), (int, float)):
+            layer = {**layer, "mark": {**mark, "fontSize": round(mark["fontSize"] * k)}}
+        layers.append(layer)
+    if "layer" in out:
+        out["layer"] = layers
+    return out
+
+
+def table(data: Any, where: Any = st) -> None:
+    """A table of numbers: a data grid, or in presenter mode an HTML table whose type grows with the presenter's
+    (a grid draws its cells on a canvas at its own size)."""
+    if presenting():
+        where.table(data)
+    else:
+        where.dataframe(data)
 
 
 def scale() -> float:
@@ -92,9 +371,12 @@ def scale() -> float:
     return FONT_SCALE if presenting() else 1.0
 
 
-def cell_size(n: int) -> int | None:
-    """A heatmap's cell in pixels in presenter mode (1.5 times the usual, at most 60 px), else None (usual)."""
-    return max(18, min(60, int(FONT_SCALE * 560) // max(n, 1))) if presenting() else None
+def cell_size(n: int, share: float = 1.0, most: int = 56) -> int:
+    """Pixels per cell of a heatmap n cells wide drawn in `share` of the main column (`room`), its labels and
+    legend beside it: at least 12 (every label still shows), at most `most` (1.5 times that in presenter mode).
+    So a heatmap fits its column at 1280 px and grows on a wider screen."""
+    plot = room() * share - HEATMAP_MARGIN_PX
+    return int(max(12, min(most * scale(), plot // max(n, 1))))
 
 
 # ---- keys ---------------------------------------------------------------------------------------------
@@ -111,7 +393,7 @@ class Step:
 def stepper(url: UrlState, name: str, steps: Sequence[Step], paging: tuple[Callable, Callable] | None = None) -> None:
     """A row of step buttons with their keys, and, unless a deck is being presented (the clicker then moves
     the slides), hidden Page Up / Page Down buttons doing `paging` (previous, next)."""
-    with st.container(horizontal=True, gap="small", key=f"{url.page}.{name}.steps"):
+    with st.container(horizontal=True, gap="small", key=f"{url.page}.{name}.steps", width="content"):
         for step in steps:
             st.button(
                 step.label,
@@ -139,7 +421,7 @@ def clamped(url: UrlState, name: str, step: int, low: int, high: int) -> Callabl
     def act() -> None:
         url.set(name, min(max(int(url.value(name)) + step, low), high))
 
-    return act
+    return url.callback(act)
 
 
 def cycle(url: UrlState, name: str, n: int, step: int, carry: tuple[str, int] | None = None) -> Callable[[], None]:
@@ -154,7 +436,7 @@ def cycle(url: UrlState, name: str, n: int, step: int, carry: tuple[str, int] | 
             url.set(other, (int(url.value(other)) + (1 if value >= n else -1)) % count)
         url.set(name, value % n)
 
-    return act
+    return url.callback(act)
 
 
 # ---- the deck -------------------------------------------------------------------------------------------
@@ -218,20 +500,21 @@ def _present_controls(slides: list[dict], pages: dict[str, object]) -> None:
     showing = st.session_state.get(SHOWING)
     with st.container(horizontal=True, gap="small"):
         if showing is None:
-            if st.button("Present from slide 1", key="_tformer.deck.start", shortcut="Shift+P"):
-                show(0, slides, pages)
+            st.button(
+                "Present from slide 1",
+                key="_tformer.deck.start",
+                on_click=_go,
+                args=(0,),
+                help="Page Up / Page Down then move through the slides (a clicker sends them).",
+            )
             return
         st.caption(f"Slide {showing + 1} of {len(slides)}")
-        if st.button("◀", key="_tformer.deck.prev", shortcut="PageUp", disabled=showing == 0):
-            show(showing - 1, slides, pages)
-        if st.button("▶", key="_tformer.deck.next", shortcut="PageDown", disabled=showing >= len(slides) - 1):
-            show(showing + 1, slides, pages)
-        if st.button("Stop", key="_tformer.deck.stop"):
-            st.session_state[SHOWING] = None
-            st.rerun()
+        st.button("◀", key="_tformer.deck.prev", on_click=_go, args=(showing - 1,), disabled=showing == 0)
+        st.button("▶", key="_tformer.deck.next", on_click=_go, args=(showing + 1,), disabled=showing >= len(slides) - 1)
+        st.button("Stop", key="_tformer.deck.stop", on_click=_stop)
 
 
-def show(i: int, slides: list[dict], pages: dict[str, object]) -> None:
+def show(i: int, slides: list[dict], pages: dict[str, Any]) -> None:
     """Open slide i: its page with its query string, every page's remembered view forgotten so the link rules."""
     slide = slides[i]
     st.session_state[SHOWING] = i
@@ -240,20 +523,11 @@ def show(i: int, slides: list[dict], pages: dict[str, object]) -> None:
 
 
 def _import(data: bytes, pages: dict[str, object]) -> None:
-    """Replace the deck by an exported one, after checking every slide (a page of this app, a short link)."""
+    """Replace the deck by an exported one, after checking every slide (tformer_app.deck_file)."""
     try:
-        loaded = json.loads(data.decode("utf-8"))
-        slides = loaded["slides"] if loaded.get("format") == DECK_FORMAT else None
-        if not isinstance(slides, list) or not slides or len(slides) > MAX_SLIDES:
-            raise ValueError("not a tformer deck")
-        checked = [
-            {"page": str(s["page"]), "title": str(s.get("title", s["page"]))[:80], "query": str(s["query"])}
-            for s in slides
-        ]
-        bad = [s["page"] for s in checked if s["page"] not in pages or len(s["query"]) > MAX_LINK]
-        if bad:
-            raise ValueError(f"slides for pages this app does not have: {', '.join(bad[:3])}")
-    except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError) as error:
+        checked = read_deck(data, pages)
+    except DeckError as error:
+        logs.failure("opening a deck file", error)
         st.error(f"This file cannot be opened as a deck: {escape(error)}")
         return
     if st.session_state.get("_tformer.deck.imported") != hash(data):

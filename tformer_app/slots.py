@@ -72,9 +72,9 @@ class DeviceSlots:
             delay = POLL_S[0]
             while True:
                 for i in range(self.n):
-                    fd = self._try(i)
-                    if fd is not None:
-                        return fd
+                    free = self._try(i)
+                    if free is not None:
+                        return free
                 time.sleep(delay)  # a pass elsewhere holds every slot: look again shortly
                 delay = min(delay * 2, POLL_S[1])
         finally:

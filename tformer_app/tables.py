@@ -6,7 +6,9 @@ inputs = Inputs(); inputs.parse("X", lambda: matrix_from_frame(edited, "X"))   #
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -15,7 +17,10 @@ import streamlit as st
 from tformer_views.charts.spec import cell_px, heatmap, unique_labels
 from tformer_views.lessons.tables import TableError
 
-from . import downloads
+from . import downloads, presenter
+
+log = logging.getLogger("tformer_app")
+_REFUSED_EDITS = "_tformer.refused_edits"  # session state: editors whose edits were refused in the last run
 
 
 def matrix_panel(
@@ -45,7 +50,7 @@ def matrix_panel(
     rows, cols = unique_labels(rows), [str(c) for c in cols]
     left, right = st.columns([1, 1])
     frame = pd.DataFrame(matrix, index=pd.Index(rows, name=name), columns=cols)
-    left.dataframe(frame.style.format("{:.4g}"))
+    presenter.table(frame.style.format("{:.4g}"), left)
     slug = "".join(ch if ch.isalnum() else "_" for ch in name)
     with left:
         downloads.matrix_download(
@@ -83,3 +88,24 @@ class Inputs:
         except TableError as error:
             self.values[name] = None
             self.errors[name] = str(error)
+
+
+def data_editor(where: Any, data: pd.DataFrame, key: str, **kwargs: Any) -> pd.DataFrame:
+    """`where.data_editor(data, key=key, **kwargs)`, recovering from edits that do not fit the table.
+
+    The browser sends an editor's edits as JSON naming rows and columns; Streamlit applies them when the page
+    runs, and raises KeyError (or IndexError) for a column or row the table does not have (a crafted message,
+    or a stale one after the table changed). Its state keeps those edits, so every later run raised again until
+    the page was reloaded. Here the refused edits are logged and forgotten, the page runs again at once with
+    the table as it was, and says so above it.
+    """
+    if key in st.session_state.get(_REFUSED_EDITS, set()):
+        st.session_state[_REFUSED_EDITS].discard(key)
+        where.warning("Edits that did not fit this table (a row or column it does not have) were left out.")
+    try:
+        return where.data_editor(data, key=key, **kwargs)
+    except (KeyError, IndexError) as error:
+        log.warning("refused edits of the table %s: %s: %s", key, type(error).__name__, str(error)[:100])
+        st.session_state.pop(key, None)
+        st.session_state.setdefault(_REFUSED_EDITS, set()).add(key)
+        st.rerun()

@@ -10,6 +10,8 @@ addresses past a few kilobytes.
 
 from __future__ import annotations
 
+import functools
+import logging
 import math
 import urllib.parse
 from collections.abc import Callable, Sequence
@@ -22,7 +24,11 @@ from .markdown import escape
 MAX_LINK_VALUE = 2000  # characters of one value, URL-encoded, that a link carries
 MAX_LINK = 6000  # characters of the whole query string (nginx's default header buffer is 8 KB)
 PRESENT_STATE = "_tformer.present"  # presenter mode (tformer_app.presenter): "present=1" in every link
+PRESENT_PARAM = "present"  # the link's parameter for it
+CUT = "cut"  # the link's parameter naming the values too long for it (left out; `notices`)
 _KEYS = "_tformer.url_keys"  # every session-state key a page's UrlState manages, to forget them all at once
+STALE_CLICK = "_tformer.stale_click"  # session state: a callback of a page whose view was forgotten was dropped
+log = logging.getLogger("tformer_app")
 
 
 class UrlState:
@@ -41,14 +47,18 @@ class UrlState:
         self.page = page
         self.names: list[str] = []
         self._notes_key = f"{page}.__link_notes"
-        first_visit = self._notes_key not in st.session_state
-        # What the link brought, read once per session: later reruns write the URL themselves.
-        self.incoming: dict[str, str] | None = dict(st.query_params) if first_visit else None
-        if first_visit:
+        self._link_key = f"{page}.__link"
+        if self._notes_key not in st.session_state:  # the session's first visit
             st.session_state[self._notes_key] = []
+            st.session_state[self._link_key] = dict(st.query_params)
+        # What the link brought, read until the page has drawn once in full (`publish`): a first run cut short by
+        # another (a click, the browser's first measure of the page) must not lose it. Later runs write the URL.
+        self.incoming: dict[str, str] | None = st.session_state.get(self._link_key)
         self.left_out: list[str] = []  # this run's values too long for the link
         self.omitted: dict[str, Any] = {}  # name -> default: left out of the link while the value is its default
         self.described: dict[str, str] = {}  # name -> how the page's notes call it ("your edits of X")
+        self._waiting: str | None = None  # what the page waits for before its other settings (`wait_for`)
+        self._undrawn: set[str] = set()  # settings this run does not draw (`undrawn`)
 
     @property
     def notes(self) -> list[str]:
@@ -76,9 +86,10 @@ class UrlState:
         omit_default: the link carries the value only when it differs from `default` (an edit of a table).
         """
         widget_key = f"{self.page}.{name}"
-        if name not in self.names:
+        first_this_run = name not in self.names
+        if first_this_run:
             self.names.append(name)
-        st.session_state.setdefault(_KEYS, set()).update((widget_key, self._notes_key))
+        st.session_state.setdefault(_KEYS, set()).update((widget_key, self._notes_key, self._link_key))
         if omit_default:
             self.omitted[name] = default
         if widget_key not in st.session_state:
@@ -94,6 +105,12 @@ class UrlState:
             )
         elif lo is not None and hi is not None and not lo <= st.session_state[widget_key] <= hi:
             st.session_state[widget_key] = type(default)(min(max(st.session_state[widget_key], lo), hi))  # new limits
+        elif self.incoming is not None and first_this_run:
+            # Until the page has drawn in full once, its widgets are told their values on every run: a value set
+            # here reaches the browser only with the run that set it, and a first run cut short (a click, the
+            # browser's first measure) may never have shown it: the box would show, and send back, its default.
+            # Only at a run's first ask: a later one (a value read after its widget was drawn) may not set it.
+            st.session_state[widget_key] = st.session_state[widget_key]
         return widget_key
 
     def _from_link(
@@ -107,13 +124,14 @@ class UrlState:
         hi: float | None,
     ) -> Any:
         shown = escape(_short(raw))
+        fallback = escape(_format(default) or "none")  # the default the page uses instead, said in words when empty
         try:
             value = _parse(raw, default, cast)
         except (TypeError, ValueError, OverflowError):
-            self._note(f"{escape(name)}={shown} is not a valid value; using {escape(_format(default))}")
+            self._note(f"{escape(name)}={shown} is not a valid value; using {fallback}")
             return default
         if isinstance(value, float) and not math.isfinite(value):
-            self._note(f"{escape(name)}={shown} is not a finite number; using {escape(_format(default))}")
+            self._note(f"{escape(name)}={shown} is not a finite number; using {fallback}")
             return default
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             clamped = min(max(value, lo), hi) if lo is not None and hi is not None else value
@@ -128,26 +146,53 @@ class UrlState:
                 self._note(f"{escape(name)}: left out {escape(_short(_format(dropped)))} (not offered here)")
             return kept
         if choices is not None and not _allowed(value, choices):
-            self._note(f"{escape(name)}={shown} is not one of the choices here; using {escape(_format(default))}")
+            self._note(f"{escape(name)}={shown} is not one of the choices here; using {fallback}")
             return default
         return value
 
     def value(self, name: str) -> Any:
         return st.session_state[f"{self.page}.{name}"]
 
+    def callback(self, action: Callable[..., None]) -> Callable[..., None]:
+        """`action` as a widget callback that tolerates the page having moved on.
+
+        A widget's callback runs at the start of the next script run, whatever page that run shows. When a
+        deck opened a slide meanwhile (`forget_pages`: this page's view forgotten), a click that the browser
+        sent from the page still on screen reaches a page whose state is gone: the click is dropped (and
+        `STALE_CLICK` set, so the shell can show the slide again) instead of failing with a KeyError.
+        """
+
+        @functools.wraps(action)
+        def run(*args: Any, **kwargs: Any) -> None:
+            if self._notes_key not in st.session_state:  # this page's view was forgotten
+                _dropped(self.page, action, "its view was forgotten")
+                return
+            try:
+                action(*args, **kwargs)
+            except KeyError as error:
+                if "st.session_state" not in str(error):
+                    raise
+                _dropped(self.page, action, str(error))
+
+        return run
+
     def set(self, name: str, value: Any) -> None:
         st.session_state[f"{self.page}.{name}"] = value
 
-    def publish(self) -> None:
+    def publish(self, drawn: bool = True) -> None:
         """Write every registered value into the URL (replacing the query string).
 
         A value longer than MAX_LINK_VALUE characters (URL-encoded), or one that would take the link past
-        MAX_LINK, is left out of the link, and `left_out` names it for the page to say so.
+        MAX_LINK, is left out of the link, and `left_out` names it for the page to say so. drawn: the page
+        drew in full (or stopped on purpose); until then the link stays the page's input.
         """
+        if not drawn:
+            return
+        pending: dict[str, str] = {}
         if self.incoming is not None:
-            unknown = [n for n in self.incoming if n not in self.names and n != "present"]
-            if unknown:
-                self._note(f"ignored {escape(', '.join(_short(n, 40) for n in unknown))} (not a setting of this page)")
+            unread = [n for n in self.incoming if n not in self.names and n not in (PRESENT_PARAM, CUT)]
+            pending = {n: str(self.incoming[n]) for n in unread if n in self._undrawn}
+            pending |= self._unread([n for n in unread if n not in self._undrawn])
         params, length = {}, 0
         for name in self.names:
             value = st.session_state[f"{self.page}.{name}"]
@@ -159,10 +204,52 @@ class UrlState:
                 self.left_out.append(name)
                 continue
             params[name], length = text, length + size
+        if self.left_out:  # a link made now says what it could not carry
+            params[CUT] = ",".join(self.left_out)
+        params |= pending
         if st.session_state.get(PRESENT_STATE):
-            params["present"] = "1"
+            params[PRESENT_PARAM] = "1"
         if dict(st.query_params) != params:
             st.query_params.from_dict(params)
+        if not pending:
+            st.session_state.pop(self._link_key, None)
+
+    def wait_for(self, what: str) -> None:
+        """The page stops before the settings that apply once `what` is there (an upload, which no link carries):
+        the link's values it has not read yet are kept (in the link too) for when it is, and the page says why."""
+        self._waiting = what
+
+    def undrawn(self, *names: str) -> None:
+        """Settings of this page that this run does not draw (a view not shown, presenter mode's one view off):
+        a link's values for them are no error; they stay in the link, and apply when they are drawn (a slide
+        saved with every view, presented one view at a time, keeps its heatmap's matrix for when it is shown)."""
+        self._undrawn.update(names)
+
+    def _unread(self, unknown: list[str]) -> dict[str, str]:
+        """The note on the link's values this run did not read, with its true reason; returns those to keep."""
+        assert self.incoming is not None
+        names = escape(", ".join(_short(n, 40) for n in unknown))
+        cut = [n for n in str(self.incoming.get(CUT, "")).split(",") if n]
+        if cut:
+            what = escape(", ".join(self.described.get(n, n) for n in cut))
+            self._note(
+                f"{what} did not fit in the link (too long for an address) and was left out, so the page shows its "
+                "own" + (f"; {names} went with it and cannot be used" if unknown else "")
+            )
+        elif self._waiting is not None and unknown:
+            self._note(
+                f"{escape(self._waiting)} is not in links (it stays in the browser it came from): the link's "
+                f"{names} apply once there is one here"
+            )
+            return {n: str(self.incoming[n]) for n in unknown}
+        elif unknown:
+            self._note(f"ignored {names} (not a setting of this page)")
+        return {}
+
+
+def _dropped(page: str, action: Callable, why: str) -> None:
+    log.info("a click on page %r (%s) came after the page moved on (%s): dropped", page, action.__name__, why)
+    st.session_state[STALE_CLICK] = True
 
 
 def forget_pages() -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from tformer_core import ViT
 from tformer_core.checkpoints.errors import CheckpointError
 from tformer_core.checkpoints.hfconfig import read_json
 from tformer_core.checkpoints.sources import local_models
@@ -20,6 +21,7 @@ from tformer_core.models.base import TracedModel
 
 from .caches import load_model, sample_pictures
 from .markdown import escape
+from .page import once_per_session
 from .url import UrlState
 from .widgets import choose_model, replace_model
 
@@ -67,7 +69,7 @@ def available_default() -> tuple[str, str | None]:
     )
 
 
-def choose_vit(url: UrlState) -> tuple[str, TracedModel | None]:
+def choose_vit(url: UrlState) -> tuple[str, ViT | None]:
     """The model picker. The default is the first ViT that can be had (`available_default`); a link or a
     choice of DeiT-Tiny that cannot be had shows that one instead, and the box and the link name it."""
     default, note = available_default()
@@ -78,17 +80,21 @@ def choose_vit(url: UrlState) -> tuple[str, TracedModel | None]:
         SUGGESTIONS,
         default,
         placeholder="e.g. google/vit-base-patch16-224 or models/my-vit",
+        kinds=("vit",),
         help=f"{DEFAULT_VIT} comes from the Hugging Face hub (or its local cache). {FALLBACK_VIT} is trained by "
         "this project on generated shapes and works offline.",
     )
-    if note and source == default:
+    if note and source == default and once_per_session("vit-default"):  # the list marks the hub id meanwhile
         st.info(note)
     elif source == FALLBACK_VIT:
         st.info(SHAPES_ONLY)
     model = load_model(source)
-    if model is not None and model.kind != "vit":
-        page = "Encoder-decoder" if model.kind == "encoder-decoder" else "Text attention"
-        st.warning(f"**{escape(source)}** reads text, not images: open the {page} page.")
+    if model is None:
+        return source, None
+    if not isinstance(model, ViT):
+        page = {"encoder-decoder": "the Encoder-decoder", "mae": "the Masked autoencoder", "detr": "the DETR"}
+        where = page.get(model.kind, "the Text attention")
+        st.warning(f"**{escape(source)}** is not a Vision Transformer classifier: open {where} page.")
         return source, None
     return source, model
 
@@ -100,7 +106,8 @@ def _default_sample(model: TracedModel, names: list[str]) -> str:
 
 
 def choose_image(url: UrlState, model: TracedModel) -> tuple[str, bytes] | None:
-    """One picture: a sample (named in the link), an upload or a camera shot; None until there is one."""
+    """One picture: a sample (named in the link), an upload or a camera shot; None until there is one (the link's
+    settings for the picture are kept until then: `UrlState.wait_for`)."""
     kind = st.radio(
         "Picture",
         list(SOURCES),
@@ -121,11 +128,13 @@ def choose_image(url: UrlState, model: TracedModel) -> tuple[str, bytes] | None:
         )
         if uploaded is None:
             st.info("Upload a picture to see what the model does with it.")
+            url.wait_for("an uploaded picture")
             return None
         return uploaded.name, uploaded.getvalue()
     shot = st.camera_input("Take a picture", key=f"{url.page}.camera")
     if shot is None:
         st.info("Take a picture with your camera (the browser asks for permission first).")
+        url.wait_for("a camera picture")
         return None
     return "camera.jpg", shot.getvalue()
 
@@ -135,7 +144,7 @@ def choose_images(url: UrlState, model: TracedModel) -> list[tuple[str, bytes]]:
     files = sample_pictures()
     names = list(files)
     default = [n for n in names if n.startswith("photo:")] + [n for n in names if n.startswith("shapes:")]
-    chosen_key = url.key("samples", default)
+    chosen_key = url.key("samples", default, choices=names)  # a link's unknown names are left out, and said
     if any(n not in names for n in st.session_state[chosen_key]):
         st.session_state[chosen_key] = [n for n in st.session_state[chosen_key] if n in names]
     chosen = st.multiselect("Sample pictures", names, key=chosen_key)

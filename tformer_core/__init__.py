@@ -27,6 +27,7 @@ from .block_steps import (
 )
 from .capture import HookPoint, capture
 from .checkpoints import CheckpointError, load_model
+from .errors import InputError
 from .generation import Generation, GenerationSettings, Sampling, next_token_probabilities, next_token_table
 from .inputs.image_file import ImageError, LoadedImage, read_image
 from .inputs.preprocessing import ImagePreprocessing
@@ -93,6 +94,7 @@ __all__ = [
     "HookPoint",
     "ImageError",
     "ImagePreprocessing",
+    "InputError",
     "LayerNormSteps",
     "Llama",
     "LlamaConfig",

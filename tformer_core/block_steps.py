@@ -19,6 +19,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from .errors import InputError
+
 # The activations of the core's models (tformer_core.models.layers.ACTIVATIONS), computed in float64.
 FFN_ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu")
 
@@ -28,13 +30,13 @@ def _array(name: str, value: object, ndims: tuple[int, ...]) -> np.ndarray:
     try:
         a = np.array(value, dtype=np.float64)
     except (TypeError, ValueError):
-        raise ValueError(f"{name} must hold numbers only") from None
+        raise InputError(f"{name} must hold numbers only") from None
     if a.ndim not in ndims or 0 in a.shape:
         wanted = " or ".join(f"{n}-D" for n in ndims)
-        raise ValueError(f"{name} must be a non-empty {wanted} array, got shape {a.shape}")
+        raise InputError(f"{name} must be a non-empty {wanted} array, got shape {a.shape}")
     if not np.isfinite(a).all():
         where = tuple(int(i) for i in np.argwhere(~np.isfinite(a))[0])
-        raise ValueError(f"{name}{list(where)} is not a finite number")
+        raise InputError(f"{name}{list(where)} is not a finite number")
     return a
 
 
@@ -44,7 +46,7 @@ def _vector(name: str, value: object | None, size: int, default: float) -> np.nd
         return np.full(size, default)
     v = _array(name, value, (1, 2)).reshape(-1)
     if v.size != size:
-        raise ValueError(f"{name} has {v.size} numbers but x has {size} dimensions (d_model): give one per dimension")
+        raise InputError(f"{name} has {v.size} numbers but x has {size} dimensions (d_model): give one per dimension")
     return v
 
 
@@ -52,9 +54,9 @@ def _eps(eps: float) -> float:
     try:
         value = float(eps)
     except (TypeError, ValueError):
-        raise ValueError(f"eps must be a number, got {eps!r}") from None
+        raise InputError(f"eps must be a number, got {eps!r}") from None
     if not np.isfinite(value) or value <= 0:
-        raise ValueError(f"eps must be a positive number (it keeps the division away from 0), got {eps!r}")
+        raise InputError(f"eps must be a positive number (it keeps the division away from 0), got {eps!r}")
     return value
 
 
@@ -153,7 +155,7 @@ class FFNSteps:
 def activate(h: np.ndarray, activation: str) -> np.ndarray:
     """relu, gelu (exact, with erf: BERT, ViT), gelu_tanh (GPT-2's approximation) or silu, in float64."""
     if activation not in FFN_ACTIVATIONS:
-        raise ValueError(f"activation must be one of {FFN_ACTIVATIONS}, got {activation!r}")
+        raise InputError(f"activation must be one of {FFN_ACTIVATIONS}, got {activation!r}")
     t = torch.from_numpy(np.ascontiguousarray(h, dtype=np.float64))
     if activation == "relu":
         out = F.relu(t)
@@ -169,13 +171,13 @@ def activate(h: np.ndarray, activation: str) -> np.ndarray:
 def _linear(name: str, W: object, b: object | None, d_in: int) -> tuple[np.ndarray, np.ndarray]:
     W = _array(name, W, (2,))
     if W.shape[0] != d_in:
-        raise ValueError(f"{name} is {W.shape[0]} × {W.shape[1]} but the input has {d_in} columns: needs {d_in} rows")
+        raise InputError(f"{name} is {W.shape[0]} × {W.shape[1]} but the input has {d_in} columns: needs {d_in} rows")
     bias_name = "b" + name[1:]
     if b is None:
         return W, np.zeros(W.shape[1])
     b = _array(bias_name, b, (1, 2)).reshape(-1)
     if b.size != W.shape[1]:
-        raise ValueError(f"{bias_name} has {b.size} numbers but {name} has {W.shape[1]} columns: one per column")
+        raise InputError(f"{bias_name} has {b.size} numbers but {name} has {W.shape[1]} columns: one per column")
     return W, b
 
 
@@ -206,7 +208,7 @@ def ffn_steps(
     else:
         Wg, bg = _linear("W_gate", W_gate, b_gate, x.shape[1])
         if Wg.shape != W1.shape:
-            raise ValueError(f"W_gate is {Wg.shape[0]} × {Wg.shape[1]} but W1 is {W1.shape[0]} × {W1.shape[1]}")
+            raise InputError(f"W_gate is {Wg.shape[0]} × {Wg.shape[1]} but W1 is {W1.shape[0]} × {W1.shape[1]}")
         gate = x @ Wg + bg
         hidden = activate(gate, activation) * hidden_pre
     return FFNSteps(x, hidden_pre, gate, hidden, hidden @ W2 + b2, activation)
@@ -242,15 +244,15 @@ def _patch_inputs(image: object, kernels: object, patch_size: int) -> tuple[np.n
     kernels = _array("kernels", kernels, (3, 4))
     kernels = kernels[:, None] if kernels.ndim == 3 else kernels  # [D, C, P, P]
     if int(patch_size) != patch_size or patch_size < 1:
-        raise ValueError(f"the patch size must be a whole number ≥ 1, got {patch_size!r}")
+        raise InputError(f"the patch size must be a whole number ≥ 1, got {patch_size!r}")
     P = int(patch_size)
     C, H, W = image.shape
     if H % P or W % P:
-        raise ValueError(f"a patch size of {P} does not divide the {H} × {W} image: H and W must be multiples of {P}")
+        raise InputError(f"a patch size of {P} does not divide the {H} × {W} image: H and W must be multiples of {P}")
     if kernels.shape[2:] != (P, P):
-        raise ValueError(f"each kernel must be {P} × {P} (the patch size), got {kernels.shape[2]} × {kernels.shape[3]}")
+        raise InputError(f"each kernel must be {P} × {P} (the patch size), got {kernels.shape[2]} × {kernels.shape[3]}")
     if kernels.shape[1] != C:
-        raise ValueError(f"the kernels have {kernels.shape[1]} channels but the image has {C}")
+        raise InputError(f"the kernels have {kernels.shape[1]} channels but the image has {C}")
     return image, kernels, P
 
 
@@ -268,7 +270,7 @@ def patch_embedding_steps(
     D = kernels.shape[0]
     b = np.zeros(D) if bias is None else _array("bias", bias, (1,))
     if b.size != D:
-        raise ValueError(f"the bias has {b.size} numbers but there are {D} kernels: one per kernel")
+        raise InputError(f"the bias has {b.size} numbers but there are {D} kernels: one per kernel")
     rows, cols = H // P, W // P
     grid = image.reshape(C, rows, P, cols, P).transpose(1, 3, 0, 2, 4)  # [rows, cols, C, P, P]
     patches = grid.reshape(rows * cols, C * P * P)  # [N, C·P·P]
@@ -282,5 +284,5 @@ def unpatchify(patches: object, grid_hw: tuple[int, int], patch_size: int, chann
     P, C = int(patch_size), int(channels)
     a = _array("patches", patches, (2,))
     if a.shape != (rows * cols, C * P * P):
-        raise ValueError(f"expected {rows * cols} patches of {C * P * P} numbers, got shape {a.shape}")
+        raise InputError(f"expected {rows * cols} patches of {C * P * P} numbers, got shape {a.shape}")
     return a.reshape(rows, cols, C, P, P).transpose(2, 0, 3, 1, 4).reshape(C, rows * P, cols * P)

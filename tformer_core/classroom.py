@@ -37,6 +37,7 @@ from torch import nn
 from .bundled import corpora
 from .bundled.sentence_tokenizer import SentenceTokenizer, build_vocabulary
 from .capture import matching
+from .errors import InputError
 from .inputs.preprocessing import ImagePreprocessing
 from .models.base import TracedModel, default_device
 from .models.encoder import Encoder, EncoderConfig
@@ -79,18 +80,18 @@ class Job:
     def __post_init__(self) -> None:
         lo, hi = LIMITS["n_layers"]
         if not lo <= self.n_layers <= hi:
-            raise ValueError(f"layers must be {lo} to {hi}, got {self.n_layers}")
+            raise InputError(f"layers must be {lo} to {hi}, got {self.n_layers}")
         if self.d_model not in D_MODELS:
-            raise ValueError(f"d_model must be one of {D_MODELS}, got {self.d_model}")
+            raise InputError(f"d_model must be one of {D_MODELS}, got {self.d_model}")
         if self.n_heads not in HEADS or self.d_model % self.n_heads:
-            raise ValueError(f"heads must be one of {HEADS} and divide d_model={self.d_model}, got {self.n_heads}")
+            raise InputError(f"heads must be one of {HEADS} and divide d_model={self.d_model}, got {self.n_heads}")
         lo, hi = LIMITS[f"{self.kind}_epochs"]
         if not lo <= self.epochs <= hi:
-            raise ValueError(f"epochs must be {lo} to {hi} for this model, got {self.epochs}")
+            raise InputError(f"epochs must be {lo} to {hi} for this model, got {self.epochs}")
         if not 0 <= self.seed < 2**31:
-            raise ValueError(f"the seed must be 0 to {2**31 - 1}, got {self.seed}")
+            raise InputError(f"the seed must be 0 to {2**31 - 1}, got {self.seed}")
         if self.limit is not None and self.limit < self.batch_size:
-            raise ValueError(f"limit must be at least one batch ({self.batch_size}), got {self.limit}")
+            raise InputError(f"limit must be at least one batch ({self.batch_size}), got {self.limit}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -111,7 +112,7 @@ class ImageJob(Job):
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.patch_size not in (2, 4):
-            raise ValueError(f"the patch size must be 2 or 4 pixels (8 x 8 pictures), got {self.patch_size}")
+            raise InputError(f"the patch size must be 2 or 4 pixels (8 x 8 pictures), got {self.patch_size}")
 
 
 @dataclass(frozen=True)

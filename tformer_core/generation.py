@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .numerics import top_k_scores
-from .trace import TOP_K_ROWS, Trace, to_host
+from .errors import InputError
+from .trace import Trace, to_host, top_k_tokens
 
 
 @dataclass(frozen=True)
@@ -56,12 +56,12 @@ class Sampling:
     def __post_init__(self) -> None:
         t = self.temperature
         if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0:
-            raise ValueError(f"temperature must be a number >= 0 (0 = greedy), got {t!r}")
+            raise InputError(f"temperature must be a number >= 0 (0 = greedy), got {t!r}")
         k = self.top_k
         if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
-            raise ValueError(f"top_k must be a whole number >= 1 or None (every token), got {k!r}")
+            raise InputError(f"top_k must be a whole number >= 1 or None (every token), got {k!r}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
-            raise ValueError(f"seed must be a whole number, got {self.seed!r}")
+            raise InputError(f"seed must be a whole number, got {self.seed!r}")
 
     @property
     def greedy(self) -> bool:
@@ -91,7 +91,7 @@ class Generation:
     tokens: tuple[str, ...]
     n_prompt: int
     steps: tuple[Trace, ...]
-    trace: Trace
+    trace: Trace | None  # None when the caller asked for no final pass (Decoder.generate(final_trace=False))
     finished: bool
     probabilities: tuple[float, ...] = ()
     sampling: Sampling | None = None
@@ -222,8 +222,6 @@ def next_token_table(trace: Trace, k: int = 5) -> tuple[np.ndarray, np.ndarray]:
     logits = trace.activations.get("head.logits")
     if logits is None or logits.ndim != 2:
         raise ValueError("this trace has no next-token logits per position (a decoder's head.logits)")
-    with torch.inference_mode():  # ranked on the trace's device, a few positions at a time; k per position leave it
-        tops = [top_k_scores(rows, k) for rows in logits.split(TOP_K_ROWS)]
-        top_ids, top_probs = torch.cat([i for i, _ in tops]), torch.cat([p for _, p in tops])
-    host_ids, host_probs = to_host([top_ids, top_probs])
+    # Ranked on the trace's device, a few positions at a time; k per position leave it.
+    host_ids, host_probs = to_host(top_k_tokens(logits, k))
     return host_ids.astype(np.int64), host_probs.astype(np.float32)

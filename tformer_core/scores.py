@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from .attention import attention_logits
+from .errors import InputError
 
 SCORE_NAMES = ("dot", "scaled dot", "cosine", "bilinear", "additive")
 FORMULAS = {
@@ -68,18 +69,18 @@ class ScoreSteps:
 def _vector(x: object, what: str) -> np.ndarray:
     v = np.asarray(x, dtype=np.float64)
     if v.ndim != 1 or v.size == 0:
-        raise ValueError(f"{what} must be a non-empty vector, got shape {v.shape}")
+        raise InputError(f"{what} must be a non-empty vector, got shape {v.shape}")
     if not np.isfinite(v).all():
-        raise ValueError(f"{what} holds a value that is not a finite number")
+        raise InputError(f"{what} holds a value that is not a finite number")
     return v
 
 
 def _matrix(x: object, shape: tuple[int, int], what: str) -> np.ndarray:
     m = np.asarray(x, dtype=np.float64)
     if m.shape != shape:
-        raise ValueError(f"{what} must be {shape[0]} × {shape[1]}, got {' × '.join(map(str, m.shape)) or 'a number'}")
+        raise InputError(f"{what} must be {shape[0]} × {shape[1]}, got {' × '.join(map(str, m.shape)) or 'a number'}")
     if not np.isfinite(m).all():
-        raise ValueError(f"{what} holds a value that is not a finite number")
+        raise InputError(f"{what} holds a value that is not a finite number")
     return m
 
 
@@ -104,7 +105,7 @@ def scaled_dot(a: np.ndarray, b: np.ndarray) -> ScoreSteps:
 def cosine(a: np.ndarray, b: np.ndarray) -> ScoreSteps:
     na, nb = float(np.linalg.norm(a)), float(np.linalg.norm(b))
     if na == 0.0 or nb == 0.0:
-        raise ValueError("the cosine of a zero vector is not defined: give a and b at least one non-zero number")
+        raise InputError("the cosine of a zero vector is not defined: give a and b at least one non-zero number")
     raw = _dot(a, b)
     return ScoreSteps("cosine", FORMULAS["cosine"], raw / (na * nb), {"a · b": raw, "‖a‖": na, "‖b‖": nb})
 
@@ -144,7 +145,7 @@ def score_functions(
     """
     a, b = _vector(a, "a"), _vector(b, "b")
     if a.size != b.size:
-        raise ValueError(f"a has {a.size} numbers and b {b.size}: the dot product and the cosine need the same length")
+        raise InputError(f"a has {a.size} numbers and b {b.size}: the dot product and the cosine need the same length")
     defaults = default_parameters(a.size, b.size, np.asarray(v).size if v is not None else 2)
     W = _matrix(defaults["W"] if W is None else W, (a.size, b.size), "W")
     v = _vector(defaults["v"] if v is None else v, "v")

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .attention import attend_float64
+from .errors import InputError
 
 
 @dataclass(frozen=True)
@@ -49,12 +50,12 @@ def _matrix(name: str, value: object) -> np.ndarray:
     try:
         a = np.asarray(value, dtype=np.float64)
     except (TypeError, ValueError):
-        raise ValueError(f"{name} must hold numbers only") from None
+        raise InputError(f"{name} must hold numbers only") from None
     if a.ndim != 2 or 0 in a.shape:
-        raise ValueError(f"{name} must be a non-empty 2-D matrix, got shape {a.shape}")
+        raise InputError(f"{name} must be a non-empty 2-D matrix, got shape {a.shape}")
     if not np.isfinite(a).all():
         r, c = np.argwhere(~np.isfinite(a))[0]
-        raise ValueError(f"{name}[{r}, {c}] is not a finite number")
+        raise InputError(f"{name}[{r}, {c}] is not a finite number")
     return a
 
 
@@ -67,17 +68,17 @@ def _mask(mask: object, n: int, n_k: int | None = None) -> np.ndarray | None:
         return None
     if isinstance(mask, str):
         if mask != "causal":
-            raise ValueError(f"mask must be None, 'causal' or a boolean array, got {mask!r}")
+            raise InputError(f"mask must be None, 'causal' or a boolean array, got {mask!r}")
         return np.tril(np.ones((n, n_k), dtype=bool))
     m = np.asarray(mask)
     if m.dtype != bool:
         if not np.isin(m, (0, 1)).all():
-            raise ValueError("a mask holds True/False (or 1/0): True where a query may attend to a key")
+            raise InputError("a mask holds True/False (or 1/0): True where a query may attend to a key")
         m = m.astype(bool)
     if m.shape == (n_k,):
         return np.broadcast_to(m[None, :], (n, n_k)).copy()
     if m.shape != (n, n_k):
-        raise ValueError(f"the mask must have shape ({n_k},) or ({n}, {n_k}) for {n} tokens, got {m.shape}")
+        raise InputError(f"the mask must have shape ({n_k},) or ({n}, {n_k}) for {n} tokens, got {m.shape}")
     return m
 
 
@@ -90,22 +91,22 @@ def _checked_inputs(
     d_model = X.shape[1]
     for name, W in (("W_q", W_q), ("W_k", W_k), ("W_v", W_v)):
         if W.shape[0] != d_model:
-            raise ValueError(f"{name} has {W.shape[0]} rows but X has {d_model} columns (d_model)")
+            raise InputError(f"{name} has {W.shape[0]} rows but X has {d_model} columns (d_model)")
     if W_q.shape[1] != W_k.shape[1]:
-        raise ValueError(f"W_q and W_k must have the same number of columns (d_k): {W_q.shape[1]} vs {W_k.shape[1]}")
+        raise InputError(f"W_q and W_k must have the same number of columns (d_k): {W_q.shape[1]} vs {W_k.shape[1]}")
     if int(n_heads) != n_heads or n_heads < 1:
-        raise ValueError(f"n_heads must be a whole number >= 1, got {n_heads!r}")
+        raise InputError(f"n_heads must be a whole number >= 1, got {n_heads!r}")
     h = int(n_heads)
     for name, W in (("W_q", W_q), ("W_v", W_v)):
         if W.shape[1] % h:
-            raise ValueError(f"{name} has {W.shape[1]} columns, which do not split into {h} equal heads")
+            raise InputError(f"{name} has {W.shape[1]} columns, which do not split into {h} equal heads")
     return X, W_q, W_k, W_v, h
 
 
 def _output_matrix(W_o: object, rows: int) -> np.ndarray:
     W_o = _matrix("W_o", W_o)
     if W_o.shape[0] != rows:
-        raise ValueError(f"W_o has {W_o.shape[0]} rows but the concatenated heads have {rows} columns")
+        raise InputError(f"W_o has {W_o.shape[0]} rows but the concatenated heads have {rows} columns")
     return W_o
 
 
@@ -141,15 +142,15 @@ def attention_from_qkv(
     """
     Q, K, V = _matrix("Q", Q), _matrix("K", K), _matrix("V", V)
     if Q.shape[1] != K.shape[1]:
-        raise ValueError(f"Q and K must have the same number of columns (d_k): {Q.shape[1]} vs {K.shape[1]}")
+        raise InputError(f"Q and K must have the same number of columns (d_k): {Q.shape[1]} vs {K.shape[1]}")
     if K.shape[0] != V.shape[0]:
-        raise ValueError(f"K and V need one row per key: K has {K.shape[0]} rows, V has {V.shape[0]}")
+        raise InputError(f"K and V need one row per key: K has {K.shape[0]} rows, V has {V.shape[0]}")
     if int(n_heads) != n_heads or n_heads < 1:
-        raise ValueError(f"n_heads must be a whole number >= 1, got {n_heads!r}")
+        raise InputError(f"n_heads must be a whole number >= 1, got {n_heads!r}")
     h = int(n_heads)
     for name, M in (("Q", Q), ("V", V)):
         if M.shape[1] % h:
-            raise ValueError(f"{name} has {M.shape[1]} columns, which do not split into {h} equal heads")
+            raise InputError(f"{name} has {M.shape[1]} columns, which do not split into {h} equal heads")
     return _steps(Q, K, V, mask, h, W_o)
 
 

@@ -15,6 +15,8 @@ import unicodedata
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
+from .errors import InputError
+
 
 @runtime_checkable
 class Tokenizer(Protocol):
@@ -148,7 +150,7 @@ class HFTokenizer:
 
     def apply_chat_template(self, messages: Sequence[dict[str, str]]) -> str:
         if self.chat_template is None:
-            raise ValueError("this tokenizer has no chat template: give the prompt as plain text")
+            raise InputError("this tokenizer has no chat template: give the prompt as plain text")
         return str(self.hf.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True))
 
 
@@ -161,9 +163,9 @@ def readable(text: str) -> bool:
 def require_readable(text: str, what: str = "input") -> None:
     """ValueError with a message for the user when `text` is empty or has no readable character."""
     if not text.strip():
-        raise ValueError(f"the {what} is empty: type at least one word")
+        raise InputError(f"the {what} is empty: type at least one word")
     if not readable(text):
-        raise ValueError(
+        raise InputError(
             f"the {what} has no readable text: it holds only invisible characters (control characters such as "
             "NUL, zero-width spaces or direction marks). Type or paste some words."
         )

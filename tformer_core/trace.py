@@ -64,6 +64,7 @@ import torch
 
 from .attention import attention_logits, attention_weights, grouped_matmul
 from .capture import matching
+from .errors import InputError
 from .numerics import top_k_scores
 
 # Attention stacks a trace may hold, and the activation prefix of each.
@@ -75,7 +76,7 @@ ATTENTION_STACKS = {
 DERIVED_PARTS = ("scores", "scaled", "weights", "z")  # what a trace can recompute from Q, K (and V)
 KV_PARTS = ("k", "v", "k_pre_rope")  # one per key/value head: fewer than the query heads with grouped-query attention
 TOP_K = 50  # predictions a compact trace keeps per position
-TOP_K_ROWS = 16  # positions whose probabilities over a vocabulary are computed at once (bounded working memory)
+TOP_K_ROWS = 16  # positions whose probabilities over a vocabulary are computed at once (`top_k_tokens`)
 # Kinds whose trace holds two sequences, `tokens` (the encoder's) and `target_tokens` (the decoder's); in the
 # first two the decoder reads the encoder through cross-attention (MAE's decoder reads every patch instead).
 CROSS_ATTENDING = ("encoder-decoder", "detr")
@@ -173,6 +174,16 @@ def reduces_on_device(device: torch.device) -> bool:
     """Whether views reduce a trace on this device with torch (a GPU: only the small result crosses to the host),
     rather than with numpy over its zero-copy arrays (the CPU)."""
     return device.type not in HOST_DEVICE_TYPES
+
+
+def top_k_tokens(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each position's k most probable token ids [positions, k] (int32) and their probabilities (float32), most
+    probable first (ties: the lower id first), on the logits' device. TOP_K_ROWS positions at a time: a softmax
+    and its sort over a whole [positions, vocab] table took 5 copies of it at once (300 MB for smollm2's 49,152
+    tokens at 200 positions), per request."""
+    with torch.inference_mode():
+        tops = [top_k_scores(rows, k) for rows in logits.split(TOP_K_ROWS)]
+        return torch.cat([ids for ids, _ in tops]).to(torch.int32), torch.cat([p for _, p in tops]).to(torch.float32)
 
 
 def to_numpy(t: torch.Tensor) -> np.ndarray:
@@ -434,7 +445,7 @@ class Trace:
     def query_heads(self, kv_head: int) -> tuple[int, ...]:
         """The query heads that read key/value head `kv_head` (they share its K and V)."""
         if not -self.n_kv_heads <= kv_head < self.n_kv_heads:
-            raise ValueError(f"key/value head {kv_head} is out of range: the model has {self.n_kv_heads}")
+            raise InputError(f"key/value head {kv_head} is out of range: the model has {self.n_kv_heads}")
         group = self.n_heads // self.n_kv_heads
         start = (kv_head % self.n_kv_heads) * group
         return tuple(range(start, start + group))
@@ -443,14 +454,14 @@ class Trace:
     def patch_grid(self) -> tuple[int, int]:
         """(rows, cols) of an image trace's patch grid; ValueError for a trace of text."""
         if self.grid_hw is None:
-            raise ValueError(f"this {self.kind} trace is not of an image: it has no patch grid")
+            raise InputError(f"this {self.kind} trace is not of an image: it has no patch grid")
         return self.grid_hw
 
     @property
     def patch_side(self) -> int:
         """The side of an image trace's patches in pixels; ValueError for a trace of text."""
         if self.patch_size is None:
-            raise ValueError(f"this {self.kind} trace is not of an image: it has no patches")
+            raise InputError(f"this {self.kind} trace is not of an image: it has no patches")
         return self.patch_size
 
     @property
@@ -495,13 +506,13 @@ class Trace:
         A compact trace keeps TOP_K per position: asking for more gives those.
         """
         if not self.has_head:
-            raise ValueError("this model has no prediction head (no classifier, language-model or masked-word head)")
+            raise InputError("this model has no prediction head (no classifier, language-model or masked-word head)")
         per_position = self.activations.get("head.logits", self.activations.get("head.top_ids"))
         if per_position is not None and per_position.ndim == 2:
             if position is None:
                 position = self.meta.predict_position
             if position is None:
-                raise ValueError("no [MASK] token in the input: put [MASK] where a word should be guessed")
+                raise InputError("no [MASK] token in the input: put [MASK] where a word should be guessed")
         k = max(int(k), 0)
         if "head.logits" not in self.activations:  # a compact trace: each position's top tokens
             ids, probs = (
@@ -548,10 +559,7 @@ class Trace:
             kept[name] = _own(tensor, copies)
         logits = self.activations.get("head.logits")
         if logits is not None and logits.ndim == 2 and logits.shape[1] > top_k:
-            with torch.inference_mode():
-                tops = [top_k_scores(rows, top_k) for rows in logits.split(TOP_K_ROWS)]  # [positions, top_k]
-                kept["head.top_ids"] = torch.cat([ids for ids, _ in tops]).to(torch.int32)
-                kept["head.top_probs"] = torch.cat([probs for _, probs in tops]).to(torch.float32)
+            kept["head.top_ids"], kept["head.top_probs"] = top_k_tokens(logits, top_k)  # on the device
         elif logits is not None:
             kept["head.logits"] = _own(logits, copies)
         return replace(self, activations=kept)
@@ -560,16 +568,16 @@ class Trace:
     def _block(self, stack: str | None, layer: int) -> str:
         stack = stack or self.main_stack
         if stack not in self.attention_stacks:
-            raise ValueError(f"this {self.kind} trace has no {stack!r} attention; it has {self.attention_stacks}")
+            raise InputError(f"this {self.kind} trace has no {stack!r} attention; it has {self.attention_stacks}")
         n = self.layers_in(stack)
         if not -n <= layer < n:
-            raise ValueError(f"layer {layer} is out of range: the {stack} stack has {n} layers (0..{n - 1})")
+            raise InputError(f"layer {layer} is out of range: the {stack} stack has {n} layers (0..{n - 1})")
         return ATTENTION_STACKS[stack].format(layer=layer % n)
 
     def _check_head(self, head: int, stack: str | None = None) -> int:
         n = self.heads_in(stack)
         if not -n <= head < n:
-            raise ValueError(f"head {head} is out of range: the model has {n} heads (0..{n - 1})")
+            raise InputError(f"head {head} is out of range: the model has {n} heads (0..{n - 1})")
         return head % n
 
     def block_tensor(self, part: str, layer: int, head: int | None = None, stack: str | None = None) -> torch.Tensor:

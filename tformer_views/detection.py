@@ -15,6 +15,7 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 from tformer_core.capture import matching
+from tformer_core.errors import InputError
 from tformer_core.inputs.image_file import read_image
 from tformer_core.models.base import TracedModel
 from tformer_core.models.detr import DETR
@@ -61,7 +62,7 @@ KEEP = matching("head.*", "decoder.*.attn.q", "decoder.*.attn.k", "decoder.*.cro
 
 def analyse(model: TracedModel[Any], data: bytes, name: str) -> DetrResult:
     if not isinstance(model, DETR) or model.preprocessing is None:
-        raise ValueError("this page shows DETR object detectors (e.g. facebook/detr-resnet-50)")
+        raise InputError("this page shows DETR object detectors (e.g. facebook/detr-resnet-50)")
     loaded = read_image(data, name)
     pixels = model.preprocessing(loaded.image)
     return DetrResult(model.preprocessing.resized(loaded.image), model.trace(pixels, keep=KEEP))

@@ -18,6 +18,7 @@ import torch
 from PIL import Image
 
 from tformer_core.capture import matching
+from tformer_core.errors import InputError
 from tformer_core.metrics import (
     mean_attention_distance,
     mean_attention_distance_tensor,
@@ -147,7 +148,7 @@ def distances_over_images(
         if progress is not None:
             progress(done)
     if not out:
-        raise ValueError("no images: choose or upload at least one")
+        raise InputError("no images: choose or upload at least one")
     return np.concatenate(out)  # [images, layers, heads]
 
 

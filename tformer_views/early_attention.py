@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from tformer_core.errors import InputError
 from tformer_core.models.base import TracedModel
 from tformer_core.models.kinds import PoolingModel
 from tformer_core.scores import ScoreSteps
@@ -76,10 +77,10 @@ def pooling_input(model: TracedModel[Any], text: str) -> str:
     """The words a sentiment model reads of `text`, joined (cut to the words it reads at most); ValueError for
     a text without a single word."""
     if not isinstance(model, PoolingModel):
-        raise ValueError(f"this section shows attention pooling over words, not a {model.kind} model")
+        raise InputError(f"this section shows attention pooling over words, not a {model.kind} model")
     words = model.words(text)
     if not words:
-        raise ValueError("the sentence has no words (letters or digits): type a sentence")
+        raise InputError("the sentence has no words (letters or digits): type a sentence")
     return " ".join(words[: model.max_tokens])
 
 

@@ -21,6 +21,7 @@ for smollm2 (30 layers x 9 heads) 20 new tokens after a 13-token prompt are unde
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,13 +29,14 @@ import pandas as pd
 import torch
 
 from tformer_core.capture import matching
+from tformer_core.errors import InputError
 from tformer_core.generation import Sampling, next_token_table
 from tformer_core.models.base import TracedModel
 from tformer_core.models.kinds import CausalLM
 from tformer_core.numerics import head_scores_tensor, top_k_scores
 from tformer_core.trace import Trace, to_host
 
-from .tokens import display_token, display_tokens
+from .tokens import display_next, display_tokens, ends_inside_a_character
 
 MAX_NEW_TOKENS = 64  # new tokens one continuation may write (each is a traced pass)
 MAX_PROMPT_TOKENS = 256  # a longer prompt is refused: every step's attention row spans the whole prompt
@@ -131,15 +133,15 @@ class Continuation:
     def step(self, t: int) -> Step:
         """Step t (0-based); ValueError outside 0 .. n_steps - 1."""
         if not 0 <= t < self.n_steps:
-            raise ValueError(f"step {t} is out of range: this continuation has {self.n_steps} steps")
+            raise InputError(f"step {t} is out of range: this continuation has {self.n_steps} steps")
         query = self.n_prompt - 1 + t
-        shown = display_tokens(self.tokens)
-        top = tuple((display_token(label), float(p)) for label, p in zip(self.top_labels[t], self.top_probs[t]))
+        before = self.tokens[: query + 1]  # what the model has read: shown as it stands at this step
+        top = tuple((display_next(before, label), float(p)) for label, p in zip(self.top_labels[t], self.top_probs[t]))
         return Step(
             t,
             query,
-            tuple(shown[: query + 1]),
-            shown[query + 1],
+            tuple(display_tokens(before)),
+            display_next(before, self.tokens[query + 1]),
             self.rows[t],
             top,
             self.probabilities[t],
@@ -165,22 +167,23 @@ def continue_text(
     `sampling`), keeping each step's attention rows and top-k. ValueError with a message for the page for a
     model that cannot, an empty or over-long prompt, or a number of tokens outside 1..MAX_NEW_TOKENS."""
     if not isinstance(model, CausalLM) or model.tokenizer is None:
-        raise ValueError("only a decoder-only model with a tokenizer continues a text")
+        raise InputError("only a decoder-only model with a tokenizer continues a text")
     if isinstance(max_new_tokens, bool) or not 1 <= int(max_new_tokens) <= MAX_NEW_TOKENS:
-        raise ValueError(f"the number of new tokens must be 1 to {MAX_NEW_TOKENS}, got {max_new_tokens}")
+        raise InputError(f"the number of new tokens must be 1 to {MAX_NEW_TOKENS}, got {max_new_tokens}")
     if not isinstance(prompt, str) or not prompt.strip():
-        raise ValueError("the text to continue is empty: type at least one word")
+        raise InputError("the text to continue is empty: type at least one word")
     n = model.tokenizer.count(prompt)
     if n > MAX_PROMPT_TOKENS:
-        raise ValueError(
+        raise InputError(
             f"the text to continue has {n:,} tokens; a continuation starts from at most {MAX_PROMPT_TOKENS} "
             "(each new token's attention spans the whole prompt): shorten it"
         )
     if sampling is not None and sampling.greedy:
         sampling = None
     if sampling is not None and not model.capabilities.sampling:
-        raise ValueError("this model runs through transformers' own code, which tformer decodes greedily only")
-    gen = model.generate(prompt, int(max_new_tokens), sampling=sampling, keep=step_keep)
+        raise InputError("this model runs through transformers' own code, which tformer decodes greedily only")
+    # Only the steps are read: no final pass over the whole text (130 MB for smollm2 at 270 tokens).
+    gen = model.generate(prompt, int(max_new_tokens), sampling=sampling, keep=step_keep, final_trace=False)
     rows, top_ids, top_probs, top_labels, model_probs = [], [], [], [], []
     for t, trace in enumerate(gen.steps):
         with torch.inference_mode():  # on the device; the step's rows and top tokens come to the host in one transfer
@@ -202,7 +205,7 @@ def continue_text(
         tuple(int(i) for i in gen.ids),
         tuple(gen.tokens),
         int(gen.n_prompt),
-        model.tokenizer.decode(list(gen.generated_ids)),
+        _whole_characters(model.tokenizer.decode(list(gen.generated_ids)), gen.tokens),
         tuple(rows),
         np.asarray(top_ids, dtype=np.int64).reshape(-1, k) if top_ids else np.zeros((0, k), np.int64),
         np.asarray(top_probs, dtype=np.float32).reshape(-1, k) if top_probs else np.zeros((0, k), np.float32),
@@ -211,8 +214,14 @@ def continue_text(
         tuple(model_probs),
         bool(gen.finished),
         sampling,
-        gen.trace.meta.path,
+        model.path,
     )
+
+
+def _whole_characters(text: str, tokens: Sequence[str]) -> str:
+    """The text without the "�" a decoder writes for a character whose first bytes are the last tokens written
+    (a byte-level model stopped inside one): the tokens table shows that last piece for what it is."""
+    return text.rstrip("\ufffd") if ends_inside_a_character(tokens) else text
 
 
 def next_token_frame(trace: Trace, k: int = 5) -> pd.DataFrame:
@@ -221,11 +230,11 @@ def next_token_frame(trace: Trace, k: int = 5) -> pd.DataFrame:
     ids, probs = next_token_table(trace, k)
     labels = trace.meta.labels
     start = trace.meta.query_start
-    tokens = display_tokens(trace.tokens[start:])
+    tokens = display_tokens(trace.tokens)[start:]
     frame = pd.DataFrame({"position": np.arange(start, start + len(tokens)), "token": tokens})
     for j in range(ids.shape[1]):
         frame[f"#{j + 1}"] = [
-            f"{display_token(labels[i] if labels is not None else str(i))}  {p:.3f}"
-            for i, p in zip(ids[:, j], probs[:, j])
+            f"{display_next(trace.tokens[: start + row + 1], labels[i] if labels is not None else str(i))}  {p:.3f}"
+            for row, (i, p) in enumerate(zip(ids[:, j], probs[:, j]))
         ]
     return frame

@@ -25,6 +25,7 @@ import torch
 from PIL import Image
 
 from tformer_core.capture import NameFilter, matching
+from tformer_core.errors import InputError
 from tformer_core.inputs.image_file import read_image
 from tformer_core.models.base import TracedModel
 from tformer_core.models.vit import ViT
@@ -113,7 +114,7 @@ def _inputs(model: TracedModel[Any], data: bytes, name: str) -> tuple[ViT, Image
     vit = require_vit(model)
     preprocessing = vit.preprocessing
     if preprocessing is None:  # require_vit has refused it already
-        raise ValueError("this ViT has no image preprocessing")
+        raise InputError("this ViT has no image preprocessing")
     loaded = read_image(data, name)
     return vit, preprocessing.resized(loaded.image), preprocessing(loaded.image)
 
@@ -123,7 +124,7 @@ def shift_study(model: TracedModel[Any], data: bytes, name: str, k: int) -> Shif
     vit, image, pixels = _inputs(model, data, name)
     P = vit.config.patch_size
     if not 0 <= k <= 4 * P:
-        raise ValueError(f"the shift must be 0 to {4 * P} pixels, got {k}")
+        raise InputError(f"the shift must be 0 to {4 * P} pixels, got {k}")
     keep = _keep(vit.config.n_layers - 1)
     traces = vit.trace_batch(torch.stack([pixels, roll(pixels, k)]), keep=keep)
     shifted_image = Image.fromarray(np.roll(np.asarray(image), k, axis=1))

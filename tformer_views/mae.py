@@ -15,6 +15,7 @@ import numpy as np
 from PIL import Image
 
 from tformer_core.capture import matching
+from tformer_core.errors import InputError
 from tformer_core.inputs.image_file import read_image
 from tformer_core.inputs.preprocessing import ImagePreprocessing
 from tformer_core.models.base import TracedModel
@@ -49,7 +50,7 @@ class MAEResult:
 
 def analyse(model: TracedModel[Any], data: bytes, name: str, seed: int) -> MAEResult:
     if not isinstance(model, MAE) or model.preprocessing is None:
-        raise ValueError("this page shows masked autoencoders (ViT-MAE checkpoints, e.g. facebook/vit-mae-base)")
+        raise InputError("this page shows masked autoencoders (ViT-MAE checkpoints, e.g. facebook/vit-mae-base)")
     loaded = read_image(data, name)
     pre = model.preprocessing
     pixels = pre(loaded.image)
@@ -70,7 +71,9 @@ def masked_picture(image: Image.Image, mask: np.ndarray, patch: int) -> Image.Im
     return Image.fromarray(a)
 
 
-def mask_only(data: bytes, name: str, seed: int, size: int = 224, patch: int = 16, ratio: float = 0.75) -> tuple:
+def mask_only(
+    data: bytes, name: str, seed: int, size: int = 224, patch: int = 16, ratio: float = 0.75
+) -> tuple[Image.Image, np.ndarray]:
     """(picture resized to size x size, mask [patches]): the masking shown without a checkpoint."""
     image = ImagePreprocessing(resize=("exact", (size, size))).resized(read_image(data, name).image)
     return image, random_mask((size // patch) ** 2, ratio, seed)

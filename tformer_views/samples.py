@@ -8,12 +8,12 @@ of the bundled vit-tiny, the kind of picture it was trained on. Folders: TFORMER
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
 from PIL import Image
 
+from tformer_core import settings
 from tformer_core.bundled.data import SHAPE_CLASSES, make_scenes
 from tformer_core.bundled.loading import ASSETS_DIR
 from tformer_core.inputs.image_file import MAX_BYTES
@@ -27,8 +27,7 @@ MAX_FOLDER_IMAGES = 64
 
 def image_dirs() -> list[Path]:
     """Folders of extra sample pictures: TFORMER_IMAGE_DIRS (os.pathsep-separated), none by default."""
-    configured = os.environ.get("TFORMER_IMAGE_DIRS", "")
-    return [Path(p).expanduser().resolve() for p in configured.split(os.pathsep) if p.strip()]
+    return [folder.resolve() for folder in settings.image_dirs()]
 
 
 def _photos() -> list[tuple[str, bytes]]:

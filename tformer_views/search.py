@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from tformer_core.errors import InputError
 from tformer_core.trace import Trace, reduces_on_device, to_host
 
 from .tokens import SPECIAL_TOKENS, plain_word
@@ -27,7 +28,7 @@ def query_rows(trace: Trace, query: int, stack: str | None = None) -> np.ndarray
     stack = stack or trace.main_stack
     n_q = len(trace.tokens_for(stack)[0])
     if not 0 <= query < n_q:
-        raise ValueError(f"query {query} is out of range: the input has {n_q} tokens (0..{n_q - 1})")
+        raise InputError(f"query {query} is out of range: the input has {n_q} tokens (0..{n_q - 1})")
     layers = range(trace.layers_in(stack))
     rows = [trace.block_tensor("weights", layer, None, stack)[:, query, :] for layer in layers]
     if not reduces_on_device(trace.device):

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from tformer_core.bundled import data as td
+from tformer_core.errors import InputError
 from tformer_core.generation import Generation
 from tformer_core.models.base import TracedModel
 from tformer_core.models.kinds import EncoderDecoderModel
@@ -80,15 +81,15 @@ def require_seq2seq(model: TracedModel) -> EncoderDecoderModel:
     """`model` as an encoder-decoder with a tokenizer (the core's own, or one transformers runs: both are an
     `EncoderDecoderModel`, the same trace / generate interface); ValueError with a message for the page otherwise."""
     if not isinstance(model, EncoderDecoderModel):
-        raise ValueError("this page shows encoder-decoder models (translation); this one is not")
+        raise InputError("this page shows encoder-decoder models (translation); this one is not")
     if model.tokenizer is None:
-        raise ValueError("this model has no tokenizer, so it cannot read a sentence")
+        raise InputError("this model has no tokenizer, so it cannot read a sentence")
     return model
 
 
 def _source_tokenizer(model: EncoderDecoderModel) -> Tokenizer:
     if model.tokenizer is None:
-        raise ValueError("this model has no tokenizer, so it cannot read a sentence")
+        raise InputError("this model has no tokenizer, so it cannot read a sentence")
     return model.tokenizer
 
 
@@ -107,8 +108,9 @@ def translate(model: TracedModel, source: str, max_new_tokens: int | None = None
     """Greedy translation of `source` with a trace of every step. ValueError for empty or over-long input."""
     model = require_seq2seq(model)
     if max_new_tokens is not None and not 1 <= int(max_new_tokens) <= MAX_NEW_TOKENS:
-        raise ValueError(f"the number of new tokens must be 1 to {MAX_NEW_TOKENS}, got {max_new_tokens}")
+        raise InputError(f"the number of new tokens must be 1 to {MAX_NEW_TOKENS}, got {max_new_tokens}")
     gen: Generation = model.generate(source, max_new_tokens)
+    assert gen.trace is not None  # an encoder-decoder's generate always runs the final pass
     return Translation(
         "greedy",
         gen.trace.tokens,
@@ -125,16 +127,16 @@ def translate(model: TracedModel, source: str, max_new_tokens: int | None = None
 def target_ids(model: EncoderDecoderModel, target: str) -> list[int]:
     """The decoder's input for teacher forcing: the start token, the target's tokens, the end token."""
     if not isinstance(target, str) or not target.strip():
-        raise ValueError("the target is empty: type the translation to check, or leave it empty for the model's own")
+        raise InputError("the target is empty: type the translation to check, or leave it empty for the model's own")
     settings = model.generation
     start = settings.start_id if settings.start_id is not None else settings.pad_id
     if start is None:
-        raise ValueError("this model's generation settings name no decoder start token")
+        raise InputError("this model's generation settings name no decoder start token")
     ids = [start, *_target_tokenizer(model).encode_target(target)]
     if settings.eos_id is not None and ids[-1] != settings.eos_id:
         ids.append(settings.eos_id)
     if len(ids) < 2:
-        raise ValueError("the target has no words this model can read")
+        raise InputError("the target has no words this model can read")
     return ids
 
 
@@ -144,7 +146,7 @@ def teacher_force(model: TracedModel, source: str, target: str) -> Translation:
     ids = target_ids(model, target)
     limit = model.max_tokens
     if limit is not None and len(ids) > limit:
-        raise ValueError(
+        raise InputError(
             f"the target has {len(ids)} tokens with its start and end tokens; this model handles at "
             f"most {limit}. Shorten it."
         )
@@ -207,7 +209,7 @@ class Step:
 def at_step(translation: Translation, t: int) -> Step:
     """Step t (0-based) of a translation: ValueError outside 0..n_steps - 1."""
     if not 0 <= t < translation.n_steps:
-        raise ValueError(f"step {t} is out of range: this translation has {translation.n_steps} steps")
+        raise InputError(f"step {t} is out of range: this translation has {translation.n_steps} steps")
     if translation.steps is not None:
         trace, row = translation.steps[t], t
     else:

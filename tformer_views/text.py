@@ -29,7 +29,7 @@ from tformer_core.models.encoder import first_token_attention as tc_first_token_
 from tformer_core.tokenizers import Tokenizer
 from tformer_core.trace import Trace, reduces_on_device, to_host
 
-from .tokens import display_token, display_tokens, visible_positions
+from .tokens import display_next, display_tokens, visible_positions
 
 DEFAULT_SENTENCE = "The animal didn't cross the street because it was too tired."
 HEAD_VIEW_MAX_LINES = 6000  # the head view draws at most this many lines (the strongest ones)
@@ -312,7 +312,8 @@ def head_view(
 # ---- predictions --------------------------------------------------------------------------------------
 def top_predictions(trace: Trace, k: int = 5, position: int | None = None) -> list[tuple[str, float]]:
     """Top-k (token as shown, probability) from the model's own head at `position` (see Trace.predictions)."""
-    return [(display_token(label), p) for label, p in trace.predictions(k, position)]
+    before = trace.tokens if position is None else trace.tokens[: position + 1]
+    return [(display_next(before, label), p) for label, p in trace.predictions(k, position)]
 
 
 def prediction_kind(trace: Trace) -> str | None:

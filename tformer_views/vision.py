@@ -16,6 +16,7 @@ import numpy as np
 import torch
 from PIL import Image
 
+from tformer_core.errors import InputError
 from tformer_core.inputs.image_file import ImageError, read_image
 from tformer_core.models.base import TracedModel
 from tformer_core.models.vit import ViT
@@ -30,9 +31,9 @@ FUSIONS = ("mean", "max", "min")
 def require_vit(model: TracedModel) -> ViT:
     """`model` as a ViT with its image preprocessing; ValueError with a message for the page otherwise."""
     if not isinstance(model, ViT):
-        raise ValueError("this page shows Vision Transformers (ViT, DeiT); this model reads text")
+        raise InputError("this page shows Vision Transformers (ViT, DeiT); this model reads text")
     if model.preprocessing is None:
-        raise ValueError("this ViT has no image preprocessing (no preprocessor_config.json in its folder)")
+        raise InputError("this ViT has no image preprocessing (no preprocessor_config.json in its folder)")
     return model
 
 
@@ -78,7 +79,7 @@ def query_token(trace: Trace, patch: int | None) -> int:
     rows, cols = trace.patch_grid
     n = rows * cols
     if not 0 <= patch < n:
-        raise ValueError(f"patch {patch} is out of range: the grid has {n} patches (0..{n - 1})")
+        raise InputError(f"patch {patch} is out of range: the grid has {n} patches (0..{n - 1})")
     return trace.n_prefix_tokens + int(patch)
 
 
@@ -101,9 +102,9 @@ def rollout(trace: Trace, head_fusion: str = "mean", discard_ratio: float = 0.9)
     connection, (A + I) / 2, renormalise the rows, and multiply the layers from the first up.
     """
     if head_fusion not in FUSIONS:
-        raise ValueError(f"head fusion must be one of {FUSIONS}, got {head_fusion!r}")
+        raise InputError(f"head fusion must be one of {FUSIONS}, got {head_fusion!r}")
     if not 0.0 <= discard_ratio < 1.0:
-        raise ValueError(f"the discard ratio must be in [0, 1), got {discard_ratio}")
+        raise InputError(f"the discard ratio must be in [0, 1), got {discard_ratio}")
     if not reduces_on_device(trace.device):
         return _rollout_on_host(trace, head_fusion, discard_ratio)
     n = len(trace.tokens)

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from tformer_core.attention import attend_float64
+from tformer_core.errors import InputError
 from tformer_core.trace import Trace, to_host
 
 from .text import mask_tensor
@@ -87,7 +88,7 @@ def why_this_weight(trace: Trace, layer: int, head: int, query: int, stack: str 
     q_tokens, k_tokens = trace.tokens_for(stack)
     if not 0 <= query < len(q_tokens):
         n = len(q_tokens)
-        raise ValueError(f"query position {query} is out of range: the input has {n} tokens (0..{n - 1})")
+        raise InputError(f"query position {query} is out of range: the input has {n} tokens (0..{n - 1})")
     # Everything the explanation reads, picked on the trace's device and copied to the host in one transfer.
     parts = [trace.block_tensor(part, layer, head, stack) for part in ("q", "k", "v", "weights", "z")]
     parts = [parts[0][query], parts[1], parts[2], parts[3][query], parts[4][query]]

@@ -33,3 +33,17 @@ def test_the_sidebar_lists_the_model_the_page_just_loaded():
     at.switch_page("app_pages/text_attention.py").run()
     assert not at.exception
     assert any(c.value.startswith("Models loaded:") and "minilm" in c.value for c in at.sidebar.caption)
+
+
+def test_home_describes_each_page_in_the_readmes_words():
+    """The README's table of pages and the Home page's guide say the same thing about every page."""
+    import re
+
+    readme = (Path(APP).parent / "README.md").read_text(encoding="utf-8")
+    table = dict(re.findall(r"^\| ([A-Z][^|]+?) \| (.+) \|$", readme.split("### The pages")[1].split("\n\n")[1], re.M))
+    at = AppTest.from_file(APP, default_timeout=60).run()  # Home, in the app's shell
+    assert not at.exception
+    links = [p.proto.label.strip("*") for p in at.main.get("page_link")]
+    captions = [c.value for c in at.main.caption][1:]  # after the numbering note: one per page
+    assert links == [name for name in table if name != "page"] and len(links) == 12  # every page but Home
+    assert dict(zip(links, captions[: len(links)])) == {name: table[name] for name in links}

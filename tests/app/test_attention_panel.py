@@ -108,7 +108,7 @@ def test_grouped_query_views_name_the_shared_key_value_head_and_read_its_keys(mo
 
 
 def test_a_head_with_its_own_keys_says_nothing_of_sharing():
-    at = run("text_attention", views="qkv,why", head="4")  # MiniLM: 12 heads, 12 key/value heads
+    at = run("text_attention", views="qkv,why", layer="0", head="4")  # MiniLM: 12 heads, 12 key/value heads
     no_exception(at)
     assert not any("key/value head" in m for m in messages(at, "info"))
     assert "K (layer 0, head 4)" in charts(at)

@@ -4,6 +4,7 @@ import threading
 
 import numpy as np
 import pytest
+from streamlit.runtime.scriptrunner_utils.exceptions import StopException
 
 from tformer_app.budget import ByteBudgetCache, size_of
 
@@ -64,6 +65,32 @@ def test_a_failed_computation_reaches_every_waiter_and_is_not_cached():
     with pytest.raises(ValueError, match="bad input"):
         cache.get_or_compute("k", lambda: (_ for _ in ()).throw(ValueError("bad input")))
     assert cache.get_or_compute("k", lambda: 7) == 7
+
+
+def test_a_computation_whose_script_was_stopped_is_computed_by_a_waiter():
+    """A session loading a model is stopped by a click (Streamlit raises StopException, not an Exception, in
+    its script): the sessions waiting for the same model load it themselves instead of failing with it."""
+    cache = ByteBudgetCache("t", MB)
+    started, release, results = threading.Event(), threading.Event(), []
+
+    def stopped():
+        started.set()
+        release.wait(10)
+        raise StopException()
+
+    def owner():
+        with pytest.raises(StopException):
+            cache.get_or_compute("k", stopped)
+
+    first = threading.Thread(target=owner)
+    first.start()
+    started.wait(10)
+    waiter = threading.Thread(target=lambda: results.append(cache.get_or_compute("k", lambda: "loaded")))
+    waiter.start()
+    release.set()
+    first.join(10)
+    waiter.join(10)
+    assert results == ["loaded"] and cache.get_or_compute("k", lambda: pytest.fail("cached")) == "loaded"
 
 
 def test_size_of_counts_shared_buffers_once_and_follows_containers():

@@ -9,6 +9,7 @@ import pytest
 from tformer_app import caches
 
 PAGES_ROOT = Path(__file__).resolve().parents[2]
+TOKEN = "a-test-token-of-24-chars"
 
 
 @pytest.fixture
@@ -94,7 +95,9 @@ def test_the_server_page_shows_the_caches_and_clears_the_results(monkeypatch):
     caches.cached("text", "minilm", "A sentence to cache.", None)
     before = caches.memory_report()
     assert before.results.used_bytes > 0
+    monkeypatch.setenv("TFORMER_ADMIN_TOKEN", TOKEN)
     at = AppTest.from_file(str(PAGES / "server.py"), default_timeout=60).run()
+    at.text_input(key="_tformer.admin.token").input(TOKEN).run()
     assert not at.exception
     table = at.dataframe[0].value.set_index("cache")
     assert table.loc["results", "entries"] == before.results.entries
@@ -106,16 +109,30 @@ def test_the_server_page_shows_the_caches_and_clears_the_results(monkeypatch):
     assert "minilm" in caches.loaded_models()  # models stay loaded
 
 
-def test_the_server_page_is_listed_only_for_an_admin(monkeypatch):
+def test_the_server_page_is_served_only_with_a_token_and_shows_nothing_without_it(monkeypatch):
+    """TFORMER_ADMIN=1 alone used to let anyone who reached the server clear every cache and read the hub ids
+    typed. Now the page needs TFORMER_ADMIN_TOKEN: without one it is not served; with one, it is left out of the
+    sidebar and shows nothing until a session gives the token (compared in constant time)."""
     from streamlit.testing.v1 import AppTest
 
+    from tformer_app import admin
+
     app = str(PAGES_ROOT / "app.py")
-    monkeypatch.delenv("TFORMER_ADMIN", raising=False)
-    at = AppTest.from_file(app, default_timeout=60).run()
-    assert not at.exception
-    with pytest.raises(ValueError, match="Could not find a navigation page"):  # not a page of this app
-        at.switch_page("app_pages/server.py").run()
-    monkeypatch.setenv("TFORMER_ADMIN", "1")
+    monkeypatch.setattr(admin, "WRONG_TOKEN_DELAY_S", 0.0)
+    monkeypatch.delenv("TFORMER_ADMIN_TOKEN", raising=False)
+    for flag in ("", "1"):  # not asked for; asked for without a token
+        monkeypatch.setenv("TFORMER_ADMIN", flag)
+        at = AppTest.from_file(app, default_timeout=60).run()
+        assert not at.exception
+        with pytest.raises(ValueError, match="Could not find a navigation page"):  # not a page of this app
+            at.switch_page("app_pages/server.py").run()
+    monkeypatch.setenv("TFORMER_ADMIN_TOKEN", TOKEN)
     at = AppTest.from_file(app, default_timeout=60).run()
     at.switch_page("app_pages/server.py").run()
     assert not at.exception and at.title[0].value == "Server"
+    assert not at.dataframe and not at.main.button
+    at.text_input(key="_tformer.admin.token").input(TOKEN[:-1] + "?").run()
+    assert [e.value for e in at.error] == ["That is not the token."] and not at.dataframe
+    at.text_input(key="_tformer.admin.token").input(TOKEN).run()
+    assert not at.error and at.dataframe and [b.label for b in at.main.button] == ["Clear cached results"]
+    assert admin.matches(TOKEN, TOKEN) and not admin.matches(TOKEN, None) and not admin.matches("", TOKEN)

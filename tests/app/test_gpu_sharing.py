@@ -170,6 +170,15 @@ def test_the_results_budget_counts_gpu_bytes_apart_from_the_hosts():
     assert cache.stats().device_bytes == 0
 
 
-def test_a_device_torch_cannot_read_leaves_the_server_on_the_cpu(monkeypatch):
+def test_a_device_the_machine_cannot_use_leaves_the_server_on_its_default(monkeypatch, caplog):
     monkeypatch.setenv("TFORMER_DEVICE", "gpu-please")
-    assert gpu.server_device() == torch.device("cpu")  # the server starts; loading a model says what is wrong
+    with caplog.at_level("WARNING", logger="tformer_core"):
+        device = gpu.server_device()  # the server starts, on the device it would use without the setting
+    assert device == torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    assert any("TFORMER_DEVICE='gpu-please' is refused" in r.getMessage() for r in caplog.records)
+    monkeypatch.setenv("TFORMER_GPU_MB", "0")  # not a positive number: no cap, logged
+    with caplog.at_level("WARNING", logger="tformer_core"):
+        assert server_settings().gpu_bytes is None
+    assert any(
+        "TFORMER_GPU_MB='0' is refused (not a positive number); using no cap" in r.getMessage() for r in caplog.records
+    )

@@ -72,8 +72,32 @@ def test_a_text_too_long_for_a_link_stays_out_of_it_with_a_note():
     at.text_area(key="text.text").input(long_text).run()
     no_exception(at)
     assert "text" not in at.query_params and "layer" in at.query_params
-    assert "Not in the link (too long to share in an address): text" in link_line(at)
+    assert "Not in the link (too long to share in an address): the sentence" in link_line(at)
     assert len(long_text) > MAX_LINK_VALUE
+    # The link made now says what it could not carry; opened, it says so instead of "ignored start".
+    assert at.query_params["cut"] == "text" and "start" in at.query_params  # the long text's window
+    params = {k: at.query_params[k] for k in at.query_params}
+    opened = run("text_attention", **params)
+    no_exception(opened)
+    line = link_line(opened)
+    assert "the sentence did not fit in the link (too long for an address) and was left out" in line
+    assert "start went with it and cannot be used" in line and "ignored" not in line
+    assert opened.text_area(key="text.text").value.startswith("The animal")  # the page's own sentence
+
+
+def test_a_link_to_an_uploaded_pictures_view_keeps_its_settings_until_there_is_a_picture():
+    """Uploads stay in the browser: the link says so (not "ignored layer, head ..."), keeps the view's settings,
+    and they apply to the picture chosen here."""
+    at = run("vision", timeout=120, model="vit-tiny", **{"from": "upload"}, layer="2", head="1", alpha="0.4")
+    no_exception(at)
+    line = link_line(at)
+    assert "an uploaded picture is not in links" in line and "ignored" not in line
+    assert "layer" in line and "alpha" in line
+    assert (at.query_params["layer"], at.query_params["head"], at.query_params["alpha"]) == ("2", "1", "0.4")
+    at.radio(key="vit.from").set_value("sample").run()  # a picture here: the link's settings are its settings
+    no_exception(at)
+    assert at.slider(key="vit.alpha").value == 0.4 and at.query_params["layer"] == "2"
+    assert at.query_params["head"] == "1" and "ignored" not in " ".join(messages(at, "info"))
 
 
 def test_a_number_from_a_link_is_finite_or_refused():

@@ -115,9 +115,32 @@ def smollm2_rope() -> tuple[float, int]:
     return float(theta), int(config["head_dim"])
 
 
+def test_the_page_opens_without_loading_smollm2_and_says_what_opening_the_rotary_part_costs(monkeypatch):
+    loaded, asked = caches.cached_model, []
+
+    def recorded(source, progress=None):
+        asked.append(source)
+        return loaded(source, progress)
+
+    monkeypatch.setattr(caches, "cached_model", recorded)
+    monkeypatch.setattr(caches, "is_loaded", lambda source: False)  # a fresh server, whatever this one holds
+    at = run()
+    assert not at.exception and not at.error
+    assert "smollm2" not in asked and not table_names(at) & {"pair i", "rotation", "q·k after RoPE"}
+    [switch] = [t for t in at.toggle if t.key == "pe.rope"]
+    assert switch.value is False and "loads the model" in switch.label and "20–40 s" in switch.label
+    assert any("Rotary position embeddings (RoPE)" in h for h in messages(at, "header"))  # what RoPE is, still
+    switch.set_value(True).run()
+    assert not at.exception and "smollm2" in asked and at.query_params["rope"] == "1"
+
+
+def table_names(at) -> set:
+    return {d.value.index.name for d in at.dataframe}
+
+
 @needs_smollm2
 def test_rotary_section_shows_smollm2s_frequencies_read_from_its_config():
-    at = run()
+    at = run(rope="1")
     assert not at.exception and not at.error
     theta, d = smollm2_rope()  # 100000 and 64 for SmolLM2-135M
     last = theta ** (-(d - 2) / d)

@@ -70,7 +70,7 @@ def test_the_text_page_draws_the_query_key_space_and_switches_to_3d(minilm_trace
 
 
 def test_a_link_opens_it_in_3d_without_the_key_translation_and_hidden_tokens_left_out(minilm_trace):
-    at = run("text_attention", views="qk", qk_dims="3", qk_align="0", hide="1", query="2")
+    at = run("text_attention", views="qk", qk_dims="3", qk_align="0", hide="1", query="2", layer="0", head="0")
     no_exception(at)
     (figure,) = figures(at)
     shown = np.arange(1, 15)  # [CLS] and [SEP] hidden

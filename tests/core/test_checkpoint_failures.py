@@ -25,8 +25,8 @@ import transformers as T
 from safetensors.torch import load_file, save_file
 
 import tformer_core as tc
-from tformer_core.checkpoints import bert, sources
-from tformer_core.checkpoints.limits import DEFAULT_MAX_PARAMS
+from tformer_core import settings
+from tformer_core.checkpoints import bert, hub_disk, sources
 
 # ---- tiny checkpoints, made once, copied for each test ---------------------------------------------------------
 
@@ -226,6 +226,58 @@ def test_a_pickle_with_a_payload_is_refused_and_its_code_never_runs(templates, m
     assert "Unsupported global" not in message and "weights_only" not in message  # PyTorch's words for developers
 
 
+class _SystemPayload:
+    """A pickle calling os.system: torch 2.13 refuses it with "... whose module posix is blocked"."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_a_pickle_calling_a_blocked_module_is_named_as_refused_not_as_damaged(templates, models_dir, tmp_path):
+    folder = _bin_folder(templates, models_dir)
+    marker = tmp_path / "payload-ran"
+    torch.save(
+        {"bert.embeddings.word_embeddings.weight": torch.zeros(99, 32), "evil": _SystemPayload(marker)},
+        folder / "pytorch_model.bin",
+    )
+    message = refused(folder, models_dir, "pytorch_model.bin holds Python objects besides tensors")
+    assert "damaged" not in message and "posix" not in message and not marker.exists()
+
+
+def test_a_weights_file_linking_outside_the_model_folders_is_refused_unread(templates, models_dir, tmp_path):
+    """The folder is inside the configured one; its weights file is a link to a file elsewhere (a secret, say).
+    It is refused before any file is read, and the message names the file, not where it leads."""
+    folder = copy(templates, "bert", models_dir)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "secret.safetensors").write_bytes(b"SECRET!!" + b"x" * 100)  # its 8 bytes as a length: a number
+    (folder / "model.safetensors").unlink()
+    (folder / "model.safetensors").symlink_to(elsewhere / "secret.safetensors")
+    message = refused(folder, models_dir, "models/m/model.safetensors is a link to a file outside", "refused")
+    assert "elsewhere" not in message and "secret" not in message
+    (folder / "model.safetensors").unlink()  # the same bytes inside the folder: damaged, and the number not shown
+    (folder / "model.safetensors").write_bytes((elsewhere / "secret.safetensors").read_bytes())
+    n = int.from_bytes(b"SECRET!!", "little")
+    message = refused(folder, models_dir, "model.safetensors is damaged or is not a safetensors file")
+    assert str(n) not in message and f"{n:,}" not in message, message
+
+
+def test_a_refusal_keeps_its_cause_for_the_operator(templates, models_dir):
+    """The message is for the user; the exception it was written for stays attached (raise ... from cause), so
+    the server's log can say what happened (an OSError, a JSON error) without the user seeing it."""
+    folder = copy(templates, "bert", models_dir)
+    (folder / "config.json").write_text("{not json")
+    with pytest.raises(tc.CheckpointError) as caught:
+        tc.load_model(str(folder), device="cpu", model_dirs=[models_dir])
+    assert isinstance(caught.value.__cause__, json.JSONDecodeError)
+    with pytest.raises(tc.CheckpointError, match="control characters") as caught:
+        tc.load_model("./models/m\x00/../../etc", device="cpu", model_dirs=[models_dir])
+    assert "\x00" not in str(caught.value)
+
+
 @pytest.mark.parametrize(
     "damage", [lambda data: b"not a pickle at all", lambda data: data[: len(data) // 3]], ids=["garbage", "cut"]
 )
@@ -379,13 +431,18 @@ def test_a_config_within_the_limit_that_does_not_match_the_weights_builds_nothin
     assert built == ["meta"]
 
 
-def test_the_parameter_limit_is_a_setting(templates, models_dir, monkeypatch):
+def test_the_parameter_limit_is_a_setting(templates, models_dir, monkeypatch, caplog):
     folder = copy(templates, "bert", models_dir)
-    assert DEFAULT_MAX_PARAMS == 250_000_000
+    assert settings.SETTINGS["TFORMER_MAX_PARAMS"].default == 250e6
     monkeypatch.setenv("TFORMER_MAX_PARAMS", "5e3")
     refused(folder, models_dir, "parameters", "the limit is 5,000", "TFORMER_MAX_PARAMS")
-    monkeypatch.setenv("TFORMER_MAX_PARAMS", "lots")
-    refused(folder, models_dir, "the setting TFORMER_MAX_PARAMS must be a positive number", "'lots'")
+    # A bad value breaks no load: it is logged once, and the default limit (250 million) applies.
+    monkeypatch.setenv("TFORMER_MAX_PARAMS", "lots of them")
+    with caplog.at_level("WARNING", logger="tformer_core"):
+        assert tc.load_model(str(folder), device="cpu", model_dirs=[models_dir]) is not None
+        assert tc.load_model(str(folder), device="cpu", model_dirs=[models_dir]) is not None
+    lines = [r.getMessage() for r in caplog.records if "TFORMER_MAX_PARAMS" in r.getMessage()]
+    assert lines == ["TFORMER_MAX_PARAMS='lots of them' is refused (not a number); using 2.5e+08"]
     monkeypatch.setenv("TFORMER_MAX_PARAMS", "1e6")
     assert tc.load_model(str(folder), device="cpu", model_dirs=[models_dir]) is not None
 
@@ -667,11 +724,10 @@ def fake_hub(monkeypatch, tmp_path, templates):
     import huggingface_hub.constants as hub
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.setenv("TFORMER_CACHE_DIR", str(tmp_path / "tformer-cache"))  # the list of downloads
     monkeypatch.setattr(hub, "HF_HUB_OFFLINE", False)
     monkeypatch.setattr(hub, "HF_HUB_CACHE", str(tmp_path / "hub-cache"))
     state = SimpleNamespace(sizes=None, params=None, calls=[], downloads=[], block=None)
-    snapshot = tmp_path / "snapshot"
-    snapshot.mkdir()
 
     def model_info(self, repo_id, **kwargs):
         state.calls.append(kwargs)
@@ -682,11 +738,21 @@ def fake_hub(monkeypatch, tmp_path, templates):
         return SimpleNamespace(sha="0" * 40, siblings=siblings, safetensors=safetensors)
 
     def hf_hub_download(repo_id, filename, **kwargs):
+        """The file into the hub cache's layout, as huggingface_hub writes it: blobs, a snapshot of links, a ref."""
         state.downloads.append((filename, kwargs))
         if state.block is not None:
             state.block.wait(60)
             raise TimeoutError("released")
-        return str(shutil.copy(templates["bert"] / filename, snapshot / filename))
+        repo = hub_disk.repo_folder(repo_id)
+        blob, link = repo / "blobs" / filename, repo / "snapshots" / ("0" * 40) / filename
+        blob.parent.mkdir(parents=True, exist_ok=True)
+        link.parent.mkdir(parents=True, exist_ok=True)
+        (repo / "refs").mkdir(exist_ok=True)
+        (repo / "refs" / "main").write_text("0" * 40)
+        shutil.copy(templates["bert"] / filename, blob)
+        link.unlink(missing_ok=True)
+        link.symlink_to(os.path.relpath(blob, link.parent))
+        return str(link)
 
     monkeypatch.setattr(huggingface_hub.HfApi, "model_info", model_info)
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", hf_hub_download)
@@ -713,6 +779,26 @@ def test_a_download_larger_than_the_cap_is_refused_before_it_starts(fake_hub, mo
     with pytest.raises(tc.CheckpointError, match="the limit is 10 kB"):
         tc.load_model("someone/tiny", device="cpu")
     assert not fake_hub.downloads
+
+
+def test_downloads_stay_within_the_disk_cap_least_recently_used_removed_first(fake_hub, monkeypatch, templates):
+    """TFORMER_HUB_DISK_MB: room for two tiny models. A third download removes the least recently used one; a load
+    from the cache counts as a use; a model larger than the whole cap is refused before it downloads."""
+    one = sum(p.stat().st_size for p in templates["bert"].iterdir())
+    monkeypatch.setenv("TFORMER_HUB_DISK_MB", str(2.5 * one / 1e6))
+    for name in ("a", "b"):
+        tc.load_model(f"someone/{name}", device="cpu")
+    tc.load_model("someone/a", device="cpu")  # from the cache: "a" is now more recent than "b"
+    tc.load_model("someone/c", device="cpu")
+    assert hub_disk.repo_folder("someone/a").is_dir() and hub_disk.repo_folder("someone/c").is_dir()
+    assert not hub_disk.repo_folder("someone/b").exists()
+    kept = sum(hub_disk.folder_bytes(hub_disk.repo_folder(f"someone/{n}")) for n in "ac")
+    assert one * 1.9 < kept <= 2.5 * one
+    fake_hub.sizes = {"model.safetensors": int(3 * one)}
+    downloads = len(fake_hub.downloads)
+    with pytest.raises(tc.CheckpointError, match=r"someone/big: its files take .* TFORMER_HUB_DISK_MB"):
+        tc.load_model("someone/big", device="cpu")
+    assert len(fake_hub.downloads) == downloads and hub_disk.repo_folder("someone/a").is_dir()
 
 
 def test_a_hub_model_with_too_many_parameters_is_refused_before_downloading(fake_hub):

@@ -151,3 +151,35 @@ def test_keep_drops_what_the_caller_never_reads():
     trace = tiny_encoder().trace(SRC[:5]).compact(keep=lambda name: ".mlp." not in name)
     assert not [n for n in trace.activations if ".mlp." in n]
     assert "encoder.0.attn.q" in trace.activations
+
+
+def test_top_tokens_are_found_a_few_positions_at_a_time_with_the_same_answer():
+    """A long input's logits become top-k ids and probabilities TOP_K_ROWS positions at a time (the whole table's
+    float64 softmax and sort took 300 MB for smollm2): the same numbers as over the whole table, ties included."""
+    from tformer_core.numerics import softmax
+    from tformer_core.trace import TOP_K_ROWS, top_k_tokens
+
+    logits = np.random.default_rng(0).normal(size=(3 * TOP_K_ROWS + 5, 300)).astype(np.float32)
+    logits[:, 10] = logits[:, 11] = logits.max(1) + 1  # a tie at the top: the lower id comes first, as before
+    ids, probs = (t.numpy() for t in top_k_tokens(torch.from_numpy(logits), 7))  # on the logits' device
+    assert ids.dtype == np.int32 and probs.dtype == np.float32
+    whole = softmax(logits)
+    expected = np.argsort(-whole, axis=-1, kind="stable")[:, :7]
+    np.testing.assert_array_equal(ids, expected)
+    np.testing.assert_allclose(probs, np.take_along_axis(whole, expected, -1), rtol=1e-6)
+    assert (ids[:, :2] == [10, 11]).all()
+
+
+def test_a_continuations_final_pass_stores_only_what_its_steps_store():
+    """generate(keep=...) filtered the steps but not the final teacher-forced pass, which then held every
+    intermediate: for smollm2 at 270 tokens, 300 MB more for each continuation while it was computed."""
+    keep = lambda name: name.endswith(".attn.weights") or name == "head.logits"  # noqa: E731
+    model = tiny_decoder()
+    gen = model.generate([3, 9, 4], 5, keep=keep)
+    assert gen.trace.activations and all(keep(name) for name in gen.trace.activations)
+    assert all(keep(name) for step in gen.steps for name in step.activations)
+    # A caller that reads only the steps (the Text attention page) asks for no final pass at all.
+    lean = model.generate([3, 9, 4], 5, keep=keep, final_trace=False)
+    assert lean.trace is None and lean.tokens == gen.tokens and lean.ids == gen.ids
+    for a, b in zip(lean.steps, gen.steps):
+        np.testing.assert_array_equal(a["head.logits"], b["head.logits"])

@@ -65,6 +65,18 @@ def test_exif_orientation_turns_the_picture_upright():
     assert any("EXIF orientation" in n for n in loaded.notes)
 
 
+@pytest.mark.parametrize("orientation", [0, 9, 65535])
+def test_an_invalid_exif_orientation_is_said_as_such_and_the_picture_used_as_stored(orientation):
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    data = encode(quadrants((40, 30)), "JPEG", quality=95, exif=exif.tobytes())
+    loaded = read_image(data, "photo.jpg")
+    assert loaded.image.size == (40, 30)
+    assert loaded.notes == (
+        f"its EXIF orientation ({orientation}) is not a valid one (1 to 8): the picture is used as stored",
+    )
+
+
 def test_grey_palette_and_alpha_modes():
     grey = read_image(encode(Image.new("L", (4, 4), 200), "PNG")).image
     assert tuple(np.asarray(grey)[0, 0]) == (200, 200, 200)

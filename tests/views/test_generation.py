@@ -18,7 +18,7 @@ from tformer_core.checkpoints.fallback import load_transformers
 from tformer_views import generation as gen
 from tformer_views import seq2seq as sv
 from tformer_views import text as tv
-from tformer_views.tokens import display_token
+from tformer_views.tokens import display_next, display_token, display_tokens
 
 SENTENCE = "The animal didn't cross the street because it was too tired."
 CORPUS = [SENTENCE, "The cat sat on the mat.", "Attention is all you need.", "It was too tired to cross."] * 5
@@ -84,13 +84,14 @@ def test_a_greedy_continuation_keeps_each_steps_attention_rows_and_top_k(gpt2):
         expected = np.stack([ref.trace.attention(layer)[:, step.query, : step.query + 1] for layer in range(2)])
         np.testing.assert_allclose(step.rows, expected, atol=1e-5)
         # Greedy: the token written is the most probable one, and its probability is the model's.
-        assert step.produced == step.top[0][0] == display_token(c.tokens[step.query + 1])
+        # (a byte-level piece shown as the character it completes, or as the start of one: tokens.display_next)
+        assert step.produced == step.top[0][0] == display_next(c.tokens[: step.query + 1], c.tokens[step.query + 1])
         assert step.probability == pytest.approx(step.top[0][1], abs=1e-5)
         assert step.probability == pytest.approx(ref.probabilities[t], abs=1e-5)
         assert [p for _, p in step.top] == sorted((p for _, p in step.top), reverse=True)
     matrix, rows, keys = c.step(2).grid()
     assert matrix.shape == (8, c.n_prompt + 2) and rows[:5] == ["L0 H0", "L0 H1", "L0 H2", "L0 H3", "L1 H0"]
-    assert keys[-1] == display_token(c.tokens[c.n_prompt + 1])  # the token written at step 1 is read at step 2
+    assert keys[-1] == display_tokens(c.tokens[: c.n_prompt + 2])[-1]  # the token written at step 1, read at step 2
     frame = c.tokens_frame()
     assert list(frame["step"]) == list(range(1, 7)) and list(frame["probability"]) == list(c.probabilities)
     top = c.step(0).top_frame(5)
@@ -161,7 +162,7 @@ def test_the_next_token_table_lists_the_top_k_after_every_position(gpt2):
     assert list(frame.columns) == ["position", "token", "#1", "#2", "#3", "#4", "#5"]
     assert len(frame) == len(trace.tokens) and frame["token"].tolist()[0] == display_token(trace.tokens[0])
     last = frame.iloc[-1]
-    assert last["#1"] == f"{display_token(labels[ids[-1, 0]])}  {probs[-1, 0]:.3f}"
+    assert last["#1"] == f"{display_next(trace.tokens, labels[ids[-1, 0]])}  {probs[-1, 0]:.3f}"
     assert [last[f"#{j + 1}"].rsplit("  ", 1)[0] for j in range(5)] == [t for t, _ in tv.top_predictions(trace, 5)]
 
 

@@ -135,6 +135,30 @@ def test_masks_put_minus_inf_in_scaled_and_zero_in_weights():
 
 
 # ---- validation messages name the cell or the shapes ----------------------------------------------------
+def test_numbers_past_float64s_range_are_named_and_what_they_feed_is_left_out():
+    """X[0, 2] = 1e308 in the worked example. By hand: V[0] = X0 W^V = [1e308, 2, 3e308], and 3e308 overflows;
+    Q[1] K[0]ᵀ = [2, 2, 2] · [0, 1e308, 1] = 2e308 + 2 overflows too (Q and K themselves stay finite). The
+    weights of row 1 would be NaN; nothing computed from V or from the scores may be shown."""
+    ex = ls.default_example(1)
+    X = ex.X.copy()
+    X[0, 2] = 1e308
+    W = {"W_q": ex.W_q, "W_k": ex.W_k, "W_v": ex.W_v}
+    steps, available = ls.available_steps(X, W, dict.fromkeys(("b_q", "b_k", "b_v")), None, None, 1)
+    assert available == {"Q", "K", "V", "scores", "Z"}
+    assert np.isnan(steps.weights[1, 0])  # what the page used to show under "each row sums to 1"
+    kept, messages = ls.non_finite(steps, available, ex.tokens)
+    assert kept == {"Q", "K"}
+    tail = "They pass float64's largest number, about ±1.8 × 10^308: use smaller numbers."
+    assert messages == [
+        f"V overflowed: 1 number is not finite (row 0 (I), column 3 = +inf). {tail} "
+        "What is computed from V is not shown.",
+        f"QKᵀ overflowed: 1 number is not finite (row 1 (love), key 0 (I) = +inf). {tail} "
+        "What is computed from QKᵀ is not shown.",
+    ]
+    steps, available = ls.available_steps(ex.X, W, dict.fromkeys(("b_q", "b_k", "b_v")), None, None, 1)
+    assert ls.non_finite(steps, available, ex.tokens) == (available, [])  # finite numbers: nothing said
+
+
 def test_table_errors_name_the_cell():
     frame = pd.DataFrame({"token": ["I", "love"], "x1": [1.0, 2.0], "x2": [0.0, "abc"]})
     with pytest.raises(lt.TableError, match=r"^X, row 2, column x2: 'abc' is not a number$"):

@@ -218,6 +218,43 @@ def test_byte_level_tokens_are_shown_as_the_text_they_stand_for():
         assert shown == text.replace(" ", "␣").replace("\t", "⇥")
 
 
+def test_a_character_split_over_byte_level_tokens_is_shown_on_each_piece():
+    """SmolLM2 writes "ồ" (e1 bb 93) as "á»" + "ĵ", and " 🐱" (20 f0 9f 90 b1) as "ĠðŁ" + "Ĳ" + "±": each piece
+    shows the character it belongs to and which piece it is, never raw bytes; whole characters are left alone."""
+    tokens = ["Con", "Ġm", "Ã¨", "o", "Ġng", "á»", "ĵ", "i", "ĠðŁ", "Ĳ", "±", "Ġá", "»", "ĵ"]
+    assert tok.display_tokens(tokens) == [
+        "Con", "␣m", "è", "o", "␣ng", "ồ(1/2)", "ồ(2/2)", "i", "␣🐱(1/3)", "🐱(2/3)", "🐱(3/3)",
+        "␣ồ(1/3)", "ồ(2/3)", "ồ(3/3)",
+    ]  # fmt: skip
+    # The pieces' bytes are the character's: the label is what the tokenizers library decodes them to.
+    from tokenizers import decoders
+
+    assert decoders.ByteLevel().decode(tokens[5:7]) == "ồ" and decoders.ByteLevel().decode(tokens[8:11]) == " 🐱"
+    # A piece whose character is never finished, and WordPiece words, stay as they were shown.
+    assert tok.display_tokens(["âĢ", "x"]) == ["\\xe2\\x80", "x"]
+    assert tok.display_tokens(["café", "##s", "über"]) == ["café", "##s", "über"]
+
+
+def test_a_predicted_piece_is_shown_as_the_character_it_completes():
+    assert tok.display_next(["Ġng", "á»"], "ĵ") == "ồ(2/2)"  # the context ends inside "ồ"
+    assert tok.display_next(["ĠðŁ", "Ĳ"], "±") == "🐱(3/3)"
+    assert tok.display_next(["ĠðŁ"], "Ĳ") == "⟨part of a character⟩"  # a third byte of four
+    assert tok.display_next(["Ġng"], "á»") == "⟨start of a character⟩"  # begins one it does not finish
+    assert tok.display_next(["Ġ"], "ĠðŁ") == "␣⟨start of a character⟩"
+    assert tok.display_next(["the"], "Ġcat") == "␣cat" and tok.display_next([], "##s") == "##s"
+    assert tok.ends_inside_a_character(["Ġa", "ĠðŁ"]) and not tok.ends_inside_a_character(["ĠðŁ", "Ĳ", "±"])
+
+
+def test_what_a_tokenizer_changed_in_the_text_is_said():
+    assert tok.text_changes("Con mèo ngồi 🐱", ["[CLS]", "con", "me", "##o", "ngo", "##i", "[UNK]", "[SEP]"]) == [
+        "lowercases it",
+        "strips accents (mèo → meo)",
+        "has no token for 🐱, written [UNK]",
+    ]
+    assert tok.text_changes("the cat", ["[CLS]", "the", "cat", "[SEP]"]) == []
+    assert tok.text_changes("Con mèo 🐱", ["Con", "Ġm", "Ã¨", "o", "ĠðŁ", "Ĳ", "±"]) == []  # byte-level: exact
+
+
 def test_token_window_stays_inside_the_input():
     assert tok.token_window(100, 0, 64) == slice(0, 64)
     assert tok.token_window(100, 90, 64) == slice(36, 100)

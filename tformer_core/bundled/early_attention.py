@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from ..capture import capture, matching
+from ..errors import InputError
 from ..models.kinds import WordTokenizing
 from ..models.pooling import PoolingClassifier, PoolingConfig
 from ..models.rnn import RNNConfig, RNNSeq2Seq
@@ -56,7 +57,7 @@ def sentiment_config(pooling: str, vocab_size: int) -> PoolingConfig:
 def tokenizer_of(tokenizer: WordTokenizing | None) -> WordTokenizing:
     """A bundled model's word tokenizer (ValueError for a model built without one)."""
     if tokenizer is None:
-        raise ValueError("this model has no tokenizer: load it with its vocabulary (tc.load_model)")
+        raise InputError("this model has no tokenizer: load it with its vocabulary (tc.load_model)")
     return tokenizer
 
 

@@ -131,21 +131,21 @@ def load_from_dir(
         raise CheckpointError(
             f'{shown}/{CONFIG_FILE}: its "config" does not describe a {family} model '
             f"({type(error).__name__}: {scrub(str(error), folder)})"
-        ) from None
+        ) from error
     try:
         # strict: a renamed or missing tensor must fail here, not produce a half-random model.
         load_safetensors_model(model, str(folder / WEIGHTS_FILE), strict=True, device="cpu")
     except Exception as error:  # SafetensorError, missing or unexpected tensors, shape mismatches
         raise CheckpointError(
             f"{shown}/{WEIGHTS_FILE} is damaged or does not match {CONFIG_FILE} ({scrub(str(error), folder)})"
-        ) from None
+        ) from error
     try:
         _attach_inputs(model, meta, folder, shown)
     except CheckpointError:
         raise
     except (KeyError, TypeError, ValueError, OSError) as error:
         what = f"the key {error}" if isinstance(error, KeyError) else type(error).__name__
-        raise CheckpointError(f"{shown}: its vocabulary or label files cannot be read ({what})") from None
+        raise CheckpointError(f"{shown}: its vocabulary or label files cannot be read ({what})") from error
     return model.place(device, dtype)
 
 

@@ -60,6 +60,11 @@ def load_model(
     if not isinstance(source, str) or not source.strip():
         raise CheckpointError("no model given: choose a bundled model, a hub id or a local folder")
     source = source.strip()
+    if any(ord(c) < 32 or 127 <= ord(c) < 160 for c in source):
+        raise CheckpointError(
+            "a model id or folder name cannot hold control characters (such as NUL or a line break): "
+            "choose a bundled model, a hub id or a local folder"
+        )
     _report(progress, 0.0, f"{source}: locating")
     if source in gguf.GGUF_MODELS:
         return _placed(_load_gguf(source, progress), source, device, dtype, progress)
@@ -72,9 +77,9 @@ def load_model(
             try:
                 model = bundled.load_bundled(source, device=device, dtype=dtype)
             except (OSError, ValueError) as error:  # a missing or damaged asset folder
-                raise CheckpointError(f"the bundled model {source!r} cannot be loaded: {error}") from None
+                raise CheckpointError(f"the bundled model {source!r} cannot be loaded: {error}") from error
             except (RuntimeError, MemoryError) as error:  # placing it: out of (GPU) memory
-                raise CheckpointError(_placing_failed(source, device, error)) from None
+                raise CheckpointError(_placing_failed(source, device, error)) from error
             model.source = source
             _report(progress, 1.0, f"{source}: ready")
             return model
@@ -99,7 +104,7 @@ def _placed(
     try:
         model.place(device if device is not None else default_device(), resolve_dtype(dtype))
     except (RuntimeError, MemoryError) as error:  # CUDA out of memory, a device that is not there
-        raise CheckpointError(_placing_failed(name, device, error)) from None
+        raise CheckpointError(_placing_failed(name, device, error)) from error
     _report(progress, 1.0, f"{name}: ready")
     return model
 
@@ -148,11 +153,11 @@ def load_folder(
         return _load_folder(folder, progress, name, converted)
     except CheckpointError:
         raise
-    except MemoryError:
-        raise CheckpointError(f"there is not enough memory on the server to load {name}") from None
+    except MemoryError as error:
+        raise CheckpointError(f"there is not enough memory on the server to load {name}") from error
     except ValueError as error:  # a core config's own check (e.g. image size against patch size)
         problem = scrub(str(error), folder)
-        raise CheckpointError(f"config.json describes a model tformer cannot build: {problem}") from None
+        raise CheckpointError(f"config.json describes a model tformer cannot build: {problem}") from error
     except Exception as error:  # a case no check foresaw: still one line for the user, the cause kept for the log
         raise CheckpointError(
             f"{name} could not be loaded ({type(error).__name__}: {scrub(str(error), folder)})"

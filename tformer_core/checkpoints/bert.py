@@ -143,8 +143,8 @@ def _labels(c: HFConfig, n_labels: int) -> tuple[str, ...]:
     for key, name in table.items():
         try:
             names[int(key)] = str(name)
-        except (TypeError, ValueError):
-            raise c.fail("id2label", f"has the key {str(key)[:20]!r}, which is not a class id") from None
+        except (TypeError, ValueError) as error:
+            raise c.fail("id2label", f"has the key {str(key)[:20]!r}, which is not a class id") from error
     if sorted(names) != list(range(n_labels)):
         raise CheckpointError(
             f"config.json: id2label names {len(names)} classes ({min(names)} to {max(names)}), but the "

@@ -40,8 +40,8 @@ def activation(name: Any, key: str = "the activation") -> str:
         raise CheckpointError(f'config.json: {key} must be a name such as "gelu", got {name!r}')
     try:
         return HF_ACTIVATIONS[name]
-    except KeyError:
-        raise CheckpointError(f"config.json: {key} {name[:40]!r} is not supported yet") from None
+    except KeyError as error:
+        raise CheckpointError(f"config.json: {key} {name[:40]!r} is not supported yet") from error
 
 
 def build_module(cls: type[M], config: Any) -> M:
@@ -139,8 +139,8 @@ def load_tokenizer(folder: Path, by_class: bool = False) -> HFTokenizer | None:
         if (folder / name).is_file():
             try:
                 (folder / name).read_bytes().decode("utf-8")
-            except UnicodeDecodeError:
-                raise CheckpointError(f"{name} is damaged: it is not UTF-8 text") from None
+            except UnicodeDecodeError as error:
+                raise CheckpointError(f"{name} is damaged: it is not UTF-8 text") from error
     from transformers import AutoTokenizer
 
     return _tokenizer(folder, lambda: AutoTokenizer.from_pretrained(str(folder), trust_remote_code=False))
@@ -160,7 +160,7 @@ def _tokenizer(folder: Path, build: Callable[[], Any]) -> HFTokenizer:
         files = ", ".join(n for n in TOKENIZER_FILES + _JSON_TOKENIZER_FILES[2:] if (folder / n).is_file())
         raise CheckpointError(
             f"the tokenizer files ({files}) cannot be read ({type(error).__name__}: {scrub(str(error), folder)})"
-        ) from None
+        ) from error
 
 
 def _token_id(value: Any, key: str, file: str) -> int | None:

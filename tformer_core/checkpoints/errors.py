@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from ..errors import InputError
 
-class CheckpointError(ValueError):
+
+class CheckpointError(InputError):
     """A model could not be loaded; the message says why and what to do, for the user.
 
     Messages name the file and the problem ("config.json: hidden_size must be a positive whole number,

@@ -163,7 +163,7 @@ def read_config(folder: Path, cls: HFModelClass) -> Any:
     try:
         config = AutoConfig.from_pretrained(str(folder), trust_remote_code=False, local_files_only=True)
     except Exception as error:
-        raise CheckpointError(f"config.json cannot be read by transformers ({scrub(str(error), folder)})") from None
+        raise CheckpointError(f"config.json cannot be read by transformers ({scrub(str(error), folder)})") from error
     if not isinstance(config, cls.config_class):
         raise CheckpointError(f"config.json does not describe a {cls.__name__}")
     config._attn_implementation = "eager"  # the attention matrix is built, so it can be handed out
@@ -200,7 +200,7 @@ def from_pretrained(cls: HFModelClass, folder: Path, config: Any) -> HFModel:
     except Exception as error:  # shapes that do not fit the config, files transformers refuses
         raise CheckpointError(
             f"transformers cannot load the weights into {cls.__name__} ({scrub(str(error), folder)})"
-        ) from None
+        ) from error
     missing = sorted(info.get("missing_keys") or ()) + sorted(k for k, *_ in info.get("mismatched_keys") or ())
     if missing:
         raise CheckpointError(
@@ -308,7 +308,7 @@ def load_transformers(folder: Path, progress: Progress | None = None, name: str 
     except Exception as error:  # the probing pass failed: the model cannot be traced
         raise CheckpointError(
             f"{name} does not run on a short input ({type(error).__name__}: {scrub(str(error), folder)})"
-        ) from None
+        ) from error
     wrapper = (
         TransformersSeq2Seq
         if hf_model.config.is_encoder_decoder

@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import settings
 from .errors import CheckpointError
 from .sources import Progress
 
@@ -66,8 +67,7 @@ _LOCK = threading.Lock()
 
 def cache_root() -> Path:
     """Where converted models are kept: TFORMER_CACHE_DIR, else ~/.cache/tformer."""
-    configured = os.environ.get("TFORMER_CACHE_DIR", "").strip()
-    return Path(configured).expanduser() if configured else Path.home() / ".cache" / "tformer"
+    return settings.cache_dir()
 
 
 def gguf_file(name: str) -> Path:
@@ -128,7 +128,7 @@ def converted_folder(name: str, progress: Progress | None = None, rebuild: bool 
         raise CheckpointError(
             f"the cache folder for converted models cannot be created ({error.strerror or type(error).__name__}); "
             "set TFORMER_CACHE_DIR to a writable folder"
-        ) from None
+        ) from error
     with _conversion_lock(root, name):
         if not rebuild and is_complete(folder):  # another process converted it while this one waited
             return folder
@@ -151,7 +151,7 @@ def _convert_into_place(source: Path, folder: Path, progress: Progress | None) -
         raise CheckpointError(
             f"{source.name} could not be converted into the cache ({error.strerror or type(error).__name__}); "
             "is the cache folder (TFORMER_CACHE_DIR) writable, with 600 MB free?"
-        ) from None
+        ) from error
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -38,16 +38,16 @@ def read_json(path: Path, shown: str | None = None) -> dict[str, Any]:
         values = json.loads(text)
     except CheckpointError:
         raise
-    except UnicodeDecodeError:
-        raise CheckpointError(f"{shown} is not a text file (it should hold JSON)") from None
+    except UnicodeDecodeError as error:
+        raise CheckpointError(f"{shown} is not a text file (it should hold JSON)") from error
     except json.JSONDecodeError as error:
         raise CheckpointError(
             f"{shown} is not valid JSON ({error.msg} at line {error.lineno}, column {error.colno})"
-        ) from None
-    except RecursionError:  # "[[[[...": nested deeper than Python's parser goes
-        raise CheckpointError(f"{shown} is not a usable JSON file (it is nested too deeply)") from None
+        ) from error
+    except RecursionError as error:  # "[[[[...": nested deeper than Python's parser goes
+        raise CheckpointError(f"{shown} is not a usable JSON file (it is nested too deeply)") from error
     except OSError as error:
-        raise CheckpointError(f"{shown} cannot be read ({error.strerror or type(error).__name__})") from None
+        raise CheckpointError(f"{shown} cannot be read ({error.strerror or type(error).__name__})") from error
     if not isinstance(values, dict):
         raise CheckpointError(f"{shown} must hold a JSON object {{...}}, not a {_kind(values)}")
     return values

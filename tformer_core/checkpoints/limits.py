@@ -14,43 +14,35 @@ TFORMER_HUB_MAX_MB (default 2000): the most a model's files may take, summed, be
 hub starts. Twice the float32 size of a model at the default parameter limit: a model the limit admits is
 never refused for its download, and nothing is fetched for hours only to be refused afterwards.
 
-Both accept plain or scientific notation ("400e6", "400000000", "1500"); a bad value is reported when a
-model is loaded, naming the setting.
+TFORMER_HUB_DISK_MB (default 10000): the most all downloaded hub models may take on disk together; the least
+recently used are removed first to make room (`sources.make_room`), so a class typing model ids cannot fill
+the server's disk.
+
+All accept plain or scientific notation ("400e6", "400000000", "1500"); they are read and checked in
+tformer_core.settings (a bad value is logged once and the default used).
 """
 
 from __future__ import annotations
 
-import math
-import os
-
+from .. import settings
 from .errors import CheckpointError
 
-DEFAULT_MAX_PARAMS = 250_000_000
-DEFAULT_HUB_MAX_MB = 2000.0
 BYTES_PER_PARAM = 4  # float32, how the core holds every model on the CPU
-
-
-def _setting(name: str, default: float, example: str) -> float:
-    text = os.environ.get(name, "").strip().replace("_", "")
-    if not text:
-        return default
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or value <= 0:
-        raise CheckpointError(f"the setting {name} must be a positive number such as {example}, got {text!r}")
-    return value
 
 
 def max_params() -> int:
     """TFORMER_MAX_PARAMS: the most parameters (weights and fixed tables) a loaded model may have."""
-    return int(_setting("TFORMER_MAX_PARAMS", DEFAULT_MAX_PARAMS, "250e6"))
+    return int(settings.value("TFORMER_MAX_PARAMS"))
 
 
 def hub_max_bytes() -> int:
     """TFORMER_HUB_MAX_MB, in bytes: the most a model's files may take, summed, before a hub download starts."""
-    return int(_setting("TFORMER_HUB_MAX_MB", DEFAULT_HUB_MAX_MB, "2000") * 1e6)
+    return settings.megabytes("TFORMER_HUB_MAX_MB")
+
+
+def hub_disk_bytes() -> int:
+    """TFORMER_HUB_DISK_MB, in bytes: the most all downloaded hub models may take together on disk."""
+    return settings.megabytes("TFORMER_HUB_DISK_MB")
 
 
 def count(n: float) -> str:

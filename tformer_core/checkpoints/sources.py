@@ -5,7 +5,8 @@ Local models are named relative to their configured folder ("models/deit-tiny-pa
 `display_name`): the app lists and links them by that name, and no message shows a server path.
 Whether a source is a path or a hub id is decided from the string alone (`looks_like_path`); the
 filesystem is consulted only for paths inside the configured folders. Hub downloads are bounded in
-size (TFORMER_HUB_MAX_MB, TFORMER_MAX_PARAMS) and in time (`HUB_TIMEOUT_S`, `_with_deadline`).
+size (TFORMER_HUB_MAX_MB, TFORMER_MAX_PARAMS), in time (`HUB_TIMEOUT_S`, `_with_deadline`), and together on disk
+(TFORMER_HUB_DISK_MB, `hub_disk`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
+from .. import settings
+from . import hub_disk
 from .errors import CheckpointError
 from .limits import check_params, hub_max_bytes, megabytes
 
@@ -50,9 +53,7 @@ _BIN_WEIGHTS = re.compile(r"^pytorch_model(-\d+-of-\d+)?\.bin(\.index\.json)?$")
 def model_dirs() -> list[Path]:
     """Folders local models may be loaded from: TFORMER_MODEL_DIRS (os.pathsep-separated), else the repository's
     ./models; absolute, as configured (links are followed when a model's path is checked)."""
-    configured = os.environ.get("TFORMER_MODEL_DIRS", "")
-    dirs = [Path(p.strip()) for p in configured.split(os.pathsep) if p.strip()]
-    return [_absolute(d) for d in dict.fromkeys(dirs or [REPO_ROOT / "models"])]
+    return [_absolute(d) for d in settings.model_dirs()]
 
 
 def minilm_folder() -> Path:
@@ -210,9 +211,32 @@ def local_folder(source: str, allowed: Sequence[str | Path] | None = None) -> Pa
     name = display_name(folder, allowed)
     if not folder.is_dir():
         raise CheckpointError(f"there is no model folder {name}")
+    _check_links(folder, name, roots)
     if not (folder / "config.json").is_file():
         raise CheckpointError(f"{name} has no config.json: it is not a model folder in the Hugging Face layout")
     return folder
+
+
+MAX_FOLDER_ENTRIES = 10_000  # a model folder has a few dozen files; more are not looked through
+
+
+def _check_links(folder: Path, name: str, roots: list[_Root]) -> None:
+    """Refuse a model folder holding a link (a file's or a subfolder's) that leads outside every configured
+    folder: files are checked after following links, like folders, before any of them is read. The message
+    names the entry, never where it leads."""
+    seen = 0
+    for parent, folders, files in os.walk(folder):
+        for entry in (*folders, *files):
+            seen += 1
+            path = Path(parent) / entry
+            if seen > MAX_FOLDER_ENTRIES:
+                raise CheckpointError(f"{name} holds more than {MAX_FOLDER_ENTRIES:,} files: it is not a model folder")
+            if path.is_symlink() and not any(_inside(path.resolve(), r.real) for r in roots):
+                shown = path.relative_to(folder).as_posix()
+                raise CheckpointError(
+                    f"{name}/{shown} is a link to a file outside the configured model folders: refused. "
+                    "Copy the file into the model folder instead."
+                )
 
 
 def validate_hub_id(source: str) -> str:
@@ -314,12 +338,12 @@ def _hub_files(repo_id: str) -> tuple[str, dict[str, int], int | None]:
         info = _with_deadline(ask, limit_s, None, str(_unreachable(repo_id, f"no answer within {limit_s:.0f} s")))
     except CheckpointError:
         raise
-    except GatedRepoError:
-        raise CheckpointError(f"{repo_id} is gated on the hub: accept its licence there and log in first") from None
-    except RepositoryNotFoundError:
-        raise CheckpointError(f"there is no model {repo_id!r} on the Hugging Face hub (check the spelling)") from None
+    except GatedRepoError as error:
+        raise CheckpointError(f"{repo_id} is gated on the hub: accept its licence there and log in first") from error
+    except RepositoryNotFoundError as error:
+        raise CheckpointError(f"there is no model {repo_id!r} on the Hugging Face hub (check the spelling)") from error
     except Exception as error:  # connection refused, DNS failure, timeout, proxy errors: all mean "unreachable"
-        raise _unreachable(repo_id, type(error).__name__) from None
+        raise _unreachable(repo_id, type(error).__name__) from error
     files = {s.rfilename: (s.size or 0) for s in (info.siblings or [])}
     wanted = [f for f in files if _WANTED.match(f)]
     if not any(f.endswith(".safetensors") for f in wanted):
@@ -343,6 +367,7 @@ def hub_folder(repo_id: str, progress: Progress | None = None) -> Path:
     cached = _cached_snapshot(repo_id)
     if cached is not None:
         _report(progress, 0.5, f"{repo_id}: found in the local cache")
+        hub_disk.used(repo_id)
         return cached
     if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
         raise CheckpointError(
@@ -359,6 +384,7 @@ def hub_folder(repo_id: str, progress: Progress | None = None) -> Path:
         )
     if n_params is not None:
         check_params(n_params, repo_id)
+    hub_disk.make_room(repo_id, total)  # TFORMER_HUB_DISK_MB: older downloads removed first
 
     def download(report: Progress, cancelled: threading.Event) -> Path:
         done, folder = 0, None
@@ -371,7 +397,7 @@ def hub_folder(repo_id: str, progress: Progress | None = None) -> Path:
             except Exception as error:
                 raise CheckpointError(
                     f"downloading {name} of {repo_id} failed ({type(error).__name__}). {OFFLINE_HINT}"
-                ) from None
+                ) from error
             folder = Path(path).parent
             done += files[name]
         if folder is None:  # cancelled before the first file (the caller has given up already), or none listed
@@ -383,4 +409,7 @@ def hub_folder(repo_id: str, progress: Progress | None = None) -> Path:
         f"downloading {repo_id} ({megabytes(total)}) did not finish within {limit_s:.0f} s: the hub or the "
         f"connection is too slow. Try again later. {OFFLINE_HINT}"
     )
-    return _with_deadline(download, limit_s, progress, late)
+    try:
+        return _with_deadline(download, limit_s, progress, late)
+    finally:
+        hub_disk.finished(repo_id)

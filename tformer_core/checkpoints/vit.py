@@ -157,8 +157,8 @@ def preprocessing(folder: Path, config: ViTConfig) -> ImagePreprocessing:
         c.flag(key, True)
     try:
         pre = ImagePreprocessing.from_hf(cfg, config.image_hw[0])
-    except (TypeError, KeyError, ValueError):
-        raise CheckpointError(f"{PREPROCESSOR} cannot be read as a picture preprocessing") from None
+    except (TypeError, KeyError, ValueError) as error:
+        raise CheckpointError(f"{PREPROCESSOR} cannot be read as a picture preprocessing") from error
     if pre.crop is not None:
         out = tuple(pre.crop)
     elif pre.resize is not None and pre.resize[0] == "exact":

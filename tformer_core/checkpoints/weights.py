@@ -59,6 +59,9 @@ _DTYPES: dict[str, torch.dtype] = {
     "U8": torch.uint8,
     "BOOL": torch.bool,
 }
+# How torch's weights-only unpickler words a refusal (torch 2.13: "Trying to load unsupported GLOBAL posix.system
+# whose module posix is blocked", "Unsupported global: GLOBAL x was not an allowed global by default", ...).
+_REFUSED_PICKLE = ("is blocked", "unsupported global", "not an allowed global", "can only", "allowlist")
 _PLAIN_FILE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")  # a file name in the folder, never a path
 
 
@@ -101,8 +104,10 @@ def safetensors_header(path: Path) -> dict[str, TensorInfo]:
     raw, size = _header_bytes(path)
     try:
         header = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
-        raise CheckpointError(f"{name} is damaged or is not a safetensors file: its header is not valid JSON") from None
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
+        raise CheckpointError(
+            f"{name} is damaged or is not a safetensors file: its header is not valid JSON"
+        ) from error
     if not isinstance(header, dict):
         raise CheckpointError(f"{name} is damaged: its header is not a table of tensors")
     data_bytes = size - 8 - len(raw)
@@ -129,9 +134,9 @@ def _header_bytes(path: Path) -> tuple[bytes, int]:
                 raise CheckpointError(f"{name} is damaged: {size} bytes is too short for a safetensors file")
             n = int.from_bytes(head, "little")
             if n > MAX_HEADER_BYTES:
-                raise CheckpointError(
+                raise CheckpointError(  # the number is not shown: it is the file's own bytes
                     f"{name} is damaged or is not a safetensors file: its first 8 bytes should give the length of "
-                    f"its header, and give {n:,} bytes"
+                    f"its header, and give more than a header takes ({MAX_HEADER_BYTES / 1e6:.0f} MB at most)"
                 )
             if 8 + n > size:
                 raise CheckpointError(
@@ -139,7 +144,7 @@ def _header_bytes(path: Path) -> tuple[bytes, int]:
                 )
             return f.read(n), size
     except OSError as error:
-        raise CheckpointError(f"{name} cannot be read ({error.strerror or type(error).__name__})") from None
+        raise CheckpointError(f"{name} cannot be read ({error.strerror or type(error).__name__})") from error
 
 
 def _tensor_info(name: str, key: str, entry: object, data_start: int = 0) -> TensorInfo:
@@ -207,16 +212,16 @@ def _load_pickled(path: Path) -> dict[str, torch.Tensor]:
     try:
         loaded = torch.load(path, map_location="cpu", weights_only=True, mmap=memory_mapped)
     except pickle.UnpicklingError as error:
-        if "Unsupported global" in str(error) or "Unsupported class" in str(error):
+        if any(words in str(error).lower() for words in _REFUSED_PICKLE):
             raise CheckpointError(
                 f"{name} holds Python objects besides tensors. tformer never unpickles those (a pickle can run "
                 "code on the server): use the model's model.safetensors, or save it with safetensors"
-            ) from None
-        raise CheckpointError(f"{name} is damaged or is not a PyTorch weights file") from None
-    except MemoryError:
-        raise CheckpointError(f"{name}: there is not enough memory on the server to read it") from None
-    except Exception:  # zip errors, EOF, storage size mismatches: all mean a broken file
-        raise CheckpointError(f"{name} is damaged or truncated: PyTorch cannot read it") from None
+            ) from error
+        raise CheckpointError(f"{name} is damaged or is not a PyTorch weights file") from error
+    except MemoryError as error:
+        raise CheckpointError(f"{name}: there is not enough memory on the server to read it") from error
+    except Exception as error:  # zip errors, EOF, storage size mismatches: all mean a broken file
+        raise CheckpointError(f"{name} is damaged or truncated: PyTorch cannot read it") from error
     if not isinstance(loaded, dict):
         raise CheckpointError(f"{name} does not hold a table of named tensors (the Hugging Face layout)")
     tensors = {k: v for k, v in loaded.items() if isinstance(k, str) and isinstance(v, torch.Tensor)}
@@ -272,10 +277,10 @@ class CheckpointTensors(Mapping[str, torch.Tensor]):
             return self._open(info.file).get_tensor(name)
         except CheckpointError:
             raise
-        except MemoryError:
-            raise CheckpointError(f"{info.file}: there is not enough memory on the server to read it") from None
-        except Exception:  # SafetensorError and I/O errors: the file changed or is damaged
-            raise CheckpointError(f"{info.file} is damaged: the tensor {name} cannot be read") from None
+        except MemoryError as error:
+            raise CheckpointError(f"{info.file}: there is not enough memory on the server to read it") from error
+        except Exception as error:  # SafetensorError and I/O errors: the file changed or is damaged
+            raise CheckpointError(f"{info.file} is damaged: the tensor {name} cannot be read") from error
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.infos)
@@ -309,8 +314,8 @@ class CheckpointTensors(Mapping[str, torch.Tensor]):
                 self._handles[file] = self._stack.enter_context(
                     safe_open(str(self.folder / file), framework="pt", device="cpu")
                 )
-            except Exception:
-                raise CheckpointError(f"{file} is damaged or is not a safetensors file") from None
+            except Exception as error:
+                raise CheckpointError(f"{file} is damaged or is not a safetensors file") from error
         return self._handles[file]
 
     def open_all(self) -> None:

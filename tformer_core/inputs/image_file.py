@@ -23,6 +23,8 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
+from ..errors import InputError
+
 MAX_BYTES = 25 * 2**20
 MAX_PIXELS = 60_000_000  # refused above this (a 60-megapixel photo is already far beyond any phone's)
 MAX_SIDE = 2048  # larger pictures are downscaled to this longest side
@@ -41,7 +43,7 @@ _SIGNATURES = (
 )
 
 
-class ImageError(ValueError):
+class ImageError(InputError):
     """A file that cannot be used as an image; the message is meant for the user."""
 
 
@@ -174,15 +176,15 @@ def read_image(
         warnings.simplefilter("ignore", Image.DecompressionBombWarning)
         try:
             image: Image.Image = Image.open(io.BytesIO(data))  # reads the header only
-        except UnidentifiedImageError:
-            raise ImageError(f"{label}this is {_describe(data)}") from None
-        except Image.DecompressionBombError:
+        except UnidentifiedImageError as error:
+            raise ImageError(f"{label}this is {_describe(data)}") from error
+        except Image.DecompressionBombError as error:
             raise ImageError(
                 f"{label}the image claims more than {2 * (Image.MAX_IMAGE_PIXELS or 0) / 1e6:.0f} megapixels; "
                 f"the limit is {max_pixels / 1e6:.0f} megapixels. Downscale it first."
-            ) from None
+            ) from error
         except (OSError, SyntaxError, ValueError) as error:
-            raise ImageError(f"{label}the image data is damaged or cut short ({error})") from None
+            raise ImageError(f"{label}the image data is damaged or cut short ({error})") from error
         fmt = image.format or "?"
         if fmt not in FORMATS:
             raise ImageError(f"{label}{fmt} images are not supported: use PNG, JPEG, WebP, BMP, TIFF or GIF")
@@ -203,13 +205,10 @@ def read_image(
                 image.draft("RGB", (max_side, max_side))  # decode big JPEGs at a fraction of their size
             image.seek(0)
             image.load()
-            orientation = _exif_orientation(image)
-            # exif_transpose copies a picture it does not turn: 180 MB more for a 60-megapixel photo.
-            oriented = image if orientation in (None, 1) else ImageOps.exif_transpose(image)
+            oriented, turned = _upright(image)
         except (OSError, SyntaxError, ValueError, EOFError) as error:
-            raise ImageError(f"{label}the image data is damaged or cut short ({error})") from None
-    if orientation not in (None, 1):
-        notes.append("turned upright by its EXIF orientation")
+            raise ImageError(f"{label}the image data is damaged or cut short ({error})") from error
+    notes += turned
     image, mode_notes = _to_rgb(oriented)
     notes += mode_notes
     if max(image.size) > max_side:
@@ -219,7 +218,32 @@ def read_image(
     return LoadedImage(image, fmt, (width, height), mode, tuple(notes))
 
 
-def _exif_orientation(image: Image.Image) -> int | None:
+# EXIF orientations 2 to 8 and what exif_transpose does for each; 1 is upright, anything else is not valid.
+_TURNS = {
+    2: "mirrored",
+    3: "rotated by 180°",
+    4: "flipped upside down",
+    5: "mirrored and rotated by 90°",
+    6: "rotated by 90°",
+    7: "mirrored and rotated by 90°",
+    8: "rotated by 90°",
+}
+
+
+def _upright(image: Image.Image) -> tuple[Image.Image, list[str]]:
+    """The picture turned as its EXIF orientation says (2 to 8), and a note; a value that is not an orientation
+    is said as such and the picture used as stored (it was once reported as "turned upright")."""
+    orientation = _exif_orientation(image)
+    if isinstance(orientation, int) and orientation in _TURNS:
+        # exif_transpose copies the picture: only when it turns it (180 MB more for a 60-megapixel photo).
+        return ImageOps.exif_transpose(image), [f"turned upright by its EXIF orientation ({_TURNS[orientation]})"]
+    if orientation in (None, 1):
+        return image, []
+    shown = orientation if isinstance(orientation, int) and abs(orientation) < 10**6 else "a value that is not one"
+    return image, [f"its EXIF orientation ({shown}) is not a valid one (1 to 8): the picture is used as stored"]
+
+
+def _exif_orientation(image: Image.Image) -> object:
     try:
         return image.getexif().get(0x0112)
     except Exception:  # broken EXIF blocks are ignored, as exif_transpose does

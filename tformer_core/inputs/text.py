@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import NamedTuple, Protocol
 
+from ..errors import InputError
 from ..tokenizers import Tokenizer, require_readable
 
 
@@ -70,11 +71,11 @@ def fit_to_model(model: TextReader, text: str, pair: str | None = None) -> Fitte
     can say so.
     """
     if not isinstance(text, str):
-        raise ValueError("the sentence is empty: type at least one word")
+        raise InputError("the sentence is empty: type at least one word")
     require_readable(text, "sentence")
     tokenizer = model.tokenizer
     if tokenizer is None:
-        raise ValueError("this model has no tokenizer, so it cannot read text")
+        raise InputError("this model has no tokenizer, so it cannot read text")
     pair = pair if (pair and pair.strip() and model.kind == "encoder") else None
     if pair is not None:
         require_readable(pair, "second segment")
@@ -83,14 +84,14 @@ def fit_to_model(model: TextReader, text: str, pair: str | None = None) -> Fitte
     limit = model.max_tokens
     total = tokenizer.count(text, pair)
     if tokenizer.count_content(text) == 0:
-        raise ValueError("the tokenizer finds no tokens in the sentence (only characters it drops): type some words")
+        raise InputError("the tokenizer finds no tokens in the sentence (only characters it drops): type some words")
     if limit is None or total <= limit:
         return FittedInput(text, pair, total, 0, limit)
     n_a = tokenizer.count_content(text)
     n_b = tokenizer.count_content(pair) if pair is not None else 0
     budget = limit - (total - n_a - n_b)  # room left after [CLS], [SEP]...
     if budget < (2 if pair is not None else 1):
-        raise ValueError(f"this model reads at most {limit} tokens, too few for this input")
+        raise InputError(f"this model reads at most {limit} tokens, too few for this input")
     for _ in range(8):  # re-tokenizing a cut text can merge pieces differently: shrink until it fits
         keep_a, keep_b = _split_budget(budget, n_a, n_b)
         cut_a = _prefix(tokenizer, text, keep_a)
@@ -102,4 +103,4 @@ def fit_to_model(model: TextReader, text: str, pair: str | None = None) -> Fitte
             budget -= n - limit
         else:
             budget -= 1
-    raise ValueError(f"this input cannot be cut to the model's {limit} tokens")
+    raise InputError(f"this input cannot be cut to the model's {limit} tokens")

@@ -9,7 +9,6 @@ is declared by the kinds in `kinds.py`, which every family derives from: a view 
 
 from __future__ import annotations
 
-import os
 from abc import ABCMeta
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -20,7 +19,9 @@ import torch
 from torch import nn
 from typing_extensions import TypeVar
 
+from .. import settings
 from ..capture import NameFilter, capture, name_hook_points
+from ..errors import InputError
 from ..tokenizers import Tokenizer, require_readable
 from ..trace import Trace, TraceMeta, stored_by_default
 from .layers import BlockConfig, Stack
@@ -69,11 +70,9 @@ class Capabilities:
 
 
 def default_device() -> torch.device:
-    """CUDA when available, else CPU; the environment variable TFORMER_DEVICE overrides."""
-    wanted = os.environ.get("TFORMER_DEVICE", "").strip()
-    if wanted:
-        return torch.device(wanted)
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    """CUDA when available, else CPU; the environment variable TFORMER_DEVICE overrides (checked in
+    tformer_core.settings: a device this machine does not have is logged and ignored)."""
+    return settings.device()
 
 
 def resolve_dtype(dtype: str | torch.dtype | None) -> torch.dtype:
@@ -193,7 +192,7 @@ class TracedModel(nn.Module, Generic[ConfigT], metaclass=ABCMeta):
         tokenizer = tokenizer if tokenizer is not None else self.tokenizer
         if isinstance(inputs, str):
             if tokenizer is None:
-                raise ValueError("this model has no tokenizer: pass token ids instead of text")
+                raise InputError("this model has no tokenizer: pass token ids instead of text")
             require_readable(inputs, what)
             ids = list(tokenizer.encode(inputs))
         elif isinstance(inputs, torch.Tensor):
@@ -206,14 +205,14 @@ class TracedModel(nn.Module, Generic[ConfigT], metaclass=ABCMeta):
                 raise ValueError(f"trace() takes one sequence; got a batch of shape {array.shape}")
             ids = array.reshape(-1).tolist()
         if len(ids) == 0:
-            raise ValueError(f"the {what} is empty: give at least one token")
+            raise InputError(f"the {what} is empty: give at least one token")
         if not all(isinstance(i, (int, np.integer)) and not isinstance(i, bool) for i in ids):
-            raise ValueError(f"token ids must be whole numbers; got {ids[:5]}...")
+            raise InputError(f"token ids must be whole numbers; got {ids[:5]}...")
         bad = [i for i in ids if not 0 <= i < vocab_size]
         if bad:
-            raise ValueError(f"token id {bad[0]} is outside the vocabulary (0..{vocab_size - 1})")
+            raise InputError(f"token id {bad[0]} is outside the vocabulary (0..{vocab_size - 1})")
         if max_positions is not None and len(ids) > max_positions:
-            raise ValueError(
+            raise InputError(
                 f"the {what} has {len(ids)} tokens; this model handles at most {max_positions}. Shorten it."
             )
         labels = tokenizer.convert_ids_to_tokens(ids) if tokenizer is not None else [str(i) for i in ids]

@@ -160,14 +160,17 @@ class Decoder(CausalLM[DecoderConfig]):
         sampling: Sampling | None = None,
         keep: NameFilter | None = None,
         use_cache: bool = True,
+        final_trace: bool = True,
     ) -> Generation:
         """Continue `prompt`, one traced pass per new token, until EOS or the limit (the model's
         generation.max_new_tokens by default, and never past max_positions).
 
         sampling: None for greedy decoding, else temperature / top-k sampling with a seed (reproducible).
         use_cache: keep every layer's keys and values, so a step runs the new token only (its trace holds
-        that token's attention row); False reruns the whole prefix each step. keep: the step traces' filter.
-        See `Generation` for what the steps hold.
+        that token's attention row); False reruns the whole prefix each step. keep: what the step traces and the
+        final pass store (default: everything but what Q and K give again). See `Generation` for the steps.
+        final_trace: False skips the teacher-forced pass over the final sequence (`Generation.trace` is then None):
+        a caller that reads only the steps saves a pass and its memory (smollm2 at 270 tokens: 130 MB).
         """
         settings = self.generation
         budget = max_new_tokens if max_new_tokens is not None else settings.max_new_tokens
@@ -179,10 +182,15 @@ class Decoder(CausalLM[DecoderConfig]):
         else:
             step = lambda sequence: self.trace(sequence, keep=keep)  # noqa: E731
         decoded = decode_steps(step, prompt_ids, settings, budget, sampling)
-        final = self.trace(decoded.sequence)
+        if final_trace:  # filtered too: unfiltered, it doubled a continuation's memory
+            final = self.trace(decoded.sequence, keep=keep)
+            tokens = final.tokens
+        else:
+            final = None
+            _, tokens = self._ids(decoded.sequence, self.config.vocab_size, None, what="sequence")
         return Generation(
             tuple(decoded.sequence),
-            final.tokens,
+            tuple(tokens),
             len(prompt_ids),
             decoded.steps,
             final,

@@ -34,6 +34,7 @@ from PIL import Image
 from torch import nn
 
 from ..capture import HookPoint, NameFilter, any_of, matching
+from ..errors import InputError
 from ..inputs.preprocessing import IMAGENET_MEAN, IMAGENET_STD
 from ..trace import Trace, stored_by_default
 from .base import Capabilities
@@ -232,7 +233,7 @@ class DETR(DetectionModel[DETRConfig]):
     def weights(self, stack: str | None = None) -> StackWeights:
         """Not offered: DETR's stacks are not the core's `Stack` (its positions go into every attention's queries
         and keys, never into the residual stream), so `StackWeights` cannot describe them. ValueError."""
-        raise ValueError(
+        raise InputError(
             "DETR's weights are not offered as StackWeights: its positions enter every attention's queries and "
             "keys; its traces hold each attention's Q, K and V"
         )
@@ -247,12 +248,12 @@ class DETR(DetectionModel[DETRConfig]):
         if x.dim() == 4 and x.shape[0] == 1:
             x = x[0]
         if x.dim() != 3 or x.shape[0] != self.config.n_channels or min(x.shape[1:]) < 32:
-            raise ValueError(
+            raise InputError(
                 f"expected one preprocessed picture ({self.config.n_channels}, H, W), H and W at least "
                 f"32, got {tuple(x.shape)}"
             )
         if not x.is_floating_point() or not bool(torch.isfinite(x).all()):
-            raise ValueError("the picture tensor must hold finite floats (normalised pixel values)")
+            raise InputError("the picture tensor must hold finite floats (normalised pixel values)")
         x = x.to(self.device, self.dtype)[None]
         wanted = keep or stored_by_default
         layers = {"encoder": self.config.n_encoder_layers, "decoder": self.config.n_decoder_layers}

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..capture import HookPoint, NameFilter
+from ..errors import InputError
 from ..numerics import head_scores
 from ..tokenizers import Tokenizer
 from ..trace import Trace
@@ -180,9 +181,9 @@ class Encoder(EncoderModel[EncoderConfig]):
 
     def _encode_pair(self, text: object, pair: str) -> tuple[list[int], list[int] | None]:
         if self.tokenizer is None or not isinstance(text, str):
-            raise ValueError("a second segment needs text input and a model with a tokenizer")
+            raise InputError("a second segment needs text input and a model with a tokenizer")
         if not text.strip() or not pair.strip():
-            raise ValueError("both segments need at least one word")
+            raise InputError("both segments need at least one word")
         ids, types = self.tokenizer.encode_pair(text, pair)
         return ids, types if self.config.n_token_types > 1 else None
 

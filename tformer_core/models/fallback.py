@@ -30,6 +30,7 @@ import torch
 from torch import nn
 
 from ..capture import NameFilter, any_of, matching
+from ..errors import InputError
 from ..generation import Generation, GenerationSettings, Sampling, traced_steps
 from ..tokenizers import Tokenizer
 from ..trace import Trace, TraceMeta
@@ -217,7 +218,7 @@ class TransformersEncoder(TransformersModel, EncoderModel[TransformersConfig]):
         """Trace one sequence (text or token ids); `pair` is a second segment joined by the tokenizer."""
         if pair is not None:
             if self.tokenizer is None or not isinstance(inputs, str) or not inputs.strip() or not pair.strip():
-                raise ValueError("a second segment needs text in both segments and a model with a tokenizer")
+                raise InputError("a second segment needs text in both segments and a model with a tokenizer")
             inputs, token_type_ids = self.tokenizer.encode_pair(inputs, pair)
         ids, tokens = self._ids(inputs, self.config.vocab_size, self.config.max_positions)
         mask = per_token(attention_mask, ids, "attention_mask")
@@ -276,13 +277,14 @@ class TransformersDecoder(TransformersModel, CausalLM[TransformersConfig]):
         *,
         sampling: Sampling | None = None,
         keep: NameFilter | None = None,
+        final_trace: bool = True,
     ) -> Generation:
         """Greedy continuation of `prompt`, one traced pass per new token, until EOS or the limit. Steps keep the
-        attention weights and masks, head.logits, and what `keep` names."""
+        attention weights and masks, head.logits, and what `keep` names; final_trace=False skips the final pass."""
         if sampling is not None and not sampling.greedy:
-            raise ValueError("this model runs through transformers' own code, which tformer decodes greedily only")
+            raise InputError("this model runs through transformers' own code, which tformer decodes greedily only")
         if self.config.head != "next-token":
-            raise ValueError(f"{self.config.architecture} has no language-model head: it cannot generate")
+            raise InputError(f"{self.config.architecture} has no language-model head: it cannot generate")
         settings = self.generation
         budget = max_new_tokens if max_new_tokens is not None else settings.max_new_tokens
         ids, _ = self._ids(prompt, self.config.vocab_size, self.config.max_positions, what="prompt")
@@ -291,8 +293,9 @@ class TransformersDecoder(TransformersModel, CausalLM[TransformersConfig]):
             budget = min(budget, self.config.max_positions - len(sequence))
         step_keep = matching("head.*") if keep is None else any_of(matching("head.*"), keep)
         sequence, steps, finished = traced_steps(lambda s: self.trace(s, keep=step_keep), sequence, settings, budget)
-        final = self.trace(sequence)
-        return Generation(tuple(sequence), final.tokens, ids.shape[1], steps, final, finished)
+        final = self.trace(sequence) if final_trace else None
+        tokens = final.tokens if final is not None else self._ids(sequence, self.config.vocab_size, None)[1]
+        return Generation(tuple(sequence), tuple(tokens), ids.shape[1], steps, final, finished)
 
 
 class TransformersSeq2Seq(TransformersModel, EncoderDecoderModel[TransformersConfig]):
@@ -361,7 +364,7 @@ class TransformersSeq2Seq(TransformersModel, EncoderDecoderModel[TransformersCon
         """
         c, settings = self.config, self.generation
         if c.head != "next-token":
-            raise ValueError(f"{c.architecture} has no language-model head: it cannot generate")
+            raise InputError(f"{c.architecture} has no language-model head: it cannot generate")
         src, src_tokens = self._ids(source, c.vocab_size, c.max_positions, what="source")
         budget = max_new_tokens if max_new_tokens is not None else settings.max_new_tokens
         if c.max_positions is not None:
@@ -384,7 +387,7 @@ class TransformersSeq2Seq(TransformersModel, EncoderDecoderModel[TransformersCon
 
         start = settings.start_id if settings.start_id is not None else settings.pad_id
         if start is None:
-            raise ValueError("this model's generation settings name no decoder start token")
+            raise InputError("this model's generation settings name no decoder start token")
         sequence, steps, finished = traced_steps(trace_step, [int(start)], settings, budget)
         final = self.trace(src[0].tolist(), sequence)
         return Generation(tuple(sequence), final.target_tokens or (), 1, steps, final, finished)

@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 from ..capture import NameFilter
+from ..errors import InputError
 from ..generation import Generation, GenerationSettings, Sampling
 from ..inputs.preprocessing import ImagePreprocessing
 from ..tokenizers import Tokenizer
@@ -81,10 +82,12 @@ class CausalLM(TracedModel[ConfigT]):
         *,
         sampling: Sampling | None = None,
         keep: NameFilter | None = None,
+        final_trace: bool = True,
     ) -> Generation:
         """Continue `prompt`, one traced pass per new token. sampling: None (or a greedy one) decodes greedily;
-        a model whose capabilities say no sampling raises ValueError for any other. keep: the steps' filter
-        (a step trace keeps its attention weights and logits in any case)."""
+        a model whose capabilities say no sampling raises InputError for any other. keep: the steps' filter
+        (a step trace keeps its attention weights and logits in any case). final_trace: False skips the
+        teacher-forced pass over the final sequence (`Generation.trace` is then None)."""
 
     @property
     def capabilities(self) -> Capabilities:
@@ -99,7 +102,7 @@ class CausalLM(TracedModel[ConfigT]):
         """The text the model is trained to continue for a conversation: messages [{"role": "user",
         "content": "..."}, ...] through the checkpoint's chat template, with the assistant's turn opened."""
         if self.tokenizer is None or self.tokenizer.chat_template is None:
-            raise ValueError("this model's tokenizer has no chat template: give the prompt as plain text")
+            raise InputError("this model's tokenizer has no chat template: give the prompt as plain text")
         return self.tokenizer.apply_chat_template(messages)
 
 

@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from ..capture import HookPoint, NameFilter, any_of, matching
+from ..errors import InputError
 from ..inputs.preprocessing import ImagePreprocessing
 from ..trace import Trace, stored_by_default
 from .kinds import MaskedAutoencoder
@@ -201,7 +202,7 @@ class MAE(MaskedAutoencoder[MAEConfig]):
         x = image_input(image, c, self.device, self.dtype)  # the same checks as a ViT's input
         noise = (self.noise(seed) if noise is None else torch.as_tensor(noise).reshape(1, -1)).to(x.device, x.dtype)
         if noise.shape[1] != c.n_patches:
-            raise ValueError(f"noise must have one number per patch ({c.n_patches}), got {noise.shape[1]}")
+            raise InputError(f"noise must have one number per patch ({c.n_patches}), got {noise.shape[1]}")
         trace = self._trace(
             lambda: self(x, noise)[0],
             any_of(_MASKING, keep or stored_by_default),

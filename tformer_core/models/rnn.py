@@ -28,6 +28,7 @@ from torch import nn
 
 from ..attention import attention_logits, attention_weights
 from ..capture import HookPoint, NameFilter
+from ..errors import InputError
 from ..scores import additive_scores, bilinear_scores, dot_scores
 from ..trace import Trace
 from .base import TokenInput
@@ -227,7 +228,7 @@ class RNNSeq2Seq(RecurrentSeq2Seq[RNNConfig]):
         src, tokens = self._ids(source, self.config.src_vocab_size, self.config.max_positions, what="sentence")
         if target is None:
             if tgt_tok is None:
-                raise ValueError("greedy decoding needs the model's target tokenizer")
+                raise InputError("greedy decoding needs the model's target tokenizer")
             ids = self.greedy_batch(src, torch.ones_like(src), tgt_tok.bos_id, tgt_tok.eos_id, self.max_tokens - 1)
             target = [tgt_tok.bos_id, *ids[0]]
         tgt, target_tokens = self._ids(target, self.config.tgt_vocab_size, None, tokenizer=tgt_tok, what="target")

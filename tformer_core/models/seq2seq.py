@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from ..capture import NameFilter, matching
+from ..errors import InputError
 from ..generation import Generation, GenerationSettings, choose_next, traced_steps
 from ..tokenizers import Tokenizer
 from ..trace import Trace, stored_by_default
@@ -155,7 +156,7 @@ class EncoderDecoder(EncoderDecoderModel[Seq2SeqConfig]):
         settings = self.generation
         start = settings.start_id if settings.start_id is not None else settings.pad_id
         if start is None:
-            raise ValueError("this model's generation settings name no decoder start token")
+            raise InputError("this model's generation settings name no decoder start token")
         return int(start)
 
     @torch.inference_mode()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import numpy as np
@@ -77,24 +78,45 @@ def _line_data(lines: pd.DataFrame) -> pd.DataFrame:
     )
 
 
-def head_view_chart(view: HeadView, n_heads: int, title: str = "", row_px: int = 18, scale: float = 1.0) -> dict:
+FAINT = 0.15  # the other heads' lines beside a highlighted head: this much of their weight as opacity
+FAINT_COLOUR = "#9e9e9e"
+
+
+# The head view's selections: the query token under the pointer, and the heads clicked in the legend.
+HEAD_VIEW_PARAMS = [
+    {
+        "name": "focus",
+        "views": ["query_tokens"],
+        "select": {"type": "point", "fields": ["query"], "on": "pointerover", "clear": "pointerout"},
+    },
+    {"name": "heads", "views": ["lines"], "select": {"type": "point", "fields": ["head"]}, "bind": "legend"},
+]
+
+
+def head_view_chart(
+    view: HeadView,
+    n_heads: int,
+    title: str = "",
+    row_px: int = 18,
+    scale: float = 1.0,
+    highlight: int | None = None,
+    width: int = 600,
+) -> dict:
     """Head view (Vega-Lite): hover a query token (left) to see only its lines; click a head in the legend to
     see only that head (shift-click: several; click elsewhere: all again); opacity = weight. Where lines
     overlap the strongest is drawn on top, so it is the one a pointer over them reports. scale: sizes and
-    type (1.5 in presenter mode)."""
+    type (1.5 in presenter mode). highlight: a head drawn in its colour on top, the others grey and faint
+    (FAINT times their weight), so stepping through the heads shows each in turn among the rest. width: the
+    most the chart takes (it fits a narrower column)."""
     n = max(len(view.queries), len(view.keys), 1)
     # The two columns at a quarter and three quarters of the plot's width, whatever that width is: the chart
     # fits its column (autosize "fit-x"), 600 px where there is room, a phone's width on a phone.
-    left_x, right_x, width = {"value": {"expr": "width * 0.25"}}, {"value": {"expr": "width * 0.75"}}, 600 * scale
+    left_x, right_x = {"value": {"expr": "width * 0.25"}}, {"value": {"expr": "width * 0.75"}}
     y_scale = {"domain": [-0.5, n - 0.5], "reverse": True, "nice": False, "zero": False}  # first token on top
     datasets: dict[str, Any] = {}
     shown = {"and": [{"param": "focus", "empty": True}, {"param": "heads", "empty": True}]}  # hovered query, legend
-    weight = channel("weight", "quantitative", legend=None, scale={"domain": [0, 1], "range": [0, 1]})
     query_data, key_data = named_data(view.queries, datasets), named_data(view.keys, datasets)
-    tokens = [
-        {"lookup": "y_query", "from": {"data": query_data, "key": "y", "fields": ["token"]}, "as": ["query_token"]},
-        {"lookup": "y_key", "from": {"data": key_data, "key": "y", "fields": ["token"]}, "as": ["key_token"]},
-    ]
+    tokens, colour, weight, order = _line_style(query_data, key_data, n_heads, highlight)
     lines = {
         "name": "lines",
         "data": named_data(_line_data(view.lines), datasets),
@@ -105,31 +127,48 @@ def head_view_chart(view: HeadView, n_heads: int, title: str = "", row_px: int =
             "x2": right_x,
             "y": channel("y_query", "quantitative", scale=y_scale, axis=None),
             "y2": {"field": "y_key"},
-            "color": channel("head", "nominal", scale=head_colour_scale(n_heads), title="head"),
+            "color": colour,
             # strokeOpacity, not opacity: the same line on screen, but an SVG element's opacity makes resvg (the
             # PNG export) draw it through a layer the size of the picture (1,400 lines: 17 s instead of 3 s).
             "strokeOpacity": {"condition": {"test": shown, **weight}, "value": 0.0},
-            "order": channel("weight", "quantitative"),
+            "order": order,
             "tooltip": [
-                channel("query_token", "nominal", title="query"),
-                channel("key_token", "nominal", title="key"),
+                *(channel(f"{x}_token", "nominal", title=x) for x in ("query", "key")),
                 channel("head", "nominal", title="head"),
                 channel("weight", "quantitative", format=".3f", title="weight"),
             ],
         },
     }
-    focus = {
-        "name": "focus",
-        "views": ["query_tokens"],
-        "select": {"type": "point", "fields": ["query"], "on": "pointerover", "clear": "pointerout"},
-    }
-    heads = {"name": "heads", "views": ["lines"], "select": {"type": "point", "fields": ["head"]}, "bind": "legend"}
     labels = [
         _token_labels(query_data, "query", left_x, y_scale, 12 * scale),
         _token_labels(key_data, "key", right_x, y_scale, 12 * scale),
     ]
-    spec = layered([lines, *labels], datasets, title, width=width, height=row_px * scale * n, params=[focus, heads])
-    return spec | {"autosize": {"type": "fit-x", "contains": "padding"}}
+    size = {"width": int(width), "height": row_px * scale * n}
+    spec = layered([lines, *labels], datasets, title, **size, params=copy.deepcopy(HEAD_VIEW_PARAMS))
+    # usermeta: drawn at the presenter's size already (tformer_app.presenter.chart_fonts leaves it as it is)
+    return spec | {"autosize": {"type": "fit-x", "contains": "padding"}, "usermeta": {"scale": scale}}
+
+
+def _line_style(
+    query_data: dict[str, str], key_data: dict[str, str], n_heads: int, highlight: int | None
+) -> tuple[list[dict[str, Any]], dict, dict, dict]:
+    """The head view's lines: (transforms, colour, opacity, drawing order). With a highlighted head, that head in
+    its colour on top and the others grey at FAINT times their weight."""
+    weight = channel("weight", "quantitative", legend=None, scale={"domain": [0, 1], "range": [0, 1]})
+    tokens: list[dict[str, Any]] = [
+        {"lookup": "y_query", "from": {"data": query_data, "key": "y", "fields": ["token"]}, "as": ["query_token"]},
+        {"lookup": "y_key", "from": {"data": key_data, "key": "y", "fields": ["token"]}, "as": ["key_token"]},
+    ]
+    colour = channel("head", "nominal", scale=head_colour_scale(n_heads), title="head")
+    order = channel("weight", "quantitative")
+    if highlight is not None:
+        chosen = f"datum.head === {int(highlight)}"
+        shade = {"calculate": f"{chosen} ? datum.weight : {FAINT} * datum.weight", "as": "shade"}
+        tokens = [*tokens, shade, {"calculate": f"({chosen} ? 1 : 0) + datum.weight", "as": "rank"}]
+        weight = channel("shade", "quantitative", legend=None, scale={"domain": [0, 1], "range": [0, 1]})
+        colour = {"condition": {"test": f"!({chosen})", "value": FAINT_COLOUR}, **colour}
+        order = channel("rank", "quantitative")  # the highlighted head's lines on top
+    return tokens, colour, weight, order
 
 
 def distance_frame(values: np.ndarray) -> pd.DataFrame:

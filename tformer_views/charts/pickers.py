@@ -141,19 +141,24 @@ def patch_picker(
     return spec
 
 
-def thumbnail_picker(png: bytes, boxes: dict[tuple[int, int], tuple[int, int, int, int]]) -> dict:
+def thumbnail_picker(
+    png: bytes, boxes: dict[tuple[int, int], tuple[int, int, int, int]], width: int | None = None
+) -> dict:
     """A Vega-Lite chart: a PNG of thumbnails (the layers x heads overview) where a click on a thumbnail
-    selects it. boxes: (layer, head) -> (left, top, right, bottom) pixels. Selection parameter "cell" with the
-    fields layer and head, as the head grid's. The chart does not depend on the chosen head, so Streamlit
-    sends it once (its picture can weigh a megabyte) and a head change costs nothing here."""
+    selects it. boxes: (layer, head) -> (left, top, right, bottom) pixels of the PNG. Selection parameter
+    "cell" with the fields layer and head, as the head grid's. The chart does not depend on the chosen head, so
+    Streamlit sends it once (its picture can weigh a megabyte) and a head change costs nothing here.
+    width: the picture's width on screen (its own by default), its height in proportion."""
     picture = Image.open(io.BytesIO(png))
+    shown_w = int(width or picture.width)
+    shown_h = round(picture.height * shown_w / picture.width)
     frame = pd.DataFrame(
         [{"layer": l, "head": h, "x": a, "x2": c, "y": b, "y2": d} for (l, h), (a, b, c, d) in boxes.items()]
     )
     datasets: dict[str, Any] = {}
     px = {"type": "quantitative", "axis": None}
-    x = {"field": "x", **px, "scale": {"domain": [0, picture.width], "range": [0, picture.width], "nice": False}}
-    y = {"field": "y", **px, "scale": {"domain": [0, picture.height], "range": [0, picture.height], "nice": False}}
+    x = {"field": "x", **px, "scale": {"domain": [0, picture.width], "range": [0, shown_w], "nice": False}}
+    y = {"field": "y", **px, "scale": {"domain": [0, picture.height], "range": [0, shown_h], "nice": False}}
     hover = {"condition": {"param": "hover", "empty": False, "value": 0.25}, "value": 0.001}
     tooltip = [channel("layer", "ordinal", title="layer"), channel("head", "ordinal", title="head")]
     cells = {
@@ -163,11 +168,11 @@ def thumbnail_picker(png: bytes, boxes: dict[tuple[int, int], tuple[int, int, in
         "encoding": {"x": x, "x2": {"field": "x2"}, "y": y, "y2": {"field": "y2"}, "fillOpacity": hover}
         | {"tooltip": tooltip},
     }
-    layers = [_picture_layer(picture, datasets, png), cells]
+    layers = [_picture_layer(picture, datasets, png, size=(shown_w, shown_h)), cells]
     params = [
         {"name": "cell", "views": ["cells"], "select": {"type": "point", "fields": ["layer", "head"], "on": "click"}},
         {"name": "hover", "views": ["cells"], "select": {"type": "point", "on": "pointerover", "clear": "pointerout"}},
     ]
-    spec = layered(layers, datasets, "", width=picture.width, height=picture.height, params=params)
+    spec = layered(layers, datasets, "", width=shown_w, height=shown_h, params=params)
     spec["config"] = {"view": {"stroke": None}}
     return spec

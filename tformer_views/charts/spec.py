@@ -75,7 +75,7 @@ def cell_text(values: np.ndarray) -> np.ndarray:
     safe = np.where(finite, v, 0.0)
     whole = finite & (np.abs(safe) < 1e6) & (safe == np.round(safe))
     text = np.where(np.abs(safe) >= 100, np.char.mod("%.3g", safe), np.char.mod("%.2f", safe))
-    text = np.where(whole, np.char.mod("%d", np.round(safe).astype(np.int64)), text)
+    text = np.where(whole, np.char.mod("%d", np.round(np.where(whole, safe, 0.0)).astype(np.int64)), text)
     special = np.where(np.isnan(v), "nan", np.where(v > 0, "+inf", "-inf"))
     return np.where(finite, text, special)
 
@@ -178,7 +178,8 @@ def _cell_numbers(data: dict, x: dict, y: dict, tooltip: list, domain, scheme: s
         dark_text = f"datum.value === null || abs(datum.value) < {0.5 * (domain[1] if domain else 1.0)}"
     text_colour = {"condition": {"test": dark_text, "value": "black"}, "value": "white"}
     encoding = {"x": x, "y": y, "text": channel("label", "nominal"), "color": text_colour, "tooltip": tooltip}
-    return {"data": data, "mark": {"type": "text", "fontSize": max(7, min(12, px // 3))}, "encoding": encoding}
+    # A third of the cell: 12 px in the usual 36-40 px cells, larger in the larger cells of a wide screen.
+    return {"data": data, "mark": {"type": "text", "fontSize": max(7, min(18, px // 3))}, "encoding": encoding}
 
 
 def _token_axes(

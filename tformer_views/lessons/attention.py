@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from tformer_core.errors import InputError
 from tformer_core.models.base import TracedModel
 from tformer_core.steps import AttentionSteps, attention_from_qkv, attention_steps
 from tformer_core.trace import Trace, to_numpy
@@ -153,7 +154,7 @@ def random_example(seed: int, n_tokens: int, d_model: int, d_k: int, n_heads: in
     h = _heads(n_heads)
     for what, value, low in (("n_tokens", n_tokens, 1), ("d_model", d_model, 1), ("d_k", d_k, 1)):
         if int(value) != value or value < low:
-            raise ValueError(f"{what} must be a whole number >= {low}, got {value!r}")
+            raise InputError(f"{what} must be a whole number >= {low}, got {value!r}")
     n, d, k = int(n_tokens), int(d_model), int(d_k)
     rng = np.random.default_rng(int(seed))
     X = np.round(rng.normal(size=(n, d)), 2)
@@ -176,7 +177,7 @@ def random_example(seed: int, n_tokens: int, d_model: int, d_k: int, n_heads: in
 
 def _heads(n_heads: int) -> int:
     if int(n_heads) != n_heads or n_heads < 1:
-        raise ValueError(f"n_heads must be a whole number >= 1, got {n_heads!r}")
+        raise InputError(f"n_heads must be a whole number >= 1, got {n_heads!r}")
     return int(n_heads)
 
 
@@ -229,15 +230,15 @@ def real_model_example(
     weights = model.weights(trace.main_stack)
     n_layers, model_heads = weights.n_layers, trace.n_heads
     if not 0 <= layer < n_layers:
-        raise ValueError(f"layer {layer} is out of range: the model has {n_layers} layers (0..{n_layers - 1})")
+        raise InputError(f"layer {layer} is out of range: the model has {n_layers} layers (0..{n_layers - 1})")
     if not 0 <= head < model_heads:
-        raise ValueError(f"head {head} is out of range: the model has {model_heads} heads (0..{model_heads - 1})")
+        raise InputError(f"head {head} is out of range: the model has {model_heads} heads (0..{model_heads - 1})")
     attn = weights.block(layer).attn
     d_model, d_head = attn.W_Q.shape[1], attn.d_head
     if not 1 <= n_dims <= d_model:
-        raise ValueError(f"the slice of d_model must keep 1..{d_model} dimensions, got {n_dims}")
+        raise InputError(f"the slice of d_model must keep 1..{d_model} dimensions, got {n_dims}")
     if not 1 <= n_head_dims <= d_head:
-        raise ValueError(f"the slice of d_head must keep 1..{d_head} dimensions, got {n_head_dims}")
+        raise InputError(f"the slice of d_head must keep 1..{d_head} dimensions, got {n_head_dims}")
     h = _heads(n_heads)
     heads = [(head + j) % model_heads for j in range(h)]
 
@@ -424,7 +425,68 @@ def available_from_qkv(
             if n_heads > 1 and W_o is not None:
                 available.add("output")
     W_o = W_o if "output" in available else None
-    return attention_from_qkv(Q, K, V, mask, n_heads=n_heads, W_o=W_o), available
+    with np.errstate(over="ignore", invalid="ignore"):  # numbers past float64's range: see `non_finite`
+        return attention_from_qkv(Q, K, V, mask, n_heads=n_heads, W_o=W_o), available
+
+
+# ---- numbers past float64's range ------------------------------------------------------------------------
+# part -> the parts computed from it: what cannot be shown once it holds an infinity or a NaN.
+_DEPENDS = {"Q": ("scores", "Z", "output"), "K": ("scores", "Z", "output"), "V": ("Z", "output")}
+_DEPENDS |= {"scores": ("Z", "output"), "Z": ("output",), "output": ()}
+MAX_CELLS_NAMED = 3
+
+
+def _part_values(steps: AttentionSteps, part: str) -> list[tuple[str, np.ndarray, np.ndarray | None]]:
+    """(what the page calls it, its numbers, cells that may hold -inf by design or None) for one part."""
+    if part == "scores":
+        masked = None if steps.mask is None else ~np.broadcast_to(steps.mask, steps.scaled.shape)
+        return [
+            ("QKᵀ", steps.scores, None),
+            ("the scaled scores", steps.scaled, masked),
+            ("the weights", steps.weights, None),
+        ]
+    matrix = {"Q": steps.Q, "K": steps.K, "V": steps.V, "Z": steps.concat, "output": steps.output}[part]
+    return [({"Z": "Z", "output": "the output"}.get(part, part), matrix, None)]
+
+
+def _cell(index: tuple[int, ...], value: float, tokens: Sequence[str], square: bool) -> str:
+    """One cell named as the page shows it: a head when there are several, tokens by position and text."""
+    *head, row, col = (int(i) for i in index)
+    where = f"head {head[0]}, " if head else ""
+    token = tokens[row] if row < len(tokens) else row
+    other = f"key {col} ({tokens[col]})" if square and col < len(tokens) else f"column {col + 1}"
+    return f"{where}row {row} ({token}), {other} = {fmt(value)}"
+
+
+def non_finite(steps: AttentionSteps, available: set[str], tokens: Sequence[str]) -> tuple[set[str], list[str]]:
+    """The parts of `available` whose numbers are all finite, and a message for each part that is not.
+
+    Inputs are finite (the tables refuse inf and NaN), but products of numbers near float64's limit (about
+    ±1.8 × 10^308) overflow: X·W becomes ±inf, QKᵀ then inf − inf = NaN, and softmax of NaN is NaN. A part that
+    overflowed is named with its cells (the first MAX_CELLS_NAMED) and left out, with everything computed from it,
+    so that no caption ("each row sums to 1") is shown beside numbers that say otherwise.
+    """
+    kept, messages = set(available), []
+    for part in ("Q", "K", "V", "scores", "Z", "output"):
+        if part not in kept:
+            continue
+        for name, values, allowed in _part_values(steps, part):
+            bad = ~np.isfinite(values) if allowed is None else ~np.isfinite(values) & ~allowed
+            if not bad.any():
+                continue
+            cells = np.argwhere(bad)
+            square = values.shape[-1] == values.shape[-2] == len(tokens) and part == "scores"
+            named = [_cell(tuple(c), float(values[tuple(c)]), tokens, square) for c in cells[:MAX_CELLS_NAMED]]
+            more = f" and {len(cells) - MAX_CELLS_NAMED} more" if len(cells) > MAX_CELLS_NAMED else ""
+            count = f"{len(cells)} number is" if len(cells) == 1 else f"{len(cells)} numbers are"
+            messages.append(
+                f"{name} overflowed: {count} not finite ({'; '.join(named)}{more}). "
+                "They pass float64's largest number, about ±1.8 × 10^308: use smaller numbers. "
+                f"What is computed from {name} is not shown."
+            )
+            kept -= {part, *_DEPENDS[part]}
+            break
+    return kept, messages
 
 
 # ---- PyTorch's conventions -----------------------------------------------------------------------------
@@ -501,7 +563,8 @@ def run_example(
     tc.attention_from_qkv when Q, K and V are given directly."""
     if ex.given_qkv:
         W_o = ex.W_o if (with_output and n_heads > 1) else None
-        return attention_from_qkv(ex.Q, ex.K, ex.V, mask, n_heads=n_heads, W_o=W_o)
+        with np.errstate(over="ignore", invalid="ignore"):  # numbers past float64's range: see `non_finite`
+            return attention_from_qkv(ex.Q, ex.K, ex.V, mask, n_heads=n_heads, W_o=W_o)
     X, W_q, W_k, W_v = ex.X, ex.W_q, ex.W_k, ex.W_v
     if X is None or W_q is None or W_k is None or W_v is None:
         raise ValueError("the example gives neither Q, K and V nor X and the three W's")
@@ -512,7 +575,8 @@ def run_example(
         _, W_v = with_bias(X, W_v, ex.b_v)
         X = X_aug
     W_o = ex.W_o if (with_output and n_heads > 1) else None
-    return attention_steps(X, W_q, W_k, W_v, mask, n_heads=n_heads, W_o=W_o)
+    with np.errstate(over="ignore", invalid="ignore"):  # numbers past float64's range: see `non_finite`
+        return attention_steps(X, W_q, W_k, W_v, mask, n_heads=n_heads, W_o=W_o)
 
 
 def head_matrices(steps: AttentionSteps, head: int) -> dict[str, np.ndarray]:
@@ -594,7 +658,7 @@ def row_walkthrough(steps: AttentionSteps, tokens: Sequence[str], query: int, he
     q, k, v = view["q"], view["k"], view["v"]
     n = k.shape[0]
     if not 0 <= query < q.shape[0]:
-        raise ValueError(f"query row {query} is out of range: there are {q.shape[0]} tokens")
+        raise InputError(f"query row {query} is out of range: there are {q.shape[0]} tokens")
     scores, scaled, weights = view["scores"][query], view["scaled"][query], view["weights"][query]
     finite = np.isfinite(scaled)
     # exp(a) overflows float64 past ~709; subtracting the row max leaves the weights unchanged.

@@ -23,6 +23,7 @@ import torch
 from tformer_core.attention import attend_float64
 from tformer_core.block_steps import FFNSteps, LayerNormSteps, RMSNormSteps, ffn_steps, layer_norm_steps, rms_norm_steps
 from tformer_core.capture import matching
+from tformer_core.errors import InputError
 from tformer_core.models.base import TracedModel
 from tformer_core.models.kinds import CausalLM, EncoderModel
 from tformer_core.models.layers import BlockConfig
@@ -131,7 +132,7 @@ def block_read(name: str) -> bool:
 def trace_text(model: TracedModel, text: str) -> Trace:
     """An encoder's or decoder-only model's trace of `text`, holding what the page reads (`block_read`)."""
     if not isinstance(model, (EncoderModel, CausalLM)):
-        raise ValueError(f"this page reads text with an encoder or a decoder-only model, not a {model.kind} model")
+        raise InputError(f"this page reads text with an encoder or a decoder-only model, not a {model.kind} model")
     return model.trace(text, keep=block_read).compact()
 
 
@@ -339,13 +340,13 @@ def _labels(trace: Trace, stack: str) -> tuple[tuple[str, ...], tuple[str, ...]]
 
 def _check(trace: Trace, stack: str, layer: int, token: int) -> int:
     if stack not in trace.stack_layers:
-        raise ValueError(f"this trace has no {stack!r} stack; it has {tuple(trace.stack_layers)}")
+        raise InputError(f"this trace has no {stack!r} stack; it has {tuple(trace.stack_layers)}")
     n_layers = trace.stack_layers[stack]
     if not 0 <= layer < n_layers:
-        raise ValueError(f"layer {layer} is out of range: the {stack} has {n_layers} layers (0..{n_layers - 1})")
+        raise InputError(f"layer {layer} is out of range: the {stack} has {n_layers} layers (0..{n_layers - 1})")
     n = _rows(trace, f"{stack}.{layer}.resid_pre").shape[0]
     if not 0 <= token < n:
-        raise ValueError(f"token {token} is out of range: there are {n} tokens (0..{n - 1})")
+        raise InputError(f"token {token} is out of range: there are {n} tokens (0..{n - 1})")
     return n_layers
 
 
@@ -371,7 +372,7 @@ def _sublayer(
     block = model.weights(layout.stack).block(layer)
     ln = {"attn": block.ln_attn, "cross": block.ln_cross, "mlp": block.ln_mlp}[part]
     if ln is None:
-        raise ValueError(f"the {layout.stack}'s blocks have no {SUBLAYERS[part]}")
+        raise InputError(f"the {layout.stack}'s blocks have no {SUBLAYERS[part]}")
     pre = layout.norm == "pre"
     attention, ffn, pre_norm = None, None, _norm(ln, stream_in) if pre else None
     read = pre_norm.output[0] if pre_norm is not None else stream_in
@@ -575,7 +576,7 @@ class StreamNorms:
 def stream_norms(trace: Trace, stack: str) -> StreamNorms:
     """The norms of the residual stream entering and leaving each block and of what each sub-layer adds."""
     if stack not in trace.stack_layers:
-        raise ValueError(f"this trace has no {stack!r} stack; it has {tuple(trace.stack_layers)}")
+        raise InputError(f"this trace has no {stack!r} stack; it has {tuple(trace.stack_layers)}")
     n_layers = trace.stack_layers[stack]
     values = {}
     for key in NORM_QUANTITIES:

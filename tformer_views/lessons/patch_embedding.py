@@ -18,6 +18,7 @@ import pandas as pd
 from PIL import Image
 
 from tformer_core.block_steps import PatchEmbeddingSteps, patch_embedding_steps, unpatchify
+from tformer_core.errors import InputError
 from tformer_core.models.base import TracedModel
 from tformer_core.trace import Trace, to_numpy
 
@@ -189,7 +190,7 @@ def real_patch(model: TracedModel, trace: Trace, patch: int) -> RealPatch:
     c = vit.config
     rows, cols = trace.patch_grid
     if not 0 <= patch < rows * cols:
-        raise ValueError(f"patch {patch} is out of range: the picture has {rows * cols} patches (0..{rows * cols - 1})")
+        raise InputError(f"patch {patch} is out of range: the picture has {rows * cols} patches (0..{rows * cols - 1})")
     patch_weights = vit.weights().patch
     assert patch_weights is not None  # a ViT's stack embeds patches
     P, C = c.patch_size, c.n_channels

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from tformer_core.errors import InputError
 from tformer_core.models.base import TracedModel
 from tformer_core.models.llama import Llama
 from tformer_core.models.positional import (
@@ -129,10 +130,10 @@ def learned_positions(model: TracedModel, n_positions: int) -> np.ndarray:
     """
     weights = model.weights()
     if weights.positional != "learned" or weights.W_pos is None:
-        raise ValueError("this model has no learned position embeddings")
+        raise InputError("this model has no learned position embeddings")
     n_learned = weights.W_pos.shape[0]
     if not 1 <= n_positions <= n_learned:
-        raise ValueError(f"the model has {n_learned} positions; asked for {n_positions}")
+        raise InputError(f"the model has {n_learned} positions; asked for {n_positions}")
     return np.array(to_numpy(weights.W_pos[:n_positions]), dtype=np.float64)
 
 
@@ -172,7 +173,7 @@ def embedding_sum(trace: Trace, base: float = 10000.0) -> EmbeddingSum:
     """The input embeddings of a traced sentence, split into their parts, with the sinusoidal alternative."""
     stack = trace.main_stack
     if f"{stack}.embed.pos" not in trace:
-        raise ValueError("this model adds no absolute position embeddings")
+        raise InputError("this model adds no absolute position embeddings")
     names = [f"{stack}.embed.{part}" for part in ("tok", "pos", "segment")]
     parts = [np.asarray(a, dtype=np.float64) for a in trace.fetch(*(n for n in names if n in trace))]  # one transfer
     tok, pos = parts[0], parts[1]
@@ -241,7 +242,7 @@ def rotary_setting(
     if model is not None:
         rope = model.config.rope if isinstance(model, Llama) else None
         if not isinstance(model, Llama) or rope is None:
-            raise ValueError(f"{model.source or 'this model'} does not rotate q and k (no rotary position embedding)")
+            raise InputError(f"{model.source or 'this model'} does not rotate q and k (no rotary position embedding)")
         config = model.config
         return RotarySetting(
             source=model.source or "",
@@ -255,7 +256,7 @@ def rotary_setting(
         )
     problems = rope_problems(int(head_dim), float(base))
     if problems:
-        raise ValueError("; ".join(problems))
+        raise InputError("; ".join(problems))
     rope = Rope(theta=float(base))
     return RotarySetting(
         source="",
@@ -332,10 +333,10 @@ def rotation_step(setting: RotarySetting, pair: int, position: int, vector: Sequ
     position * theta_i, as the model turns it (its attention factor left out: it scales every pair alike)."""
     dims = rope_pair_dims(setting.head_dim, int(pair))
     if not 0 <= position <= MAX_ROPE_POSITION:
-        raise ValueError(f"the position must be 0 to {MAX_ROPE_POSITION:,}, got {position}")
+        raise InputError(f"the position must be 0 to {MAX_ROPE_POSITION:,}, got {position}")
     before = np.asarray(vector, dtype=np.float64)
     if before.shape != (2,) or not np.isfinite(before).all():
-        raise ValueError("the pair must be two finite numbers")
+        raise InputError("the pair must be two finite numbers")
     frequency = float(setting.frequencies[pair])
     angle = position * frequency
     matrix = rope_rotation(angle)
@@ -367,11 +368,11 @@ def sentence_qk(trace: Trace, layer: int, head: int, q_token: int, k_token: int)
     """A real query and key before their rotation (float64 [d_head]): query head `head` of token `q_token` and
     the key it reads (its key/value head's) of token `k_token`, in layer `layer`."""
     if f"{trace.main_stack}.{layer}.attn.q_pre_rope" not in trace:
-        raise ValueError("this trace holds no q and k before the rotation (not a rotary model)")
+        raise InputError("this trace holds no q and k before the rotation (not a rotary model)")
     n = len(trace.tokens)
     for name, token in (("query", q_token), ("key", k_token)):
         if not 0 <= token < n:
-            raise ValueError(f"the {name} token must be 0 to {n - 1}, got {token}")
+            raise InputError(f"the {name} token must be 0 to {n - 1}, got {token}")
     q_row = trace.block_tensor("q_pre_rope", layer, head)[q_token]
     k_row = trace.block_tensor("k_pre_rope", layer, head)[k_token]
     q, k = (np.asarray(a, dtype=np.float64) for a in to_host([q_row, k_row]))  # one transfer

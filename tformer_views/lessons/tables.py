@@ -14,8 +14,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from tformer_core.errors import InputError
 
-class TableError(ValueError):
+
+class TableError(InputError):
     """An input table that cannot be used; the message names the table, and the cell or the shape."""
 
 

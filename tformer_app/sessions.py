@@ -1,0 +1,126 @@
+"""What Streamlit keeps for each browser session outside tformer's caches: its uploads and the pictures it was
+sent. `held_bytes()` counts them (the results cache shares TFORMER_CACHE_MB with them); `release_ended()`
+gives back those of sessions that have ended.
+
+Why: Streamlit (1.67) keeps a closed tab's session for `server.disconnectedSessionTTL` (2 minutes) so that it
+can be resumed, then drops it from its session storage without shutting it down. Shutting down is what
+removes a session's uploaded files and media, so every photo a student ever uploaded stayed in the process's
+memory (4.5 MB for a 12-megapixel JPEG, plus the pictures drawn from it) until the server was restarted.
+A sweeper thread looks for sessions Streamlit no longer knows (neither connected nor waiting to be resumed)
+every SWEEP_S seconds (or a quarter of that resume window, when it is shorter) and hands their files back; a
+session is released only when two sweeps in a row miss it, so one that is being resumed at that moment is
+never touched.
+
+This reads Streamlit's runtime (its session manager, upload and media managers): the one place that does.
+`tests/app/test_sessions.py` fails if a Streamlit upgrade changes what it relies on.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+from . import logs
+
+SWEEP_S = 30.0
+
+_missing_before: set[str] = set()
+_lock = threading.Lock()
+_sweeper: threading.Thread | None = None
+
+
+def _runtime():  # streamlit.runtime.Runtime, or None outside a running server (AppTest runs a mock of one)
+    from streamlit.runtime import Runtime
+
+    runtime = Runtime.instance() if Runtime.exists() else None
+    return runtime if type(runtime) is Runtime else None
+
+
+def known_sessions() -> set[str] | None:
+    """Ids of the sessions Streamlit knows: connected, or disconnected and still resumable; None without a server."""
+    runtime = _runtime()
+    if runtime is None:
+        return None
+    return {info.session.id for info in runtime._session_mgr.list_sessions()}
+
+
+def _holders() -> set[str]:
+    """Ids of the sessions that hold uploads or media references."""
+    runtime = _runtime()
+    uploads = runtime.uploaded_file_mgr
+    media = runtime.media_file_mgr
+    holders = set(getattr(uploads, "file_storage", {}))
+    holders |= set(media._files_by_session_and_coord)
+    return holders
+
+
+def release_ended() -> int:
+    """Give back the uploads and media of sessions Streamlit has forgotten (missed by two calls in a row);
+    returns how many sessions were released."""
+    runtime = _runtime()
+    known = known_sessions()
+    if runtime is None or known is None:
+        return 0
+    with _lock:
+        gone = _holders() - known
+        ended = gone & _missing_before
+        _missing_before.clear()
+        _missing_before.update(gone - ended)
+    for session_id in ended:
+        runtime.uploaded_file_mgr.remove_session_files(session_id)
+        runtime.media_file_mgr.clear_session_refs(session_id)
+        runtime.dataframe_source_mgr.clear_all_for_session(session_id)
+    if ended:
+        runtime.media_file_mgr.remove_orphaned_files()
+        logs.log.info("released the uploads and media of %d ended session(s)", len(ended))
+    return len(ended)
+
+
+def held_bytes() -> int:
+    """Bytes the sessions' uploads and media hold now (0 outside a running server)."""
+    runtime = _runtime()
+    if runtime is None:
+        return 0
+    total = 0
+    for provider in (runtime.uploaded_file_mgr, runtime.media_file_mgr._storage):
+        for stats in provider.get_stats().values():
+            total += sum(stat.byte_length for stat in stats)
+    return total
+
+
+def start_sweeper(after: Callable[[int], None] | None = None) -> None:
+    """Start the sweeper thread once per process; after(n) is called after every sweep, n the sessions it released
+    (the caches hand freed memory back then)."""
+    global _sweeper
+    with _lock:
+        if _sweeper is not None:
+            return
+        _sweeper = threading.Thread(target=_sweep_forever, args=(after,), name="tformer-sessions", daemon=True)
+        _sweeper.start()
+
+
+def sweep_interval() -> float:
+    """Seconds between sweeps: SWEEP_S, or a quarter of Streamlit's resume window when that is shorter."""
+    from streamlit import config
+
+    return min(SWEEP_S, max(0.25, float(config.get_option("server.disconnectedSessionTTL")) / 4))
+
+
+MAX_FAILED_SWEEPS = 10  # in a row: Streamlit works differently from what this module reads; stop trying
+
+
+def _sweep_forever(after: Callable[[int], None] | None) -> None:
+    wake, interval, failed = threading.Event(), sweep_interval(), 0
+    while not wake.wait(interval):
+        try:
+            released = release_ended()
+            if after is not None:
+                after(released)
+            failed = 0
+        except Exception as error:  # a list changed while it was read (the next sweep reads it again), or worse
+            failed += 1
+            if failed == 1 or failed == MAX_FAILED_SWEEPS:
+                stops = " (the sweeper stops: closed sessions' uploads are no longer released)"
+                logs.bug("releasing ended sessions" + (stops if failed == MAX_FAILED_SWEEPS else ""), error)
+            if failed == MAX_FAILED_SWEEPS:
+                return
