@@ -32,6 +32,9 @@ def main() -> None:
     )
     rss = "unknown" if report.rss_bytes is None else f"{report.rss_bytes / MB:,.0f} MB"
     st.markdown(f"Resident memory of this process: **{rss}**")
+    if report.gpu_bytes is not None:
+        held, budget = report.results.device_bytes / MB, (report.results.device_budget_bytes or 0) / MB
+        st.markdown(f"On its GPU: **{report.gpu_bytes / MB:,.0f} MB**, cached results {held:,.0f} of {budget:,.0f} MB")
     st.caption(
         f"The sessions' uploads and the pictures they were sent: {report.sessions_bytes / MB:,.1f} MB, counted in "
         "the results' budget (a closed tab's are given back about three minutes later)."

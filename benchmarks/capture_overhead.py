@@ -1,7 +1,7 @@
-"""Capture overhead: a traced forward pass (every activation captured and turned into a numpy Trace)
-against a plain forward pass of the same model on the same input.
+"""Capture overhead: a traced forward pass (every activation captured into a Trace, kept on the model's device in
+its dtype) against a plain forward pass of the same model on the same input.
 
-    python benchmarks/capture_overhead.py [--device cuda] [--repeats 9] [--allocator retain|default]
+    python benchmarks/capture_overhead.py [--device cuda] [--dtype bfloat16] [--repeats 9] [--allocator retain|default]
 
 Without --allocator it runs twice, in fresh processes: first as the app runs (glibc told to keep
 freed memory, `tc.retain_freed_memory()`), then with the allocator's defaults.
@@ -32,7 +32,7 @@ GOAL = 1.15
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default=None, help="cpu or cuda (default: CUDA when available)")
-    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--dtype", default="float32", help="float32, bfloat16 or float16")
     parser.add_argument("--repeats", type=int, default=9)
     parser.add_argument("--allocator", choices=["retain", "default"], default=None)
     args = parser.parse_args()
@@ -74,9 +74,9 @@ def main() -> None:
                 *interleaved_medians(traced, lambda ids=ids: plain(bert, ids), args.repeats, device),
             )
         )
-        sizes.append(sum(a.nbytes for a in traced().activations.values()) / 2**20)
-    image = torch.randn(3, 224, 224)
-    batch = image[None].to(device=device, dtype=vit.dtype)
+        sizes.append(traced().nbytes / 2**20)
+    batch = torch.randn(1, 3, 224, 224).to(device=device, dtype=vit.dtype)
+    image = batch[0]  # on the device for both
     rows.append(
         (
             "ViT-B/16-sized",
@@ -84,7 +84,7 @@ def main() -> None:
             *interleaved_medians(lambda: vit.trace(image), lambda: plain(vit, batch), args.repeats, device),
         )
     )
-    sizes.append(sum(a.nbytes for a in vit.trace(image).activations.values()) / 2**20)
+    sizes.append(vit.trace(image).nbytes / 2**20)
 
     threads = torch.get_num_threads() if device.type == "cpu" else "-"
     allocator = "glibc keeps freed memory (as the app runs)" if retained else "allocator defaults"
@@ -94,7 +94,11 @@ def main() -> None:
     print(f"{allocator}; median of {args.repeats} interleaved runs.")
     print(f"Baseline: the same model's plain forward pass. Goal: ratio <= {GOAL}x.\n")
     print_table(rows, "traced forward", "plain forward", GOAL)
-    print("\nMemory a trace holds: " + ", ".join(f"{r[1]}: {mb:.0f} MB" for r, mb in zip(rows, sizes)))
+    where = "on the GPU" if device.type == "cuda" else "in memory"
+    print(
+        f"\nMemory a trace holds ({where}, {args.dtype}): "
+        + ", ".join(f"{r[1]}: {mb:.0f} MB" for r, mb in zip(rows, sizes))
+    )
 
 
 if __name__ == "__main__":

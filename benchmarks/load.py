@@ -23,8 +23,14 @@ shows are fetched after that, as a browser does, and not counted). An error is a
 
 Prints per action kind: count, p50, p95, max seconds, mean kB received, errors; the throughput; the
 server's CPU (per process, from /proc, in cores: 1.0 = one core busy) and RSS (per process, and the
-replicas' sum at its peak and at the end); this process's and the whole machine's CPU, so the load of
-others on a shared machine shows; and the load average at the start and the end. Loopback servers only.
+replicas' sum at its peak and at the end); on a machine with an NVIDIA GPU, each replica's GPU memory (peak
+and end, from nvidia-smi) and the GPU's utilisation; this process's and the whole machine's CPU, so the load
+of others on a shared machine shows; and the load average at the start and the end. Loopback servers only.
+--p95-goal S adds a verdict: the p95 of every view change (layer, head, patch) within S seconds, no errors.
+
+On a GPU machine (issue 23's figure: 100 sessions, p95 of every view change <= 1.0 s, 0 errors):
+
+    python benchmarks/load.py --start 16 --sessions 100 --duration 300 --vision-model <a ViT> --p95-goal 1.0
 """
 
 from __future__ import annotations
@@ -37,8 +43,10 @@ import os
 import random
 import re
 import resource
+import shutil
 import socket
 import statistics
+import subprocess
 import sys
 import time
 import urllib.parse
@@ -301,6 +309,35 @@ def listener_pid(port: int) -> int | None:
     return None
 
 
+VIEW_CHANGES = ("layer change", "head change", "patch click")  # what the p95 goal is about (no new input)
+
+
+def gpu_sample() -> tuple[dict[int, float], float | None, float | None]:
+    """(GPU MB per process id, the GPU's utilisation %, its memory used MB) from nvidia-smi (the first GPU);
+    ({}, None, None) without one. Processes in another PID namespace (a container) may not be listed."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return {}, None, None
+    try:
+        apps = subprocess.run(
+            [smi, "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout
+        gpu = subprocess.run(
+            [smi, "--query-gpu=utilization.gpu,memory.used", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.splitlines()[0]
+        per_process = {int(pid): float(mb) for pid, mb in (line.split(",") for line in apps.splitlines() if line)}
+        utilisation, used = (float(v) for v in gpu.split(","))
+        return per_process, utilisation, used
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return {}, None, None
+
+
 @dataclass
 class Watched:
     role: str  # "replica" (counted in the RSS sum) or "nginx"
@@ -310,6 +347,8 @@ class Watched:
     rss_start: int = 0
     rss_peak: int = 0
     rss_end: int = 0
+    gpu_peak_mb: float | None = None  # None: not seen on a GPU
+    gpu_end_mb: float | None = None
 
 
 class Monitor:
@@ -321,6 +360,8 @@ class Monitor:
             w.rss_start = w.rss_peak = w.rss_end = rss_bytes(w.pid) or 0
         self.sum_peak = self.replica_rss()
         self.loads: list[float] = []
+        self.gpu_utilisation: list[float] = []
+        self.gpu_used_peak: float | None = None
         self.machine_start = machine_busy()
         self.self_start = self._self_cpu()
         self.wall_start = time.monotonic()
@@ -346,10 +387,18 @@ class Monitor:
                 w.cpu_end = cpu
         self.sum_peak = max(self.sum_peak, self.replica_rss())
         self.loads.append(os.getloadavg()[0])
+        per_process, utilisation, used = gpu_sample()
+        for w in self.watched:
+            if w.pid in per_process:
+                w.gpu_end_mb = per_process[w.pid]
+                w.gpu_peak_mb = max(w.gpu_peak_mb or 0.0, w.gpu_end_mb)
+        if utilisation is not None and used is not None:
+            self.gpu_utilisation.append(utilisation)
+            self.gpu_used_peak = max(self.gpu_used_peak or 0.0, used)
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
-            self.sample()
+            await asyncio.to_thread(self.sample)  # nvidia-smi takes tens of ms: not on the sessions' loop
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), 1.0)
         self.sample()
@@ -422,6 +471,39 @@ def server_table(monitor: Monitor, cores: int) -> None:
     if monitor.loads:
         mean, peak = statistics.mean(monitor.loads), max(monitor.loads)
         print(f"Load average (1 min) during the run: mean {mean:.2f}, max {peak:.2f}.")
+    gpu_table(monitor)
+
+
+def gpu_table(monitor: Monitor) -> None:
+    """Each replica's GPU memory and the GPU's utilisation, when nvidia-smi answered."""
+    if not monitor.gpu_utilisation:
+        return
+    print("\n| replica pid | GPU MB peak | GPU MB end |")
+    print("|---:|---:|---:|")
+    for w in monitor.watched:
+        if w.role == "replica":
+            peak = "not listed" if w.gpu_peak_mb is None else f"{w.gpu_peak_mb:.0f}"
+            end = "not listed" if w.gpu_end_mb is None else f"{w.gpu_end_mb:.0f}"
+            print(f"| {w.pid} | {peak} | {end} |")
+    u = monitor.gpu_utilisation
+    print(
+        f"GPU: utilisation mean {statistics.mean(u):.0f} %, max {max(u):.0f} %; memory used (every process) "
+        f"peak {monitor.gpu_used_peak:.0f} MB."
+    )
+
+
+def p95_verdict(results: Results, goal: float) -> None:
+    """Issue 23's class figure: the p95 of every view change within `goal` seconds, and no errors at all."""
+    parts, worst = [], 0.0
+    for kind in VIEW_CHANGES:
+        times = sorted(r.seconds for r in results.records if r.kind == kind)
+        if times:
+            p95 = percentile(times, 95)
+            worst = max(worst, p95)
+            parts.append(f"{kind} {p95:.2f} s")
+    errors = sum(1 for r in results.records if r.error)
+    verdict = "within" if worst <= goal and errors == 0 else "OVER"
+    print(f"\nView changes p95: {', '.join(parts)}; errors {errors}: {verdict} (goal <= {goal} s, 0 errors).")
 
 
 def nginx_summary(log: str) -> None:
@@ -473,6 +555,8 @@ async def run_class(args: argparse.Namespace, base_url: str, processes: dict[int
         await watcher
     print()
     action_table(results)
+    if args.p95_goal is not None:
+        p95_verdict(results, args.p95_goal)
     server_table(monitor, os.cpu_count() or 1)
 
 
@@ -521,6 +605,11 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--app", type=Path, default=ROOT / "app.py", help="with --start: the app to run")
     parser.add_argument("--cache-mb", type=float, help="with --start: each replica's TFORMER_CACHE_MB")
     parser.add_argument("--keep", action="store_true", help="with --start: keep nginx's prefix (config, logs)")
+    parser.add_argument("--gpu-mb", type=float, help="with --start: each replica's TFORMER_GPU_MB (default 90%% / K)")
+    parser.add_argument(
+        "--device", help="with --start: the replicas' TFORMER_DEVICE (cpu, cuda; default: a GPU if any)"
+    )
+    parser.add_argument("--p95-goal", type=float, help="seconds: the p95 every view change must keep (a verdict)")
     args = parser.parse_args()
     if not 1 <= args.sessions <= MAX_SESSIONS:
         parser.error(f"--sessions must be 1..{MAX_SESSIONS}")
@@ -538,7 +627,10 @@ def main() -> None:
     print(f"Load average at the start: {' '.join(f'{v:.2f}' for v in os.getloadavg())} (1, 5, 15 min)")
     deployment = None
     if args.start:
-        deployment = Deployment(replicas=args.start, app=args.app, cache_mb=args.cache_mb, keep=args.keep)
+        env = {"TFORMER_DEVICE": args.device} if args.device else None
+        deployment = Deployment(
+            replicas=args.start, app=args.app, cache_mb=args.cache_mb, gpu_mb=args.gpu_mb, env=env, keep=args.keep
+        )
         deployment.start()
         base_url = deployment.url
         print(f"Started {args.start} replica(s) of {args.app} behind nginx at {base_url} ({deployment.prefix})")

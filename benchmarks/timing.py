@@ -33,6 +33,21 @@ def interleaved_medians(
     return statistics.median(t_ours), statistics.median(t_base)
 
 
+def median_time(fn: Callable[[], object], repeats: int, device: torch.device, warmup: int = 1) -> float:
+    """Median seconds of fn() (the device's queued work waited for), after `warmup` runs."""
+    for _ in range(warmup):
+        fn()
+        sync(device)
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        result = fn()
+        sync(device)
+        times.append(time.perf_counter() - start)
+        del result
+    return statistics.median(times)
+
+
 def print_table(rows: list[tuple[str, str, float, float]], ours_label: str, base_label: str, goal: float) -> None:
     """rows: (model, input, our seconds, baseline seconds)."""
     w_name = max([26, *(len(r[0]) for r in rows)])

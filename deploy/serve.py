@@ -1,12 +1,15 @@
 """Run tformer for a class: K Streamlit replicas (one per core) behind nginx, sessions pinned to a replica.
 
-    .venv/bin/python deploy/serve.py --replicas 2 --port 8500 [--cache-mb 768] [--host 0.0.0.0]
+    .venv/bin/python deploy/serve.py --replicas 2 --port 8500 [--cache-mb 768] [--host 0.0.0.0] [--gpu-mb 4096]
     deploy/run.sh --replicas 2 --port 8500                         # the same, with the checkout's .venv
 
 Starts `streamlit run app.py` K times on loopback ports (`--first-port`, the next K-1 after it), each with
 its memory budget (TFORMER_CACHE_MB from --cache-mb, else as the environment has it; TFORMER_MODELS_MB
 and TFORMER_PASSES pass through), torch threads set to cores / K (OMP_NUM_THREADS, unless set) and one
-cookie secret for all; then Debian's nginx with a config generated from deploy/nginx.conf.template in
+cookie secret for all. On a machine with an NVIDIA GPU (nvidia-smi answers) the replicas share it: each gets
+TFORMER_GPU_MB from --gpu-mb, else 90 % of the GPU's memory / K (unless the environment sets it), and
+TFORMER_PASSES counts the passes of all of them together on that GPU (tformer_app.gpu). Then Debian's nginx
+with a config generated from deploy/nginx.conf.template in
 a temporary prefix (its own pid file, logs and temporary files: no system configuration is read or
 written). Waits until every replica answers /_stcore/health, and nginx too; stops everything on Ctrl-C,
 SIGTERM or exit, and if any of them dies. The children also get SIGTERM if this process is killed.
@@ -51,6 +54,27 @@ def find_nginx() -> str | None:
         if found:
             return found
     return None
+
+
+GPU_SHARE = 0.9  # of a GPU's memory, what the replicas divide between them (the rest: CUDA contexts, slack)
+
+
+def gpu_memory_mb() -> float | None:
+    """The first NVIDIA GPU's memory in MB, from nvidia-smi (no torch import here); None without one."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return None
+    try:
+        out = subprocess.run(
+            [smi, "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout
+        return float(out.split()[0])
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return None
 
 
 def free_port() -> int:
@@ -115,7 +139,9 @@ class Deployment:
 
     port / first_port: nginx's and the first replica's port (0: free ports). cache_mb: each replica's
     TFORMER_CACHE_MB (None: the environment's). threads: each replica's OMP_NUM_THREADS (None: cores / K,
-    unless the environment sets it). env: more environment for the replicas. host: where nginx listens.
+    unless the environment sets it). gpu_mb: each replica's TFORMER_GPU_MB (None: the environment's, else
+    GPU_SHARE of the GPU's memory / K when there is a GPU). env: more environment for the replicas. host:
+    where nginx listens.
     """
 
     def __init__(
@@ -127,6 +153,7 @@ class Deployment:
         app: Path = ROOT / "app.py",
         cache_mb: float | None = None,
         threads: int | None = None,
+        gpu_mb: float | None = None,
         env: dict[str, str] | None = None,
         python: str = sys.executable,
         keep: bool = False,
@@ -149,6 +176,11 @@ class Deployment:
             threads = max(1, (os.cpu_count() or 1) // replicas)
         if threads is not None:
             self.env["OMP_NUM_THREADS"] = str(threads)
+        if gpu_mb is None and "TFORMER_GPU_MB" not in os.environ and "TFORMER_GPU_MB" not in self.env:
+            total = gpu_memory_mb()
+            gpu_mb = None if total is None else GPU_SHARE * total / replicas
+        if gpu_mb is not None:
+            self.env["TFORMER_GPU_MB"] = f"{gpu_mb:.0f}"
         # One secret for all: a signed cookie one replica sets (st.login) must read the same on another.
         self.env.setdefault("STREAMLIT_SERVER_COOKIE_SECRET", secrets.token_hex(32))
         self.prefix: Path | None = None
@@ -320,6 +352,7 @@ def main() -> int:
     parser.add_argument("--first-port", type=int, default=8501, help="the first replica's port (loopback)")
     parser.add_argument("--cache-mb", type=float, help="TFORMER_CACHE_MB of each replica")
     parser.add_argument("--threads", type=int, help="torch threads per replica (default cores / replicas)")
+    parser.add_argument("--gpu-mb", type=float, help="TFORMER_GPU_MB of each replica (default: 90%% of the GPU / K)")
     parser.add_argument("--keep", action="store_true", help="keep the prefix (config, logs) after stopping")
     args = parser.parse_args()
 
@@ -335,12 +368,15 @@ def main() -> int:
         args.host,
         cache_mb=args.cache_mb,
         threads=args.threads,
+        gpu_mb=args.gpu_mb,
         keep=args.keep,
     )
     try:
         with deployment:
             print(f"tformer: {deployment.url} -> {len(deployment.ports)} replicas on ports {deployment.ports}")
             print(f"  pids {deployment.pids()}; config and logs in {deployment.prefix}")
+            if "TFORMER_GPU_MB" in deployment.env:
+                print(f"  each replica may use {deployment.env['TFORMER_GPU_MB']} MB of the GPU (TFORMER_GPU_MB)")
             print("  Ctrl-C stops them all.", flush=True)
             while not deployment.dead():
                 time.sleep(1.0)  # watching for a child that exits

@@ -12,8 +12,10 @@
 - Long work over many inputs (`computed`) shows a progress bar in the page that asked.
 
 Results, derived views and long work share one budget, TFORMER_CACHE_MB, with least-recently-used
-eviction (tformer_app.budget); forward passes run at most TFORMER_PASSES at a time. Every cached value
-is shared by all sessions and read-only: pages must not modify them.
+eviction (tformer_app.budget); what they hold on a GPU (traces stay on their model's device) is bounded apart
+(TFORMER_GPU_MB, tformer_app.settings). Forward passes run at most TFORMER_PASSES at a time, counted per GPU
+across the server's processes when the models run on one (tformer_app.gpu). Every cached value is shared by
+all sessions and read-only: pages must not modify them.
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ from tformer_views import seq2seq as sv
 from tformer_views import vision as vv
 from tformer_views.lessons import block as lb
 
-from . import logs, session_models, sessions
+from . import gpu, logs, session_models, sessions
 from .budget import ByteBudgetCache, CacheStats
 from .markdown import escape
 from .settings import server_settings
@@ -71,6 +73,8 @@ SETTINGS = server_settings()
 # caches drop entries (`_freed`). See tformer_core/runtime.py.
 tc.limit_malloc_arenas(2)
 tc.retain_freed_memory()
+DEVICE = gpu.server_device()  # where this process runs its models
+gpu.limit_gpu_memory(SETTINGS.gpu_bytes, DEVICE)  # TFORMER_GPU_MB: this replica's share of a shared GPU
 
 
 # ---- memory given back ---------------------------------------------------------------------------
@@ -324,9 +328,15 @@ COMPUTATIONS: dict[str, Callable[..., Any]] = {
 }
 
 # The sessions' uploads and the pictures they were sent share this budget: while a class holds many photos,
-# fewer results are kept (tformer_app.sessions).
-_results = ByteBudgetCache("results", SETTINGS.cache_bytes, on_evict=_give_back.check, shared=sessions.held_bytes)
-_passes = threading.BoundedSemaphore(SETTINGS.passes)
+# fewer results are kept (tformer_app.sessions). Results on a GPU are bounded apart, in its bytes.
+_results = ByteBudgetCache(
+    "results",
+    SETTINGS.cache_bytes,
+    on_evict=_give_back.check,
+    device_budget_bytes=SETTINGS.results_gpu_bytes,
+    shared=sessions.held_bytes,
+)
+_passes = gpu.pass_slots(SETTINGS.passes, DEVICE)  # per GPU across processes when the models run on one
 
 
 @dataclass(frozen=True)
@@ -604,6 +614,7 @@ class MemoryReport:
     models: CacheStats
     rss_bytes: int | None
     sessions_bytes: int = 0  # the sessions' uploads and media (counted in the results' budget)
+    gpu_bytes: int | None = None  # what this process's tensors hold on its GPU; None without one
 
 
 def rss_bytes() -> int | None:
@@ -616,7 +627,8 @@ def rss_bytes() -> int | None:
 
 
 def memory_report() -> MemoryReport:
-    return MemoryReport(_results.stats(), _models.stats(), rss_bytes(), sessions.held_bytes())
+    on_gpu = torch.cuda.memory_allocated(DEVICE) if DEVICE.type == "cuda" else None
+    return MemoryReport(_results.stats(), _models.stats(), rss_bytes(), sessions.held_bytes(), on_gpu)
 
 
 def clear_results() -> int:

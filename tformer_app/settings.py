@@ -4,7 +4,10 @@ every TFORMER_* variable: a bad value is logged once and its default used).
     TFORMER_CACHE_MB    results kept for reuse (traces, translations, pictures, derived views) and what the
                         sessions hold (their uploads, the pictures they were sent): 768
     TFORMER_MODELS_MB   models kept loaded, by the bytes of their weights: 1536
-    TFORMER_PASSES      forward passes run at once (others wait their turn): 1
+    TFORMER_PASSES      forward passes run at once (others wait their turn): 1; on a GPU, counted across every
+                        server process that uses that GPU (the replicas of deploy/)
+    TFORMER_GPU_MB      GPU memory this process may use (its allocator is capped there; cached results keep at
+                        most half of it on the GPU): unset, no cap, and cached results keep TFORMER_CACHE_MB there
 
 The defaults fit a 4 GB server: about 0.5 GB for Python, torch and Streamlit, 1.5 GB of models (MiniLM,
 DeiT-Tiny, the translator and a GPT-2 or BERT-base together), 0.75 GB of results, and the working memory of
@@ -22,6 +25,7 @@ MB = 2**20
 # every intermediate (about 230 MB) until it is compacted, a 60-megapixel photo decodes to 180 MB, and freed
 # memory up to caches.SLACK waits to be handed back. Measured by benchmarks/memory.py (peaks of steps a-c).
 WORKING_MB = 512
+GPU_RESULTS_SHARE = 0.5  # of TFORMER_GPU_MB, what cached results may hold on the GPU (models and passes: the rest)
 
 
 @dataclass(frozen=True)
@@ -29,6 +33,12 @@ class ServerSettings:
     cache_bytes: int
     models_bytes: int
     passes: int
+    gpu_bytes: int | None = None  # TFORMER_GPU_MB: this process's GPU memory, None when unset (no cap)
+
+    @property
+    def results_gpu_bytes(self) -> int:
+        """What cached results may hold on a GPU: GPU_RESULTS_SHARE of TFORMER_GPU_MB, else TFORMER_CACHE_MB."""
+        return self.cache_bytes if self.gpu_bytes is None else int(self.gpu_bytes * GPU_RESULTS_SHARE)
 
     @property
     def working_bytes(self) -> int:
@@ -42,4 +52,5 @@ def server_settings() -> ServerSettings:
         cache_bytes=settings.megabytes("TFORMER_CACHE_MB"),
         models_bytes=settings.megabytes("TFORMER_MODELS_MB"),
         passes=int(settings.value("TFORMER_PASSES")),
+        gpu_bytes=settings.gpu_bytes(),
     )

@@ -5,7 +5,8 @@
     weights = softmax(logits), 0 for a query that may attend to nothing   attention_weights(logits, allowed)
     z       = weights V                                grouped_matmul(weights, v)
 
-The model runs it in its own dtype with a hook point between the steps (models/layers.py); a trace
+The model runs it in its own dtype (the softmax of a half-precision model in float32, as transformers does) with
+a hook point between the steps (models/layers.py); a trace
 recomputes dropped scores and weights with it from the stored Q and K (trace.py); the lessons run it in
 float64 on small matrices (steps.py, tformer_views' why and lessons). So a change of the rule (a new
 kind of bias, another mask convention) is made here, and the views cannot drift from the model.
@@ -58,13 +59,23 @@ def attention_logits(
     return logits
 
 
+HALF_PRECISION = (torch.float16, torch.bfloat16)
+
+
 def attention_weights(logits: torch.Tensor, allowed: torch.Tensor | None = None) -> torch.Tensor:
-    """Row-wise softmax of the logits. A query that may attend to nothing (a padding query under a causal and
-    padding mask) would get 0/0 = NaN; it gets 0 instead: it contributes nothing."""
-    weights = torch.softmax(logits, dim=-1)
+    """Row-wise softmax of the logits, in the logits' dtype. Half-precision logits (bfloat16, float16) are
+    exponentiated and summed in float32 and the weights rounded back once, as transformers' reference models do
+    (Llama's, ViT's `softmax(..., dtype=torch.float32).to(query.dtype)`). A query that may attend to nothing (a
+    padding query under a causal and padding mask) would get 0/0 = NaN; it gets 0 instead: it contributes nothing."""
+    if logits.dtype in HALF_PRECISION:
+        weights = torch.softmax(logits, dim=-1, dtype=torch.float32).to(logits.dtype)
+    else:
+        weights = torch.softmax(logits, dim=-1)
     if allowed is not None:
         attends_nothing = ~allowed.any(dim=-1, keepdim=True)
-        if bool(attends_nothing.any()):
+        # On the CPU, skip the pass when no row is empty (the usual case). Elsewhere always fill: asking would make
+        # the host wait for the GPU in every layer (the whole pass then runs as slowly as its launches).
+        if attends_nothing.device.type != "cpu" or bool(attends_nothing.any()):
             weights = weights.masked_fill(attends_nothing, 0.0)
     return weights
 

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from .errors import InputError
-from .trace import Trace
+from .trace import Trace, to_host, top_k_tokens
 
 
 @dataclass(frozen=True)
@@ -189,7 +189,8 @@ def decode_steps(
     sequence, steps, chosen = list(sequence), [], []
     for t in range(budget):
         step = trace_step(sequence)
-        last = torch.from_numpy(np.array(step["head.logits"][-1:], dtype=np.float32))  # [1, vocab]
+        # The last row's float32 logits, on the CPU: the seeded generator draws there (the same tokens on any device).
+        last = step.tensor("head.logits")[-1:].float().cpu()  # [1, vocab]
         next_id = int(choose_next(last, settings, t, t == budget - 1, sampling, generator)[0])
         chosen.append(float(next_token_probabilities(_suppressed(last, settings), sampling)[0, next_id]))
         steps.append(step)
@@ -215,10 +216,12 @@ def next_token_table(trace: Trace, k: int = 5) -> tuple[np.ndarray, np.ndarray]:
     Reads full logits or a compact trace's kept top tokens (at most its TOP_K); labels: trace.meta.labels.
     """
     if "head.top_ids" in trace.activations:
-        k = min(int(k), trace["head.top_ids"].shape[1])
-        return trace["head.top_ids"][:, :k].astype(np.int64), trace["head.top_probs"][:, :k].astype(np.float32)
-    if "head.logits" not in trace.activations or trace["head.logits"].ndim != 2:
+        k = min(int(k), trace.activations["head.top_ids"].shape[1])
+        ids, probs = trace.fetch("head.top_ids", "head.top_probs")
+        return ids[:, :k].astype(np.int64), probs[:, :k].astype(np.float32)
+    logits = trace.activations.get("head.logits")
+    if logits is None or logits.ndim != 2:
         raise ValueError("this trace has no next-token logits per position (a decoder's head.logits)")
-    logits = torch.from_numpy(np.array(trace["head.logits"], dtype=np.float32))  # [positions, vocab]
-    top = torch.topk(torch.softmax(logits, dim=-1), min(int(k), logits.shape[-1]), dim=-1)
-    return top.indices.numpy(), top.values.numpy()
+    # Ranked on the trace's device, a few positions at a time; k per position leave it.
+    host_ids, host_probs = to_host(top_k_tokens(logits, k))
+    return host_ids.astype(np.int64), host_probs.astype(np.float32)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import torch
 
 
 def patch_centre_distances(grid_hw: tuple[int, int], patch_size: float) -> np.ndarray:
@@ -47,6 +48,46 @@ def mean_attention_distance(
         total = w.sum(axis=-1, dtype=np.float64)
         per_query = np.divide(per_query, total, out=np.zeros_like(per_query), where=total > 0)
     return per_query.mean(axis=-1)
+
+
+def mean_attention_distance_tensor(
+    weights: torch.Tensor,
+    grid_hw: tuple[int, int],
+    patch_size: float,
+    n_prefix_tokens: int = 1,
+    renormalize: bool = True,
+) -> torch.Tensor:
+    """`mean_attention_distance` computed where the weights are (a batch of pictures' attention stays on the GPU;
+    only [..., heads] figures leave it): weights [..., n, n] -> [...], float32 (float64 for float64 weights).
+
+    Half-precision weights are widened to float32 first; the products are summed in that precision.
+    """
+    if weights.dim() < 2 or weights.shape[-1] != weights.shape[-2]:
+        raise ValueError(f"weights must be [..., n, n], got shape {tuple(weights.shape)}")
+    n_patches = int(grid_hw[0]) * int(grid_hw[1])
+    if weights.shape[-1] != n_prefix_tokens + n_patches:
+        raise ValueError(
+            f"weights cover {weights.shape[-1]} tokens but a {grid_hw[0]}x{grid_hw[1]} grid plus "
+            f"{n_prefix_tokens} prefix token(s) makes {n_prefix_tokens + n_patches}"
+        )
+    dtype = torch.float64 if weights.dtype == torch.float64 else torch.float32
+    w = weights[..., n_prefix_tokens:, n_prefix_tokens:].to(dtype)  # [..., N, N] patches only
+    distances = torch.from_numpy(patch_centre_distances(grid_hw, patch_size)).to(device=w.device, dtype=dtype)
+    per_query = (w * distances).sum(-1)  # [..., N]
+    if renormalize:  # dividing each row's sum by its mass on the patches = renormalising the row first
+        total = w.sum(-1)
+        per_query = torch.where(total > 0, per_query / total.clamp_min(torch.finfo(dtype).tiny), 0.0)
+    return per_query.mean(-1)
+
+
+def mean_token_distance_tensor(weights: torch.Tensor) -> torch.Tensor:
+    """`mean_token_distance` where the weights are: [..., n_q, n_k] -> [...], float32 (float64 for float64)."""
+    if weights.dim() < 2:
+        raise ValueError(f"weights must be [..., n_q, n_k], got shape {tuple(weights.shape)}")
+    dtype = torch.float64 if weights.dtype == torch.float64 else torch.float32
+    i = torch.arange(weights.shape[-2], device=weights.device, dtype=dtype)[:, None]
+    j = torch.arange(weights.shape[-1], device=weights.device, dtype=dtype)[None, :]
+    return (weights.to(dtype) * (i - j).abs()).sum(-1).mean(-1)
 
 
 def mean_token_distance(weights: np.ndarray) -> np.ndarray:

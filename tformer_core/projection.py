@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .trace import Trace
+from .trace import Trace, to_host
 
 
 @dataclass(frozen=True)
@@ -149,8 +149,8 @@ def qk_projection(
     queries, keys: positions to keep (e.g. without special tokens); the PCA is fitted on those only.
     Raises KeyError when the trace holds no queries and keys (a model run by transformers' own code).
     """
-    q = np.asarray(trace.q(layer, head, stack), dtype=np.float64)
-    k = np.asarray(trace.k(layer, head, stack), dtype=np.float64)
+    parts = [trace.block_tensor(part, layer, head, stack) for part in ("q", "k")]
+    q, k = (np.asarray(a, dtype=np.float64) for a in to_host(parts))  # one transfer
     if queries is not None:
         q = q[np.asarray(queries, dtype=np.int64)]
     if keys is not None:

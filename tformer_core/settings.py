@@ -139,7 +139,14 @@ SETTINGS: dict[str, Setting] = {
         ),
         Setting("TFORMER_CACHE_MB", 768.0, _positive, "MB of results kept for reuse, and what sessions hold"),
         Setting("TFORMER_MODELS_MB", 1536.0, _positive, "MB of model weights kept loaded"),
-        Setting("TFORMER_PASSES", 1, _whole, "forward passes run at once"),
+        Setting("TFORMER_PASSES", 1, _whole, "forward passes run at once (on a GPU: counted for all its processes)"),
+        Setting(
+            "TFORMER_GPU_MB",
+            None,
+            _positive,
+            "MB of GPU memory one server process may use (deploy/: 90 % of the GPU / replicas)",
+            default_text="no cap",
+        ),
         Setting("TFORMER_MAX_PARAMS", 250e6, _positive, "the most parameters a model may have"),
         Setting("TFORMER_HUB_MAX_MB", 2000.0, _positive, "MB a hub model's files may take"),
         Setting("TFORMER_HUB_DISK_MB", 10000.0, _positive, "MB all downloaded hub models may take on disk"),
@@ -241,3 +248,9 @@ def megabytes(name: str) -> int:
     """A *_MB setting in bytes (MB = 2**20 bytes for memory, 10**6 for files on disk, as their meanings say)."""
     scale = 10**6 if name.startswith("TFORMER_HUB") else 2**20
     return int(value(name) * scale)
+
+
+def gpu_bytes() -> int | None:
+    """TFORMER_GPU_MB in bytes: the GPU memory this process may use; None when unset (no cap)."""
+    mb = value("TFORMER_GPU_MB")
+    return None if mb is None else int(mb * 2**20)

@@ -1,4 +1,4 @@
-"""`Trace`: everything one forward pass computed, for one input, as numpy on the CPU.
+"""`Trace`: everything one forward pass computed, for one input, kept on the model's device.
 
 One format for every model kind. Activations are keyed by where they come from:
 
@@ -19,8 +19,15 @@ One format for every model kind. Activations are keyed by where they come from:
     {stack}.{layer}.mlp.hidden | out       FFN hidden layer (after activation), FFN output
     {stack}.out                            final hidden states;  head.logits when there is a head
 
-`trace.names` lists everything a trace offers. The batch dimension is gone; arrays are read-only
-because one trace may be cached and shown to several sessions.
+`trace.names` lists everything a trace offers. The batch dimension is gone.
+
+Where the numbers live: a trace holds the model's own tensors, on its device (a GPU's memory) and in its
+dtype (bfloat16 stays bfloat16): capturing copies nothing. What a view reads is copied to the host when it
+reads it, and only that: `trace[name]`, `trace.attention(l, h)`... give read-only numpy (half precision
+widened to float32), and `trace.fetch(*names)` several in one transfer. Reductions over many layers and heads
+(the views' thumbnails, distances, a query's row everywhere, top-k predictions) run where the tensors are,
+from `trace.tensor(name)` / `trace.block_tensor(...)`, and copy their small result once (`to_host`: the one
+conversion to numpy). Arrays are read-only because one trace may be cached and shown to several sessions.
 
 Scores and scaled scores are not stored by default: they are recomputed from the stored Q, K,
 scale, bias and mask when asked for (the softmax of the result reproduces the stored weights).
@@ -46,8 +53,9 @@ outputs z stay stored: they are linear in the input, and a view compares them wi
 
 from __future__ import annotations
 
+import functools
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -57,7 +65,7 @@ import torch
 from .attention import attention_logits, attention_weights, grouped_matmul
 from .capture import matching
 from .errors import InputError
-from .numerics import head_scores, softmax
+from .numerics import top_k_scores
 
 # Attention stacks a trace may hold, and the activation prefix of each.
 ATTENTION_STACKS = {
@@ -68,6 +76,7 @@ ATTENTION_STACKS = {
 DERIVED_PARTS = ("scores", "scaled", "weights", "z")  # what a trace can recompute from Q, K (and V)
 KV_PARTS = ("k", "v", "k_pre_rope")  # one per key/value head: fewer than the query heads with grouped-query attention
 TOP_K = 50  # predictions a compact trace keeps per position
+TOP_K_ROWS = 16  # positions whose probabilities over a vocabulary are computed at once (`top_k_tokens`)
 # Kinds whose trace holds two sequences, `tokens` (the encoder's) and `target_tokens` (the decoder's); in the
 # first two the decoder reads the encoder through cross-attention (MAE's decoder reads every patch instead).
 CROSS_ATTENDING = ("encoder-decoder", "detr")
@@ -93,15 +102,14 @@ def lean(name: str) -> bool:
     return not _QUADRATIC(name)
 
 
-def array_bytes(arrays: Mapping[str, np.ndarray]) -> int:
-    """Bytes the arrays hold; views of one buffer count once, and at the size of that buffer."""
-    seen: dict[int, int] = {}
-    for a in arrays.values():
-        root = a
-        while isinstance(root.base, np.ndarray):
-            root = root.base
-        seen[id(root)] = max(seen.get(id(root), 0), root.nbytes)
-    return sum(seen.values())
+# ---- the one way from a trace's tensors to numpy --------------------------------------------------------
+_WIDENED = {torch.bfloat16: torch.float32, torch.float16: torch.float32}  # numpy has no bfloat16
+_HOST_ALIGN = 8  # bytes: every array cut from a packed transfer starts on a multiple of this
+
+
+@functools.cache
+def _numpy_dtype(dtype: torch.dtype) -> np.dtype:
+    return torch.empty(0, dtype=dtype).numpy().dtype
 
 
 def _read_only(a: np.ndarray) -> np.ndarray:
@@ -109,46 +117,109 @@ def _read_only(a: np.ndarray) -> np.ndarray:
     return a
 
 
-def _tensor(a: np.ndarray) -> torch.Tensor:
-    """A torch view of a stored (read-only) array, without copying; the caller only reads it."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)  # "non-writable array": nothing writes to it
-        return torch.from_numpy(a)
+def _widened(t: torch.Tensor) -> torch.Tensor:
+    t = t.detach()
+    wide = _WIDENED.get(t.dtype)
+    return t if wide is None else t.to(wide)
 
 
-def _own(a: np.ndarray) -> np.ndarray:
-    """`a` itself, or a copy when it is a view into a bigger buffer (a row of a batch)."""
-    root = a
-    while isinstance(root.base, np.ndarray):
-        root = root.base
-    return a if root.nbytes <= a.nbytes else _read_only(a.copy())
+def _one_transfer(tensors: Sequence[torch.Tensor]) -> list[np.ndarray]:
+    """Tensors of one accelerator, packed into one byte buffer there and copied to the host at once."""
+    ready = [_widened(t).contiguous() for t in tensors]
+    if len(ready) == 1:
+        return [_read_only(ready[0].cpu().numpy())]
+    chunks, offsets, offset = [], [], 0
+    for t in ready:
+        flat = t.reshape(-1).view(torch.uint8)
+        pad = -flat.numel() % _HOST_ALIGN
+        chunks += [flat, flat.new_zeros(pad)] if pad else [flat]
+        offsets.append(offset)
+        offset += flat.numel() + pad
+    host = torch.cat(chunks).cpu().numpy()
+    return [
+        _read_only(host[start : start + t.numel() * t.element_size()].view(_numpy_dtype(t.dtype)).reshape(t.shape))
+        for start, t in zip(offsets, ready)
+    ]
 
 
-TOP_K_ROWS = 16  # positions whose logits become probabilities at once in `_top_k`
+def to_host(tensors: Iterable[torch.Tensor]) -> list[np.ndarray]:
+    """The one place a trace's tensors become numpy: read-only host arrays of `tensors`, in one transfer.
+
+    bfloat16 and float16 are widened to float32 (numpy has neither bfloat16 nor fast float16 arithmetic). On the
+    CPU the arrays share the tensors' memory (nothing is copied unless widened). Tensors on an accelerator are
+    widened there and packed into one buffer, which is copied to the host in one transfer, not one per tensor:
+    a view that reads several activations asks for them together (`Trace.fetch`).
+    """
+    tensors = list(tensors)
+    out: list[np.ndarray | None] = [None] * len(tensors)
+    per_device: dict[torch.device, list[int]] = {}
+    for i, t in enumerate(tensors):
+        if t.device.type == "cpu":
+            out[i] = _read_only(_widened(t).numpy())
+        else:
+            per_device.setdefault(t.device, []).append(i)
+    for indices in per_device.values():
+        for i, array in zip(indices, _one_transfer([tensors[i] for i in indices])):
+            out[i] = array
+    return [a for a in out if a is not None]
 
 
-def _top_k(logits: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Each position's k most probable token ids [positions, k] (int32) and their probabilities (float32), in
-    order. TOP_K_ROWS positions at a time: the float64 softmax and its sort over a whole [positions, vocab] table
-    took 5 copies of it at once (300 MB for smollm2's 49,152 tokens at 200 positions), per request."""
-    n = logits.shape[0]
-    ids, probs = np.empty((n, k), dtype=np.int32), np.empty((n, k), dtype=np.float32)
-    for start in range(0, n, TOP_K_ROWS):
-        p = softmax(logits[start : start + TOP_K_ROWS])  # [rows, vocab], float64
-        top = np.argsort(-p, axis=-1, kind="stable")[:, :k]
-        ids[start : start + TOP_K_ROWS] = top
-        probs[start : start + TOP_K_ROWS] = np.take_along_axis(p, top, -1)
-    return _read_only(ids), _read_only(probs)
+# Devices whose tensors views reduce with numpy, over zero-copy views, instead of with torch: on the CPU the numbers
+# are already in host memory, and numpy's single-threaded loops do not stall as torch's parallel kernels do on a
+# server whose cores are busy with other sessions (a 2 MB stack: 0.2 ms alone, 100 ms on two busy cores).
+HOST_DEVICE_TYPES = ("cpu",)
+
+
+def reduces_on_device(device: torch.device) -> bool:
+    """Whether views reduce a trace on this device with torch (a GPU: only the small result crosses to the host),
+    rather than with numpy over its zero-copy arrays (the CPU)."""
+    return device.type not in HOST_DEVICE_TYPES
+
+
+def top_k_tokens(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each position's k most probable token ids [positions, k] (int32) and their probabilities (float32), most
+    probable first (ties: the lower id first), on the logits' device. TOP_K_ROWS positions at a time: a softmax
+    and its sort over a whole [positions, vocab] table took 5 copies of it at once (300 MB for smollm2's 49,152
+    tokens at 200 positions), per request."""
+    with torch.inference_mode():
+        tops = [top_k_scores(rows, k) for rows in logits.split(TOP_K_ROWS)]
+        return torch.cat([ids for ids, _ in tops]).to(torch.int32), torch.cat([p for _, p in tops]).to(torch.float32)
 
 
 def to_numpy(t: torch.Tensor) -> np.ndarray:
-    """CPU numpy view of a tensor; half precision is widened to float32 (numpy has no bfloat16)."""
-    t = t.detach()
-    if t.dtype in (torch.float16, torch.bfloat16):
-        t = t.float()
-    a = t.cpu().numpy()
-    a.flags.writeable = False
-    return a
+    """A read-only host numpy array of one tensor (half precision widened to float32): `to_host` of one."""
+    return to_host([t])[0]
+
+
+def _as_tensor(a: torch.Tensor | np.ndarray) -> torch.Tensor:
+    """A stored activation as a tensor: a numpy array (a trace built by hand) is shared, not copied."""
+    if isinstance(a, torch.Tensor):
+        return a.detach()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # "non-writable array": the trace never writes to it
+        return torch.from_numpy(np.asarray(a))
+
+
+def tensor_bytes(tensors: Iterable[torch.Tensor]) -> int:
+    """Bytes the tensors hold; views of one buffer count once, and at the size of that buffer."""
+    seen: dict[tuple[torch.device, int], int] = {}
+    for t in tensors:
+        storage = t.untyped_storage()
+        # A storage without an address (the meta device: shapes only) is counted per tensor.
+        key = (t.device, storage.data_ptr() or -id(t))
+        seen[key] = max(seen.get(key, 0), storage.nbytes())
+    return sum(seen.values())
+
+
+def _own(t: torch.Tensor, copies: dict[tuple, torch.Tensor]) -> torch.Tensor:
+    """`t` itself, or a copy when it is a view into a bigger buffer (a row of a batch, a key/value cache). One
+    tensor recorded under two names (a layer's output is the next layer's input) is copied once (`copies`)."""
+    if t.untyped_storage().nbytes() <= t.numel() * t.element_size():
+        return t
+    key = (t.device, t.data_ptr(), t.dtype, tuple(t.shape), t.stride())
+    if key not in copies:
+        copies[key] = t.clone()
+    return copies[key]
 
 
 @dataclass(frozen=True)
@@ -218,6 +289,8 @@ class Trace:
 
     kind: the model's (`TracedModel.kind`): "encoder" | "decoder" | "encoder-decoder" | "vit" | "mae" | "detr" |
         "pooling" | "rnn-seq2seq".
+    activations: name -> tensor, on the model's device in the model's dtype, batch dimension dropped (numpy
+        arrays given here, for a trace built by hand, are held as CPU tensors sharing their memory).
     tokens: labels of the first stack's positions (text tokens; for a ViT "[CLS]", "[DIST]",
         then one "r{row}c{col}" per patch); target_tokens: the decoder's positions of a kind with two
         sequences (`TWO_SEQUENCES`: an encoder-decoder's target, DETR's object queries, MAE's every patch).
@@ -226,10 +299,14 @@ class Trace:
     grid_hw, patch_size, n_prefix_tokens: the ViT patch grid (rows, cols), patch side in pixels
         and the number of tokens before the patches (class token, distillation token).
     meta: what the pass says besides its arrays (`TraceMeta`; a mapping of its fields is converted).
+
+    Reading gives read-only numpy (`trace[name]`, `attention`, `q`, `block`...), copied to the host when read and
+    only what is read: `fetch(*names)` reads several in one transfer. `tensor(name)` gives the tensor itself,
+    on the device (derived parts computed there), for code that computes with torch.
     """
 
     kind: str
-    activations: Mapping[str, np.ndarray]
+    activations: Mapping[str, torch.Tensor]
     tokens: tuple[str, ...]
     n_heads: int
     stack_layers: Mapping[str, int]
@@ -242,19 +319,37 @@ class Trace:
     def __post_init__(self) -> None:
         if not isinstance(self.meta, TraceMeta):
             object.__setattr__(self, "meta", TraceMeta.of(self.meta))
+        if not all(isinstance(t, torch.Tensor) for t in self.activations.values()):
+            object.__setattr__(self, "activations", {n: _as_tensor(a) for n, a in self.activations.items()})
 
     # ---- generic access -------------------------------------------------------------------
     def __getitem__(self, name: str) -> np.ndarray:
-        return self._get(name)
+        return to_host([self._get(name)])[0]
 
-    def _get(self, name: str, head: int | None = None) -> np.ndarray:
+    def tensor(self, name: str, head: int | None = None) -> torch.Tensor:
+        """An activation (stored, or derived on the device from Q, K and V) as a torch tensor on the trace's
+        device, in the model's dtype; with `head` (a query head) only that head's. The trace's own memory when
+        stored (it may be cached and shared): read it, do not modify it."""
+        return self._get(name, None if head is None else self._check_head(head))
+
+    def fetch(self, *names: str) -> tuple[np.ndarray, ...]:
+        """Several activations as numpy, copied to the host together (one transfer from a GPU)."""
+        return tuple(to_host([self._get(name) for name in names]))
+
+    @property
+    def device(self) -> torch.device:
+        """Where the activations are (all on one device: the model's); the CPU for a trace without any."""
+        first = next(iter(self.activations.values()), None)
+        return torch.device("cpu") if first is None else first.device
+
+    def _get(self, name: str, head: int | None = None) -> torch.Tensor:
         """A stored or derivable activation; with `head` (a query head), only that head (derived only for that
         head); K and V of a grouped-query model give the key/value head that query head reads."""
         if name in self.activations:
-            array = self.activations[name]
-            if head is not None and name.rpartition(".")[2] in KV_PARTS and array.shape[0] != self._heads_of(name):
+            tensor = self.activations[name]
+            if head is not None and name.rpartition(".")[2] in KV_PARTS and tensor.shape[0] != self._heads_of(name):
                 head = self.kv_head(head)
-            return array if head is None else array[head]
+            return tensor if head is None else tensor[head]
         if not self._derivable(name):
             raise KeyError(f"{name!r} was not captured; see trace.names")
         return self._derive(name, head)
@@ -276,8 +371,8 @@ class Trace:
 
     @property
     def nbytes(self) -> int:
-        """Bytes the stored activations hold (what caching this trace costs)."""
-        return array_bytes(self.activations)
+        """Bytes the stored activations hold (what caching this trace costs), on `device`."""
+        return tensor_bytes(self.activations.values())
 
     def _derivable(self, name: str) -> bool:
         prefix, _, part = name.rpartition(".")
@@ -288,31 +383,27 @@ class Trace:
             return has(f"{prefix}.v") and (has(f"{prefix}.weights") or (has(f"{prefix}.q") and has(f"{prefix}.k")))
         return has(f"{prefix}.q") and has(f"{prefix}.k")
 
-    def _derive(self, name: str, head: int | None = None) -> np.ndarray:
-        """A part of an attention block recomputed from the stored Q, K, V as the model computes it:
-        scores Q K^T; the softmax input (scores * scale + T5's bias, masked cells -inf); the weights
-        (its row-wise softmax; a query that may attend to nothing gets 0); z = weights V.
+    def _derive(self, name: str, head: int | None = None) -> torch.Tensor:
+        """A part of an attention block recomputed from the stored Q, K, V as the model computes it, on the
+        trace's device in its dtype (tformer_core.attention's rule, which the model ran): scores Q K^T; the
+        softmax input (scores * scale + T5's bias, masked cells -inf); the weights (its row-wise softmax, in
+        float32 for half precision; a query that may attend to nothing gets 0); z = weights V.
         With `head`, only that head is computed (a view change reads one head of a long input)."""
         prefix, _, part = name.rpartition(".")
-        # In torch, by the model's own rule (tformer_core.attention), and several times faster than numpy.
         with torch.inference_mode():
             if part == "z":
-                weights = _tensor(self._get(f"{prefix}.weights", head))
-                return to_numpy(grouped_matmul(weights, _tensor(self._get(f"{prefix}.v", head))))
-            q, k = _tensor(self._get(f"{prefix}.q", head)), _tensor(self._get(f"{prefix}.k", head))
+                return grouped_matmul(self._get(f"{prefix}.weights", head), self._get(f"{prefix}.v", head))
+            q, k = self._get(f"{prefix}.q", head), self._get(f"{prefix}.k", head)
             scores = grouped_matmul(q, k.transpose(-2, -1))  # [h, n_q, n_k], or [n_q, n_k] for one head
             if part == "scores":
-                return to_numpy(scores)
-            bias = self._bias(prefix, head)
+                return scores
             mask = self.activations.get(f"{prefix}.mask")
-            allowed = None if mask is None else _tensor(mask if head is None else mask[0])  # [1, n_q, n_k]: shared
-            scale = self.meta.stack_scales.get(prefix.split(".")[0], self.meta.attention_scale)
-            logits = attention_logits(scores, scale, None if bias is None else _tensor(bias), allowed)
-            if part == "scaled":
-                return to_numpy(logits)
-            return to_numpy(attention_weights(logits, allowed))
+            allowed = mask if mask is None or head is None else mask[0]  # [1, n_q, n_k]: shared by the heads
+            scale = self.meta.stack_scales.get(prefix.split(".")[0], self.meta.attention_scale)  # MAE's decoder
+            logits = attention_logits(scores, scale, self._bias(prefix, head), allowed)
+            return logits if part == "scaled" else attention_weights(logits, allowed)
 
-    def _bias(self, prefix: str, head: int | None = None) -> np.ndarray | None:
+    def _bias(self, prefix: str, head: int | None = None) -> torch.Tensor | None:
         """T5's relative position bias of the attention block `prefix`: self-attention only, never cross-attention."""
         bias = self.activations.get(f"{prefix.split('.')[0]}.position_bias")
         if bias is None or prefix.endswith("cross_attn"):
@@ -323,6 +414,13 @@ class Trace:
         """What is added to the scaled scores of an attention block besides the mask: T5's relative position bias
         [heads, n_q, n_k] (one head's [n_q, n_k]) for self-attention; None for cross-attention (T5 biases
         self-attention only) and for a model without one."""
+        bias = self.attention_bias_tensor(layer, head, stack)
+        return None if bias is None else to_host([bias])[0]
+
+    def attention_bias_tensor(
+        self, layer: int, head: int | None = None, stack: str | None = None
+    ) -> torch.Tensor | None:
+        """`attention_bias` as a tensor on the trace's device (see `tensor`)."""
         return self._bias(self._block(stack, layer), None if head is None else self._check_head(head, stack))
 
     def heads_in(self, stack: str | None = None) -> int:
@@ -392,9 +490,9 @@ class Trace:
     def output(self) -> np.ndarray:
         """The model's output: head logits when it has a head, else the final hidden states."""
         if "head.logits" in self.activations:
-            return self.activations["head.logits"]
+            return self["head.logits"]
         last = "decoder" if "decoder" in self.stack_layers else "encoder"
-        return self.activations[f"{last}.out"]
+        return self[f"{last}.out"]
 
     @property
     def has_head(self) -> bool:
@@ -402,7 +500,8 @@ class Trace:
         return "head.logits" in self.activations or "head.top_ids" in self.activations
 
     def ranked(self, k: int = 5, position: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """(ids, probabilities) of the head's top-k outputs, most probable first; see `predictions`.
+        """(ids, probabilities) of the head's top-k outputs, most probable first (ties: the lower id first); see
+        `predictions`. Ranked on the trace's device; only the k pairs are copied to the host.
 
         A compact trace keeps TOP_K per position: asking for more gives those.
         """
@@ -416,12 +515,16 @@ class Trace:
                 raise InputError("no [MASK] token in the input: put [MASK] where a word should be guessed")
         k = max(int(k), 0)
         if "head.logits" not in self.activations:  # a compact trace: each position's top tokens
-            return self.activations["head.top_ids"][position, :k], self.activations["head.top_probs"][position, :k]
-        logits = self.activations["head.logits"]
-        row = np.asarray(logits if logits.ndim == 1 else logits[position], dtype=np.float64)
-        p = head_scores(row, self.meta.probabilities)  # multi-label: sigmoid; regression: none
-        top = np.argsort(-p, kind="stable")[:k]
-        return top, p[top]
+            ids, probs = (
+                self.activations["head.top_ids"][position, :k],
+                self.activations["head.top_probs"][position, :k],
+            )
+        else:
+            logits = self.activations["head.logits"]
+            row = logits if logits.ndim == 1 else logits[position]
+            ids, probs = top_k_scores(row, k, self.meta.probabilities)  # multi-label: sigmoid; regression: none
+        host_ids, host_probs = to_host([ids, probs])
+        return host_ids.astype(np.int64), host_probs.astype(np.float64)
 
     def predictions(self, k: int = 5, position: int | None = None) -> list[tuple[str, float]]:
         """Top-k (label, probability) from the model's own head.
@@ -435,29 +538,30 @@ class Trace:
         return [(str(labels[i]) if labels is not None else str(i), float(p)) for i, p in zip(ids, probs)]
 
     def compact(self, keep: Callable[[str], bool] | None = None, top_k: int = TOP_K) -> Trace:
-        """A smaller trace with the same answers, for caches.
+        """A smaller trace with the same answers, for caches, on the same device (nothing is copied to the host).
 
         - Attention weights, scores and softmax inputs ([heads, n, n] each) are dropped wherever Q and K
           are stored: reading them recomputes them (`trace.attention(...)` and friends work as before).
         - `keep` (a name filter) drops what the caller never reads (e.g. the FFN's hidden layer).
         - Logits over a vocabulary ([positions, vocab]) become each position's `top_k` token ids and
           probabilities ("head.top_ids", "head.top_probs"), which `predictions` and `ranked` read.
-        - Views into a bigger buffer (a batch) are copied, so the trace does not keep the batch alive.
+        - Views into a bigger buffer (a batch, a key/value cache) are copied, so the trace does not keep it alive.
         """
-        kept: dict[str, np.ndarray] = {}
-        for name, array in self.activations.items():
+        kept: dict[str, torch.Tensor] = {}
+        copies: dict[tuple, torch.Tensor] = {}
+        for name, tensor in self.activations.items():
             prefix, _, part = name.rpartition(".")
             recomputable = (
                 part in QUADRATIC_PARTS and f"{prefix}.q" in self.activations and f"{prefix}.k" in self.activations
             )
             if recomputable or (keep is not None and not keep(name)) or name == "head.logits":
                 continue
-            kept[name] = _own(array)
+            kept[name] = _own(tensor, copies)
         logits = self.activations.get("head.logits")
         if logits is not None and logits.ndim == 2 and logits.shape[1] > top_k:
-            kept["head.top_ids"], kept["head.top_probs"] = _top_k(logits, top_k)
+            kept["head.top_ids"], kept["head.top_probs"] = top_k_tokens(logits, top_k)  # on the device
         elif logits is not None:
-            kept["head.logits"] = _own(logits)
+            kept["head.logits"] = _own(logits, copies)
         return replace(self, activations=kept)
 
     # ---- attention blocks ------------------------------------------------------------------
@@ -476,15 +580,17 @@ class Trace:
             raise InputError(f"head {head} is out of range: the model has {n} heads (0..{n - 1})")
         return head % n
 
+    def block_tensor(self, part: str, layer: int, head: int | None = None, stack: str | None = None) -> torch.Tensor:
+        """`block`'s part as a torch tensor on the trace's device (see `tensor`)."""
+        name = f"{self._block(stack, layer)}.{part}"
+        return self._get(name, None if head is None else self._check_head(head, stack))
+
     def block(self, part: str, layer: int, head: int | None = None, stack: str | None = None) -> np.ndarray:
         """One captured part (q, k, v, scores, scaled, weights, z) of an attention block.
 
         With `head` None the head axis is kept. `stack` defaults to the main stack.
         """
-        name = f"{self._block(stack, layer)}.{part}"
-        if head is None:
-            return self[name]
-        return self._get(name, self._check_head(head, stack))
+        return to_host([self.block_tensor(part, layer, head, stack)])[0]
 
     def attention(self, layer: int, head: int | None = None, stack: str | None = None) -> np.ndarray:
         """Attention weights [n_q, n_k] (rows sum to 1), or [heads, n_q, n_k] when head is None."""
@@ -504,9 +610,14 @@ class Trace:
         return self.block("v", layer, head, stack)
 
     def all_attention(self, stack: str | None = None) -> np.ndarray:
-        """Every layer's weights stacked: [layers, heads, n_q, n_k]."""
+        """Every layer's weights stacked: [layers, heads, n_q, n_k] (stacked on a GPU and copied in one transfer)."""
         stack = stack or self.main_stack
-        return np.stack([self.attention(layer, None, stack) for layer in range(self.layers_in(stack))])
+        layers = range(self.layers_in(stack))
+        if not reduces_on_device(self.device):
+            return np.stack(to_host([self.block_tensor("weights", layer, None, stack) for layer in layers]))
+        with torch.inference_mode():
+            stacked = torch.stack([self.block_tensor("weights", layer, None, stack) for layer in layers])
+        return to_host([stacked])[0]
 
     def tokens_for(self, stack: str | None = None) -> tuple[tuple[str, ...], tuple[str, ...]]:
         """(query labels, key labels) of an attention stack: cross-attention is target x source; the decoder of a

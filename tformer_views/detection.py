@@ -20,7 +20,7 @@ from tformer_core.inputs.image_file import read_image
 from tformer_core.models.base import TracedModel
 from tformer_core.models.detr import DETR
 from tformer_core.numerics import softmax
-from tformer_core.trace import Trace
+from tformer_core.trace import Trace, to_host
 
 from .pictures import label_font
 
@@ -73,14 +73,20 @@ def class_probabilities(r: DetrResult) -> np.ndarray:
     return softmax(np.asarray(r.trace["head.logits"], dtype=np.float64))
 
 
+def _probabilities_and_boxes(r: DetrResult) -> tuple[np.ndarray, np.ndarray]:
+    logits, boxes = r.trace.fetch("head.logits", "head.boxes")  # one transfer from a GPU
+    return softmax(np.asarray(logits, dtype=np.float64)), boxes
+
+
 def detections(r: DetrResult, threshold: float) -> list[Detection]:
     """The queries whose most likely real class has at least `threshold` (transformers' post-processing)."""
-    probs = class_probabilities(r)[:, :-1]
+    all_probs, boxes = _probabilities_and_boxes(r)
+    probs = all_probs[:, :-1]
     labels = r.trace.meta.labels or [str(i) for i in range(probs.shape[1])]
     W, H = r.image.size
     found = []
     for q in np.flatnonzero(probs.max(-1) >= threshold):
-        cx, cy, w, h = (float(v) for v in r.trace["head.boxes"][q])
+        cx, cy, w, h = (float(v) for v in boxes[q])
         box = ((cx - w / 2) * W, (cy - h / 2) * H, (cx + w / 2) * W, (cy + h / 2) * H)
         c = int(probs[q].argmax())
         found.append(Detection(int(q), str(labels[c]), float(probs[q, c]), box))
@@ -101,9 +107,9 @@ def boxes_picture(r: DetrResult, found: list[Detection], chosen: int | None = No
 
 def cross_map(r: DetrResult, query: int, layer: int, head: int | None) -> np.ndarray:
     """One object query's cross-attention over the feature grid [rows, cols] (mean of the heads when None)."""
-    w = r.trace.attention(layer, None, "cross")[:, query]  # [heads, cells]
+    w = r.trace.block_tensor("weights", layer, None, "cross")[:, query]  # [heads, cells], picked where it is
     rows, cols = r.trace.patch_grid
-    return (w.mean(0) if head is None else w[head]).reshape(rows, cols)
+    return to_host([w.float().mean(0) if head is None else w[head]])[0].reshape(rows, cols)
 
 
 def query_attention(r: DetrResult, layer: int, head: int | None, queries: list[int]) -> np.ndarray:

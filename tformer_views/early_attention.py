@@ -19,7 +19,7 @@ from tformer_core.errors import InputError
 from tformer_core.models.base import TracedModel
 from tformer_core.models.kinds import PoolingModel
 from tformer_core.scores import ScoreSteps
-from tformer_core.trace import Trace
+from tformer_core.trace import Trace, to_host
 
 from .charts.spec import channel, fitting, layered, named_data, unique_labels
 from .text import HeadMatrix
@@ -86,10 +86,11 @@ def pooling_input(model: TracedModel[Any], text: str) -> str:
 
 def compare_pooling(att: Trace, mean: Trace, unknown: Sequence[str] = ()) -> PoolingComparison:
     """The traces of one sentence through the attention-pooling and the mean-pooling model, side by side."""
+    weights, scores = att.fetch("pool.weights", "pool.word_scores")
     return PoolingComparison(
         tuple(display_tokens(att.tokens)),
-        np.asarray(att["pool.weights"], dtype=np.float64),
-        np.asarray(att["pool.word_scores"], dtype=np.float64),
+        np.asarray(weights, dtype=np.float64),
+        np.asarray(scores, dtype=np.float64),
         np.asarray(mean["pool.weights"], dtype=np.float64),
         att.predictions(2),
         mean.predictions(2),
@@ -129,8 +130,9 @@ def weights_chart(p: PoolingComparison, width: int = 640) -> dict:
 def rnn_alignment(trace: Trace) -> HeadMatrix:
     """alpha [output steps, source words] of an RNN encoder-decoder's trace, rows labelled by the word each
     step made (its most likely word: the greedy output, then <eos>)."""
-    alpha = np.asarray(trace["attn.weights"], dtype=np.float64)  # [M, J]
-    made = np.asarray(trace["head.logits"]).argmax(-1)
+    # The word each step made is picked where the logits are: [M] ids and alpha cross to the host together.
+    weights, made = to_host([trace.tensor("attn.weights"), trace.tensor("head.logits").argmax(-1)])
+    alpha = np.asarray(weights, dtype=np.float64)  # [M, J]
     labels = trace.meta.labels
     rows = tuple(display_tokens([str(labels[i]) if labels is not None else str(i) for i in made]))
     cols = tuple(display_tokens(trace.tokens))

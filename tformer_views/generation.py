@@ -26,14 +26,15 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+import torch
 
 from tformer_core.capture import matching
 from tformer_core.errors import InputError
 from tformer_core.generation import Sampling, next_token_table
 from tformer_core.models.base import TracedModel
 from tformer_core.models.kinds import CausalLM
-from tformer_core.numerics import softmax
-from tformer_core.trace import Trace
+from tformer_core.numerics import head_scores_tensor, top_k_scores
+from tformer_core.trace import Trace, to_host
 
 from .tokens import display_next, display_tokens, ends_inside_a_character
 
@@ -185,14 +186,18 @@ def continue_text(
     gen = model.generate(prompt, int(max_new_tokens), sampling=sampling, keep=step_keep, final_trace=False)
     rows, top_ids, top_probs, top_labels, model_probs = [], [], [], [], []
     for t, trace in enumerate(gen.steps):
-        rows.append(np.stack([trace.attention(layer)[:, -1, :] for layer in range(trace.n_layers)]).astype(np.float32))
-        p = softmax(trace["head.logits"][-1])
-        top = np.argsort(-p, kind="stable")[:STEP_TOP_K]
+        with torch.inference_mode():  # on the device; the step's rows and top tokens come to the host in one transfer
+            row = torch.stack([trace.block_tensor("weights", layer)[:, -1, :] for layer in range(trace.n_layers)])
+            logits = trace.tensor("head.logits")[-1]
+            ids, probs = top_k_scores(logits, STEP_TOP_K)
+            chosen = head_scores_tensor(logits)[gen.ids[gen.n_prompt + t]]
+        row_host, top, top_p, chosen_p = to_host([row, ids, probs, chosen])
         labels = trace.meta.labels
-        top_ids.append(top)
-        top_probs.append(p[top].astype(np.float32))
+        rows.append(row_host.astype(np.float32))
+        top_ids.append(top.astype(np.int64))
+        top_probs.append(top_p.astype(np.float32))
         top_labels.append(tuple(str(labels[i]) if labels is not None else str(i) for i in top))
-        model_probs.append(float(p[gen.ids[gen.n_prompt + t]]))
+        model_probs.append(float(chosen_p))
     probabilities = tuple(gen.probabilities) if len(gen.probabilities) == len(gen.steps) else tuple(model_probs)
     k = STEP_TOP_K
     return Continuation(

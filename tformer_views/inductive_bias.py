@@ -29,7 +29,7 @@ from tformer_core.errors import InputError
 from tformer_core.inputs.image_file import read_image
 from tformer_core.models.base import TracedModel
 from tformer_core.models.vit import ViT
-from tformer_core.trace import Trace
+from tformer_core.trace import Trace, to_host
 
 from .vision import require_vit
 
@@ -65,14 +65,17 @@ class ShiftStudy:
     @property
     def embedding_size(self) -> float:
         """max |e(r, c)|: the scale the error is measured against."""
-        return float(np.abs(self.original["encoder.embed.patch"]).max())
+        with torch.inference_mode():  # reduced where the trace is: one number crosses to the host
+            largest = self.original.tensor("encoder.embed.patch").abs().amax()
+        return float(to_host([largest])[0])
 
     def class_token_map(self, which: str) -> np.ndarray:
         """The class token's attention on the patches in the last layer, mean of the heads, [rows, cols]."""
         trace = self.original if which == "original" else self.shifted
         rows, cols = trace.patch_grid
         start = trace.n_prefix_tokens
-        return trace.attention(trace.n_layers - 1).mean(0)[0, start:].reshape(rows, cols)
+        row = trace.block_tensor("weights", trace.n_layers - 1)[:, 0, start:]  # [heads, patches], picked there
+        return to_host([row.float().mean(0)])[0].astype(np.float64).reshape(rows, cols)
 
     def attention_change(self) -> float:
         """Total variation between the class token's attention on the shifted picture and the original's moved
@@ -94,9 +97,11 @@ class ShiftStudy:
 def embedding_error(original: Trace, shifted: Trace, k: int) -> float:
     P = original.patch_side
     rows, cols = original.patch_grid
-    e0 = np.asarray(original["encoder.embed.patch"]).reshape(rows, cols, -1)
-    e1 = np.asarray(shifted["encoder.embed.patch"]).reshape(rows, cols, -1)
-    return float(np.abs(e1 - np.roll(e0, k // P, axis=1)).max())
+    with torch.inference_mode():  # on the traces' device: one number crosses to the host
+        e0 = original.tensor("encoder.embed.patch").reshape(rows, cols, -1)
+        e1 = shifted.tensor("encoder.embed.patch").reshape(rows, cols, -1)
+        largest = (e1.float() - torch.roll(e0, k // P, dims=1).float()).abs().amax()
+    return float(to_host([largest])[0])
 
 
 def roll(pixels: torch.Tensor, k: int) -> torch.Tensor:

@@ -99,18 +99,20 @@ def _targets(r: MAEResult) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 def patch_errors(r: MAEResult) -> np.ndarray:
     """Mean squared error of every masked patch, in the loss's units, [rows, cols] (NaN on the kept ones)."""
     target, _, _ = _targets(r)
-    err = ((np.asarray(r.trace["head.pixels"], dtype=np.float64) - target) ** 2).mean(-1)
+    pixels, mask = r.trace.fetch("head.pixels", "encoder.embed.mask")  # one transfer from a GPU
+    err = ((np.asarray(pixels, dtype=np.float64) - target) ** 2).mean(-1)
     rows, cols = r.trace.patch_grid
-    return np.where(r.mask.astype(bool), err, np.nan).reshape(rows, cols)
+    return np.where(mask.astype(bool), err, np.nan).reshape(rows, cols)
 
 
 def reconstruction(r: MAEResult, paste_visible: bool = True) -> Image.Image:
     """The predicted patches back in pixels (per-patch normalisation undone with the true patch's mean and
     spread when the model was trained so, as the MAE paper's figures do); the visible patches pasted in."""
     _, mean, std = _targets(r)
-    predicted = np.asarray(r.trace["head.pixels"], dtype=np.float64) * std + mean  # [N, P*P*C], input units
+    pixels, mask = r.trace.fetch("head.pixels", "encoder.embed.mask")  # one transfer from a GPU
+    predicted = np.asarray(pixels, dtype=np.float64) * std + mean  # [N, P*P*C], input units
     if paste_visible:
-        keep = ~r.mask.astype(bool)
+        keep = ~mask.astype(bool)
         predicted[keep] = _patches(r.pixels, r.patch_size)[keep]
     C, H, W = r.pixels.shape
     P, (rows, cols) = r.patch_size, r.trace.patch_grid

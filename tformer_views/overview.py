@@ -11,13 +11,14 @@ import io
 from dataclasses import dataclass, field
 
 import numpy as np
+import torch
 from PIL import Image, ImageDraw
 
-from tformer_core.trace import Trace
+from tformer_core.trace import Trace, reduces_on_device, to_host
 
 from .colour import colourise
 from .pictures import label_font
-from .text import head_matrix
+from .text import allowed_cells, head_matrix, shown_weights
 from .tokens import visible_positions
 
 THUMBNAIL_PX = 64  # the largest side of one head's thumbnail in the overview picture
@@ -47,6 +48,21 @@ def block_mean(a: np.ndarray, size: int = THUMBNAIL_PX) -> np.ndarray:
             counts = np.minimum(b, n - np.arange(m) * b)
         out = summed / counts
     return np.asarray(out, dtype=np.float64)
+
+
+def block_mean_tensor(t: torch.Tensor, size: int = THUMBNAIL_PX) -> torch.Tensor:
+    """`block_mean` on a tensor, where it is (a GPU's attention stays there): [..., m_q, m_k], float32.
+
+    An average pooling with blocks as wide as its stride: with ceil_mode the last, narrower block of a side is
+    averaged over the positions it has (the pooling divides by the cells inside the input), as `block_mean`.
+    """
+    n_q, n_k = t.shape[-2:]
+    b_q, b_k = -(-n_q // size), -(-n_k // size)
+    flat = t.reshape(-1, n_q, n_k).float()  # (channels, H, W) as the pooling reads them
+    if b_q == b_k == 1:
+        return flat.reshape(t.shape)
+    pooled = torch.nn.functional.avg_pool2d(flat, (b_q, b_k), stride=(b_q, b_k), ceil_mode=True)
+    return pooled.reshape(*t.shape[:-2], *pooled.shape[-2:])
 
 
 @dataclass(frozen=True)
@@ -85,10 +101,22 @@ def overview_thumbnails(
 ) -> tuple[np.ndarray, np.ndarray, int]:
     """([layers, heads, m_q, m_k] block means of the shown weights, [layers, heads] hidden share, block size).
 
-    One layer at a time, so a 512-token, 12 x 12 model never holds all its weights twice.
+    One layer at a time, so a 512-token, 12 x 12 model never holds all its weights twice. On a GPU every layer
+    is reduced there and the thumbnails cross to the host once; on the CPU numpy reduces the weights in place.
     Blocks in which every cell is masked are NaN (drawn grey).
     """
     stack = stack or trace.main_stack
+    q_tokens, k_tokens = trace.tokens_for(stack)
+    queries, keys = visible_positions(q_tokens, hide_special), visible_positions(k_tokens, hide_special)
+    if reduces_on_device(trace.device):
+        thumbs, shares = _thumbnails_on_device(trace, stack, queries, keys, len(keys) < len(k_tokens), size)
+    else:
+        thumbs, shares = _thumbnails_on_host(trace, stack, hide_special, size)
+    n_tokens = max(len(queries), len(keys))
+    return thumbs, shares, -(-n_tokens // size)
+
+
+def _thumbnails_on_host(trace: Trace, stack: str, hide_special: bool, size: int) -> tuple[np.ndarray, np.ndarray]:
     thumbs, shares = [], []
     for layer in range(trace.layers_in(stack)):
         m = head_matrix(trace, layer, None, stack, hide_special, None, widen=False)
@@ -97,8 +125,24 @@ def overview_thumbnails(
             thumb = np.where(block_mean(m.allowed.astype(np.float64), size) > 0, thumb, np.nan)
         thumbs.append(thumb)
         shares.append(m.hidden_share.mean(-1))
-    n_tokens = max(len(m.queries), len(m.keys))
-    return np.stack(thumbs), np.stack(shares), -(-n_tokens // size)
+    return np.stack(thumbs), np.stack(shares)
+
+
+def _thumbnails_on_device(
+    trace: Trace, stack: str, queries: np.ndarray, keys: np.ndarray, hidden: bool, size: int
+) -> tuple[np.ndarray, np.ndarray]:
+    with torch.inference_mode():
+        thumbs, shares = [], []
+        for layer in range(trace.layers_in(stack)):
+            weights, hidden_share = shown_weights(trace, layer, stack, queries, keys, hidden)
+            thumb = block_mean_tensor(weights, size)
+            allowed = allowed_cells(trace, layer, stack, queries, keys)  # each layer's (sliding windows differ)
+            if allowed is not None:
+                thumb = torch.where(block_mean_tensor(allowed, size) > 0, thumb, torch.nan)
+            thumbs.append(thumb)
+            shares.append(hidden_share.mean(-1))
+        host_thumbs, host_shares = to_host([torch.stack(thumbs), torch.stack(shares)])
+    return host_thumbs.astype(np.float64), host_shares.astype(np.float64)
 
 
 def overview(

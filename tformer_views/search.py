@@ -12,9 +12,10 @@ takes one look instead of clicking through 72 heads.
 from __future__ import annotations
 
 import numpy as np
+import torch
 
 from tformer_core.errors import InputError
-from tformer_core.trace import Trace
+from tformer_core.trace import Trace, reduces_on_device, to_host
 
 from .tokens import SPECIAL_TOKENS, plain_word
 
@@ -28,7 +29,13 @@ def query_rows(trace: Trace, query: int, stack: str | None = None) -> np.ndarray
     n_q = len(trace.tokens_for(stack)[0])
     if not 0 <= query < n_q:
         raise InputError(f"query {query} is out of range: the input has {n_q} tokens (0..{n_q - 1})")
-    return np.stack([trace.attention(layer, None, stack)[:, query, :] for layer in range(trace.layers_in(stack))])
+    layers = range(trace.layers_in(stack))
+    rows = [trace.block_tensor("weights", layer, None, stack)[:, query, :] for layer in layers]
+    if not reduces_on_device(trace.device):
+        return np.stack(to_host(rows))  # views of the CPU's weights
+    with torch.inference_mode():  # the row is picked in every layer on the GPU: one transfer
+        stacked = torch.stack(rows)
+    return to_host([stacked])[0]
 
 
 def ranked_heads(grid: np.ndarray, top: int = 5) -> list[tuple[int, int, float]]:

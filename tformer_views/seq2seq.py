@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 
 from tformer_core.bundled import data as td
 from tformer_core.errors import InputError
@@ -29,9 +30,9 @@ from tformer_core.generation import Generation
 from tformer_core.models.base import TracedModel
 from tformer_core.models.kinds import EncoderDecoderModel
 from tformer_core.tokenizers import Tokenizer
-from tformer_core.trace import Trace
+from tformer_core.trace import Trace, to_host
 
-from .text import HeadMatrix
+from .text import HeadMatrix, mask_tensor
 from .tokens import display_tokens
 
 DEFAULT_SOURCES = {
@@ -182,17 +183,23 @@ class Step:
     def self_attention(self, layer: int, head: int) -> HeadMatrix:
         """The decoder's masked self-attention over positions 0..t: [t+1, t+1], masked cells in `masked`."""
         n = self.t + 1
-        w = np.asarray(self.trace.attention(layer, head, "decoder")[:n, :n], dtype=np.float64)
-        mask = self.trace.activations.get(f"decoder.{layer}.attn.mask")
-        allowed = np.asarray(mask[0][:n, :n], dtype=bool) if mask is not None else None
+        weights = self.trace.block_tensor("weights", layer, head, "decoder")[:n, :n]
+        mask = mask_tensor(self.trace, layer, "decoder")
+        host = to_host([weights] if mask is None else [weights, mask[:n, :n]])  # one transfer
+        w = np.asarray(host[0], dtype=np.float64)
+        allowed = np.asarray(host[1], dtype=bool) if mask is not None else None
         labels = tuple(display_tokens(self.input_tokens))
         positions = np.arange(n)
         return HeadMatrix(w, positions, positions, labels, labels, allowed, np.zeros(n))
 
     def cross_rows(self) -> np.ndarray:
         """[layers, heads, source tokens]: the new token's cross-attention, every layer and head."""
-        stack = self.trace.layers_in("cross")
-        return np.stack([self.trace.attention(layer, None, "cross")[:, self.row] for layer in range(stack)])
+        layers = range(self.trace.layers_in("cross"))
+        with torch.inference_mode():  # the row is picked in every layer on the trace's device: one transfer
+            rows = torch.stack(
+                [self.trace.block_tensor("weights", layer, None, "cross")[:, self.row] for layer in layers]
+            )
+        return to_host([rows])[0]
 
     def predictions(self, k: int = 5) -> list[tuple[str, float]]:
         """The model's top-k next tokens at this step (its own choice for greedy output)."""
@@ -215,8 +222,8 @@ def alignment(translation: Translation, layer: int, head: int | None) -> HeadMat
 
     Rows are labelled by the token each decoder position produced (row t: s_{t+1}).
     """
-    w = translation.trace.attention(layer, None, "cross")[:, : translation.n_steps]  # [heads, steps, source]
-    w = np.asarray(w.mean(0) if head is None else w[head], dtype=np.float64)
+    cross = translation.trace.block_tensor("weights", layer, None, "cross")[:, : translation.n_steps]  # [h, steps, src]
+    w = np.asarray(to_host([cross.float().mean(0) if head is None else cross[head]])[0], dtype=np.float64)
     rows = tuple(display_tokens(translation.produced))
     cols = tuple(display_tokens(translation.source_tokens))
     return HeadMatrix(w, np.arange(w.shape[0]), np.arange(w.shape[1]), rows, cols, None, np.zeros(w.shape[0]))

@@ -20,13 +20,14 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+import torch
 
 from tformer_core.inputs.text import FittedInput, fit_to_model
 from tformer_core.models.base import TracedModel
 from tformer_core.models.encoder import class_scores as tc_class_scores
 from tformer_core.models.encoder import first_token_attention as tc_first_token_attention
 from tformer_core.tokenizers import Tokenizer
-from tformer_core.trace import Trace
+from tformer_core.trace import Trace, reduces_on_device, to_host
 
 from .tokens import display_next, display_tokens, visible_positions
 
@@ -60,16 +61,52 @@ def mask_token(model: TracedModel) -> str | None:
 
 
 # ---- one layer ---------------------------------------------------------------------------------------
-def allowed_mask(trace: Trace, layer: int, stack: str | None = None) -> np.ndarray | None:
-    """[n_q, n_k] bool, False where the mask forbids attending (causal, padding); None when unmasked."""
+def mask_tensor(trace: Trace, layer: int, stack: str) -> torch.Tensor | None:
+    """[n_q, n_k] bool on the trace's device, False where the mask forbids attending; None when unmasked."""
     try:
-        return np.asarray(trace.block("mask", layer, None, stack or trace.main_stack)[0], dtype=bool)
+        return trace.block_tensor("mask", layer, None, stack)[0]
     except KeyError:
         return None
 
 
+def allowed_mask(trace: Trace, layer: int, stack: str | None = None) -> np.ndarray | None:
+    """[n_q, n_k] bool, False where the mask forbids attending (causal, padding); None when unmasked."""
+    mask = mask_tensor(trace, layer, stack or trace.main_stack)
+    return None if mask is None else np.asarray(to_host([mask])[0], dtype=bool)
+
+
+def _select(t: torch.Tensor, rows: np.ndarray, cols: np.ndarray) -> torch.Tensor:
+    """t[..., rows, :][..., cols] on t's device; no copy where every row (column) is selected."""
+    if len(rows) < t.shape[-2]:
+        t = t.index_select(-2, torch.as_tensor(rows, device=t.device))
+    if len(cols) < t.shape[-1]:
+        t = t.index_select(-1, torch.as_tensor(cols, device=t.device))
+    return t
+
+
+def allowed_cells(trace: Trace, layer: int, stack: str, queries: np.ndarray, keys: np.ndarray) -> torch.Tensor | None:
+    """The mask over the shown queries and keys, [q, k] bool on the trace's device; None when unmasked."""
+    mask = mask_tensor(trace, layer, stack)
+    return None if mask is None else _select(mask, queries, keys)
+
+
 def _renormalise(w: np.ndarray, kept_total: np.ndarray) -> np.ndarray:
     return np.divide(w, kept_total, out=np.zeros_like(w), where=kept_total > 0)
+
+
+def shown_weights(
+    trace: Trace, layer: int, stack: str, queries: np.ndarray, keys: np.ndarray, renormalise: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every head's weights over the shown queries and keys, on the trace's device, float32: ([heads, q, k],
+    [heads, q] the share of each row on the keys left out). renormalise: rows rescaled over the shown keys
+    (hidden special tokens), as `head_matrix` shows them. For views that reduce every layer there (the
+    overview's thumbnails, the distances), so that only their small results are copied to the host."""
+    w = _select(trace.block_tensor("weights", layer, None, stack), queries, keys).float()
+    if not renormalise:
+        return w, w.new_zeros(w.shape[:-1])
+    total = w.sum(-1, keepdim=True)
+    hidden = (1.0 - total[..., 0]).clamp(0.0, 1.0)
+    return torch.where(total > 0, w / total.clamp_min(torch.finfo(w.dtype).tiny), 0.0), hidden
 
 
 @dataclass(frozen=True)
@@ -131,24 +168,23 @@ def head_matrix(
     queries, keys = visible_positions(q_tokens, hide_special), visible_positions(k_tokens, hide_special)
     if window is not None:
         queries = queries[window]
-    w = trace.attention(layer, head, stack)  # float32, read-only; index before widening to float64
-    rows = w if len(queries) == w.shape[-2] else w[..., queries, :]
+    # The shown rows and columns are picked on the device; they come to the host with the mask in one transfer.
+    weights = _select(trace.block_tensor("weights", layer, head, stack), queries, keys)
+    mask = mask_tensor(trace, layer, stack)
+    parts = to_host([weights] if mask is None else [weights, _select(mask, queries, keys)])
+    rows = parts[0]  # float32 (the model's half precision widened), read-only
     if len(keys) < len(k_tokens):
-        kept = rows[..., keys].astype(np.float64)
+        kept = rows.astype(np.float64)
         total = kept.sum(-1, keepdims=True)
         hidden = np.clip(1.0 - total[..., 0], 0.0, 1.0)
         kept = _renormalise(kept, total)
-        if window is not None:
-            kept, keys = kept[..., window], keys[window]
     else:
-        if window is not None:
-            keys = keys[window]
-        kept = rows if len(keys) == w.shape[-1] else rows[..., keys]
-        kept = kept.astype(np.float64) if widen else kept
+        kept = rows.astype(np.float64) if widen else rows
         hidden = np.zeros(kept.shape[:-1])
-    allowed = allowed_mask(trace, layer, stack)
-    if allowed is not None:
-        allowed = allowed[np.ix_(queries, keys)]
+    allowed = None if mask is None else np.asarray(parts[1], dtype=bool)
+    if window is not None:
+        kept, keys = kept[..., window], keys[window]
+        allowed = None if allowed is None else allowed[:, window]
     labels_q, labels_k = display_tokens(q_tokens), display_tokens(k_tokens)
     return HeadMatrix(
         kept, queries, keys, tuple(labels_q[i] for i in queries), tuple(labels_k[i] for i in keys), allowed, hidden
@@ -199,7 +235,13 @@ def peak_weights(trace: Trace, stack: str | None = None) -> np.ndarray:
     For cross-attention, where a distance in tokens means nothing (queries and keys are two sentences).
     """
     stack = stack or trace.main_stack
-    return np.stack([trace.attention(layer, None, stack).max(-1).mean(-1) for layer in range(trace.layers_in(stack))])
+    layers = range(trace.layers_in(stack))
+    if not reduces_on_device(trace.device):
+        return np.stack([trace.attention(layer, None, stack).max(-1).mean(-1) for layer in layers])
+    with torch.inference_mode():  # every layer on the device; [layers, heads] comes to the host
+        peaks = [trace.block_tensor("weights", layer, None, stack).float().amax(-1).mean(-1) for layer in layers]
+        grid = torch.stack(peaks)
+    return to_host([grid])[0].astype(np.float64)
 
 
 # ---- head view -----------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 from PIL import Image
 
 from tformer_core.errors import InputError
@@ -22,7 +23,7 @@ from tformer_core.models.base import TracedModel
 from tformer_core.models.vit import ViT
 from tformer_core.probes import class_probe
 from tformer_core.relevancy import relevancy
-from tformer_core.trace import Trace, to_numpy
+from tformer_core.trace import Trace, reduces_on_device, to_host, to_numpy
 
 from .colour import colourise
 from .pictures import overlay, tiles
@@ -90,10 +91,10 @@ def attention_map(trace: Trace, layer: int, head: int | None, patch: int | None 
 
     Not renormalised: the share the query gives the prefix tokens is `1 - map.sum()`.
     """
-    w = trace.attention(layer)  # [heads, n, n]
+    w = trace.block_tensor("weights", layer)  # [heads, n, n], on the trace's device
     row = w[:, query_token(trace, patch), trace.n_prefix_tokens :]  # [heads, N]
-    row = row.mean(0) if head is None else row[head]
-    return np.asarray(row, dtype=np.float64).reshape(trace.patch_grid)
+    row = row.float().mean(0) if head is None else row[head]
+    return np.asarray(to_host([row])[0], dtype=np.float64).reshape(trace.patch_grid)
 
 
 def rollout(trace: Trace, head_fusion: str = "mean", discard_ratio: float = 0.9) -> np.ndarray:
@@ -107,6 +108,26 @@ def rollout(trace: Trace, head_fusion: str = "mean", discard_ratio: float = 0.9)
         raise InputError(f"head fusion must be one of {FUSIONS}, got {head_fusion!r}")
     if not 0.0 <= discard_ratio < 1.0:
         raise InputError(f"the discard ratio must be in [0, 1), got {discard_ratio}")
+    if not reduces_on_device(trace.device):
+        return _rollout_on_host(trace, head_fusion, discard_ratio)
+    n = len(trace.tokens)
+    exact = torch.float32 if trace.device.type == "mps" else torch.float64  # Apple's GPUs have no float64
+    with torch.inference_mode():  # every layer on the GPU; the [n, n] result crosses to the host once
+        eye = torch.eye(n, dtype=exact, device=trace.device)
+        result = eye
+        for layer in range(trace.n_layers):
+            w = trace.block_tensor("weights", layer).to(exact)  # [heads, n, n]
+            fused = w.mean(0) if head_fusion == "mean" else w.amax(0) if head_fusion == "max" else w.amin(0)
+            flat = fused.reshape(-1).clone()
+            drop = torch.sort(flat, stable=True).indices[: int(flat.numel() * discard_ratio)]
+            flat[drop[drop != 0]] = 0.0
+            a = (flat.reshape(n, n) + eye) / 2
+            a = a / a.sum(-1, keepdim=True)
+            result = a @ result
+    return to_host([result])[0]
+
+
+def _rollout_on_host(trace: Trace, head_fusion: str, discard_ratio: float) -> np.ndarray:
     n = len(trace.tokens)
     result = np.eye(n)
     for layer in range(trace.n_layers):

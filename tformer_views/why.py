@@ -14,9 +14,9 @@ import pandas as pd
 
 from tformer_core.attention import attend_float64
 from tformer_core.errors import InputError
-from tformer_core.trace import Trace
+from tformer_core.trace import Trace, to_host
 
-from .text import allowed_mask
+from .text import mask_tensor
 from .tokens import display_token, display_tokens
 
 
@@ -89,15 +89,18 @@ def why_this_weight(trace: Trace, layer: int, head: int, query: int, stack: str 
     if not 0 <= query < len(q_tokens):
         n = len(q_tokens)
         raise InputError(f"query position {query} is out of range: the input has {n} tokens (0..{n - 1})")
-    q = np.asarray(trace.q(layer, head, stack)[query], dtype=np.float64)
-    k = np.asarray(trace.k(layer, head, stack), dtype=np.float64)
-    v = np.asarray(trace.v(layer, head, stack), dtype=np.float64)
+    # Everything the explanation reads, picked on the trace's device and copied to the host in one transfer.
+    parts = [trace.block_tensor(part, layer, head, stack) for part in ("q", "k", "v", "weights", "z")]
+    parts = [parts[0][query], parts[1], parts[2], parts[3][query], parts[4][query]]
+    bias_tensor = trace.attention_bias_tensor(layer, head, stack)  # T5's, for self-attention only
+    mask = mask_tensor(trace, layer, stack)
+    extra = [t[query] for t in (bias_tensor, mask) if t is not None]
+    host = [np.asarray(a, dtype=np.float64) for a in to_host(parts + extra)]
+    q, k, v, stored_weights, stored_z = host[:5]
+    bias = host[5] if bias_tensor is not None else None
+    allowed = None if mask is None else host[-1].astype(bool)
     dots = k @ q
     scale = trace.meta.attention_scale
-    bias = trace.attention_bias(layer, head, stack)  # T5's, for self-attention only
-    bias = None if bias is None else np.asarray(bias[query], dtype=np.float64)
-    allowed = allowed_mask(trace, layer, stack)
-    allowed = None if allowed is None else allowed[query]
     exact = attend_float64(q[None], k, v, scale, bias, allowed)  # the model's own rule, in float64
     logits, weights = exact.logits[0], exact.weights[0]
     return WhyWeight(
@@ -114,6 +117,6 @@ def why_this_weight(trace: Trace, layer: int, head: int, query: int, stack: str 
         logits,
         weights,
         weights @ v,
-        np.asarray(trace.attention(layer, head, stack)[query], dtype=np.float64),
-        np.asarray(trace.block("z", layer, head, stack)[query], dtype=np.float64),
+        stored_weights,
+        stored_z,
     )

@@ -14,6 +14,7 @@ from tests.app.pages import charts, messages, no_exception, table, widget
 from tests.app.passes import PassCounter
 from tests.core.hf_helpers import DEIT
 from tformer_app import caches
+from tformer_core.trace import to_numpy
 from tformer_views.lessons.attention import fmt
 
 SENTENCE = "The cat sat on the mat."
@@ -55,7 +56,7 @@ def test_minilm_token_through_a_post_norm_block_with_the_model_numbers():
     hidden = table(at, "hidden layer")
     np.testing.assert_allclose(hidden.loc["GELU(·)"], trace["encoder.0.mlp.hidden"][token, :6], atol=1e-5)
     mlp = caches.cached_model("minilm").encoder.blocks[0].mlp
-    pre = trace["encoder.0.ln_attn"][token] @ mlp.W_in.weight.detach().numpy().T + mlp.W_in.bias.detach().numpy()
+    pre = trace["encoder.0.ln_attn"][token] @ to_numpy(mlp.W_in.weight).T + to_numpy(mlp.W_in.bias)
     assert any(f"**{int((pre > 0).sum())} of 1536** hidden units" in m for m in messages(at, "markdown"))
     assert any("d_model = **384**, d_ff = **1536** (4 × d_model" in m for m in messages(at, "markdown"))
     check = table(at, "check")
@@ -276,8 +277,8 @@ def test_the_real_patch_matches_the_model_and_a_bad_patch_size_is_said_inline():
     trace = caches.cached("image", "vit-tiny", files[name], name).trace
     np.testing.assert_allclose(sums["the model's"], trace["encoder.embed.patch"][27, :5], atol=1e-7)
     np.testing.assert_allclose(sums["= e_k"], trace["encoder.embed.patch"][27, :5], atol=1e-5)
-    weight = model.encoder.embed.project.weight.detach().numpy()
-    np.testing.assert_allclose(sums["+ bias"], model.encoder.embed.project.bias.detach().numpy()[:5])
+    weight = to_numpy(model.encoder.embed.project.weight)  # on the host, from whichever device the model is on
+    np.testing.assert_allclose(sums["+ bias"], to_numpy(model.encoder.embed.project.bias)[:5])
     products = trace["encoder.embed.patches"][27] @ weight[:5].T
     np.testing.assert_allclose(sums["Σ of 48 products"], products, atol=1e-5)
 

@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
-import tformer_core as tc
 from tests.app import pages
 from tests.app.pages import messages, table
+from tformer_app import caches
+from tformer_core.trace import to_numpy
 from tformer_views.lessons import attention as ls
 
 SQRT3 = math.sqrt(3.0)
@@ -125,12 +126,13 @@ def test_random_preset_from_the_url():
 def test_real_model_preset_shows_a_labelled_slice_of_minilm():
     at = run(preset="real", layer="1", head="2", dims="4", hdims="3")
     assert not at.exception and not at.error
-    model = tc.load_model("minilm", device="cpu")
+    # The page's own model, on the device the page runs it on (a GPU's float32 differs from the CPU's at 1e-6).
+    model = caches.cached_model("minilm")
     trace = model.trace("The cat sat.")
     attn = model.encoder.blocks[1].attn
     cols = slice(2 * 32, 2 * 32 + 3)
-    W_q = attn.W_q.weight.detach().double().numpy()[cols, :4].T
-    b_q = attn.W_q.bias.detach().double().numpy()[cols]
+    W_q = to_numpy(attn.W_q.weight).astype(np.float64)[cols, :4].T
+    b_q = to_numpy(attn.W_q.bias).astype(np.float64)[cols]
     X = trace["encoder.1.resid_pre"][:, :4].astype(np.float64)
     np.testing.assert_allclose(table(at, "Q").to_numpy(), X @ W_q + b_q, atol=1e-9)
     assert list(table(at, "Q").index) == ["[CLS]", "the", "cat", "sat", ".", "[SEP]"]

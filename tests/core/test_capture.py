@@ -70,7 +70,7 @@ def test_attention_invariants_on_every_block(name):
     checked = 0
     for stack, _layer, attn, prefix in _blocks(trace, model):
         q, k, v = trace[f"{prefix}.q"], trace[f"{prefix}.k"], trace[f"{prefix}.v"]
-        scores, scaled, w, z = (trace.activations[f"{prefix}.{p}"] for p in ("scores", "scaled", "weights", "z"))
+        scores, scaled, w, z = trace.fetch(*(f"{prefix}.{p}" for p in ("scores", "scaled", "weights", "z")))
         n_q, n_k = trace.tokens_for(stack)[0].__len__(), trace.tokens_for(stack)[1].__len__()
         assert w.shape == (trace.n_heads, n_q, n_k)
         np.testing.assert_allclose(w.sum(-1), 1.0, atol=1e-12)  # rows sum to 1

@@ -88,3 +88,19 @@ def test_sessions_work_end_to_end_through_nginx_on_both_replicas(deployment):
     stray = stclient._Http()
     stray.opener.addheaders = [("Cookie", f"{ROUTE_COOKIE}={other}")]
     assert stray.request(deployment.url + media[0]).status == 404
+
+
+def test_replicas_on_a_gpu_machine_share_its_memory(monkeypatch):
+    """With a GPU (nvidia-smi answers), each of K replicas gets 90 % of its memory / K as TFORMER_GPU_MB, unless
+    --gpu-mb or the environment says otherwise; without one, no GPU budget is set."""
+    if find_nginx() is None:
+        pytest.skip("nginx is not installed: apt-get install nginx (Debian's package) to test the deployment")
+    import deploy.serve as serve
+
+    monkeypatch.delenv("TFORMER_GPU_MB", raising=False)
+    monkeypatch.setattr(serve, "gpu_memory_mb", lambda: 81559.0)  # an H100's 80 GB, as nvidia-smi gives it
+    assert Deployment(replicas=4).env["TFORMER_GPU_MB"] == "18351"  # 0.9 * 81559 / 4
+    assert Deployment(replicas=4, gpu_mb=5000).env["TFORMER_GPU_MB"] == "5000"
+    assert Deployment(replicas=4, env={"TFORMER_GPU_MB": "7000"}).env["TFORMER_GPU_MB"] == "7000"
+    monkeypatch.setattr(serve, "gpu_memory_mb", lambda: None)  # no GPU
+    assert "TFORMER_GPU_MB" not in Deployment(replicas=4).env

@@ -288,7 +288,7 @@ def test_long_inputs_are_block_averaged_to_at_most_64_pixels():
     ov = overview_views.overview(trace)
     assert ov.block == 3 and ov.thumbs.shape == (2, 3, 44, 44) and max(ov.cell_px) <= 64
     w = trace.attention(1, 2).astype(np.float64)
-    np.testing.assert_allclose(ov.thumbs[1, 2, 0, 0], w[0:3, 0:3].mean(), atol=1e-12)
+    np.testing.assert_allclose(ov.thumbs[1, 2, 0, 0], w[0:3, 0:3].mean(), rtol=1e-6)  # float32 sums on a GPU
     np.testing.assert_allclose(ov.thumbs[1, 2, 5, 43], w[15:18, 129].mean(), atol=1e-12)  # last block: one key
     np.testing.assert_allclose(ov.thumbs[1, 2, 43, 43], w[129, 129], atol=1e-12)
 

@@ -235,8 +235,13 @@ def test_pictures_are_decoded_one_at_a_time_as_the_batches_need_them(vit):
     assert batches == [(3, 3), (6, 6), (7, 7)]  # a batch is traced before the next pictures are read
     assert names == [f"p{i}.png" for i in range(7)] and refused == []
     assert mad.auto_batch_size(vit) == 32  # tiny: the largest batch
+    cpu, f32 = torch.device("cpu"), torch.float32
     deit_sized = SimpleNamespace(
-        config=tc.ViTConfig(image_size=224, patch_size=16, d_model=192, n_layers=12, n_heads=3)
+        config=tc.ViTConfig(image_size=224, patch_size=16, d_model=192, n_layers=12, n_heads=3), device=cpu, dtype=f32
     )
-    vit_b = SimpleNamespace(config=tc.ViTConfig(image_size=224, patch_size=16, d_model=768, n_layers=12, n_heads=12))
+    vit_b_config = tc.ViTConfig(image_size=224, patch_size=16, d_model=768, n_layers=12, n_heads=12)
+    vit_b = SimpleNamespace(config=vit_b_config, device=cpu, dtype=f32)
     assert mad.auto_batch_size(deit_sized) == 18 and mad.auto_batch_size(vit_b) == 4  # 96 MB of weights a batch
+    # The weights are held in the model's dtype: bfloat16 fits twice as many; a GPU's budget (1 GiB) 48 of ViT-B/16.
+    assert mad.auto_batch_size(SimpleNamespace(config=vit_b_config, device=cpu, dtype=torch.bfloat16)) == 9
+    assert mad.auto_batch_size(vit_b, budget_bytes=2**30, largest=64) == 48

@@ -23,7 +23,7 @@ from .. import settings
 from ..capture import NameFilter, capture, name_hook_points
 from ..errors import InputError
 from ..tokenizers import Tokenizer, require_readable
-from ..trace import Trace, TraceMeta, stored_by_default, to_numpy
+from ..trace import Trace, TraceMeta, stored_by_default
 from .layers import BlockConfig, Stack
 from .weights import StackWeights, stack_weights
 
@@ -252,11 +252,13 @@ class TracedModel(nn.Module, Generic[ConfigT], metaclass=ABCMeta):
     ) -> Trace:
         """Run `run` once under capture; the first batch element becomes a Trace.
 
-        By default, attention scores are not stored: the trace recomputes them from Q and K.
+        The trace holds the captured tensors themselves (views of batch element 0, on the model's device, in its
+        dtype): nothing is copied to the host until a view reads it. By default, attention scores are not stored:
+        the trace recomputes them from Q and K.
         """
         with torch.inference_mode(), capture(keep or stored_by_default) as sink:
             run()
-            activations = {name: to_numpy(t[0]) for name, t in sink.tensors.items()}
+            activations = {name: t[0] for name, t in sink.tensors.items()}
         full = TraceMeta.of({**self._trace_meta(), **(meta or {})})
         return Trace(kind=self.kind, activations=activations, n_heads=self.config.n_heads, meta=full, **trace_fields)
 
@@ -268,10 +270,11 @@ class TracedModel(nn.Module, Generic[ConfigT], metaclass=ABCMeta):
     def _trace_batch(
         self, run: Callable[[], torch.Tensor], keep: NameFilter | None, batch_size: int, **trace_fields: Any
     ) -> list[Trace]:
-        """Run one batched pass under capture; every batch element becomes its own Trace (views, no copies on CPU)."""
+        """Run one batched pass under capture; every batch element becomes its own Trace (views of the batch's
+        tensors on the model's device: no copies)."""
         with torch.inference_mode(), capture(keep or stored_by_default) as sink:
             run()
-            arrays = {name: to_numpy(t) for name, t in sink.tensors.items()}
+            arrays = sink.tensors
         meta = TraceMeta.of(self._trace_meta())
         return [
             Trace(

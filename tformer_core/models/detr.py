@@ -258,7 +258,7 @@ class DETR(DetectionModel[DETRConfig]):
         wanted = keep or stored_by_default
         layers = {"encoder": self.config.n_encoder_layers, "decoder": self.config.n_decoder_layers}
         trace = self._trace(lambda: self(x)[0], any_of(_FEATURES, wanted), tokens=(), stack_layers=layers)
-        h, w = trace["backbone.features"].shape[-2:]  # the feature grid: the picture's size / 32
+        h, w = trace.tensor("backbone.features").shape[-2:]  # the feature grid (the picture / 32): no copy
         activations = {n: a for n, a in trace.activations.items() if wanted(n)}
         tokens = tuple(f"r{r}c{c}" for r in range(h) for c in range(w))
         queries = tuple(f"q{i}" for i in range(self.config.n_queries))

@@ -209,7 +209,8 @@ class MaskedLMHead(nn.Module):
         self.hook_logits = HookPoint()
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.hook_logits(self.unembed(self.ln(self.act(self.transform(hidden)))))  # (B, T, vocab)
+        logits = self.unembed(self.ln(self.act(self.transform(hidden))))  # (B, T, vocab)
+        return self.hook_logits(logits.float())  # float32 whatever the model's dtype (see layers.LMHead)
 
 
 class SequenceClassifierHead(nn.Module):
@@ -230,7 +231,7 @@ class SequenceClassifierHead(nn.Module):
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         pooled = self.hook_pooled(self.act(self.pool(hidden[:, 0])))  # (B, D): the first token only
-        return self.hook_logits(self.classify(pooled))  # (B, n_labels)
+        return self.hook_logits(self.classify(pooled).float())  # (B, n_labels), float32 as every head's logits
 
 
 def class_scores(trace: Trace) -> list[tuple[str, float]]:

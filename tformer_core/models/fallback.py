@@ -26,7 +26,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
-import numpy as np
 import torch
 from torch import nn
 
@@ -34,7 +33,7 @@ from ..capture import NameFilter, any_of, matching
 from ..errors import InputError
 from ..generation import Generation, GenerationSettings, Sampling, traced_steps
 from ..tokenizers import Tokenizer
-from ..trace import Trace, TraceMeta, to_numpy
+from ..trace import Trace, TraceMeta
 from .base import Capabilities, TokenInput, TracedModel, per_token
 from .kinds import CausalLM, EncoderDecoderModel, EncoderModel
 from .layers import BlockConfig
@@ -164,41 +163,45 @@ def stack_arrays(
     attentions: Sequence[torch.Tensor],
     hidden: Sequence[torch.Tensor] | None,
     last: torch.Tensor | None,
-    allowed: np.ndarray | None,
-) -> dict[str, np.ndarray]:
-    """One stack's arrays from transformers' outputs (batch element 0): weights per layer, the mask when
-    there is one, the hidden state entering each layer (when transformers gives one per layer plus the
-    final one) and the final hidden states."""
-    arrays: dict[str, np.ndarray] = {}
+    allowed: torch.Tensor | None,
+) -> dict[str, torch.Tensor]:
+    """One stack's tensors from transformers' outputs (batch element 0, where the model ran): weights per layer,
+    the mask when there is one, the hidden state entering each layer (when transformers gives one per layer
+    plus the final one) and the final hidden states."""
+    arrays: dict[str, torch.Tensor] = {}
     for layer, weights in enumerate(attentions):
-        arrays[f"{stack}.{layer}.attn.weights"] = to_numpy(weights[0])  # [h, n, n]
+        arrays[f"{stack}.{layer}.attn.weights"] = weights[0].detach()  # [h, n, n]
         if allowed is not None:
             arrays[f"{stack}.{layer}.attn.mask"] = allowed
     if hidden is not None and len(hidden) == len(attentions) + 1:
         for layer in range(len(attentions)):
-            arrays[f"{stack}.{layer}.resid_pre"] = to_numpy(hidden[layer][0])  # [n, D]
+            arrays[f"{stack}.{layer}.resid_pre"] = hidden[layer][0].detach()  # [n, D]
     if last is not None:
-        arrays[f"{stack}.out"] = to_numpy(last[0])
+        arrays[f"{stack}.out"] = last[0].detach()
     return arrays
 
 
-def allowed_cells(n_q: int, causal: bool, key_mask: torch.Tensor | None) -> np.ndarray | None:
-    """[1, n_q, n_q] True where a query may attend (causal and/or padding), or None when every cell may."""
+def allowed_cells(
+    n_q: int, causal: bool, key_mask: torch.Tensor | None, device: torch.device | None = None
+) -> torch.Tensor | None:
+    """[1, n_q, n_q] True where a query may attend (causal and/or padding), or None when every cell may; on
+    `key_mask`'s device (else `device`)."""
     if not causal and (key_mask is None or bool(key_mask.all())):
         return None
-    allowed = np.tril(np.ones((n_q, n_q), dtype=bool)) if causal else np.ones((n_q, n_q), dtype=bool)
+    where = key_mask.device if key_mask is not None else device
+    allowed = torch.ones(n_q, n_q, dtype=torch.bool, device=where)
+    if causal:
+        allowed = allowed.tril()
     if key_mask is not None:
-        allowed &= key_mask[0].cpu().numpy().astype(bool)[None, :]
-    allowed = allowed[None]
-    allowed.flags.writeable = False
-    return allowed
+        allowed = allowed & key_mask[0].bool()[None, :]
+    return allowed[None]
 
 
-def head_logits(out: Any, config: TransformersConfig) -> dict[str, np.ndarray]:
+def head_logits(out: Any, config: TransformersConfig) -> dict[str, torch.Tensor]:
     """{"head.logits": ...} when the model's head is one the core shows, else {}."""
     if config.head is None or getattr(out, "logits", None) is None:
         return {}
-    return {"head.logits": to_numpy(out.logits[0])}
+    return {"head.logits": out.logits[0].detach().float()}  # float32 whatever the model's dtype, as ours
 
 
 class TransformersEncoder(TransformersModel, EncoderModel[TransformersConfig]):
@@ -224,7 +227,7 @@ class TransformersEncoder(TransformersModel, EncoderModel[TransformersConfig]):
         if types is not None and self._takes_types:
             extra["token_type_ids"] = types
         out = self._run(input_ids=ids, attention_mask=mask, **extra)
-        allowed = allowed_cells(ids.shape[1], self.config.causal, mask)
+        allowed = allowed_cells(ids.shape[1], self.config.causal, mask, ids.device)
         arrays = stack_arrays("encoder", out.attentions, out.hidden_states, _last_hidden(out), allowed)
         arrays.update(head_logits(out, self.config))
         return self._make_trace(
@@ -256,7 +259,7 @@ class TransformersDecoder(TransformersModel, CausalLM[TransformersConfig]):
         ids, tokens = self._ids(inputs, self.config.vocab_size, self.config.max_positions)
         mask = per_token(attention_mask, ids, "attention_mask")
         out = self._run(input_ids=ids, attention_mask=mask)
-        allowed = allowed_cells(ids.shape[1], self.config.causal, mask)
+        allowed = allowed_cells(ids.shape[1], self.config.causal, mask, ids.device)
         arrays = stack_arrays("decoder", out.attentions, out.hidden_states, _last_hidden(out), allowed)
         arrays.update(head_logits(out, self.config))
         return self._make_trace(
@@ -333,19 +336,21 @@ class TransformersSeq2Seq(TransformersModel, EncoderDecoderModel[TransformersCon
             meta={"predict_position": -1},
         )
 
-    def _decoder_arrays(self, out: Any, n_target: int, source_mask: torch.Tensor | None) -> dict[str, np.ndarray]:
+    def _decoder_arrays(self, out: Any, n_target: int, source_mask: torch.Tensor | None) -> dict[str, torch.Tensor]:
         """The decoder's self-attention (causal), cross-attention, hidden states and logits."""
         hidden = out.decoder_hidden_states
         arrays = stack_arrays(
-            "decoder", out.decoder_attentions, hidden, hidden[-1], allowed_cells(n_target, True, None)
+            "decoder",
+            out.decoder_attentions,
+            hidden,
+            hidden[-1],
+            allowed_cells(n_target, True, None, hidden[-1].device),
         )
         cross_allowed = None
         if source_mask is not None and not bool(source_mask.all()):
-            cross_allowed = np.broadcast_to(
-                source_mask[0].cpu().numpy().astype(bool), (1, n_target, source_mask.shape[1])
-            )
+            cross_allowed = source_mask[0].bool().expand(1, n_target, source_mask.shape[1])
         for layer, weights in enumerate(out.cross_attentions):
-            arrays[f"decoder.{layer}.cross_attn.weights"] = to_numpy(weights[0])  # [h, n_target, n_source]
+            arrays[f"decoder.{layer}.cross_attn.weights"] = weights[0].detach()  # [h, n_target, n_source]
             if cross_allowed is not None:
                 arrays[f"decoder.{layer}.cross_attn.mask"] = cross_allowed
         arrays.update(head_logits(out, self.config))

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..attention import attention_logits, attention_weights, grouped_matmul
+from ..attention import HALF_PRECISION, attention_logits, attention_weights, grouped_matmul
 from ..capture import HookPoint
 from .positional import RelativePositionBias, Rope, RotaryEmbedding, apply_rotary, make_positions
 
@@ -93,9 +93,24 @@ class BlockConfig:
         return self.n_kv_heads if self.n_kv_heads is not None else self.n_heads
 
 
+class RMSNorm(nn.RMSNorm):
+    """x / sqrt(mean(x^2) + eps) * gamma, computed as transformers' Llama, Qwen and T5 compute it: the mean square
+    and the division in float32, the result rounded to the input's dtype, then times gamma in that dtype. For a
+    bfloat16 model that is the reference's rounding (torch's own RMSNorm multiplies by gamma before rounding:
+    a bit apart, which 30 layers turn into visible differences); for float32 it is the same computation."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        eps = self.eps if self.eps is not None else torch.finfo(x.dtype).eps
+        wide = x.float() if x.dtype in HALF_PRECISION else x
+        normalised = (wide * torch.rsqrt(wide.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
+        return normalised if self.weight is None else self.weight * normalised
+
+
 def make_norm(cfg: BlockConfig) -> nn.Module:
+    """The block's norm. LayerNorm is torch's: for bfloat16 and float16 inputs its kernels compute in float32 and
+    round once, as transformers' models (which use the same module) do; RMSNorm is `RMSNorm` above."""
     if cfg.norm_type == "rmsnorm":
-        return nn.RMSNorm(cfg.d_model, eps=cfg.ln_eps)
+        return RMSNorm(cfg.d_model, eps=cfg.ln_eps)
     return nn.LayerNorm(cfg.d_model, eps=cfg.ln_eps)
 
 
@@ -175,8 +190,8 @@ class MultiHeadAttention(nn.Module):
         self.W_v = nn.Linear(d_model, self.n_kv_heads * d_head, bias=bias)
         self.W_o = nn.Linear(n_heads * d_head, d_model, bias=bias if out_bias is None else out_bias)
         # Qwen3 normalises each head's q and k (over d_head) before the rotation.
-        self.q_norm = nn.RMSNorm(d_head, eps=qk_norm_eps) if qk_norm_eps is not None else None
-        self.k_norm = nn.RMSNorm(d_head, eps=qk_norm_eps) if qk_norm_eps is not None else None
+        self.q_norm = RMSNorm(d_head, eps=qk_norm_eps) if qk_norm_eps is not None else None
+        self.k_norm = RMSNorm(d_head, eps=qk_norm_eps) if qk_norm_eps is not None else None
         if rotary:
             self.hook_q_pre_rope, self.hook_k_pre_rope = HookPoint(), HookPoint()
         self.rotary = rotary
@@ -379,12 +394,14 @@ class TextEmbedding(nn.Module):
         if self.scale != 1.0:
             tok = tok * self.scale
         x = self.hook_tok(tok)
-        if self.pos is not None:
-            x = x + self.hook_pos(self.pos(T, offset).expand(B, T, -1))  # a view: no copy per batch row
+        pos = self.hook_pos(self.pos(T, offset).expand(B, T, -1)) if self.pos is not None else None  # a view
+        # Segments are added before positions, as BERT adds them: in bfloat16 the order of the sums shows.
         if self.segment is not None:
             if token_type_ids is None:
                 token_type_ids = torch.zeros_like(ids)
             x = x + self.hook_segment(self.segment(token_type_ids))
+        if pos is not None:
+            x = x + pos
         if self.ln is not None:
             x = self.ln(x)
         return self.hook_out(x)
@@ -431,7 +448,8 @@ def text_embedding(
 
 class LMHead(nn.Module):
     """Next-token logits from the final hidden states: h W_U (+ b), W_U often the token embedding itself.
-    Hook: logits (B, T, vocab)."""
+    Hook: logits (B, T, vocab), float32 whatever the model's dtype (the product in the model's dtype, then
+    widened, as transformers' generate and loss widen them: a softmax over 50,000 bfloat16 logits is coarse)."""
 
     def __init__(self, d_model: int, vocab_size: int, bias: bool = False) -> None:
         super().__init__()
@@ -439,7 +457,7 @@ class LMHead(nn.Module):
         self.hook_logits = HookPoint()
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.hook_logits(self.unembed(hidden))
+        return self.hook_logits(self.unembed(hidden).float())
 
 
 EmbeddingT = TypeVar("EmbeddingT", bound=nn.Module)

@@ -83,6 +83,20 @@ def patchify(images: torch.Tensor, patch_size: int) -> torch.Tensor:
     return x.reshape(B, (H // P) * (W // P), C * P * P)  # (B, N, C*P*P)
 
 
+def images_input(images: torch.Tensor, config: ViTConfig, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """A batch of preprocessed images (B, C, H, W) checked against `config` (shape, floats, finite: one check for
+    the whole batch, so a GPU batch waits once) and moved to `device` and `dtype` in one copy."""
+    expected = (config.n_channels, *config.image_hw)
+    if images.dim() != 4 or tuple(images.shape[1:]) != expected:
+        shape = tuple(images.shape[1:]) if images.dim() == 4 else tuple(images.shape)
+        raise ValueError(f"expected one preprocessed image of shape {expected} (C, H, W), got {shape}")
+    if not images.is_floating_point():
+        raise ValueError("the image tensor must hold floats (normalised pixel values)")
+    if not bool(torch.isfinite(images).all()):
+        raise ValueError("the image tensor holds NaN or infinite values")
+    return images.to(device=device, dtype=dtype)
+
+
 def image_input(
     image: torch.Tensor | np.ndarray, config: ViTConfig, device: torch.device, dtype: torch.dtype
 ) -> torch.Tensor:
@@ -90,14 +104,10 @@ def image_input(
     t = torch.as_tensor(np.asarray(image) if not isinstance(image, torch.Tensor) else image)
     if t.dim() == 4 and t.shape[0] == 1:
         t = t[0]
-    expected = (config.n_channels, *config.image_hw)
-    if t.dim() != 3 or tuple(t.shape) != expected:
+    if t.dim() != 3:
+        expected = (config.n_channels, *config.image_hw)
         raise ValueError(f"expected one preprocessed image of shape {expected} (C, H, W), got {tuple(t.shape)}")
-    if not t.is_floating_point():
-        raise ValueError("the image tensor must hold floats (normalised pixel values)")
-    if not bool(torch.isfinite(t).all()):
-        raise ValueError("the image tensor holds NaN or infinite values")
-    return t.to(device=device, dtype=dtype).unsqueeze(0)  # (1, C, H, W)
+    return images_input(t.unsqueeze(0), config, device, dtype)
 
 
 def patch_labels(config: ViTConfig) -> tuple[str, ...]:
@@ -149,7 +159,7 @@ class ClassHead(nn.Module):
         logits = self.classifier(x[:, 0])  # (B, n_classes) from the class token
         if self.dist_classifier is not None:
             logits = (logits + self.dist_classifier(x[:, 1])) / 2
-        return self.hook_logits(logits)
+        return self.hook_logits(logits.float())  # float32 whatever the model's dtype, as every head's logits
 
 
 class ViT(VisionModel[ViTConfig]):
@@ -229,5 +239,5 @@ class ViT(VisionModel[ViTConfig]):
         batch = torch.as_tensor(images)
         if batch.dim() != 4 or batch.shape[0] == 0:
             raise ValueError(f"expected a batch of images (B, C, H, W), got shape {tuple(batch.shape)}")
-        x = torch.cat([self._image(image) for image in batch])  # each image checked like trace() does
+        x = images_input(batch, self.config, self.device, self.dtype)  # checked as trace() checks one
         return self._trace_batch(lambda: self(x), keep, x.shape[0], **self._trace_fields())

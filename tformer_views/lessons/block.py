@@ -28,7 +28,7 @@ from tformer_core.models.base import TracedModel
 from tformer_core.models.kinds import CausalLM, EncoderModel
 from tformer_core.models.layers import BlockConfig
 from tformer_core.models.weights import AttentionWeights, NormWeights
-from tformer_core.trace import Trace, to_numpy
+from tformer_core.trace import Trace, to_host, to_numpy
 
 from ..seq2seq import Translation, translate
 from ..tokens import display_tokens
@@ -355,8 +355,8 @@ def _attention_inputs(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None, str]:
     """(query input, keys' and values' input [n_k, d], allowed [n_k] or None, bias or None, where K, V come from)."""
     prefix = f"{stack}.{layer}.{'attn' if part == 'attn' else 'cross_attn'}"
-    mask = trace.activations.get(f"{prefix}.mask")
-    allowed = None if mask is None else np.asarray(mask[0, token], dtype=bool)
+    mask = trace.tensor(f"{prefix}.mask")[0, token] if f"{prefix}.mask" in trace else None
+    allowed = None if mask is None else np.asarray(to_host([mask])[0], dtype=bool)
     if part == "cross":
         return stream_in, _rows(trace, "encoder.out"), allowed, None, "the encoder's output"
     keys = norm_of(_rows(trace, f"{stack}.{layer}.resid_pre"))  # every token's input, normed for pre-norm

@@ -33,7 +33,7 @@ from tformer_core.models.positional import (
     rope_scores,
     sinusoidal_encoding,
 )
-from tformer_core.trace import Trace, to_numpy
+from tformer_core.trace import Trace, to_host, to_numpy
 
 MAX_PE_POSITIONS = 512
 MAX_PE_D_MODEL = 1024
@@ -172,12 +172,12 @@ class EmbeddingSum:
 def embedding_sum(trace: Trace, base: float = 10000.0) -> EmbeddingSum:
     """The input embeddings of a traced sentence, split into their parts, with the sinusoidal alternative."""
     stack = trace.main_stack
-    tok = np.asarray(trace[f"{stack}.embed.tok"], dtype=np.float64)
     if f"{stack}.embed.pos" not in trace:
         raise InputError("this model adds no absolute position embeddings")
-    pos = np.asarray(trace[f"{stack}.embed.pos"], dtype=np.float64)
-    seg_name = f"{stack}.embed.segment"
-    segment = np.asarray(trace[seg_name], dtype=np.float64) if seg_name in trace else np.zeros_like(tok)
+    names = [f"{stack}.embed.{part}" for part in ("tok", "pos", "segment")]
+    parts = [np.asarray(a, dtype=np.float64) for a in trace.fetch(*(n for n in names if n in trace))]  # one transfer
+    tok, pos = parts[0], parts[1]
+    segment = parts[2] if len(parts) == 3 else np.zeros_like(tok)
     sinus = sinusoidal_encoding(tok.shape[0], tok.shape[1], base)
     return EmbeddingSum(tuple(trace.tokens), tok, pos, segment, tok + pos + segment, sinus, tok + sinus)
 
@@ -373,8 +373,9 @@ def sentence_qk(trace: Trace, layer: int, head: int, q_token: int, k_token: int)
     for name, token in (("query", q_token), ("key", k_token)):
         if not 0 <= token < n:
             raise InputError(f"the {name} token must be 0 to {n - 1}, got {token}")
-    q = np.asarray(trace.block("q_pre_rope", layer, head)[q_token], dtype=np.float64)
-    k = np.asarray(trace.block("k_pre_rope", layer, head)[k_token], dtype=np.float64)
+    q_row = trace.block_tensor("q_pre_rope", layer, head)[q_token]
+    k_row = trace.block_tensor("k_pre_rope", layer, head)[k_token]
+    q, k = (np.asarray(a, dtype=np.float64) for a in to_host([q_row, k_row]))  # one transfer
     return q, k
 
 
@@ -413,10 +414,8 @@ def model_agreement(trace: Trace, layer: int, head: int, setting: RotarySetting)
     """The largest difference, over every query and key of the sentence, between the model's own q . k (its
     q and k after its rotation, as its scores multiply them) and `rope_scores` of its q and k before the
     rotation at their positions (0..n-1): how exactly the formula on the page is what the model computes."""
-    q_pre = np.asarray(trace.block("q_pre_rope", layer, head), dtype=np.float64)
-    k_pre = np.asarray(trace.block("k_pre_rope", layer, head), dtype=np.float64)
-    q_rot = np.asarray(trace.block("q", layer, head), dtype=np.float64)
-    k_rot = np.asarray(trace.block("k", layer, head), dtype=np.float64)
+    parts = [trace.block_tensor(part, layer, head) for part in ("q_pre_rope", "k_pre_rope", "q", "k")]
+    q_pre, k_pre, q_rot, k_rot = (np.asarray(a, dtype=np.float64) for a in to_host(parts))  # one transfer
     n = len(q_pre)
     positions = np.arange(n)
     ours = (
