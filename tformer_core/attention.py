@@ -62,6 +62,12 @@ def attention_logits(
 HALF_PRECISION = (torch.float16, torch.bfloat16)
 
 
+def widened(logits: torch.Tensor) -> torch.Tensor:
+    """A head's logits at least in float32: half-precision logits widened (as transformers widens them before a
+    softmax over a vocabulary), float32 and float64 ones as they are."""
+    return logits.float() if logits.dtype in HALF_PRECISION else logits
+
+
 def attention_weights(logits: torch.Tensor, allowed: torch.Tensor | None = None) -> torch.Tensor:
     """Row-wise softmax of the logits, in the logits' dtype. Half-precision logits (bfloat16, float16) are
     exponentiated and summed in float32 and the weights rounded back once, as transformers' reference models do

@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..attention import widened
 from ..capture import HookPoint, NameFilter
 from ..errors import InputError
 from ..numerics import head_scores
@@ -210,7 +211,7 @@ class MaskedLMHead(nn.Module):
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         logits = self.unembed(self.ln(self.act(self.transform(hidden))))  # (B, T, vocab)
-        return self.hook_logits(logits.float())  # float32 whatever the model's dtype (see layers.LMHead)
+        return self.hook_logits(widened(logits))  # at least float32 (see layers.LMHead)
 
 
 class SequenceClassifierHead(nn.Module):
@@ -231,7 +232,7 @@ class SequenceClassifierHead(nn.Module):
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         pooled = self.hook_pooled(self.act(self.pool(hidden[:, 0])))  # (B, D): the first token only
-        return self.hook_logits(self.classify(pooled).float())  # (B, n_labels), float32 as every head's logits
+        return self.hook_logits(widened(self.classify(pooled)))  # (B, n_labels), at least float32
 
 
 def class_scores(trace: Trace) -> list[tuple[str, float]]:

@@ -29,6 +29,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
+from ..attention import widened
 from ..capture import NameFilter, any_of, matching
 from ..errors import InputError
 from ..generation import Generation, GenerationSettings, Sampling, traced_steps
@@ -201,7 +202,7 @@ def head_logits(out: Any, config: TransformersConfig) -> dict[str, torch.Tensor]
     """{"head.logits": ...} when the model's head is one the core shows, else {}."""
     if config.head is None or getattr(out, "logits", None) is None:
         return {}
-    return {"head.logits": out.logits[0].detach().float()}  # float32 whatever the model's dtype, as ours
+    return {"head.logits": widened(out.logits[0].detach())}  # at least float32, as ours
 
 
 class TransformersEncoder(TransformersModel, EncoderModel[TransformersConfig]):

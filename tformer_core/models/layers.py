@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..attention import HALF_PRECISION, attention_logits, attention_weights, grouped_matmul
+from ..attention import HALF_PRECISION, attention_logits, attention_weights, grouped_matmul, widened
 from ..capture import HookPoint
 from .positional import RelativePositionBias, Rope, RotaryEmbedding, apply_rotary, make_positions
 
@@ -448,8 +448,9 @@ def text_embedding(
 
 class LMHead(nn.Module):
     """Next-token logits from the final hidden states: h W_U (+ b), W_U often the token embedding itself.
-    Hook: logits (B, T, vocab), float32 whatever the model's dtype (the product in the model's dtype, then
-    widened, as transformers' generate and loss widen them: a softmax over 50,000 bfloat16 logits is coarse)."""
+    Hook: logits (B, T, vocab), float32 for a half-precision model (the product in the model's dtype, then
+    widened, as transformers' generate and loss widen them: a softmax over 50,000 bfloat16 logits is coarse);
+    a float32 or float64 model's own dtype otherwise."""
 
     def __init__(self, d_model: int, vocab_size: int, bias: bool = False) -> None:
         super().__init__()
@@ -457,7 +458,7 @@ class LMHead(nn.Module):
         self.hook_logits = HookPoint()
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.hook_logits(self.unembed(hidden).float())
+        return self.hook_logits(widened(self.unembed(hidden)))
 
 
 EmbeddingT = TypeVar("EmbeddingT", bound=nn.Module)

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..attention import widened
 from ..capture import HookPoint, NameFilter
 from ..inputs.preprocessing import ImagePreprocessing
 from ..trace import Trace
@@ -159,7 +160,7 @@ class ClassHead(nn.Module):
         logits = self.classifier(x[:, 0])  # (B, n_classes) from the class token
         if self.dist_classifier is not None:
             logits = (logits + self.dist_classifier(x[:, 1])) / 2
-        return self.hook_logits(logits.float())  # float32 whatever the model's dtype, as every head's logits
+        return self.hook_logits(widened(logits))  # at least float32, as every head's logits
 
 
 class ViT(VisionModel[ViTConfig]):
