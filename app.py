@@ -9,7 +9,7 @@ import os
 
 import streamlit as st
 
-from tformer_app import presenter
+from tformer_app import classroom, presenter
 from tformer_app.page import count_visit, device_summary, models_summary
 
 st.set_page_config(
@@ -40,15 +40,18 @@ if os.environ.get("TFORMER_ADMIN", "").strip() == "1":  # for whoever runs the s
 navigation = st.navigation(PAGES)
 BY_PATH = {page.url_path: page for section in PAGES.values() for page in section}
 presenter.keys(BY_PATH)  # a slide the keys or a button asked for opens here, before any page runs
+classroom.before(BY_PATH)  # a class session: a join link, or the lecturer's view opened on a student's page
 count_visit(navigation.url_path)
 
 with st.sidebar:
     presenter.switch()
+    class_status = classroom.sidebar()
     st.caption(device_summary())
     models_line = st.empty()  # filled after the page ran, so it lists the model the page just loaded
     slides = st.container()  # after the page ran: a slide is the page's view as its link holds it
 presenter.style()
 presenter.bar(navigation.url_path, BY_PATH)  # presenter mode: every page, the slides, the way out
+class_box = st.container()  # after the page ran: the class's question and answers, above the page
 
 try:
     navigation.run()
@@ -56,3 +59,4 @@ finally:
     models_line.caption(models_summary())
     with slides:
         presenter.deck(navigation.url_path, navigation.title, BY_PATH)
+    classroom.after(class_box, class_status, navigation.url_path)

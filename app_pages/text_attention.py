@@ -18,7 +18,7 @@ import streamlit as st
 
 import tformer_core as tc
 from tformer_app import attention_panel as panel
-from tformer_app import caches, downloads, presenter
+from tformer_app import caches, classroom, downloads, presenter
 from tformer_app.markdown import escape
 from tformer_app.page import (
     DECODER_MODEL_SUGGESTIONS,
@@ -30,6 +30,7 @@ from tformer_app.page import (
 )
 from tformer_app.url import UrlState, int_key
 from tformer_app.widgets import choose_model, kind_of, short_name
+from tformer_views import classroom as classroom_questions
 from tformer_views import generation as gen
 from tformer_views import search
 from tformer_views import text as tv
@@ -134,8 +135,7 @@ def page(url: UrlState) -> None:
     if trace is None:
         return
 
-    tokens = trace.tokens
-    labels = display_tokens(tokens)
+    tokens, labels = trace.tokens, display_tokens(trace.tokens)
     box = settings if settings is not None else st
     kind = "decoder-only (causal)" if trace.kind == "decoder" else "encoder (bidirectional)"
     d_head = f" · d_head = {trace.q(0, 0).shape[1]}" if panel.has_qkv(trace, trace.main_stack) else ""
@@ -157,6 +157,7 @@ def page(url: UrlState) -> None:
     )
     if settings is None:
         say_the_lecture_head(found, trace, c, labels)
+    classroom.offer(lambda: classroom_questions.from_trace(trace, c.stack, c.layer, c.head, c.query, labels))
     if trace.kind == "decoder":
         box.caption(
             "Causal mask: each token attends only to itself and the tokens before it; "

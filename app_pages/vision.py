@@ -13,13 +13,14 @@ from dataclasses import dataclass
 import pandas as pd
 import streamlit as st
 
-from tformer_app import caches, downloads, patch_embedding, presenter
+from tformer_app import caches, classroom, downloads, patch_embedding, presenter
 from tformer_app import vision_inputs as vi
 from tformer_app.events import clicked_patch
 from tformer_app.markdown import escape
 from tformer_app.page import run_page, run_safely
 from tformer_app.url import UrlState
 from tformer_core.models.base import TracedModel
+from tformer_views import classroom as classroom_questions
 from tformer_views import distance
 from tformer_views import vision as vv
 from tformer_views.charts.attention import distance_chart
@@ -210,6 +211,7 @@ def show_query_picker(url: UrlState, result: vv.VisionResult, choice: AttentionC
     grid = vv.attention_map(trace, choice.layer, choice.head, choice.patch)
     picture = overlay(result.image, grid, alpha=choice.alpha, smooth=choice.smooth)
     who = describe_query(result, choice.patch)
+    classroom.offer(lambda: classroom_questions.vision_questions(grid, choice.layer, choice.head, who))
     head_name = "mean of the heads" if choice.head is None else f"head {choice.head}"
     left, right = st.columns([1, 1])
     with left:

@@ -23,30 +23,27 @@ import hmac
 import io
 import json
 import logging
-import math
 import os
 import secrets
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any, Protocol
+
+from tformer_views.classroom import ClassError, Question, check_question, histogram, parse_answer
 
 log = logging.getLogger("tformer_app")
 
-KINDS = ("token", "patch", "head", "number")
 CODE_ALPHABET = "ABCDEFGHJKMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I/L: read off a projector at the back of a room
 CODE_LENGTH = 6
 PREFIX = "tformer:class:"
-MAX_PROMPT = 300  # characters of a question
-MAX_CHOICES = 1024  # tokens of a sentence, patches of a picture, heads of a model
 MAX_NAME = 40  # characters of a student's chosen name
 MAX_QUESTIONS = 200  # per session
 MAX_PARAMS = 6000  # characters of a view's query parameters (a link's limit, tformer_app.url.MAX_LINK)
 
 
-class ClassError(ValueError):
-    """What a lecturer or a student is told (a code that expired, an answer out of range, too many requests)."""
+__all__ = ["ClassError", "ClassStore", "Question", "View", "check_question", "histogram", "parse_answer"]
 
 
 # ---- settings: the one place TFORMER_REDIS_URL and the class's limits are read ---------------------------------
@@ -251,86 +248,6 @@ class View:
     params: dict[str, str]
     slide: int | None = None
     version: int = 0
-
-
-@dataclass(frozen=True)
-class Question:
-    """A question tied to a view. choices: what an answer picks from (tokens; patches "row,col"; heads
-    "layer,head"), empty for a number, which lies in lo..hi. answer: the model's answer (a choice's index, or
-    the number), shown to students only once revealed."""
-
-    kind: str
-    prompt: str
-    choices: list[str] = field(default_factory=list)
-    answer: float | int | None = None
-    lo: float = 0.0
-    hi: float = 1.0
-    grid: tuple[int, int] | None = None  # patches: (rows, cols); heads: (layers, heads)
-    page: str = ""
-    params: dict[str, str] = field(default_factory=dict)
-    qid: int = 0
-    revealed: bool = False
-    closed: bool = False
-
-    def label(self, value: float | int) -> str:
-        """An answer as the class reads it: the token or patch or head it picks, or the number."""
-        if self.kind == "number":
-            return f"{float(value):.4g}"
-        return self.choices[int(value)]
-
-
-def check_question(q: Question) -> Question:
-    """The question as asked, or ClassError: a known kind, a short prompt, choices that fit, an answer among them."""
-    if q.kind not in KINDS:
-        raise ClassError(f"a question is one of {', '.join(KINDS)}, not {q.kind!r}")
-    prompt = " ".join(str(q.prompt).split())
-    if not prompt or len(prompt) > MAX_PROMPT:
-        raise ClassError(f"a question needs a prompt of 1 to {MAX_PROMPT} characters")
-    if q.kind == "number":
-        if not (math.isfinite(q.lo) and math.isfinite(q.hi) and q.lo < q.hi):
-            raise ClassError("a number question needs a range lo < hi")
-        if q.answer is not None and not (math.isfinite(float(q.answer)) and q.lo <= float(q.answer) <= q.hi):
-            raise ClassError("the model's number is outside the question's range")
-    else:
-        if not 1 <= len(q.choices) <= MAX_CHOICES:
-            raise ClassError(f"a {q.kind} question needs 1 to {MAX_CHOICES} choices")
-        if q.answer is not None and not (float(q.answer).is_integer() and 0 <= int(q.answer) < len(q.choices)):
-            raise ClassError("the model's answer is not one of the choices")
-    choices = [str(c)[:80] for c in q.choices]
-    return Question(**{**asdict(q), "prompt": prompt, "choices": choices})
-
-
-def parse_answer(q: Question, raw: str) -> float | int:
-    """A student's answer, checked against the question: a choice's index, or a finite number in lo..hi."""
-    text = str(raw).strip()[:40]
-    try:
-        value = float(text)
-    except ValueError:
-        raise ClassError("an answer is a number") from None
-    if not math.isfinite(value):
-        raise ClassError("an answer is a finite number")
-    if q.kind == "number":
-        if not q.lo <= value <= q.hi:
-            raise ClassError(f"the answer must lie between {q.lo:g} and {q.hi:g}")
-        return value
-    if not value.is_integer() or not 0 <= value < len(q.choices):
-        raise ClassError("that is not one of the choices")
-    return int(value)
-
-
-def histogram(q: Question, values: Sequence[float | int], bins: int = 10) -> list[tuple[str, int]]:
-    """(label, count) for the class's answers: every choice in order (zeros included), or a number's range cut
-    into `bins` equal bins (a value on a bin's upper edge counts in the next one; the last bin includes hi)."""
-    if q.kind != "number":
-        counts = [0] * len(q.choices)
-        for v in values:
-            counts[int(v)] += 1
-        return list(zip(q.choices, counts))
-    width = (q.hi - q.lo) / bins
-    counts = [0] * bins
-    for v in values:
-        counts[min(int((float(v) - q.lo) / width), bins - 1)] += 1
-    return [(f"{q.lo + i * width:.3g}–{q.lo + (i + 1) * width:.3g}", c) for i, c in enumerate(counts)]
 
 
 def _digest(secret: str) -> str:
