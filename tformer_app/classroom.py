@@ -21,10 +21,11 @@ from urllib.parse import urlsplit
 
 import streamlit as st
 
-from tformer_views.classroom import ClassError, Question, answer_chart
+from tformer_views.classroom import ClassError, Question, answer_chart, patch_answer_picker
 
 from . import presenter
 from .class_store import ClassStore, View, open_store
+from .events import clicked_patch
 from .markdown import escape
 from .url import PRESENT_PARAM, forget_pages
 
@@ -41,6 +42,7 @@ SENT = "_tformer.class.sent"  # the lecturer's view last published
 OFFER = "_tformer.class.offer"  # the questions this run's page offered
 ANSWERED = "_tformer.class.answered"  # question id -> the student's answer (their own screen only)
 MESSAGE = "_tformer.class.message"  # a refusal to say once (a code that expired, a second answer)
+SHOW_CODE = "_tformer.class.show_code"  # the lecturer's: the join code and QR above the page, for the projector
 CLASS_PARAM = "class"  # a join link: /?class=K7M2QX
 POLL_S = 0.5  # how often a student's page asks whether the lecturer moved (a follow within 1 s)
 
@@ -179,7 +181,8 @@ def _lecturer_sidebar() -> None:
     st.markdown(f"Join code **{escape(code)}** · {students} student{'s' if students != 1 else ''}")
     link = join_link(code)
     st.code(link, language=None)
-    st.html(f'<div class="tformer-qr" aria-label="QR code of the join link">{qr_svg(link, 4)}</div>')
+    st.image(qr_svg(link, 4), caption="Scan to join")
+    st.checkbox("Show the join code above the page", value=True, key=SHOW_CODE)
     st.caption("Your page and view are the class's. Questions and answers appear above your page.")
     names = st.checkbox("Students' chosen names in the export", key="_tformer.class.names")
     st.download_button(
@@ -307,6 +310,8 @@ def _lecturer_panel() -> None:
     except ClassError:
         return
     offered: list[Question] = st.session_state.get(OFFER, [])
+    if st.session_state.get(SHOW_CODE, True):
+        _join_banner(sid)
     if current is not None:
         _projector(sid, current.qid)
     if not offered:
@@ -319,7 +324,20 @@ def _lecturer_panel() -> None:
                 st.button("Ask", key=f"_tformer.class.ask.{i}", on_click=_ask, args=(q,))
 
 
+def _join_banner(sid: str) -> None:
+    """The join code in large type and the QR code, for the class to read off the projector."""
+    try:
+        code = store().code(sid)
+    except ClassError:
+        return
+    left, right = st.columns([1, 4], vertical_alignment="center")
+    left.image(qr_svg(join_link(code), 6), caption="Scan to join")
+    right.markdown(f"## Join the class: code **{escape(code)}**")
+    right.markdown(f"Open {escape(join_link(code))} or type the code in the sidebar's *Class session*.")
+
+
 def _ask(q: Question) -> None:
+    st.session_state[SHOW_CODE] = False  # the question takes the projector's first screen (the box brings it back)
     try:
         store().ask(st.session_state[SID], st.session_state[SECRET], q)
     except ClassError as error:
@@ -414,6 +432,12 @@ def _answer_widget(q: Question) -> None:
             )
             st.form_submit_button("Answer", on_click=_submit_number, args=(q,))
         return
+    if q.kind == "patch" and q.grid:
+        st.caption("Click a patch of the picture on the projector (rows from the top, columns from the left).")
+        st.vega_lite_chart(
+            patch_answer_picker(q), key=key, on_select=lambda: _submit_patch(q, key), selection_mode="patch"
+        )
+        return
     options = list(range(len(q.choices)))
     label = {"token": "Click a token", "head": "Click a head", "patch": "Click a patch"}[q.kind]
     st.pills(label, options, key=key, format_func=lambda i: q.choices[i], on_change=_submit_choice, args=(q, key))
@@ -423,6 +447,12 @@ def _submit_choice(q: Question, key: str) -> None:
     value = st.session_state.get(key)
     if value is not None:
         _submit(q, str(value))
+
+
+def _submit_patch(q: Question, key: str) -> None:
+    patch = clicked_patch(st.session_state.get(key))
+    if patch is not None:
+        _submit(q, str(patch))
 
 
 def _submit_number(q: Question) -> None:

@@ -176,7 +176,7 @@ def answer_chart(q: Question, counts: Sequence[int], revealed: bool, scale: floa
         "mark": {"type": "bar", "stroke": "#0066ff"},
         "encoding": {
             "x": {"field": "choice", "type": "nominal", "sort": None, "title": None,
-                  "axis": {**font, "labelAngle": -40, "labelLimit": 160}},
+                  "axis": {**font, "labelAngle": -40, "labelLimit": 160, "labelOverlap": False}},
             "y": {"field": "answers", "type": "quantitative", "title": "answers", "axis": {**font, "tickMinStep": 1}},
             "color": {"condition": {"test": "datum.model", "value": "#0066ff"}, "value": "#f28e2b"},
             "strokeWidth": {"condition": {"test": "datum.model", "value": 3}, "value": 0},
@@ -189,14 +189,21 @@ def answer_chart(q: Question, counts: Sequence[int], revealed: bool, scale: floa
         "encoding": {"x": {"field": "choice", "type": "nominal", "sort": None}, "y": {"field": "answers",
                      "type": "quantitative"}, "text": {"field": "answers"}},
     }  # fmt: skip
+    model = {  # the model's answer named above its bar (a bar of 0 answers is no bar)
+        "mark": {"type": "text", "dy": round(-26 * scale), "fontSize": round(14 * scale), "fontWeight": "bold",
+                 "color": "#0066ff"},
+        "transform": [{"filter": "datum.model"}],
+        "encoding": {"x": {"field": "choice", "type": "nominal", "sort": None}, "y": {"field": "answers",
+                     "type": "quantitative"}, "text": {"value": "▼ the model"}},
+    }  # fmt: skip
     return {
         "$schema": "https://vega.github.io/schema/vega-lite/v6.json",
         "title": "Class answers",
         "data": {"name": "answers"},
         "datasets": {"answers": pd.DataFrame(values)},
-        "width": min(900, max(240, round(34 * scale) * len(values))),
+        "width": min(1100, max(240, round(40 * scale) * len(values))),
         "height": round(220 * scale),
-        "layer": [bars, text],
+        "layer": [bars, text, model],
     }
 
 
@@ -233,4 +240,35 @@ def _grid_chart(q: Question, counts: Sequence[int], answer: float | int | None, 
         },
         "layer": layers,
         "config": {"legend": font},
+    }
+
+
+def patch_answer_picker(q: Question, cell: int = 24) -> dict:
+    """A patch question's answer, clicked: the picture's grid of patches (rows x cols cells) as a Vega-Lite spec
+    with the selection parameter "patch" (field "patch": the row-major index), as `charts.pickers.patch_picker`."""
+    rows, cols = q.grid or (1, len(q.choices))
+    r, c = np.divmod(np.arange(rows * cols), cols)
+    cells = pd.DataFrame({"patch": np.arange(rows * cols), "row": r, "col": c, "label": q.choices[: rows * cols]})
+    hover = {"condition": {"param": "hover", "empty": False, "value": "#f28e2b"}, "value": "#e8e8e8"}
+    return {
+        "$schema": "https://vega.github.io/schema/vega-lite/v6.json",
+        "title": "Click a patch",
+        "data": {"name": "cells"},
+        "datasets": {"cells": cells},
+        "width": cell * cols,
+        "height": cell * rows,
+        "mark": {"type": "rect", "stroke": "#fff", "strokeWidth": 1, "cursor": "pointer"},
+        "encoding": {
+            "x": {"field": "col", "type": "ordinal", "title": "column"},
+            "y": {"field": "row", "type": "ordinal", "title": "row"},
+            "fill": hover,
+            "tooltip": [{"field": "label", "title": "patch"}],
+        },
+        "params": [
+            {"name": "patch", "select": {"type": "point", "fields": ["patch"], "on": "click"}},
+            {
+                "name": "hover",
+                "select": {"type": "point", "fields": ["patch"], "on": "pointerover", "clear": "pointerout"},
+            },
+        ],
     }

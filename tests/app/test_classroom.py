@@ -46,7 +46,8 @@ def room():
     code = open_store().code(sid)
     link = next(c.value for c in lecturer.sidebar.code)
     assert link.endswith(f"/?class={code}")
-    assert any("<svg" in h.proto.body for h in lecturer.get("html"))  # the QR code, drawn as SVG
+    assert [i.captions for i in lecturer.sidebar.get("image")] == [["Scan to join"]]  # the QR code
+    assert f"## Join the class: code **{code}**" in [m.value for m in lecturer.markdown]  # big, for the projector
     students = [ok(app(**{"class": code})) for _ in range(2)]
     return lecturer, students, sid
 
