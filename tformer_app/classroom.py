@@ -299,7 +299,10 @@ def _notice_fork(page_path: str) -> None:
     if applied is None:
         return
     mine = _current_view(page_path)
-    if (mine.page, mine.params) != (applied.page, applied.params):
+    # Only what the lecturer's link set counts: a setting the link leaves out may have a default of this session's.
+    changed = [k for k, v in applied.params.items() if k in mine.params and mine.params[k] != v]
+    if mine.page != applied.page or changed:
+        log.info("a student forked: page %r -> %r, settings changed: %s", applied.page, mine.page, changed)
         st.session_state[FOLLOWING] = False
 
 

@@ -49,6 +49,7 @@ def test_a_lecturer_and_three_students(server_url, browser, screenshots):
 
         choose(lecturer, "Head", "5")
         for s in students:
+            expect(s.get_by_test_id("stSidebar")).to_contain_text("Following the lecturer")  # not forked by itself
             wait_for_url(s, "layer=2", "head=5")
             wait_for_text(s, "Heatmap · layer 2, head 5")
 
