@@ -165,3 +165,21 @@ def test_a_wrong_code_is_said_and_the_app_goes_on():
     at = ok(app(**{"class": "NOPE99"}))
     assert classroom.SID not in at.session_state
     assert any("no class has this code" in w.value for w in at.sidebar.warning)
+
+
+def test_the_vision_page_offers_a_patch_question_with_the_models_answer(room):
+    lecturer, (ada, _), sid = room
+    lecturer.query_params.clear()  # the sidebar's link to the page carries no query (AppTest keeps the last one)
+    lecturer.switch_page("app_pages/vision.py").run()
+    ok(lecturer)
+    patch, number = lecturer.session_state[classroom.OFFER]
+    rows, cols = patch.grid
+    assert patch.kind == "patch" and len(patch.choices) == rows * cols and 0 <= patch.answer < rows * cols
+    assert patch.prompt.startswith("Which patch does the class token attend to most in layer")
+    assert number.kind == "number" and 0 < number.answer <= 1
+    ok(ada.run())  # a following student opens the Vision page too
+    assert ada.session_state[classroom.FOLLOWING] and open_store().view(sid).page == "vision"
+    ask(lecturer, "patch")
+    ok(ada.run())
+    picker = [c for c in ada.get("vega_lite_chart") if "Click a patch" in c.proto.spec]
+    assert len(picker) == 1 and '"patch"' in picker[0].proto.spec  # the grid's selection gives a patch index
