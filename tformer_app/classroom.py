@@ -14,6 +14,7 @@ never reaches the store: only the answer they click or type, checked, once per q
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -63,12 +64,34 @@ def _say(text: str) -> None:
     st.session_state[MESSAGE] = text
 
 
+UNREACHABLE = "The class session cannot be reached just now (the server's store); the page goes on and tries again."
+
+
+def guarded(action: Callable[..., Any]) -> Callable[..., Any]:
+    """`action`, which asks the store, as one that cannot take the page down: a store that fails (Redis restarting,
+    the network) is logged with its cause and said in one line, and the next run tries again."""
+
+    @functools.wraps(action)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return action(*args, **kwargs)
+        except ClassError:
+            raise
+        except Exception:
+            log.exception("class session: %s failed", action.__name__)
+            st.warning(UNREACHABLE)  # where the page is (a callback's: at the top of the next drawing)
+            return None
+
+    return run
+
+
 def _leave_class() -> None:
     for key in (SID, SECRET, STUDENT, FOLLOWING, APPLIED, FRESH, SEEN, SENT, ANSWERED):
         st.session_state.pop(key, None)
 
 
 # ---- before the page ----------------------------------------------------------------------------------------
+@guarded
 def before(pages: dict[str, Any]) -> None:
     """Join from a link's ?class=CODE, and open the lecturer's view on a following student's page when it moved.
     Call it in the shell after st.navigation and before the page runs. pages: url path -> st.Page."""
@@ -100,6 +123,7 @@ def before(pages: dict[str, Any]) -> None:
     st.switch_page(pages[view.page], query_params=params)
 
 
+@guarded
 def _join(code: str, name: str) -> None:
     try:
         sid, student = store().join(code, name)
@@ -145,6 +169,7 @@ def _join_clicked() -> None:
     _join(str(st.session_state.get("_tformer.class.code", "")), str(st.session_state.get("_tformer.class.name", "")))
 
 
+@guarded
 def _start() -> None:
     try:
         lecture = store().create()
@@ -170,6 +195,7 @@ def qr_svg(text: str, scale: int = 5) -> str:
     return segno.make(text, error="m").svg_inline(scale=scale, border=2, dark="#000", light="#fff")
 
 
+@guarded
 def _lecturer_sidebar() -> None:
     sid, secret = st.session_state[SID], st.session_state[SECRET]
     try:
@@ -198,6 +224,7 @@ def _lecturer_sidebar() -> None:
         st.button("End the session", key="_tformer.class.end", on_click=_end)
 
 
+@guarded
 def _renew() -> None:
     try:
         store().renew_code(st.session_state[SID], st.session_state[SECRET])
@@ -205,6 +232,7 @@ def _renew() -> None:
         _say(str(error))
 
 
+@guarded
 def _end() -> None:
     try:
         store().end(st.session_state[SID], st.session_state[SECRET])
@@ -257,6 +285,7 @@ def offer(questions: Callable[[], Sequence[Question]]) -> None:
 
 
 # ---- after the page -------------------------------------------------------------------------------------------
+@guarded
 def after(where: Any, status: Any, page_path: str) -> None:
     """The shell, after the page ran: the lecturer's view goes to the class, and the question panel is drawn in
     `where` (a container above the page): the lecturer's (ask, live answers, reveal) or a student's (answer).
@@ -339,6 +368,7 @@ def _join_banner(sid: str) -> None:
     right.markdown(f"Open {escape(join_link(code))} or type the code in the sidebar's *Class session*.")
 
 
+@guarded
 def _ask(q: Question) -> None:
     st.session_state[SHOW_CODE] = False  # the question takes the projector's first screen (the box brings it back)
     try:
@@ -348,6 +378,7 @@ def _ask(q: Question) -> None:
 
 
 @st.fragment(run_every=1.0)
+@guarded
 def _projector(sid: str, qid: int) -> None:
     """The question and the class's answers, live: a histogram over the tokens, or a heat over the patches or
     heads; the model's answer outlined beside them once revealed."""
@@ -382,6 +413,7 @@ def _projector(sid: str, qid: int) -> None:
             st.button("Close answers", key=f"_tformer.class.close.{qid}", on_click=_close, args=(qid,))
 
 
+@guarded
 def _reveal(qid: int) -> None:
     try:
         store().reveal(st.session_state[SID], st.session_state[SECRET], qid)
@@ -389,6 +421,7 @@ def _reveal(qid: int) -> None:
         _say(str(error))
 
 
+@guarded
 def _close(qid: int) -> None:
     try:
         store().close(st.session_state[SID], st.session_state[SECRET], qid)
@@ -446,18 +479,21 @@ def _answer_widget(q: Question) -> None:
     st.pills(label, options, key=key, format_func=lambda i: q.choices[i], on_change=_submit_choice, args=(q, key))
 
 
+@guarded
 def _submit_choice(q: Question, key: str) -> None:
     value = st.session_state.get(key)
     if value is not None:
         _submit(q, str(value))
 
 
+@guarded
 def _submit_patch(q: Question, key: str) -> None:
     patch = clicked_patch(st.session_state.get(key))
     if patch is not None:
         _submit(q, str(patch))
 
 
+@guarded
 def _submit_number(q: Question) -> None:
     value = st.session_state.get(f"_tformer.class.answer.{q.qid}.n")
     if value is None:
@@ -466,6 +502,7 @@ def _submit_number(q: Question) -> None:
     _submit(q, repr(float(value)))
 
 
+@guarded
 def _submit(q: Question, raw: str) -> None:
     try:
         value = store().answer(st.session_state[SID], q.qid, st.session_state[STUDENT], raw)
