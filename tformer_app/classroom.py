@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -43,6 +44,7 @@ SENT = "_tformer.class.sent"  # the lecturer's view last published
 OFFER = "_tformer.class.offer"  # the questions this run's page offered
 ANSWERED = "_tformer.class.answered"  # question id -> the student's answer (their own screen only)
 MESSAGE = "_tformer.class.message"  # a refusal to say once (a code that expired, a second answer)
+PAGE_FILES = "_tformer.class.pages"  # url path -> the page's file (st.switch_page takes it from a fragment)
 SHOW_CODE = "_tformer.class.show_code"  # the lecturer's: the join code and QR above the page, for the projector
 CLASS_PARAM = "class"  # a join link: /?class=K7M2QX
 POLL_S = 0.5  # how often a student's page asks whether the lecturer moved (a follow within 1 s)
@@ -86,7 +88,7 @@ def guarded(action: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _leave_class() -> None:
-    for key in (SID, SECRET, STUDENT, FOLLOWING, APPLIED, FRESH, SEEN, SENT, ANSWERED):
+    for key in (SID, SECRET, STUDENT, FOLLOWING, APPLIED, FRESH, SEEN, SENT, ANSWERED, PAGE_FILES):
         st.session_state.pop(key, None)
 
 
@@ -111,16 +113,26 @@ def before(pages: dict[str, Any]) -> None:
         _say(str(error))
         _leave_class()
         return
+    # The pages' files, for the poll to open the lecturer's page from its fragment (a path names a page there).
+    st.session_state[PAGE_FILES] = {
+        path: str(page._page) for path, page in pages.items() if isinstance(getattr(page, "_page", None), (str, Path))
+    }
+    if st.session_state.get(FOLLOWING, False) and view is not None and view.page in pages and _newer(view):
+        _open(view, pages[view.page])
+
+
+def _newer(view: View) -> bool:
     applied = st.session_state.get(APPLIED)
-    if not st.session_state.get(FOLLOWING, False):
-        return
-    if view is None or view.page not in pages or (applied is not None and applied.version >= view.version):
-        return
+    return applied is None or view.version > applied.version
+
+
+def _open(view: View, page: Any) -> None:
+    """Open the lecturer's view on this student's page (`page`: an st.Page, or its file)."""
     st.session_state[APPLIED] = view
     st.session_state[FRESH] = True
     forget_pages()  # the lecturer's link rules the page, as a deck's slide does
     params = dict(view.params) | ({PRESENT_PARAM: "1"} if presenter.presenting() else {})
-    st.switch_page(pages[view.page], query_params=params)
+    st.switch_page(page, query_params=params)
 
 
 @guarded
@@ -265,16 +277,24 @@ def _follow() -> None:
 
 @st.fragment(run_every=POLL_S)
 def _watch() -> None:
-    """Once every POLL_S: has the session moved (a view, a question, a reveal)? Then the whole page runs again."""
+    """Once every POLL_S: has the session moved (a view, a question, a reveal)? A new view of the lecturer's opens at
+    once from here (one run of the page, not the shell's run first); anything else runs the whole page again."""
     try:
-        version = store().version(st.session_state[SID])
+        sid = st.session_state[SID]
+        version = store().version(sid)
+        if version == st.session_state.get(SEEN):
+            return
+        view = store().view(sid) if st.session_state.get(FOLLOWING) else None
     except (ClassError, KeyError):
         return
     except Exception as error:  # the store is unreachable a moment: the page stays, the next poll tries again
         log.warning("class session poll failed: %s", error)
         return
-    if version != st.session_state.get(SEEN):
-        st.rerun(scope="app")
+    path = st.session_state.get(PAGE_FILES, {}).get(view.page) if view is not None else None
+    if path is not None and _newer(view):
+        st.session_state[SEEN] = version
+        _open(view, path)
+    st.rerun(scope="app")
 
 
 # ---- the page offers questions ------------------------------------------------------------------------------
