@@ -496,7 +496,8 @@ def _answer_widget(q: Question) -> None:
         return
     options = list(range(len(q.choices)))
     label = {"token": "Click a token", "head": "Click a head", "patch": "Click a patch"}[q.kind]
-    st.pills(label, options, key=key, format_func=lambda i: q.choices[i], on_change=_submit_choice, args=(q, key))
+    shown = [escape(c) for c in q.choices]  # a pill's label is Markdown: a token such as "**" or "[x](y)" stays text
+    st.pills(label, options, key=key, format_func=shown.__getitem__, on_change=_submit_choice, args=(q, key))
 
 
 @guarded

@@ -108,6 +108,7 @@ def test_a_token_question_is_answered_once_counted_and_revealed(room):
         ok(s.run())
         pills = s.get("button_group")[0]
         assert pills.label == "Click a token"
+        assert pills.proto.options[0].content == "\\[CLS\\]"  # a pill's label is Markdown: tokens are escaped
         pills.set_value(q.choices.index(token)).run()
         ok(s)
         assert f"Your answer: **{token}**" in [m.value for m in s.markdown]
