@@ -525,6 +525,10 @@ def _submit_number(q: Question) -> None:
 
 @guarded
 def _submit(q: Question, raw: str) -> None:
+    if q.qid in st.session_state.get(ANSWERED, {}):
+        # The same click told twice: a poll of the fragment that ran while the click's own run was under way carries
+        # the widget's new value too. The answer is in; a second "already answered" would only puzzle the student.
+        return
     try:
         value = store().answer(st.session_state[SID], q.qid, st.session_state[STUDENT], raw)
     except ClassError as error:

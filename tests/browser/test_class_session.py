@@ -78,6 +78,9 @@ def test_a_lecturer_and_three_students(server_url, browser, screenshots):
         for s in students:
             wait_for_text(s, f"The model's answer: {model}")
             assert_no_error(s)
+        students[0].screenshot(path=str(screenshots / "class_student_revealed.png"))
+        for s in students:  # one click, one answer, and no word of a second one
+            assert "answered this question already" not in s.inner_text("body")
         # One student's answers reach no other student: their pages show their own answer only.
         assert "Your answer: it" not in students[0].inner_text("body")
         assert_no_error(lecturer)
