@@ -7,7 +7,7 @@ own, without this shell (no sidebar, no page config), or show "Page not found" f
 
 import streamlit as st
 
-from tformer_app import admin, caches, logs, presenter
+from tformer_app import admin, caches, class_session, logs, presenter
 from tformer_app.page import count_visit, device_summary, models_summary
 
 logs.configure()  # once per process: the log's handlers, and every setting checked (bad ones logged)
@@ -49,15 +49,18 @@ if admin.served():  # for whoever runs the server: not in the sidebar, and it as
 navigation = st.navigation(PAGES)
 BY_PATH = {page.url_path: page for section in PAGES.values() for page in section}
 presenter.keys(BY_PATH)  # a slide the keys or a button asked for opens here, before any page runs
+class_session.before(BY_PATH)  # a class session: a join link, or the lecturer's view opened on a student's page
 count_visit(navigation.url_path)
 
 with st.sidebar:
     presenter.switch()
+    class_status = class_session.sidebar()
     st.caption(device_summary())
     models_line = st.empty()  # filled after the page ran, so it lists the model the page just loaded
     slides = st.container()  # after the page ran: a slide is the page's view as its link holds it
 presenter.style()
 presenter.bar(navigation.url_path, BY_PATH)  # presenter mode: every page, the slides, the way out
+class_box = st.container()  # after the page ran: the class's question and answers, above the page
 
 try:
     navigation.run()
@@ -65,3 +68,4 @@ finally:
     models_line.caption(models_summary())
     with slides:
         presenter.deck(navigation.url_path, navigation.title, BY_PATH)
+    class_session.after(class_box, class_status, navigation.url_path)

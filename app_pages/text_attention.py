@@ -17,7 +17,7 @@ import streamlit as st
 
 import tformer_core as tc
 from tformer_app import attention_panel as panel
-from tformer_app import caches, outputs, presenter
+from tformer_app import caches, class_session, outputs, presenter
 from tformer_app.markdown import escape
 from tformer_app.page import (
     DECODER_MODEL_SUGGESTIONS,
@@ -29,7 +29,7 @@ from tformer_app.page import (
 )
 from tformer_app.url import UrlState
 from tformer_app.widgets import choose_model, kind_of, short_name
-from tformer_views import search
+from tformer_views import class_questions, search
 from tformer_views import text as tv
 from tformer_views.tokens import display_tokens, plain_word, text_changes
 
@@ -158,6 +158,7 @@ def page(url: UrlState) -> None:
     )
     if settings is None:
         say_the_lecture_head(found, trace, c, labels)
+    class_session.offer(lambda: class_questions.from_trace(trace, c.stack, c.layer, c.head, c.query, labels))
     if trace.kind == "decoder":
         box.caption(
             "Causal mask: each token attends only to itself and the tokens before it; "

@@ -12,7 +12,7 @@ from collections.abc import Callable
 import pandas as pd
 import streamlit as st
 
-from tformer_app import caches, downloads, patch_embedding, presenter
+from tformer_app import caches, class_session, downloads, patch_embedding, presenter
 from tformer_app import vision_explain as explain
 from tformer_app import vision_inputs as vi
 from tformer_app.events import clicked_patch
@@ -21,6 +21,7 @@ from tformer_app.page import run_page, run_safely
 from tformer_app.url import UrlState
 from tformer_app.vision_explain import AttentionChoice
 from tformer_core.models.base import TracedModel
+from tformer_views import class_questions
 from tformer_views import vision as vv
 from tformer_views.charts.pickers import patch_picker
 from tformer_views.pictures import overlay, to_jpeg, to_png
@@ -200,6 +201,7 @@ def show_query_picker(url: UrlState, result: vv.VisionResult, choice: AttentionC
     grid = vv.attention_map(trace, choice.layer, choice.head, choice.patch)
     picture = overlay(result.image, grid, alpha=choice.alpha, smooth=choice.smooth)
     who = describe_query(result, choice.patch)
+    class_session.offer(lambda: class_questions.vision_questions(grid, choice.layer, choice.head, who))
     head_name = "mean of the heads" if choice.head is None else f"head {choice.head}"
     left, right = st.columns([1, 1])
     with left:

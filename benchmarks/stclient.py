@@ -39,6 +39,10 @@ Written for Streamlit 1.67 (starlette / uvicorn server). What a browser does, an
    multipart PUT of the file (form field named after the file) with header `X-Xsrftoken` = the xsrf
    cookie, then the uploader's `FileUploaderState` (file id, URLs, name, size) and a rerun.
 8. Media (`st.image`) are fetched from their `/media/...` URLs after the run, once per session.
+9. Fragments with `run_every`: the server sends `ForwardMsg.auto_rerun` (interval, fragment id) and the browser
+   sends `rerun_script` with that `fragment_id` and `is_auto_rerun` on its timer (`fragment_rerun`); such a run
+   ends with FINISHED_FRAGMENT_RUN_SUCCESSFULLY, or, when the fragment calls st.rerun(), the app's full run
+   follows it.
 
 Times: `Run.elapsed_s` is from the first byte an action sends (the upload's first request, for an
 upload) to `script_finished`, in seconds; `Run.media_s` is the media fetches after it.
@@ -82,6 +86,7 @@ WIDGET_KINDS = (
     "file_uploader",
     "vega_lite_chart",
     "button",
+    "button_group",
 )
 DEFAULT_TIMEOUT_S = 180.0
 # HTTP (pages, uploads, media) runs in threads: urllib is blocking. Shared by every session of a process.
@@ -127,8 +132,8 @@ class Widget:
 
     @property
     def options(self) -> list[str]:
-        """The choices as the user reads them (select boxes, radios, multiselects, select sliders)."""
-        return list(getattr(self.proto, "options", []))
+        """The choices as the user reads them (select boxes, radios, multiselects, select sliders, pills)."""
+        return [getattr(o, "content", o) for o in getattr(self.proto, "options", [])]  # pills: ButtonGroup.Option
 
 
 @dataclass
@@ -308,6 +313,9 @@ def user_state(widget: Widget, value: Any) -> WidgetState:
         state.bool_value = bool(value)
     elif kind in ("text_area", "text_input"):
         state.string_value = str(value)
+    elif kind == "button_group":  # st.pills / st.segmented_control: the chosen options' texts
+        values = [str(v) for v in value] if isinstance(value, list | tuple) else [str(value)]
+        state.string_array_value.data.extend(values)
     else:
         raise ValueError(f"set_value does not handle {kind} widgets (use upload() or select())")
     return state
@@ -410,6 +418,7 @@ class Session:
         self._url_waiters: dict[str, asyncio.Future[FileURLsResponse]] = {}
         self._media_seen: set[str] = set()
         self._closed_reason = ""
+        self.auto_reruns: dict[str, float] = {}  # fragment id -> its run_every interval (s), from the last full run
 
     # -- opening and closing
     @classmethod
@@ -471,6 +480,11 @@ class Session:
         """Rerun the page with the widget values as they are (the browser's "Rerun")."""
         return await self._rerun()
 
+    async def fragment_rerun(self, fragment_id: str) -> Run:
+        """Run one fragment again, as the browser's timer does for `st.fragment(run_every=...)`; returns the
+        fragment's run, or the app's full run when the fragment asked for one (st.rerun)."""
+        return await self._rerun(fragment_id=fragment_id)
+
     async def set_value(self, label: str | None, value: Any, kind: str | None = None, key: str | None = None) -> Run:
         """Change one widget as a user would (found by label, kind or user key in the last run) and rerun.
 
@@ -482,9 +496,10 @@ class Session:
         self._states[widget.id] = user_state(widget, value)
         return await self._rerun()
 
-    async def click(self, label: str) -> Run:
-        """Click the button with this label: its trigger is sent with one rerun, then forgotten (as a browser)."""
-        widget = self._last().widget(label, "button")
+    async def click(self, label: str | None, key: str | None = None) -> Run:
+        """Click the button with this label (or user key): its trigger is sent with one rerun, then forgotten (as a
+        browser)."""
+        widget = self._last().widget(label, "button", key)
         self._states[widget.id] = WidgetState(id=widget.id, trigger_value=True)
         try:
             return await self._rerun()
@@ -588,8 +603,10 @@ class Session:
         except ConnectionClosed as error:
             raise ProtocolError(f"connection closed: {error}") from error
 
-    def _client_state(self, msg: BackMsg, page_name: str, page_script_hash: str | None) -> None:
+    def _client_state(self, msg: BackMsg, page_name: str, page_script_hash: str | None, fragment_id: str = "") -> None:
         rerun = msg.rerun_script
+        if fragment_id:
+            rerun.fragment_id, rerun.is_auto_rerun = fragment_id, True
         rerun.query_string = self.query_string
         rerun.page_script_hash = self.page_script_hash if page_script_hash is None else page_script_hash
         rerun.page_name = page_name
@@ -600,13 +617,15 @@ class Session:
         context.url = f"{self.base_url}/{self.page_path}"  # the browser sends its address without the query
         context.is_embedded, context.color_scheme = False, "light"
 
-    async def _rerun(self, page_name: str = "", page_script_hash: str | None = None, started: float = 0.0) -> Run:
+    async def _rerun(
+        self, page_name: str = "", page_script_hash: str | None = None, started: float = 0.0, fragment_id: str = ""
+    ) -> Run:
         if self._waiter is not None and not self._waiter.done():
             raise ProtocolError("an action is still running in this session")
         if self._closed_reason:
             raise ProtocolError(self._closed_reason)
         msg = BackMsg()
-        self._client_state(msg, page_name if not self.page_script_hash else "", page_script_hash)
+        self._client_state(msg, page_name if not self.page_script_hash else "", page_script_hash, fragment_id)
         self._waiter = asyncio.get_running_loop().create_future()
         self._started = started or time.perf_counter()
         await self._send(msg)
@@ -692,6 +711,8 @@ class Session:
             event = msg.session_event
             if event.WhichOneof("type") == "script_compilation_exception":
                 building.problems.append(f"compile error: {event.script_compilation_exception.message}")
+        elif kind == "auto_rerun":
+            self.auto_reruns[msg.auto_rerun.fragment_id] = msg.auto_rerun.interval
         elif kind == "file_urls_response":
             waiter = self._url_waiters.pop(msg.file_urls_response.response_id, None)
             if waiter is not None and not waiter.done():
@@ -712,6 +733,11 @@ class Session:
             return  # another run follows (its new_session starts a fresh Run)
         self._building = None
         run.status = status
+        if status == FINISHED.FINISHED_FRAGMENT_RUN_SUCCESSFULLY:  # a part of the page: the page's state stays
+            run.elapsed_s = time.perf_counter() - self._started
+            if self._waiter is not None and not self._waiter.done():
+                self._waiter.set_result(run)
+            return
         run.page_script_hash = self.page_script_hash
         run.query_string = self.query_string
         run.elapsed_s = time.perf_counter() - self._started

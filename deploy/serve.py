@@ -3,6 +3,8 @@
     .venv/bin/python deploy/serve.py --replicas 2 --port 8500 [--cache-mb 768] [--host 0.0.0.0] [--gpu-mb 4096]
     deploy/run.sh --replicas 2 --port 8500                         # the same, with the checkout's .venv
 
+With --redis, Debian's redis-server too (class sessions shared by the replicas: TFORMER_REDIS_URL).
+
 Starts `streamlit run app.py` K times on loopback ports (`--first-port`, the next K-1 after it), each with
 its memory budget (TFORMER_CACHE_MB from --cache-mb, else as the environment has it; TFORMER_MODELS_MB
 and TFORMER_PASSES pass through), torch threads set to cores / K (OMP_NUM_THREADS, unless set) and one
@@ -41,6 +43,10 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # run as a script: deploy.redis_server beside this file
+
+from deploy.redis_server import RedisServer  # noqa: E402
+
 TEMPLATE = Path(__file__).resolve().with_name("nginx.conf.template")
 UPLOAD_MB = 25  # the app's server.maxUploadSize (.streamlit/config.toml)
 ROUTE_COOKIE = "tformer_route"
@@ -141,7 +147,9 @@ class Deployment:
     TFORMER_CACHE_MB (None: the environment's). threads: each replica's OMP_NUM_THREADS (None: cores / K,
     unless the environment sets it). gpu_mb: each replica's TFORMER_GPU_MB (None: the environment's, else
     GPU_SHARE of the GPU's memory / K when there is a GPU). env: more environment for the replicas. host:
-    where nginx listens.
+    where nginx listens. redis: start Debian's redis-server for class sessions (loopback, no persistence) and
+    give the replicas its TFORMER_REDIS_URL, unless the environment names a Redis already; without one a class
+    session lives in the replica that started it, and students sent to another replica cannot join it.
     """
 
     def __init__(
@@ -157,6 +165,7 @@ class Deployment:
         env: dict[str, str] | None = None,
         python: str = sys.executable,
         keep: bool = False,
+        redis: bool = False,
     ) -> None:
         if not 1 <= replicas <= 64:
             raise ValueError(f"replicas must be 1..64, not {replicas}")
@@ -183,6 +192,8 @@ class Deployment:
             self.env["TFORMER_GPU_MB"] = f"{gpu_mb:.0f}"
         # One secret for all: a signed cookie one replica sets (st.login) must read the same on another.
         self.env.setdefault("STREAMLIT_SERVER_COOKIE_SECRET", secrets.token_hex(32))
+        self.want_redis = redis and not (self.env.get("TFORMER_REDIS_URL") or os.environ.get("TFORMER_REDIS_URL"))
+        self.redis: RedisServer | None = None
         self.prefix: Path | None = None
         self.replicas: list[subprocess.Popen] = []
         self.nginx_process: subprocess.Popen | None = None
@@ -233,6 +244,10 @@ class Deployment:
         self.prefix = Path(tempfile.mkdtemp(prefix="tformer-nginx-"))
         (self.prefix / "logs").mkdir()
         (self.prefix / "tmp").mkdir()
+        if self.want_redis:
+            self.redis = RedisServer()
+            self.redis.start()
+            self.env["TFORMER_REDIS_URL"] = self.redis.url
         for i, port in enumerate(self.ports):
             self.replicas.append(self._start_replica(i, port))
         self._wait(lambda: all(_healthy(u) for u in self.replica_urls), timeout_s, "the replicas")
@@ -319,6 +334,9 @@ class Deployment:
                 process.kill()
                 process.wait(5)
         self.replicas, self.nginx_process = [], None
+        if self.redis is not None:
+            self.redis.stop()
+            self.redis = None
         if self.prefix is not None and not self.keep:
             shutil.rmtree(self.prefix, ignore_errors=True)
 
@@ -354,6 +372,11 @@ def main() -> int:
     parser.add_argument("--threads", type=int, help="torch threads per replica (default cores / replicas)")
     parser.add_argument("--gpu-mb", type=float, help="TFORMER_GPU_MB of each replica (default: 90%% of the GPU / K)")
     parser.add_argument("--keep", action="store_true", help="keep the prefix (config, logs) after stopping")
+    parser.add_argument(
+        "--redis",
+        action="store_true",
+        help="start redis-server for class sessions shared by the replicas (TFORMER_REDIS_URL, unless set)",
+    )
     args = parser.parse_args()
 
     def stop_on_signal(signum: int, _frame: object) -> None:
@@ -370,6 +393,7 @@ def main() -> int:
         threads=args.threads,
         gpu_mb=args.gpu_mb,
         keep=args.keep,
+        redis=args.redis,
     )
     try:
         with deployment:
@@ -377,6 +401,8 @@ def main() -> int:
             print(f"  pids {deployment.pids()}; config and logs in {deployment.prefix}")
             if "TFORMER_GPU_MB" in deployment.env:
                 print(f"  each replica may use {deployment.env['TFORMER_GPU_MB']} MB of the GPU (TFORMER_GPU_MB)")
+            if deployment.redis is not None:
+                print(f"  class sessions in {deployment.redis.url} (redis-server, pid {deployment.redis.process.pid})")
             print("  Ctrl-C stops them all.", flush=True)
             while not deployment.dead():
                 time.sleep(1.0)  # watching for a child that exits

@@ -21,7 +21,7 @@ import math
 import os
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -111,6 +111,19 @@ def _log_level(text: str) -> int:
     return level
 
 
+def _redis_url(text: str) -> str:
+    if not text.startswith(("redis://", "rediss://", "unix://")):
+        raise ValueError("not a redis://, rediss:// or unix:// address")
+    return text
+
+
+def _hours(text: str) -> float:
+    hours = float(text)
+    if not 0 < hours <= 7 * 24:
+        raise ValueError("a number of hours in (0, 168]")
+    return hours
+
+
 # ---- the settings -----------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Setting:
@@ -161,6 +174,15 @@ SETTINGS: dict[str, Setting] = {
             default_text="none (the page is not served)",
         ),
         Setting("TFORMER_LOG_LEVEL", logging.INFO, _log_level, "the server log's level (DEBUG adds tracebacks)"),
+        Setting(
+            "TFORMER_REDIS_URL",
+            None,
+            _redis_url,
+            "the Redis that class sessions live in, shared by replicas",
+            secret=True,  # an address may carry a password
+            default_text="none (class sessions in this process)",
+        ),
+        Setting("TFORMER_CLASS_HOURS", 6.0, _hours, "a class session ends this long after the lecturer's last change"),
         # Read by deploy/run.sh (a shell script), listed here so that setting it is not reported as a typo.
         Setting(
             "TFORMER_PYTHON",
@@ -184,11 +206,11 @@ def _report_once(key: tuple[str, str], message: str, *args: Any) -> None:
     log.warning(message, *args)
 
 
-def value(name: str) -> Any:
-    """The setting `name` as the environment gives it now, checked; its default when unset or bad (a bad value is
-    logged once)."""
+def value(name: str, environ: Mapping[str, str] | None = None) -> Any:
+    """The setting `name` as the environment gives it now (or `environ`, standing for it), checked; its default
+    when unset or bad (a bad value is logged once)."""
     setting = SETTINGS[name]
-    raw = os.environ.get(name, "").strip()
+    raw = (os.environ if environ is None else environ).get(name, "").strip()
     if not raw:
         return setting.default
     try:

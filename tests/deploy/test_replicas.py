@@ -15,6 +15,7 @@ import re
 
 import pytest
 
+from deploy.redis_server import find_redis
 from deploy.serve import ROUTE_COOKIE, Deployment, find_nginx
 
 stclient = pytest.importorskip("benchmarks.stclient", reason="benchmarks/stclient.py needs Streamlit's websockets")
@@ -28,7 +29,7 @@ OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TFORMER_DEVICE":
 def deployment():
     if find_nginx() is None:
         pytest.skip("nginx is not installed: apt-get install nginx (Debian's package) to test the deployment")
-    with Deployment(replicas=2, env=OFFLINE) as d:
+    with Deployment(replicas=2, env=OFFLINE, redis=find_redis() is not None) as d:  # class sessions in Redis
         yield d
 
 
@@ -104,3 +105,53 @@ def test_replicas_on_a_gpu_machine_share_its_memory(monkeypatch):
     assert Deployment(replicas=4, env={"TFORMER_GPU_MB": "7000"}).env["TFORMER_GPU_MB"] == "7000"
     monkeypatch.setattr(serve, "gpu_memory_mb", lambda: None)  # no GPU
     assert "TFORMER_GPU_MB" not in Deployment(replicas=4).env
+
+
+async def poll_until(session, fragment: str, condition, timeout_s: float = TIMEOUT_S):
+    """The browser's timer for a fragment's run_every: run it again until `condition(run)` holds for the page's last
+    full run or the fragment's own run (the projector's counts are drawn by its fragment alone)."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    run = session.last
+    while not (condition(session.last) or condition(run)):
+        assert asyncio.get_running_loop().time() < deadline, "the page never showed what was expected"
+        run = await session.fragment_rerun(fragment)
+        await asyncio.sleep(0.2)  # pacing only: the app's own poll is every half second
+
+
+def test_a_class_session_follows_across_replicas(deployment):
+    """A lecturer and two students through nginx: the students land on both replicas, and every one of them
+    follows the lecturer's head and answers a question the lecturer's projector counts (the store is Redis)."""
+    if deployment.redis is None:
+        pytest.skip("redis-server is not installed (Debian: apt-get install redis-server): class sessions across "
+                    "replicas not tested")  # fmt: skip
+
+    async def lesson():
+        url = deployment.url
+        lecturer = await stclient.Session.open(url, "/text?layer=2&head=1", timeout_s=TIMEOUT_S, fetch_media=False)
+        run = await lecturer.click("Start a class session")
+        code = next(m.group(1) for t in run.texts() if (m := re.search(r"code \*\*([A-Z0-9]{6})\*\*", t)))
+        students = [
+            await stclient.Session.open(url, f"/?class={code}", timeout_s=TIMEOUT_S, fetch_media=False)
+            for _ in range(2)
+        ]
+        routes = {s.http.cookie(ROUTE_COOKIE) for s in students}
+        assert routes | {lecturer.http.cookie(ROUTE_COOKIE)} == {"r0", "r1"}  # someone is on the other replica
+        for s in students:
+            assert "head=1" in s.query_string and "layer=2" in s.query_string  # the join opened the lecturer's view
+        await lecturer.set_value("Head", "5")
+        for s in students:
+            watch = next(iter(s.auto_reruns))
+            await poll_until(s, watch, lambda run: "Heatmap · layer 2, head 5" in run.headings())
+        await lecturer.click("Ask", key="_tformer.class.ask.0")
+        for s, token in zip(students, ("animal", "it")):
+            await poll_until(
+                s, next(iter(s.auto_reruns)), lambda run: any(w.label == "Click a token" for w in run.widgets())
+            )
+            run = await s.set_value("Click a token", token, kind="button_group")
+            assert f"Your answer: **{token}**" in run.texts()
+        projector = next(iter(lecturer.auto_reruns))  # the projector's answers, once a second in a browser
+        await poll_until(lecturer, projector, lambda run: any("2 of 2 answered" in t for t in run.texts()))
+        for s in [lecturer, *students]:
+            await s.close()
+
+    stclient.run_sync(lesson())

@@ -1,0 +1,212 @@
+"""A class session in the app (AppTest, the in-process store): students follow the lecturer's page and view, fork
+and return; the lecturer asks about the view on screen, students answer once, the projector counts, the model's
+answer is revealed; students cannot drive, cannot answer twice, and their own input never reaches the store.
+
+A student's page polls the store once every half second in a browser (a fragment); here a run of the student's
+app stands for the poll that found the session moved.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from tests.app.pages import charts, shown
+from tformer_app import class_session
+from tformer_app.class_store import ClassError, open_store
+
+APP = str(Path(__file__).resolve().parents[2] / "app.py")
+TEXT = "app_pages/text_attention.py"
+
+
+def app(**params: str) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=180)
+    for name, value in params.items():
+        at.query_params[name] = value
+    return at.run()
+
+
+def ok(at: AppTest) -> AppTest:
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+@pytest.fixture(scope="module")
+def room():
+    """A lecturer on the Text attention page (layer 2, head 1) with a class session, and two students who joined
+    by the link's code."""
+    lecturer = app(layer="2")
+    lecturer.sidebar.button(key="_tformer.class.start").click().run()
+    lecturer.switch_page(TEXT).run()
+    ok(lecturer)
+    sid = lecturer.session_state[class_session.SID]
+    code = open_store().code(sid)
+    link = next(c.value for c in lecturer.sidebar.code)
+    assert link.endswith(f"/?class={code}")
+    assert [i.captions for i in lecturer.sidebar.get("image")] == [["Scan to join"]]  # the QR code
+    assert f"## Join the class: code **{code}**" in [m.value for m in lecturer.markdown]  # big, for the projector
+    students = [ok(app(**{"class": code})) for _ in range(2)]
+    return lecturer, students, sid
+
+
+def head_of(at: AppTest) -> tuple[int, int]:
+    return at.session_state["text.layer"], at.session_state["text.head"]
+
+
+def test_students_follow_fork_and_return(room):
+    lecturer, (ada, bob), sid = room
+    for s in (ada, bob):  # the join link opened the lecturer's page and view
+        assert s.session_state[class_session.FOLLOWING] and class_session.SECRET not in s.session_state
+        assert head_of(s) == (2, 1) and s.query_params["layer"] == "2"
+        assert "class" not in s.query_params  # a reload does not join again
+    lecturer.selectbox(key="text.head").set_value(5).run()
+    ok(lecturer)
+    assert open_store().view(sid).params["head"] == "5"
+    ok(ada.run())
+    assert head_of(ada) == (2, 5)
+
+    bob.sidebar.button(key="_tformer.class.fork").click().run()
+    ok(bob.selectbox(key="text.layer").set_value(0).run())  # his own view
+    lecturer.selectbox(key="text.head").set_value(7).run()
+    ok(bob.run())
+    assert head_of(bob) == (0, 1) and not bob.session_state[class_session.FOLLOWING]  # forked: his view stays
+    assert open_store().view(sid).params["head"] == "7"  # and the lecturer's is untouched by his
+    ok(ada.run())
+    assert head_of(ada) == (2, 7)
+    bob.sidebar.button(key="_tformer.class.follow").click().run()
+    ok(bob.run())
+    assert head_of(bob) == (2, 7) and bob.session_state[class_session.FOLLOWING]  # one click, and he follows again
+
+    ok(ada.selectbox(key="text.layer").set_value(4).run())  # a change of her own is a fork too
+    assert not ada.session_state[class_session.FOLLOWING] and open_store().view(sid).params["layer"] == "2"
+    ada.sidebar.button(key="_tformer.class.follow").click().run()
+    ok(ada.run())
+    assert head_of(ada) == (2, 7)
+
+
+def projector(lecturer: AppTest) -> list[dict]:
+    """The rows of the answer chart the lecturer's page draws (one per choice, or per bin of a number)."""
+    return charts(lecturer)["Class answers"][0].to_dict("records")
+
+
+def ask(lecturer: AppTest, kind: str) -> None:
+    offered = lecturer.session_state[class_session.OFFER]
+    i = next(i for i, q in enumerate(offered) if q.kind == kind)
+    lecturer.button(key=f"_tformer.class.ask.{i}").click().run()
+    ok(lecturer)
+
+
+def test_a_token_question_is_answered_once_counted_and_revealed(room):
+    lecturer, (ada, bob), sid = room
+    ask(lecturer, "token")
+    q = open_store().current(sid)
+    assert q.prompt == "Which token does “it” attend to most in layer 2, head 7?"
+    for s, token in ((ada, "animal"), (bob, "it")):
+        ok(s.run())
+        pills = s.get("button_group")[0]
+        assert pills.label == "Click a token"
+        assert pills.proto.options[0].content == "\\[CLS\\]"  # a pill's label is Markdown: tokens are escaped
+        pills.set_value(q.choices.index(token)).run()
+        ok(s)
+        assert f"Your answer: **{token}**" in [m.value for m in s.markdown]
+    student = ada.session_state[class_session.STUDENT]
+    with pytest.raises(ClassError, match="already"):
+        open_store().answer(sid, q.qid, student, "1")  # not twice, even past the page
+    ok(lecturer.run())
+    values = {v["choice"].split(": ", 1)[1]: v["answers"] for v in projector(lecturer) if v["answers"]}
+    assert values == {"animal": 1, "it": 1}
+    assert "2 of 2 answered · open" in [m.value for m in lecturer.markdown]
+    lecturer.button(key=f"_tformer.class.reveal.{q.qid}").click().run()
+    ok(lecturer)
+    model = q.choices[q.answer]
+    assert any(v["model"] and v["choice"].endswith(f": {model}") for v in projector(lecturer))
+    ok(ada.run())
+    assert any(m.startswith(f"The model's answer: **{model}**") for m in map(shown, (m.value for m in ada.markdown)))
+
+
+def test_head_and_number_questions(room):
+    lecturer, (ada, _), sid = room
+    ask(lecturer, "head")
+    q = open_store().current(sid)
+    assert q.kind == "head" and len(q.choices) == 6 * 12 and q.grid == (6, 12)
+    ok(ada.run())
+    ada.get("button_group")[0].set_value(q.choices.index("L3 H1")).run()
+    ok(lecturer.run())
+    cells = [v for v in projector(lecturer) if v["answers"]]
+    assert cells == [{"row": 3, "col": 1, "label": "L3 H1", "answers": 1, "model": False}]
+
+    ask(lecturer, "number")
+    q = open_store().current(sid)
+    assert q.kind == "number" and 0 < q.answer < 1
+    ok(ada.run())
+    ada.number_input(key=f"_tformer.class.answer.{q.qid}.n").set_value(0.25)
+    ada.button(key=f"FormSubmitter:_tformer.class.answer.{q.qid}-Answer").click().run()
+    ok(ada)
+    assert list(open_store().answers(sid, q.qid).values()) == [0.25]
+    ok(lecturer.run())
+    bins = {v["choice"]: v["answers"] for v in projector(lecturer) if v["answers"]}
+    assert bins == {"0.2–0.3": 1}
+
+
+def test_a_students_own_input_never_reaches_the_store(room):
+    _, (_, bob), sid = room
+    secret_sentence = "Bob's private sentence about <b>his</b> cat."
+    bob.sidebar.button(key="_tformer.class.fork").click().run()
+    bob.text_area(key="text.text").set_value(secret_sentence).run()
+    ok(bob)
+    stored = json.dumps(open_store().backend._data, default=str)
+    assert "private sentence" not in stored and class_session.SECRET not in bob.session_state
+    assert open_store().view(sid).params["text"] != secret_sentence
+
+
+def test_a_wrong_code_is_said_and_the_app_goes_on():
+    at = ok(app(**{"class": "NOPE99"}))
+    assert class_session.SID not in at.session_state
+    assert any("no class has this code" in w.value for w in at.sidebar.warning)
+
+
+def test_the_vision_page_offers_a_patch_question_with_the_models_answer(room):
+    lecturer, (ada, _), sid = room
+    lecturer.query_params.clear()  # the sidebar's link to the page carries no query (AppTest keeps the last one)
+    lecturer.switch_page("app_pages/vision.py").run()
+    ok(lecturer)
+    patch, number = lecturer.session_state[class_session.OFFER]
+    rows, cols = patch.grid
+    assert patch.kind == "patch" and len(patch.choices) == rows * cols and 0 <= patch.answer < rows * cols
+    assert patch.prompt.startswith("Which patch does the class token attend to most in layer")
+    assert number.kind == "number" and 0 < number.answer <= 1
+    ok(ada.run())  # a following student opens the Vision page too
+    assert ada.session_state[class_session.FOLLOWING] and open_store().view(sid).page == "vision"
+    ask(lecturer, "patch")
+    ok(ada.run())
+    picker = [c for c in ada.get("vega_lite_chart") if "Click a patch" in c.proto.spec]
+    assert len(picker) == 1 and '"patch"' in picker[0].proto.spec  # the grid's selection gives a patch index
+
+
+def test_a_store_that_fails_mid_lesson_leaves_the_pages_working():
+    """Redis stops during the lesson: the lecturer's and the student's pages still draw, say so in one line, and
+    the server's log has the cause; nothing raises."""
+    from deploy.redis_server import RedisServer, find_redis
+    from tformer_app.class_store import ClassSettings
+
+    if find_redis() is None:
+        pytest.skip("redis-server is not installed (Debian: apt-get install redis-server)")
+    server = RedisServer()
+    server.start()
+    try:
+        open_store(ClassSettings(redis_url=server.url))
+        lecturer = app()
+        lecturer.sidebar.button(key="_tformer.class.start").click().run()
+        code = open_store().code(lecturer.session_state[class_session.SID])
+        student = ok(app(**{"class": code}))
+        assert student.session_state[class_session.FOLLOWING]
+        server.stop()
+        for at in (lecturer, student):
+            ok(at.run())
+            assert class_session.UNREACHABLE in [w.value for w in at.sidebar.warning] + [w.value for w in at.warning]
+    finally:
+        server.stop()
+        open_store(ClassSettings(redis_url=None))

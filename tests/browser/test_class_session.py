@@ -1,0 +1,89 @@
+"""A class session in real browsers: a lecturer and three students, each in a browser context of its own (their
+own cookies and sessions, as on four laptops). The students join by the code's link and follow the lecturer's
+page and head; one forks and stays put; they answer a token question by clicking a token; the projector counts
+them; the lecturer reveals the model's answer and every student sees it. Screenshots of the projector's answer
+view, before and after the reveal, are kept (TFORMER_SCREENSHOTS).
+
+Every wait is for a condition. A student's page polls the session twice a second (a fragment), so these pages
+are never idle: the waits are for what they show, not for a quiet page.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from playwright.sync_api import expect
+
+from .helpers import assert_no_error, choose, click, screenshot, settle, wait_for_text, wait_for_url
+
+pytestmark = pytest.mark.browser
+
+
+def open_class_panel(page) -> None:
+    panel = page.get_by_test_id("stSidebar").get_by_text("Class session", exact=True)
+    click(panel)
+
+
+def test_a_lecturer_and_three_students(server_url, browser, screenshots):
+    contexts = [browser.new_context(viewport={"width": 1400, "height": 1000}) for _ in range(4)]
+    try:
+        lecturer, *students = [c.new_page() for c in contexts]
+        lecturer.goto(f"{server_url}/text?layer=2&head=1")
+        settle(lecturer)
+        open_class_panel(lecturer)
+        click(lecturer.get_by_role("button", name="Start a class session"))
+        wait_for_text(lecturer, "0 students")
+        code = re.search(r"Join code ([A-Z2-9]{6})", lecturer.inner_text("body")).group(1)
+        link = lecturer.get_by_test_id("stSidebar").get_by_test_id("stCode").inner_text().strip()
+        assert link == f"{server_url}/?class={code}"
+        qr = lecturer.get_by_test_id("stSidebar").get_by_test_id("stImage").filter(has_text="Scan to join")
+        expect(qr.locator("img")).to_have_count(1)
+
+        for s in students:  # the link opens the lecturer's page and head
+            s.goto(link)
+        for s in students:
+            wait_for_url(s, "/text", "layer=2", "head=1")
+            wait_for_text(s, "Following the lecturer")
+            assert "class=" not in s.url
+
+        choose(lecturer, "Head", "5")
+        for s in students:
+            expect(s.get_by_test_id("stSidebar")).to_contain_text("Following the lecturer")  # not forked by itself
+            wait_for_url(s, "layer=2", "head=5")
+            wait_for_text(s, "Heatmap · layer 2, head 5")
+
+        forked = students[2]
+        click(forked.get_by_role("button", name="Explore on my own"))
+        wait_for_text(forked, "Exploring on your own")
+        choose(lecturer, "Layer", "3")
+        for s in students[:2]:
+            wait_for_url(s, "layer=3", "head=5")
+        assert "layer=2" in forked.url  # the forked student stays where they were
+
+        click(lecturer.get_by_role("button", name="Ask", exact=True).first)  # the token question: it comes first
+        wait_for_text(lecturer, "0 of 3 answered")
+        prompt = "Which token does “it” attend to most in layer 3, head 5?"
+        for s, token in zip(students, ("animal", "animal", "it")):
+            wait_for_text(s, prompt)
+            click(s.locator(".st-key-tformer-class-question").get_by_text(token, exact=True))
+            wait_for_text(s, f"Your answer: {token}")
+        wait_for_text(lecturer, "3 of 3 answered")
+        screenshot(lecturer, screenshots / "class_answers.png")
+
+        click(lecturer.get_by_role("button", name="Reveal the model's answer"))
+        wait_for_text(lecturer, "· the model:")
+        model = re.search(r"the model: (\S+)", lecturer.inner_text("body")).group(1)
+        screenshot(lecturer, screenshots / "class_answers_revealed.png")
+        for s in students:
+            wait_for_text(s, f"The model's answer: {model}")
+            assert_no_error(s)
+        students[0].screenshot(path=str(screenshots / "class_student_revealed.png"))
+        for s in students:  # one click, one answer, and no word of a second one
+            assert "answered this question already" not in s.inner_text("body")
+        # One student's answers reach no other student: their pages show their own answer only.
+        assert "Your answer: it" not in students[0].inner_text("body")
+        assert_no_error(lecturer)
+    finally:
+        for c in contexts:
+            c.close()

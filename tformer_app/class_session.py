@@ -1,0 +1,539 @@
+"""A live class session in the app: the lecturer's view followed by the students, questions, the class's answers.
+
+    class_session.before(pages)            # the shell, before the page: join from a link, open the lecturer's view
+    class_session.sidebar()                # the sidebar's "Class" panel: start / join, code, link, QR, follow / fork
+    class_session.offer(questions)         # a page: the questions its view can ask (tformer_views.class_questions)
+    class_session.after(where, page_path)  # the shell, after the page: publish the lecturer's view; questions, answers
+
+State lives in the store (tformer_app.class_store: this process, or Redis shared by the replicas). A student's
+page polls one number, the session's version, about once a second (a fragment), and opens the lecturer's view
+when it moved, unless they forked (explored on their own; one click follows again). The lecturer's secret stays
+in the lecturer's session: students cannot change the view, ask, reveal or export. A student's own input
+never reaches the store: only the answer they click or type, checked, once per question.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import streamlit as st
+
+from tformer_views.class_questions import ClassError, Question, answer_chart, patch_answer_picker
+
+from . import presenter
+from .class_store import ClassStore, View, open_store
+from .events import clicked_patch
+from .markdown import escape
+from .url import PRESENT_PARAM, forget_pages
+
+log = logging.getLogger("tformer_app")
+
+SID = "_tformer.class.sid"
+SECRET = "_tformer.class.secret"  # the lecturer's; never in a student's session
+STUDENT = "_tformer.class.student"
+FOLLOWING = "_tformer.class.following"
+APPLIED = "_tformer.class.applied"  # the lecturer's view a following student's page opened last (a View)
+FRESH = "_tformer.class.fresh"  # this run opened the lecturer's view (its own params are not a fork)
+SEEN = "_tformer.class.seen"  # the session's version this page last drew
+SENT = "_tformer.class.sent"  # the lecturer's view last published
+OFFER = "_tformer.class.offer"  # the questions this run's page offered
+ANSWERED = "_tformer.class.answered"  # question id -> the student's answer (their own screen only)
+MESSAGE = "_tformer.class.message"  # a refusal to say once (a code that expired, a second answer)
+PAGE_FILES = "_tformer.class.pages"  # url path -> the page's file (st.switch_page takes it from a fragment)
+SHOW_CODE = "_tformer.class.show_code"  # the lecturer's: the join code and QR above the page, for the projector
+CLASS_PARAM = "class"  # a join link: /?class=K7M2QX
+POLL_S = 0.5  # how often a student's page asks whether the lecturer moved (a follow within 1 s)
+
+
+def store() -> ClassStore:
+    return open_store()
+
+
+def lecturing() -> bool:
+    return SECRET in st.session_state and SID in st.session_state
+
+
+def attending() -> bool:
+    return STUDENT in st.session_state and SID in st.session_state
+
+
+def _say(text: str) -> None:
+    st.session_state[MESSAGE] = text
+
+
+UNREACHABLE = "The class session cannot be reached just now (the server's store); the page goes on and tries again."
+
+
+def guarded(action: Callable[..., Any]) -> Callable[..., Any]:
+    """`action`, which asks the store, as one that cannot take the page down: a store that fails (Redis restarting,
+    the network) is logged with its cause and said in one line, and the next run tries again."""
+
+    @functools.wraps(action)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return action(*args, **kwargs)
+        except ClassError:
+            raise
+        except Exception:
+            log.exception("class session: %s failed", action.__name__)
+            st.warning(UNREACHABLE)  # where the page is (a callback's: at the top of the next drawing)
+            return None
+
+    return run
+
+
+def _leave_class() -> None:
+    for key in (SID, SECRET, STUDENT, FOLLOWING, APPLIED, FRESH, SEEN, SENT, ANSWERED, PAGE_FILES):
+        st.session_state.pop(key, None)
+
+
+# ---- before the page ----------------------------------------------------------------------------------------
+@guarded
+def before(pages: dict[str, Any]) -> None:
+    """Join from a link's ?class=CODE, and open the lecturer's view on a following student's page when it moved.
+    Call it in the shell after st.navigation and before the page runs. pages: url path -> st.Page."""
+    st.session_state.pop(OFFER, None)
+    code = st.query_params.get(CLASS_PARAM)
+    if code is not None:
+        del st.query_params[CLASS_PARAM]  # a reload must not join again (a second student who answers again)
+        if not lecturing():
+            _join(code, "")
+    if not attending():
+        return
+    try:
+        # Read before the view: a move made meanwhile leaves the version ahead, and the next poll catches it.
+        st.session_state[SEEN] = store().version(st.session_state[SID])
+        view = store().view(st.session_state[SID])
+    except ClassError as error:
+        _say(str(error))
+        _leave_class()
+        return
+    # The pages' files, for the poll to open the lecturer's page from its fragment (a path names a page there).
+    st.session_state[PAGE_FILES] = {
+        path: str(page._page) for path, page in pages.items() if isinstance(getattr(page, "_page", None), (str, Path))
+    }
+    if st.session_state.get(FOLLOWING, False) and view is not None and view.page in pages and _newer(view):
+        _open(view, pages[view.page])
+
+
+def _newer(view: View) -> bool:
+    applied = st.session_state.get(APPLIED)
+    return applied is None or view.version > applied.version
+
+
+def _open(view: View, page: Any) -> None:
+    """Open the lecturer's view on this student's page (`page`: an st.Page, or its file)."""
+    st.session_state[APPLIED] = view
+    st.session_state[FRESH] = True
+    forget_pages()  # the lecturer's link rules the page, as a deck's slide does
+    params = dict(view.params) | ({PRESENT_PARAM: "1"} if presenter.presenting() else {})
+    st.switch_page(page, query_params=params)
+
+
+@guarded
+def _join(code: str, name: str) -> None:
+    try:
+        sid, student = store().join(code, name)
+    except ClassError as error:
+        log.info("a join with code %r was refused: %s", code[:16], error)
+        _say(str(error))
+        return
+    _leave_class()
+    st.session_state.update({SID: sid, STUDENT: student, FOLLOWING: True, ANSWERED: {}})
+
+
+# ---- the sidebar ------------------------------------------------------------------------------------------
+def sidebar() -> Any:
+    """The sidebar's Class panel: start a session (lecturer) or join one (student); then the session's state.
+    Returns where a student's state goes (`after` fills it once the page ran: a change of theirs forks)."""
+    message = st.session_state.pop(MESSAGE, None)
+    with st.expander("Class session", expanded=lecturing() or attending() or message is not None):
+        if message:
+            st.warning(escape(message))
+        if lecturing():
+            _lecturer_sidebar()
+        elif not attending():
+            _start_or_join()
+        return st.container()
+
+
+def _start_or_join() -> None:
+    with st.form("_tformer.class.join", border=False):
+        st.text_input("Join code", key="_tformer.class.code", max_chars=16, placeholder="e.g. K7M2QX")
+        st.text_input(
+            "Your name (optional: only the lecturer's export shows it)", key="_tformer.class.name", max_chars=40
+        )
+        st.form_submit_button("Join the class", on_click=_join_clicked)
+    st.button(
+        "Start a class session",
+        key="_tformer.class.start",
+        on_click=_start,
+        help="A join code and a QR code for the projector; the class's pages follow yours.",
+    )
+
+
+def _join_clicked() -> None:
+    _join(str(st.session_state.get("_tformer.class.code", "")), str(st.session_state.get("_tformer.class.name", "")))
+
+
+@guarded
+def _start() -> None:
+    try:
+        lecture = store().create()
+    except Exception as error:  # the store (Redis) failed: the lecturer is told, the app goes on single-user
+        log.exception("a class session could not be started")
+        _say(f"A class session could not be started ({type(error).__name__}); the app works on without one.")
+        return
+    _leave_class()
+    st.session_state.update({SID: lecture.sid, SECRET: lecture.secret})
+
+
+def join_link(code: str) -> str:
+    """The address students open: this server's, with ?class=CODE (the QR code holds it)."""
+    parts = urlsplit(str(st.context.url or ""))
+    base = f"{parts.scheme}://{parts.netloc}" if parts.scheme in ("http", "https") and parts.netloc else ""
+    return f"{base}/?{CLASS_PARAM}={code}"
+
+
+def qr_svg(text: str, scale: int = 5) -> str:
+    """The QR code of `text` as inline SVG (segno: nothing but the modules, no text or script in it)."""
+    import segno
+
+    return segno.make(text, error="m").svg_inline(scale=scale, border=2, dark="#000", light="#fff")
+
+
+@guarded
+def _lecturer_sidebar() -> None:
+    sid, secret = st.session_state[SID], st.session_state[SECRET]
+    try:
+        code, students = store().code(sid), store().students(sid)
+    except ClassError as error:
+        _say(str(error))
+        _leave_class()
+        return
+    st.markdown(f"Join code **{escape(code)}** · {students} student{'s' if students != 1 else ''}")
+    link = join_link(code)
+    st.code(link, language=None)
+    st.image(qr_svg(link, 4), caption="Scan to join")
+    st.checkbox("Show the join code above the page", value=True, key=SHOW_CODE)
+    st.caption("Your page and view are the class's. Questions and answers appear above your page.")
+    names = st.checkbox("Students' chosen names in the export", key="_tformer.class.names")
+    st.download_button(
+        "Export answers (CSV)",
+        lambda: store().export_csv(sid, secret, names=names),
+        file_name=f"tformer-class-{code}.csv",
+        mime="text/csv",
+        key="_tformer.class.export",
+        on_click="ignore",
+    )
+    with st.container(horizontal=True, gap="small"):
+        st.button("Let students in again", key="_tformer.class.renew", on_click=_renew, help="Renews the join code")
+        st.button("End the session", key="_tformer.class.end", on_click=_end)
+
+
+@guarded
+def _renew() -> None:
+    try:
+        store().renew_code(st.session_state[SID], st.session_state[SECRET])
+    except ClassError as error:
+        _say(str(error))
+
+
+@guarded
+def _end() -> None:
+    try:
+        store().end(st.session_state[SID], st.session_state[SECRET])
+    except ClassError as error:
+        log.info("ending a class session: %s", error)
+    _leave_class()
+
+
+def _student_status() -> None:
+    following = st.session_state.get(FOLLOWING, False)
+    st.markdown("**Following the lecturer**" if following else "**Exploring on your own**")
+    if following:
+        st.button(
+            "Explore on my own", key="_tformer.class.fork", on_click=_fork, help="Your own input; the class goes on"
+        )
+    else:
+        st.button("Follow the lecturer", key="_tformer.class.follow", on_click=_follow, type="primary")
+    st.button("Leave the class", key="_tformer.class.leave", on_click=_leave_class)
+    _watch()
+
+
+def _fork() -> None:
+    st.session_state[FOLLOWING] = False
+
+
+def _follow() -> None:
+    st.session_state[FOLLOWING] = True
+    st.session_state[APPLIED] = None  # open the lecturer's view now, whatever was seen
+
+
+@st.fragment(run_every=POLL_S)
+def _watch() -> None:
+    """Once every POLL_S: has the session moved (a view, a question, a reveal)? A new view of the lecturer's opens at
+    once from here (one run of the page, not the shell's run first); anything else runs the whole page again."""
+    try:
+        sid = st.session_state[SID]
+        version = store().version(sid)
+        if version == st.session_state.get(SEEN):
+            return
+        view = store().view(sid) if st.session_state.get(FOLLOWING) else None
+    except (ClassError, KeyError):
+        return
+    except Exception as error:  # the store is unreachable a moment: the page stays, the next poll tries again
+        log.warning("class session poll failed: %s", error)
+        return
+    path = st.session_state.get(PAGE_FILES, {}).get(view.page) if view is not None else None
+    if view is not None and path is not None and _newer(view):
+        st.session_state[SEEN] = version
+        _open(view, path)
+    st.rerun(scope="app")
+
+
+# ---- the page offers questions ------------------------------------------------------------------------------
+def offer(questions: Callable[[], Sequence[Question]]) -> None:
+    """A page's questions about its view, computed only when a lecturer is in a session (they need every head)."""
+    if lecturing():
+        st.session_state[OFFER] = list(questions())
+
+
+# ---- after the page -------------------------------------------------------------------------------------------
+@guarded
+def after(where: Any, status: Any, page_path: str) -> None:
+    """The shell, after the page ran: the lecturer's view goes to the class, and the question panel is drawn in
+    `where` (a container above the page): the lecturer's (ask, live answers, reveal) or a student's (answer).
+    status: what `sidebar` returned (a student's follow / fork state, and the poll)."""
+    if lecturing():
+        _publish(page_path)
+        with where:
+            _lecturer_panel()
+    elif attending():
+        _notice_fork(page_path)
+        with status:
+            _student_status()
+        with where:
+            _student_panel()
+
+
+def _current_view(page_path: str) -> View:
+    params = {k: v for k, v in st.query_params.to_dict().items() if k != PRESENT_PARAM}
+    return View(page=page_path, params=params, slide=st.session_state.get(presenter.SHOWING))
+
+
+def _publish(page_path: str) -> None:
+    view = _current_view(page_path)
+    if st.session_state.get(SENT) == view:
+        return
+    try:
+        store().set_view(st.session_state[SID], st.session_state[SECRET], view)
+        st.session_state[SENT] = view
+    except ClassError as error:
+        log.warning("the lecturer's view was not published: %s", error)
+        _say(str(error))
+
+
+def _notice_fork(page_path: str) -> None:
+    """A following student who changed the page or a setting explores on their own from now on (the next move of
+    the lecturer must not undo it); the sidebar's button follows again."""
+    if st.session_state.pop(FRESH, False) or not st.session_state.get(FOLLOWING):
+        return
+    applied = st.session_state.get(APPLIED)
+    if applied is None:
+        return
+    mine = _current_view(page_path)
+    # Only what the lecturer's link set counts: a setting the link leaves out may have a default of this session's.
+    changed = [k for k, v in applied.params.items() if k in mine.params and mine.params[k] != v]
+    if mine.page != applied.page or changed:
+        log.info("a student forked: page %r -> %r, settings changed: %s", applied.page, mine.page, changed)
+        st.session_state[FOLLOWING] = False
+
+
+def _lecturer_panel() -> None:
+    sid = st.session_state[SID]
+    try:
+        current = store().current(sid)
+    except ClassError:
+        return
+    offered: list[Question] = st.session_state.get(OFFER, [])
+    if st.session_state.get(SHOW_CODE, True):
+        _join_banner(sid)
+    if current is not None:
+        _projector(sid, current.qid)
+    if not offered:
+        st.caption("Class session on: this page has no questions to ask the class; the text and vision pages do.")
+        return
+    with st.expander("Ask the class about this view", expanded=current is None):
+        for i, q in enumerate(offered):
+            with st.container(horizontal=True, gap="small", vertical_alignment="center"):
+                st.markdown(f"**{q.kind}** · {escape(q.prompt)}")
+                st.button("Ask", key=f"_tformer.class.ask.{i}", on_click=_ask, args=(q,))
+
+
+def _join_banner(sid: str) -> None:
+    """The join code in large type and the QR code, for the class to read off the projector."""
+    try:
+        code = store().code(sid)
+    except ClassError:
+        return
+    left, right = st.columns([1, 4], vertical_alignment="center")
+    left.image(qr_svg(join_link(code), 6), caption="Scan to join")
+    right.markdown(f"## Join the class: code **{escape(code)}**")
+    right.markdown(f"Open {escape(join_link(code))} or type the code in the sidebar's *Class session*.")
+
+
+@guarded
+def _ask(q: Question) -> None:
+    st.session_state[SHOW_CODE] = False  # the question takes the projector's first screen (the box brings it back)
+    try:
+        store().ask(st.session_state[SID], st.session_state[SECRET], q)
+    except ClassError as error:
+        _say(str(error))
+
+
+@st.fragment(run_every=1.0)
+@guarded
+def _projector(sid: str, qid: int) -> None:
+    """The question and the class's answers, live: a histogram over the tokens, or a heat over the patches or
+    heads; the model's answer outlined beside them once revealed."""
+    try:
+        q = store().question(sid, qid)
+        counts = [n for _, n in store().histogram(sid, qid)]
+        students = store().students(sid)
+    except ClassError:
+        return
+    total = sum(counts)
+    st.subheader(f"Q{q.qid}. {escape(q.prompt)}")
+    state = "revealed" if q.revealed else "closed" if q.closed else "open"
+    line = f"{total} of {students} answered · {state}"
+    if q.revealed and q.answer is not None:
+        right = counts[int(q.answer)] if q.kind != "number" else None
+        line += f" · the model: **{escape(q.label(q.answer))}**"
+        line += f" ({right} of {total} chose it)" if right is not None else ""
+    st.markdown(line)
+    st.vega_lite_chart(
+        presenter.chart_fonts(answer_chart(q, counts, q.revealed, presenter.scale())), key=f"_tformer.class.chart.{qid}"
+    )
+    with st.container(horizontal=True, gap="small"):
+        if not q.revealed:
+            st.button(
+                "Reveal the model's answer",
+                key=f"_tformer.class.reveal.{qid}",
+                on_click=_reveal,
+                args=(qid,),
+                type="primary",
+            )
+        if not q.closed:
+            st.button("Close answers", key=f"_tformer.class.close.{qid}", on_click=_close, args=(qid,))
+
+
+@guarded
+def _reveal(qid: int) -> None:
+    try:
+        store().reveal(st.session_state[SID], st.session_state[SECRET], qid)
+    except ClassError as error:
+        _say(str(error))
+
+
+@guarded
+def _close(qid: int) -> None:
+    try:
+        store().close(st.session_state[SID], st.session_state[SECRET], qid)
+    except ClassError as error:
+        _say(str(error))
+
+
+def _student_panel() -> None:
+    sid = st.session_state[SID]
+    try:
+        q = store().current(sid)
+    except ClassError as error:
+        _say(str(error))
+        _leave_class()
+        return
+    if q is None:
+        return
+    with st.container(border=True, key="tformer-class-question"):
+        st.markdown(f"**Q{q.qid}. {escape(q.prompt)}**")
+        mine = st.session_state.setdefault(ANSWERED, {}).get(q.qid)
+        if mine is not None:
+            st.markdown(f"Your answer: **{escape(q.label(mine))}**")
+        elif q.closed:
+            st.caption("Answers are closed.")
+        else:
+            _answer_widget(q)
+        if q.revealed and q.answer is not None:
+            verdict = "" if mine is None else (" · you chose it too" if _same(q, mine) else "")
+            st.markdown(f"The model's answer: **{escape(q.label(q.answer))}**{verdict}")
+
+
+def _same(q: Question, value: float | int) -> bool:
+    if q.answer is None:
+        return False
+    if q.kind == "number":
+        return abs(float(value) - float(q.answer)) <= 0.05 * (q.hi - q.lo)
+    return int(value) == int(q.answer)
+
+
+def _answer_widget(q: Question) -> None:
+    key = f"_tformer.class.answer.{q.qid}"
+    if q.kind == "number":
+        with st.form(key, border=False):
+            st.number_input(
+                "Your answer", min_value=q.lo, max_value=q.hi, value=None, step=0.01, key=f"{key}.n", format="%.4f"
+            )
+            st.form_submit_button("Answer", on_click=_submit_number, args=(q,))
+        return
+    if q.kind == "patch" and q.grid:
+        st.caption("Click a patch of the picture on the projector (rows from the top, columns from the left).")
+        st.vega_lite_chart(
+            patch_answer_picker(q), key=key, on_select=lambda: _submit_patch(q, key), selection_mode="patch"
+        )
+        return
+    options = list(range(len(q.choices)))
+    label = {"token": "Click a token", "head": "Click a head", "patch": "Click a patch"}[q.kind]
+    shown = [escape(c) for c in q.choices]  # a pill's label is Markdown: a token such as "**" or "[x](y)" stays text
+    st.pills(label, options, key=key, format_func=shown.__getitem__, on_change=_submit_choice, args=(q, key))
+
+
+@guarded
+def _submit_choice(q: Question, key: str) -> None:
+    value = st.session_state.get(key)
+    if value is not None:
+        _submit(q, str(value))
+
+
+@guarded
+def _submit_patch(q: Question, key: str) -> None:
+    patch = clicked_patch(st.session_state.get(key))
+    if patch is not None:
+        _submit(q, str(patch))
+
+
+@guarded
+def _submit_number(q: Question) -> None:
+    value = st.session_state.get(f"_tformer.class.answer.{q.qid}.n")
+    if value is None:
+        _say("Type a number first.")
+        return
+    _submit(q, repr(float(value)))
+
+
+@guarded
+def _submit(q: Question, raw: str) -> None:
+    if q.qid in st.session_state.get(ANSWERED, {}):
+        # The same click told twice: a poll of the fragment that ran while the click's own run was under way carries
+        # the widget's new value too. The answer is in; a second "already answered" would only puzzle the student.
+        return
+    try:
+        value = store().answer(st.session_state[SID], q.qid, st.session_state[STUDENT], raw)
+    except ClassError as error:
+        _say(str(error))
+        return
+    st.session_state.setdefault(ANSWERED, {})[q.qid] = value
