@@ -120,7 +120,10 @@ GUIDE = [
         "sentences' cosine similarity): the prediction; every head zero-ablated in batched passes (layers × "
         "heads grid of the drop); each head's direct share of the winning logit (pre-norm models; the final "
         "norm's divisor frozen); ablate a chosen head and see the number change; the logit lens (top output "
-        "and the answer's rank after every layer)",
+        "and the answer's rank after every layer); patching input B's residual stream into A (which layer × "
+        "position carries the difference); induction heads on smollm2 (a repeated random sequence: each head's "
+        "induction score, the loss on the second repeat vs the first, the top k induction heads ablated vs k "
+        "random heads)",
     ),
     (
         "app_pages/train.py",
