@@ -10,7 +10,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from tformer_app import caches, downloads, vision_inputs
+from tformer_app import caches, downloads, presenter, vision_inputs
 from tformer_app.events import clicked_cell
 from tformer_app.markdown import escape
 from tformer_app.page import run_page, run_safely
@@ -266,6 +266,11 @@ def induction(url: UrlState, source: str) -> None:
         f"{tested.random_second - found.second:+.2f}",
         "inverse",
     )
+    _induction_charts(found, tested, int(k))
+
+
+def _induction_charts(found: iv.InductionStudy, tested: iv.InductionAblation, k: int) -> None:
+    """The scores' grid beside each token's loss; under them, the attention of the head of highest score."""
     left, right = st.columns(2)
     with left:
         layers, heads = found.scores.shape
@@ -273,21 +278,21 @@ def induction(url: UrlState, source: str) -> None:
         spec = heatmap(found.scores, rows, cols, "Induction score", row_title="layer", col_title="head", domain=(0, 1))
         downloads.chart(spec, key="heads.chart.induction")
     with right:
-        top = tested.top[0]
-        spec = heatmap(
-            found.pattern, found.tokens, found.tokens, f"{top}: its attention", domain=(0, 1), annotate=False
-        )
-        downloads.chart(spec, key="heads.chart.induction_pattern")
+        table = iv.loss_table(found, tested)
+        st.markdown("**Each token's loss (nats), by the position of the token predicted**")
+        colours = ["#555555", "#d62728", "#1f77b4"]  # clean, the top heads ablated, random heads ablated
+        st.line_chart(table, x="position", y=list(table.columns[3:]), color=colours, x_label="", y_label="", height=460)
     named = ", ".join(f"L{h.layer} H{h.head} ({found.scores[h.layer, h.head]:.2f})" for h in tested.top)
     spread = f"{tested.second[2:].min():.2f}–{tested.second[2:].max():.2f}"
     st.caption(
         f"Top {k}: {named}; the mean score of all heads: {found.scores.mean():.3f}. Random: {len(tested.draws)} "
-        f"draws of {k} heads among the others (second-repeat loss {spread})."
+        f"draws of {k} heads among the others (second-repeat loss {spread}; the chart shows their mean). A "
+        "repeat's first token is left out of its loss: it follows the token before it by chance."
     )
-    table = iv.loss_table(found, tested)
-    st.line_chart(
-        table, x="position", y=list(table.columns[3:]), x_label="position of the token predicted", y_label="loss (nats)"
-    )
+    n = len(found.tokens)
+    title = f"{tested.top[0]}: its attention (the stripe: each token looks at what followed it last time)"
+    spec = heatmap(found.pattern, found.tokens, found.tokens, title, domain=(0, 1), cell_size=presenter.cell_size(n))
+    downloads.chart(spec, key="heads.chart.induction_pattern")
 
 
 main()

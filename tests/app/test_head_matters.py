@@ -113,7 +113,7 @@ def test_smollm2_has_induction_heads_and_ablating_the_top_ones_raises_the_second
     assert scores["value"].max() > 0.5 > 10 * scores["value"].mean()  # a few heads do it, most do not
     assert second < first / 2  # the repeat is predicted: random tokens cost ~log(vocab) the first time
     assert top > second + 3 and top > random + 2
-    pattern = next(frames[0] for title, frames in charts(at).items() if title.endswith(": its attention"))
+    pattern = next(frames[0] for title, frames in charts(at).items() if "its attention (the stripe" in title)
     stripe = pattern[pattern["row"] - pattern["col"] == 23]  # the token after the previous occurrence
     assert stripe[stripe["row"] >= 24]["value"].mean() == pytest.approx(scores["value"].max(), abs=1e-3)
     widget(at, "heads.ind_k").set_value(1).run(timeout=300)
