@@ -10,13 +10,14 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from tformer_app import caches, downloads, vision_inputs
+from tformer_app import caches, downloads, presenter, vision_inputs
 from tformer_app.events import clicked_cell
 from tformer_app.markdown import escape
 from tformer_app.page import run_page, run_safely
 from tformer_app.url import UrlState
 from tformer_app.widgets import choose_model
 from tformer_views import head_matters as hm
+from tformer_views import induction as iv
 from tformer_views.charts.spec import heatmap
 from tformer_views.seq2seq import DEFAULT_SOURCES
 
@@ -66,6 +67,7 @@ def page(url: UrlState) -> None:
         show(url, source, study)
     if model.kind == "decoder":
         patching(url, source, model)
+        induction(url, source)
 
 
 def _inputs(url: UrlState, model) -> tuple[str, tuple] | None:
@@ -231,6 +233,66 @@ def patching(url: UrlState, source: str, model) -> None:
         f"{grid.source:+.3f} on B. {grid.rows} rows in {grid.passes} batched pass(es), {grid.seconds:.2f} s. "
         "Row “out”: the stream after the last layer, where only the last position is read."
     )
+
+
+def induction(url: UrlState, source: str) -> None:
+    st.subheader("Induction heads: copying what came next last time")
+    st.markdown(
+        "Random tokens cannot be predicted, until they repeat: then a head that finds the token's previous "
+        "occurrence and attends to the token after it (an *induction head*) can copy it. Its **induction score**: "
+        "the mean attention from each token of the second repeat to the token after its previous occurrence."
+    )
+    c1, c2, c3 = st.columns(3)
+    length = c1.slider("Random tokens per repeat", 8, 64, key=url.key("ind_length", 24, lo=8, hi=64))
+    seed = c2.number_input("Seed", 0, 99_999, key=url.key("ind_seed", 0, lo=0, hi=99_999))
+    k = c3.slider("Top heads ablated (k)", 1, 20, key=url.key("ind_k", 5, lo=1, hi=20))
+    found = run_safely(lambda: caches.result(caches.induction(source, int(length), int(seed))), "Induction")
+    if found is None:
+        return
+    first = " ".join(found.tokens[found.seq.prefix : found.seq.prefix + found.seq.length])
+    st.caption(f"The sequence: {escape(first)}, twice ({len(found.tokens)} tokens).")
+    tested = run_safely(lambda: caches.result(caches.induction_ablation(source, found, int(k))), "Induction")
+    if tested is None:
+        return
+    m1, m2, m3, m4 = st.columns(4)
+    m1.metric("Loss, first repeat (nats)", f"{found.first:.2f}")
+    m2.metric("Loss, second repeat", f"{found.second:.2f}", f"{found.second - found.first:+.2f}", "inverse")
+    m3.metric(
+        f"Second, top {k} ablated", f"{tested.second[1]:.2f}", f"{tested.second[1] - found.second:+.2f}", "inverse"
+    )
+    m4.metric(
+        f"Second, {k} random ablated",
+        f"{tested.random_second:.2f}",
+        f"{tested.random_second - found.second:+.2f}",
+        "inverse",
+    )
+    _induction_charts(found, tested, int(k))
+
+
+def _induction_charts(found: iv.InductionStudy, tested: iv.InductionAblation, k: int) -> None:
+    """The scores' grid beside each token's loss; under them, the attention of the head of highest score."""
+    left, right = st.columns(2)
+    with left:
+        layers, heads = found.scores.shape
+        rows, cols = [f"L{i}" for i in range(layers)], [f"H{h}" for h in range(heads)]
+        spec = heatmap(found.scores, rows, cols, "Induction score", row_title="layer", col_title="head", domain=(0, 1))
+        downloads.chart(spec, key="heads.chart.induction")
+    with right:
+        table = iv.loss_table(found, tested)
+        st.markdown("**Each token's loss (nats), by the position of the token predicted**")
+        colours = ["#555555", "#d62728", "#1f77b4"]  # clean, the top heads ablated, random heads ablated
+        st.line_chart(table, x="position", y=list(table.columns[3:]), color=colours, x_label="", y_label="", height=460)
+    named = ", ".join(f"L{h.layer} H{h.head} ({found.scores[h.layer, h.head]:.2f})" for h in tested.top)
+    spread = f"{tested.second[2:].min():.2f}–{tested.second[2:].max():.2f}"
+    st.caption(
+        f"Top {k}: {named}; the mean score of all heads: {found.scores.mean():.3f}. Random: {len(tested.draws)} "
+        f"draws of {k} heads among the others (second-repeat loss {spread}; the chart shows their mean). A "
+        "repeat's first token is left out of its loss: it follows the token before it by chance."
+    )
+    n = len(found.tokens)
+    title = f"{tested.top[0]}: its attention (the stripe: each token looks at what followed it last time)"
+    spec = heatmap(found.pattern, found.tokens, found.tokens, title, domain=(0, 1), cell_size=presenter.cell_size(n))
+    downloads.chart(spec, key="heads.chart.induction_pattern")
 
 
 main()

@@ -64,7 +64,8 @@ GUIDE = [
         "an encoder (MiniLM, offline; any BERT / RoBERTa / DistilBERT / XLM-R) or a decoder-only model "
         "(SmolLM2-135M, offline; GPT-2, Llama, Mistral, Qwen): head view, heatmaps, which heads link two tokens, "
         "all layers × heads, Q/K/V (with the key/value head a grouped-query head reads), why a weight has its "
-        "value, query–key space (PCA, 2-D / 3-D), attention distance; masked-word and next-token top 5 after "
+        "value, query–key space (PCA, 2-D / 3-D), attention distance; a second sentence beside the first (the "
+        "same head on both, and their difference where the tokens line up); masked-word and next-token top 5 after "
         "every position; a continuation, written when asked (greedy, or sampled with temperature, top-k and a "
         "seed), stepped through token by token with the new token's attention in every layer and head; a "
         "classifier's labels and its first token's attention; any other architecture transformers implements, "
@@ -120,7 +121,10 @@ GUIDE = [
         "sentences' cosine similarity): the prediction; every head zero-ablated in batched passes (layers × "
         "heads grid of the drop); each head's direct share of the winning logit (pre-norm models; the final "
         "norm's divisor frozen); ablate a chosen head and see the number change; the logit lens (top output "
-        "and the answer's rank after every layer)",
+        "and the answer's rank after every layer); patching input B's residual stream into A (which layer × "
+        "position carries the difference); induction heads on smollm2 (a repeated random sequence: each head's "
+        "induction score, the loss on the second repeat vs the first, the top k induction heads ablated vs k "
+        "random heads)",
     ),
     (
         "app_pages/train.py",

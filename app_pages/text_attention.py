@@ -17,7 +17,7 @@ import streamlit as st
 
 import tformer_core as tc
 from tformer_app import attention_panel as panel
-from tformer_app import caches, class_session, outputs, presenter
+from tformer_app import caches, class_session, compare, outputs, presenter
 from tformer_app.markdown import escape
 from tformer_app.page import (
     DECODER_MODEL_SUGGESTIONS,
@@ -169,6 +169,7 @@ def page(url: UrlState) -> None:
     if first:
         outputs.show_predictions(trace, model, c.query, labels)
     panel.draw(panel.Shown(key, trace), url, c)
+    compare.draw(url, source, model, trace, c, fitted.pair)
     if not first:
         outputs.show_predictions(trace, model, c.query, labels)
     if isinstance(model, tc.CausalLM) and trace.has_head:

@@ -48,6 +48,7 @@ from tformer_views import detection as dv
 from tformer_views import distance, overview, pictures, samples, search
 from tformer_views import generation as gen
 from tformer_views import head_matters as hm
+from tformer_views import induction as iv
 from tformer_views import inductive_bias as ib
 from tformer_views import mae as mv
 from tformer_views import seq2seq as sv
@@ -325,6 +326,9 @@ COMPUTATIONS: dict[str, Callable[..., Any]] = {
     "heads_ablation": lambda model, kind, output, stack, layer, head, *inputs: hm.ablation(
         model, kind, inputs, output, Head(stack, layer, head)
     ),
+    # Induction heads: (tokens per repeat, seed) -> iv.InductionStudy; (length, seed, heads) -> iv.InductionAblation
+    "induction": iv.study,
+    "induction_ablation": lambda model, length, seed, heads: iv.ablation(model, length, seed, heads),
 }
 
 # The sessions' uploads and the pictures they were sent share this budget: while a class holds many photos,
@@ -418,6 +422,16 @@ def relevancy(source: str, data: bytes, name: str, class_id: int) -> Request[np.
 def head_ablation(source: str, study: hm.HeadStudy, stack: str, layer: int, head: int) -> Request[hm.Ablation]:
     """`study`'s input with one head ablated: the number measured, the prediction and the attention that changed."""
     return Request("heads_ablation", source, (study.kind, study.output, stack, int(layer), int(head), *study.inputs))
+
+
+def induction(source: str, length: int, seed: int) -> Request[iv.InductionStudy]:
+    """`length` random tokens (seeded) twice through a language model: induction scores and each repeat's loss."""
+    return Request("induction", source, (int(length), int(seed)))
+
+
+def induction_ablation(source: str, study: iv.InductionStudy, k: int) -> Request[iv.InductionAblation]:
+    """`study`'s k heads of highest induction score ablated together, and k random heads as a baseline."""
+    return Request("induction_ablation", source, (study.seq.length, study.seq.seed, tuple(study.top(int(k)))))
 
 
 def result(request: Request[ResultT]) -> ResultT:

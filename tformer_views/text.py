@@ -191,6 +191,28 @@ def head_matrix(
     )
 
 
+def difference(first: HeadMatrix, second: HeadMatrix) -> HeadMatrix | None:
+    """second - first, cell by cell, when the two show as many queries and keys (None: they do not line up).
+    Labels: a token where both inputs have it, "first→second" where they differ; masked where either is."""
+    if first.weights.shape != second.weights.shape:
+        return None
+
+    def labels(a: tuple[str, ...], b: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(x if x == y else f"{x}→{y}" for x, y in zip(a, b, strict=True))
+
+    masks = [m.allowed for m in (first, second) if m.allowed is not None]
+    allowed = np.logical_and.reduce(masks) if masks else None
+    return HeadMatrix(
+        second.weights - first.weights,
+        first.queries,
+        first.keys,
+        labels(first.query_labels, second.query_labels),
+        labels(first.key_labels, second.key_labels),
+        allowed,
+        second.hidden_share - first.hidden_share,
+    )
+
+
 def score_matrix(
     trace: Trace,
     layer: int,

@@ -95,3 +95,27 @@ def test_minilm_measures_the_similarity_of_two_sentences():
     assert len(_grid_values(at, "Drop in cos(")) == 6 * 12
     assert any("no logit" in m for m in messages(at, "info"))
     assert not np.isnan(similarity)
+
+
+@needs_smollm2
+def test_smollm2_has_induction_heads_and_ablating_the_top_ones_raises_the_second_repeats_loss_more_than_random():
+    at = run(PAGE, timeout=300, ind_length="24", ind_seed="0", ind_k="5")
+    no_exception(at)
+    scores = _grid_values(at, "Induction score")
+    assert len(scores) == 30 * 9
+    metrics = {m.label: float(m.value) for m in at.metric}
+    first, second = metrics["Loss, first repeat (nats)"], metrics["Loss, second repeat"]
+    top, random = metrics["Second, top 5 ablated"], metrics["Second, 5 random ablated"]
+    print(
+        f"\ninduction: top score {scores['value'].max():.3f}, mean {scores['value'].mean():.3f}; loss first {first}, "
+        f"second {second}, top 5 ablated {top}, 5 random ablated {random}"
+    )
+    assert scores["value"].max() > 0.5 > 10 * scores["value"].mean()  # a few heads do it, most do not
+    assert second < first / 2  # the repeat is predicted: random tokens cost ~log(vocab) the first time
+    assert top > second + 3 and top > random + 2
+    pattern = next(frames[0] for title, frames in charts(at).items() if "its attention (the stripe" in title)
+    stripe = pattern[pattern["row"] - pattern["col"] == 23]  # the token after the previous occurrence
+    assert stripe[stripe["row"] >= 24]["value"].mean() == pytest.approx(scores["value"].max(), abs=1e-3)
+    widget(at, "heads.ind_k").set_value(1).run(timeout=300)
+    no_exception(at)
+    assert {m.label for m in at.metric} >= {"Second, top 1 ablated", "Second, 1 random ablated"}

@@ -398,3 +398,35 @@ def test_the_page_says_what_the_tokenizer_changed_in_the_text():
     [line] = [c for c in texts(at, "caption") if c.startswith("The tokenizer changed your text")]
     assert "lowercases it, strips accents (mèo → meo) and has no token for 🐱, written [UNK]" in line
     assert not [c for c in texts(page(views="heatmap"), "caption") if "tokenizer changed" in c]  # lowercasing alone
+
+
+WIDE = "The animal didn't cross the street because it was too wide."
+
+
+def _cells(at, title) -> np.ndarray:
+    frame = charts(at)[title][0].sort_values(["row", "col"])
+    return frame["value"].to_numpy().reshape(frame["row"].max() + 1, frame["col"].max() + 1)
+
+
+def test_a_second_sentence_is_compared_head_for_head_and_cell_by_cell(minilm, default_page):
+    assert not any("sentence:" in title for title in chart_titles(default_page))  # folded and empty: nothing drawn
+    at = page(compare=WIDE, views="heatmap", layer="2", head="5")
+    no_exception(at)
+    first, second = minilm.trace(SENTENCE).attention(2, 5), minilm.trace(WIDE).attention(2, 5)
+    np.testing.assert_allclose(_cells(at, "First sentence: layer 2, head 5"), first, atol=1e-6)
+    np.testing.assert_allclose(_cells(at, "Second sentence: layer 2, head 5"), second, atol=1e-6)
+    np.testing.assert_allclose(_cells(at, "Second − first: layer 2, head 5"), second - first, atol=1e-6)
+    assert np.abs(second - first).max() > 0.01  # the sentences differ in one word, and the head sees it
+    labels = charts(at)["Second − first: layer 2, head 5"][0]["row_token"].unique()
+    assert "tired→wide" in [str(t).rstrip("\u200b") for t in labels]
+    assert at.query_params["compare"] == WIDE
+    widget(at, "text.head").set_value(0).run()  # another head: both sentences follow, from the cache
+    no_exception(at)
+    np.testing.assert_allclose(
+        _cells(at, "Second sentence: layer 2, head 0"), minilm.trace(WIDE).attention(2, 0), atol=1e-6
+    )
+    widget(at, "text.compare").set_value("It was too wide.").run()  # fewer tokens: both shown, no difference
+    no_exception(at)
+    assert {"First sentence: layer 2, head 0", "Second sentence: layer 2, head 0"} <= set(chart_titles(at))
+    assert not any(title.startswith("Second − first") for title in chart_titles(at))
+    assert any("do not line up" in m for m in texts(at, "info"))
