@@ -53,7 +53,7 @@ SHORT_TITLES = {
     "positional": "Positional",
     "block": "Block",
     "text": "Text",
-    "seq2seq": "Enc-dec",
+    "seq2seq": "Encoder-decoder",
     "vision": "Vision",
     "distance": "Distance",
     "shift": "Shift",
@@ -88,6 +88,13 @@ PRESENTER_CSS = """<style>
   border-bottom: 1px solid rgba(49, 51, 63, 0.2); padding: 0.1rem 0 0.3rem; }
 .st-key-tformer-bar p, .st-key-tformer-bar [data-testid="stMarkdownContainer"] p { font-size: 15px; line-height: 1.2; }
 .st-key-tformer-bar [data-testid="stPageLink"] a { padding: 0.1rem 0.35rem; }
+/* One row whatever the number of pages: the links scroll sideways in their own strip (Tab and a click bring a
+   link into view), the slide controls and the way out stay at the right; a second row would push the view
+   below a 720-px projector's first screen. */
+.st-key-tformer-bar { flex-wrap: nowrap !important; }
+.st-key-tformer-bar-pages { flex-wrap: nowrap !important; overflow-x: auto; overflow-y: hidden; min-width: 0;
+  flex: 1 1 0 !important; min-height: 2.3rem; align-items: center; scrollbar-width: thin; }
+.st-key-tformer-bar-pages > * { flex: 0 0 auto !important; width: auto !important; }
 .st-key-tformer-bar button { min-height: 1.9rem; padding: 0.1rem 0.5rem; }
 </style>"""
 # On every page: the keys' element draws nothing and takes no room; the page starts just below the header bar
@@ -271,14 +278,14 @@ def bar(page_path: str, pages: dict[str, Any]) -> None:
     slides = st.session_state.get(DECK, [])
     showing = st.session_state.get(SHOWING)
     with st.container(key="tformer-bar", horizontal=True, gap="small", vertical_alignment="center"):
-        for path, page in pages.items():
-            if path not in SHORT_TITLES:
-                continue
-            if path != page_path:
-                st.page_link(page, label=SHORT_TITLES.get(path, getattr(page, "title", path)))
-            else:
-                st.markdown(f"**{escape(SHORT_TITLES.get(path, path))}**")
-        st.space("stretch")
+        with st.container(key="tformer-bar-pages", horizontal=True, gap="small", vertical_alignment="center"):
+            for path, page in pages.items():
+                if path not in SHORT_TITLES:
+                    continue
+                if path != page_path:
+                    st.page_link(page, label=SHORT_TITLES.get(path, getattr(page, "title", path)))
+                else:
+                    st.markdown(f"**{escape(SHORT_TITLES.get(path, path))}**")
         if slides and showing is None:
             st.button(f"Present the slides ({len(slides)})", key="_tformer.bar.start", on_click=_go, args=(0,))
         elif slides and isinstance(showing, int):
