@@ -105,10 +105,12 @@ class UrlState:
             )
         elif lo is not None and hi is not None and not lo <= st.session_state[widget_key] <= hi:
             st.session_state[widget_key] = type(default)(min(max(st.session_state[widget_key], lo), hi))  # new limits
-        elif self.incoming is not None and first_this_run:
-            # Until the page has drawn in full once, its widgets are told their values on every run: a value set
-            # here reaches the browser only with the run that set it, and a first run cut short (a click, the
-            # browser's first measure) may never have shown it: the box would show, and send back, its default.
+        elif first_this_run:
+            # Every run tells the widgets their values: a value set here reaches the browser only with the run that
+            # set it, and a box the browser mounts afresh later (a first run cut short by a click or the browser's
+            # first measure; Streamlit mounting the page's boxes again) starts from its default, a number box
+            # from its minimum, shows it and sends it back with the next change of any other widget (the lesson's
+            # 8 x 8 image became 1 x 1). Told each run, a box shows the page's value at once.
             # Only at a run's first ask: a later one (a value read after its widget was drawn) may not set it.
             st.session_state[widget_key] = st.session_state[widget_key]
         return widget_key

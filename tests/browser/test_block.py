@@ -123,6 +123,10 @@ def test_vision_page_patch_embedding_by_hand(server_url, page, screenshots):
     settle(page)
     wait_for_text(page, "Patch embedding by hand")
     wait_for_text(page, "is a matrix product")  # the products themselves are in a table (a canvas)
+    # Streamlit paints a new number box with its minimum for a moment before the value the page set: a change
+    # sent in that moment would send the minimums of the other boxes too. Type once the boxes show the lecture's.
+    for label, value in (("Image height", "8"), ("Image width", "8"), ("Kernels D", "2")):
+        expect(page.get_by_role("spinbutton", name=label, exact=True)).to_have_value(value, timeout=60_000)
     type_into(page, "Patch size P", "3", role="spinbutton")
     wait_for_url(page, "pe_p=3")
     wait_for_text(page, "a patch size of 3 does not divide the 8 × 8 image")
