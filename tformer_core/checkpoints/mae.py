@@ -12,10 +12,10 @@ from pathlib import Path
 
 from ..inputs.preprocessing import ImagePreprocessing
 from ..models.mae import MAE, MAEConfig
-from .common import activation, build_module
+from .common import build_module
 from .errors import CheckpointError
 from .hfconfig import HFConfig
-from .vit import LAYER
+from .vit import LAYER, encoder_fields
 from .vit import preprocessing as vit_preprocessing
 from .weights import Weights, assign
 
@@ -26,8 +26,7 @@ DECODER_LAYERS = ("decoder.decoder_layers.{i}.", "decoder.decoder_encoder.layer.
 def _config(c: HFConfig) -> MAEConfig:
     if not c.flag("qkv_bias", True):
         raise CheckpointError("ViT-MAE checkpoints without Q/K/V biases are not supported")
-    d_model, n_heads = c.whole("hidden_size"), c.whole("num_attention_heads")
-    c.heads_divide("num_attention_heads", n_heads, "hidden_size", d_model)
+    encoder = encoder_fields(c)
     d_dec, dec_heads = c.whole("decoder_hidden_size"), c.whole("decoder_num_attention_heads")
     c.heads_divide("decoder_num_attention_heads", dec_heads, "decoder_hidden_size", d_dec)
     image_size, patch_size = c.whole("image_size", high=1 << 14), c.whole("patch_size", high=1 << 14)
@@ -36,13 +35,7 @@ def _config(c: HFConfig) -> MAEConfig:
     return MAEConfig(
         image_size=image_size,
         patch_size=patch_size,
-        n_channels=c.whole("num_channels", 3, high=64),
-        n_layers=c.layers("num_hidden_layers"),
-        d_model=d_model,
-        n_heads=n_heads,
-        d_ff=c.whole("intermediate_size"),
-        activation=activation(c.text("hidden_act"), "hidden_act"),
-        ln_eps=c.number("layer_norm_eps"),
+        **encoder,
         decoder_d_model=d_dec,
         decoder_n_heads=dec_heads,
         decoder_d_ff=c.whole("decoder_intermediate_size"),

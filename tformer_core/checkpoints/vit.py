@@ -7,6 +7,7 @@ core flattens patches channel-first, so the same numbers become a Linear weight 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from ..inputs.preprocessing import ImagePreprocessing
 from ..models.vit import ViT, ViTConfig
@@ -51,6 +52,21 @@ def _heads(w: Weights) -> tuple[str | None, str | None]:
     return None, None
 
 
+def encoder_fields(c: HFConfig) -> dict[str, Any]:
+    """The ViT encoder's sizes as config.json gives them, checked: read alike for a ViT and for ViT-MAE's encoder."""
+    d_model, n_heads = c.whole("hidden_size"), c.whole("num_attention_heads")
+    c.heads_divide("num_attention_heads", n_heads, "hidden_size", d_model)
+    return {
+        "n_channels": c.whole("num_channels", 3, high=64),
+        "n_layers": c.layers("num_hidden_layers"),
+        "d_model": d_model,
+        "n_heads": n_heads,
+        "d_ff": c.whole("intermediate_size"),
+        "activation": activation(c.text("hidden_act"), "hidden_act"),
+        "ln_eps": c.number("layer_norm_eps"),
+    }
+
+
 def _config(c: HFConfig, n_classes: int, distilled: bool, dist_head: bool) -> ViTConfig:
     if not c.flag("qkv_bias", True):
         raise CheckpointError("ViT checkpoints without Q/K/V biases are not supported yet")
@@ -60,18 +76,10 @@ def _config(c: HFConfig, n_classes: int, distilled: bool, dist_head: bool) -> Vi
             raise CheckpointError(
                 f"config.json: image_size {side} is not a whole number of patches of patch_size {patch_size} pixels"
             )
-    d_model, n_heads = c.whole("hidden_size"), c.whole("num_attention_heads")
-    c.heads_divide("num_attention_heads", n_heads, "hidden_size", d_model)
     return ViTConfig(
         image_size=image_size,
         patch_size=patch_size,
-        n_channels=c.whole("num_channels", 3, high=64),
-        n_layers=c.layers("num_hidden_layers"),
-        d_model=d_model,
-        n_heads=n_heads,
-        d_ff=c.whole("intermediate_size"),
-        activation=activation(c.text("hidden_act"), "hidden_act"),
-        ln_eps=c.number("layer_norm_eps"),
+        **encoder_fields(c),
         n_classes=n_classes,
         distilled=distilled,
         dist_head=dist_head,
