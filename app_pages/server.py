@@ -39,6 +39,12 @@ def main() -> None:
         f"The sessions' uploads and the pictures they were sent: {report.sessions_bytes / MB:,.1f} MB, counted in "
         "the results' budget (a closed tab's are given back about three minutes later)."
     )
+    if report.session_counts is not None:
+        n = report.session_counts
+        st.caption(
+            f"Sessions: {n.connected} connected, {n.resumable} closed and kept to be resumed, "
+            f"{n.ended_in_memory} ended and still in memory (0 unless something keeps them alive)."
+        )
     st.caption("Models loaded: " + (", ".join(escape(m) for m in caches.loaded_models()) or "none"))
     if st.button("Clear cached results", help="Every session recomputes what it shows next; models stay loaded"):
         freed = caches.clear_results()

@@ -121,6 +121,9 @@ class ByteBudgetCache:
     """key -> value, at most `budget_bytes` in all (by `size_of`), least recently used dropped first.
 
     on_evict(bytes): called (outside the lock) after entries were dropped, e.g. to give memory back.
+    after_compute(): called after each computation of this cache ended, its value stored (and what that evicted
+    dropped) or its failure passed on: what the computation freed can be given back then, measured against
+    what the cache now holds (checked before the value is stored, the value would count as freed memory).
     device_budget_bytes: what the entries may hold on a GPU (by `device_size_of`), counted apart from the host's
     bytes (a trace on the GPU costs its memory, not the host's); None: not bounded.
     shared(): bytes held elsewhere that count against the same budget (the sessions' uploads): the cache keeps
@@ -135,12 +138,14 @@ class ByteBudgetCache:
         on_evict: Callable[[int], None] | None = None,
         device_budget_bytes: int | None = None,
         shared: Callable[[], int] | None = None,
+        after_compute: Callable[[], None] | None = None,
     ) -> None:
         self.name = name
         self.budget_bytes = int(budget_bytes)
         self.device_budget_bytes = None if device_budget_bytes is None else int(device_budget_bytes)
         self._weigh = weigh
         self._on_evict = on_evict
+        self._after_compute = after_compute
         self._device_used = 0
         self._device_sizes: dict[Hashable, int] = {}  # the entries that hold GPU memory
         self._shared = shared
@@ -180,13 +185,19 @@ class ByteBudgetCache:
             with self._lock:
                 del self._pending[key]
             pending.done.set()
+            self._computed()
             raise
         pending.value = value
         self._store(key, value)
         with self._lock:
             del self._pending[key]
         pending.done.set()
+        self._computed()
         return value
+
+    def _computed(self) -> None:
+        if self._after_compute is not None:
+            self._after_compute()
 
     def _store(self, key: Hashable, value: Any) -> None:
         size = self._weigh(value)

@@ -339,6 +339,7 @@ _results = ByteBudgetCache(
     on_evict=_give_back.check,
     device_budget_bytes=SETTINGS.results_gpu_bytes,
     shared=sessions.held_bytes,
+    after_compute=_give_back.check,  # a pass's activations are free then, and its result is counted as held
 )
 _passes = gpu.pass_slots(SETTINGS.passes, DEVICE)  # per GPU across processes when the models run on one
 
@@ -467,11 +468,8 @@ def cached(kind: str, source: str, *args: Any) -> Any:
     _owned(source)
 
     def compute() -> Any:
-        model = cached_model(source)
-        try:
-            return in_turn(lambda: COMPUTATIONS[kind](model, *args))
-        finally:
-            _give_back.check()  # the pass's activations are free now
+        model = cached_model(source)  # a load waits for no pass slot
+        return in_turn(lambda: COMPUTATIONS[kind](model, *args))
 
     return _results.get_or_compute(("result", kind, source, *_key(args)), compute)
 
@@ -612,13 +610,7 @@ def computed(key: tuple, compute: Callable[[Progress], Any], label: str) -> Any:
     with progress_bar() as progress:
         progress(0.0, label)
 
-        def run() -> Any:
-            try:
-                return in_turn(lambda: compute(progress))
-            finally:
-                _give_back.check()
-
-        return _results.get_or_compute(("computed", *_key(key)), run)
+        return _results.get_or_compute(("computed", *_key(key)), lambda: in_turn(lambda: compute(progress)))
 
 
 # ---- for the server page and the tests --------------------------------------------------------------
@@ -628,6 +620,7 @@ class MemoryReport:
     models: CacheStats
     rss_bytes: int | None
     sessions_bytes: int = 0  # the sessions' uploads and media (counted in the results' budget)
+    session_counts: sessions.SessionCounts | None = None  # connected, resumable, ended but still in memory
     gpu_bytes: int | None = None  # what this process's tensors hold on its GPU; None without one
 
 
@@ -642,7 +635,14 @@ def rss_bytes() -> int | None:
 
 def memory_report() -> MemoryReport:
     on_gpu = torch.cuda.memory_allocated(DEVICE) if DEVICE.type == "cuda" else None
-    return MemoryReport(_results.stats(), _models.stats(), rss_bytes(), sessions.held_bytes(), on_gpu)
+    return MemoryReport(
+        _results.stats(),
+        _models.stats(),
+        rss_bytes(),
+        sessions_bytes=sessions.held_bytes(),
+        session_counts=sessions.counts(),
+        gpu_bytes=on_gpu,
+    )
 
 
 def clear_results() -> int:

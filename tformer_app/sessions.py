@@ -6,10 +6,12 @@ Why: Streamlit (1.67) keeps a closed tab's session for `server.disconnectedSessi
 can be resumed, then drops it from its session storage without shutting it down. Shutting down is what
 removes a session's uploaded files and media, so every photo a student ever uploaded stayed in the process's
 memory (4.5 MB for a 12-megapixel JPEG, plus the pictures drawn from it) until the server was restarted.
-A sweeper thread looks for sessions Streamlit no longer knows (neither connected nor waiting to be resumed)
-every SWEEP_S seconds (or a quarter of that resume window, when it is shorter) and hands their files back; a
-session is released only when two sweeps in a row miss it, so one that is being resumed at that moment is
-never touched.
+Worse, an expired session is dropped from that storage only when another one is saved there (the next tab
+closed): the last tabs of a class stayed alive after the class, and their widgets' values kept their uploads
+even after those were handed back (about 110 MB after 160 photos). A sweeper thread looks for sessions Streamlit
+no longer knows (neither connected nor waiting to be resumed) every SWEEP_S seconds (or a quarter of that resume
+window, when it is shorter), deletes them from the storage and hands their files back; a session is released
+only when two sweeps in a row miss it, so one that is being resumed at that moment is never touched.
 
 This reads Streamlit's runtime (its session manager, upload and media managers): the one place that does.
 `tests/app/test_sessions.py` fails if a Streamlit upgrade changes what it relies on.
@@ -17,14 +19,18 @@ This reads Streamlit's runtime (its session manager, upload and media managers):
 
 from __future__ import annotations
 
+import contextlib
 import threading
+import weakref
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from . import logs
 
 SWEEP_S = 30.0
 
 _missing_before: set[str] = set()
+_watched: dict[str, weakref.ref] = {}  # session id -> its AppSession, while it is alive
 _lock = threading.Lock()
 _sweeper: threading.Thread | None = None
 
@@ -37,11 +43,37 @@ def _runtime():  # streamlit.runtime.Runtime, or None outside a running server (
 
 
 def known_sessions() -> set[str] | None:
-    """Ids of the sessions Streamlit knows: connected, or disconnected and still resumable; None without a server."""
+    """Ids of the sessions Streamlit knows: connected, or disconnected and still resumable; None without a server.
+    Each is watched (a weak reference) so that `counts` can tell whether it is gone once it has ended."""
     runtime = _runtime()
     if runtime is None:
         return None
-    return {info.session.id for info in runtime._session_mgr.list_sessions()}
+    infos = runtime._session_mgr.list_sessions()
+    with _lock:
+        for info in infos:
+            _watched.setdefault(info.session.id, weakref.ref(info.session))
+    return {info.session.id for info in infos}
+
+
+@dataclass(frozen=True)
+class SessionCounts:
+    connected: int
+    resumable: int  # closed tabs Streamlit keeps for server.disconnectedSessionTTL
+    ended_in_memory: int  # ended sessions (seen by this module) whose objects are still alive: their state leaks
+
+
+def counts() -> SessionCounts | None:
+    """How many sessions this server holds, for its operator (None without a server)."""
+    runtime = _runtime()
+    known = known_sessions()
+    if runtime is None or known is None:
+        return None
+    connected = len(runtime._session_mgr.list_active_sessions())
+    with _lock:
+        for session_id in [i for i, ref in _watched.items() if ref() is None]:
+            del _watched[session_id]
+        lingering = sum(1 for session_id in _watched if session_id not in known)
+    return SessionCounts(connected, len(known) - connected, lingering)
 
 
 def _holders() -> set[str]:
@@ -62,11 +94,16 @@ def release_ended() -> int:
     if runtime is None or known is None:
         return 0
     with _lock:
-        gone = _holders() - known
+        gone = (_holders() | set(_watched)) - known
         ended = gone & _missing_before
         _missing_before.clear()
         _missing_before.update(gone - ended)
+    storage = runtime._session_mgr._session_storage
     for session_id in ended:
+        # Streamlit drops an expired session from its storage only when another session is saved there (the next
+        # tab closed); until then the session, its widgets' values and with them its uploads stay alive.
+        with contextlib.suppress(KeyError):
+            storage.delete(session_id)
         runtime.uploaded_file_mgr.remove_session_files(session_id)
         runtime.media_file_mgr.clear_session_refs(session_id)
         runtime.dataframe_source_mgr.clear_all_for_session(session_id)

@@ -28,6 +28,25 @@ def test_least_recently_used_entries_go_first_when_the_bytes_exceed_the_budget()
     assert freed == [size_of(array(3))]
 
 
+def test_after_compute_sees_the_new_value_held_and_the_evicted_ones_dropped():
+    """The hand-back of freed memory (caches._GiveBack) measures RSS minus what the caches hold: checked before the
+    value was stored, the new value would count as freed memory and the evicted ones as held (a server kept about
+    130 MB more than its budget allowed at 512 tokens)."""
+    seen = []
+    cache = ByteBudgetCache(
+        "t", 10 * MB, after_compute=lambda: seen.append((cache.stats().used_bytes, cache.peek("new") is not None))
+    )
+    for key in "abc":
+        cache.get_or_compute(key, lambda: array(3))
+    cache.get_or_compute("new", lambda: array(3))  # 12 MB > 10 MB: a, the least recently used, goes
+    assert seen[-1] == (3 * size_of(array(3)), True) and cache.peek("a") is None
+    with pytest.raises(ValueError):
+        cache.get_or_compute("bad", lambda: int("x"))  # a failed pass frees its activations too
+    assert len(seen) == 5
+    cache.get_or_compute("new", lambda: pytest.fail("cached"))
+    assert len(seen) == 5  # a hit computes nothing
+
+
 def test_one_big_entry_evicts_many_small_ones_and_a_too_big_one_is_not_kept():
     cache = ByteBudgetCache("t", 10 * MB)
     for i in range(10):

@@ -3,6 +3,8 @@
 - A closed tab's uploads stayed in memory for the life of the process: Streamlit keeps a closed session for
   server.disconnectedSessionTTL to resume it, then forgets it without shutting it down (its uploads and pictures
   with it). tformer_app.sessions counts them in the results' budget and gives them back when the session ends.
+- Then Streamlit kept the expired session object (its widgets' values, its uploads with them) until another tab
+  closed: the last students' photos stayed after the class. The sweeper deletes it from Streamlit's storage.
 - A crafted data-editor message naming a column the table does not have made every later run raise KeyError.
 
 The server's resume window is 2 s here (120 s by default), so the sweeper looks every half second. Every wait
@@ -66,6 +68,10 @@ async def _uploads_counted_then_released(url: str) -> None:
     while (held := await held_mb(admin)) > before + 0.05:
         assert time.monotonic() < deadline, f"{held:.1f} MB still held a minute after the session ended"
         await asyncio.sleep(0.5)
+    # The session itself is gone too: its widgets' values held the upload (Streamlit kept an expired session
+    # until the next tab closed, and nothing else closes here).
+    line = next(t for t in (await admin.rerun()).texts() if t.startswith("Sessions:"))
+    assert re.search(r"\b0 ended and still in memory", line), line
     await admin.close()
 
 
