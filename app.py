@@ -11,7 +11,7 @@ from tformer_app import admin, caches, class_session, logs, presenter
 from tformer_app.page import count_visit, device_summary, models_summary
 
 logs.configure()  # once per process: the log's handlers, and every setting checked (bad ones logged)
-caches.start()  # once per process: the sweeper that gives back what ended sessions held
+caches.start()  # the sweeper of ended sessions (once per process); results fitted beside the sessions' uploads
 
 st.set_page_config(
     page_title="tformer: inside Transformers",

@@ -84,25 +84,35 @@ class _GiveBack:
 
     What a request frees (a forward pass's activations, a decoded photo) and what the caches evict stays in
     glibc's heaps for reuse (`retain_freed_memory`: it saves page faults on the next trace). After each
-    computation the process's RSS beyond what the caches hold is compared with its level after the last
-    hand-back; once it has grown by more than SLACK, the freed memory goes back to the OS (malloc_trim, a
-    few milliseconds).
+    computation, eviction and sweep, the process's RSS beyond what the caches and sessions hold is compared
+    with its level: the lowest it has been since the last sweep. Once it is more than SLACK above, the freed
+    memory goes back to the OS (malloc_trim, a few milliseconds).
+
+    Why the lowest: any reading is the process's own memory plus what was freed and kept plus objects alive
+    only for the moment (a pass's activations in another session, a picture being drawn). A level read once,
+    right after a hand-back, kept such a moment's objects as the level, and the memory they later freed
+    stayed (175 MB after 80 photos). A level that only goes down between sweeps misses nothing freed; the
+    sweeps (every 30 s) start it afresh, so memory the process keeps for good (a model's tokenizer) costs
+    extra hand-backs for at most that long.
     """
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.level: int | None = None  # RSS minus cached bytes right after the last hand-back
+        self.level: int | None = None  # the lowest RSS minus held bytes since the last sweep
 
     def check(self, _evicted: int = 0) -> None:
         rss = rss_bytes()
         if rss is None:
             return
         with self.lock:
-            if self.level is not None and rss - _held() <= self.level + SLACK:
+            beyond = rss - _held()
+            if self.level is not None and beyond <= self.level + SLACK:
+                self.level = min(self.level, beyond)
                 return
             tc.release_freed_memory()
             after = rss_bytes()
-            self.level = (after if after is not None else rss) - _held()
+            measured = (after if after is not None else rss) - _held()
+            self.level = measured if self.level is None else min(self.level, measured)
 
 
 def _held() -> int:
@@ -656,16 +666,21 @@ def clear_results() -> int:
 
 
 def swept(released: int) -> None:
-    """After each sweep of tformer_app.sessions (every 30 s): hand back every freed byte. The level `_give_back`
-    compares with is measured right after a hand-back, when another session's pass may be under way: this resets
-    it, so that what those passes freed since goes back too, and the process follows what it holds."""
+    """After each sweep of tformer_app.sessions (every 30 s): fit the results beside what the sessions hold now,
+    hand back every freed byte, and start `_give_back`'s level afresh (the lowest reading from now on), so that
+    memory the process has come to keep for good (a new model's tokenizer) stops causing hand-backs."""
+    _results.trim()  # what released sessions held makes room; what live ones uploaded since takes it
     _give_back.level = None
     _give_back.check()
 
 
 def start() -> None:
-    """What a server process starts once (app.py calls it on every run): the sweeper of ended sessions."""
+    """What a server process starts once (app.py calls it on every run): the sweeper of ended sessions. And on
+    every run: results dropped until they fit beside what the sessions hold now (uploads and the pictures pages
+    sent grow between computations, which are what trims the results otherwise)."""
     sessions.start_sweeper(after=swept)
+    if _results.trim():
+        _give_back.check()
 
 
 def clear_models() -> None:

@@ -136,3 +136,27 @@ def test_the_server_page_is_served_only_with_a_token_and_shows_nothing_without_i
     at.text_input(key="_tformer.admin.token").input(TOKEN).run()
     assert not at.error and at.dataframe and [b.label for b in at.main.button] == ["Clear cached results"]
     assert admin.matches(TOKEN, TOKEN) and not admin.matches(TOKEN, None) and not admin.matches("", TOKEN)
+
+
+def test_freed_memory_is_handed_back_against_the_lowest_level_seen(monkeypatch):
+    """_GiveBack compares RSS minus held bytes with a level. Read once after each hand-back, the level took in what
+    was alive only at that moment (a picture being drawn); freed later, that memory was never handed back (175 MB
+    after 80 photos). The level is the lowest reading since the last sweep: a higher one never raises it."""
+    mb = 2**20
+    readings, trims = [], []
+    monkeypatch.setattr(caches, "rss_bytes", lambda: readings.pop(0) * mb)
+    monkeypatch.setattr(caches, "_held", lambda: 0)
+    monkeypatch.setattr(caches.tc, "release_freed_memory", lambda: trims.append(1) or True)
+    give_back = caches._GiveBack()
+    readings += [600, 470]  # a pass freed 130 MB: handed back, 470 MB stay
+    give_back.check()
+    assert len(trims) == 1 and give_back.level == 470 * mb
+    readings += [560, 520]  # handed back while 50 MB of another session's picture were alive
+    give_back.check()
+    assert len(trims) == 2 and give_back.level == 470 * mb
+    readings += [520, 470]  # the picture freed and kept: 50 MB over the level, more than SLACK (32 MB)
+    give_back.check()
+    assert len(trims) == 3 and give_back.level == 470 * mb
+    readings += [490]  # 20 MB kept for the next pass: within SLACK, nothing to do
+    give_back.check()
+    assert len(trims) == 3 and not readings
