@@ -115,7 +115,8 @@ def show(url: UrlState, source: str, study: hm.HeadStudy) -> None:
     share = 0.5 if side else 1.0
     span = max(float(np.nanmax(np.abs(effects))), LEAST_SPAN)
     with left:
-        title = f"Drop in {study.what} when the head is ablated (click one)"
+        # Two lines: on one, a class's name ("Egyptian cat") made the chart wider than half a 1280-px column.
+        title = [f"Drop in {study.what}", "when the head is ablated (click one)"]
         _grid(url, effects, title, f"ablation-{stack}", share, domain=(-span, span), clickable=True)
     with right:
         if study.attribution is None:
@@ -123,7 +124,7 @@ def show(url: UrlState, source: str, study: hm.HeadStudy) -> None:
         else:
             label = hm.display_token(study.attribution.label)
             attribution = hm.grid(study, stack, "attribution")
-            _grid(url, attribution, f"Direct share of the logit of {label}", f"attr-{stack}", share)
+            _grid(url, attribution, ["Direct share of the logit", f"of {label}"], f"attr-{stack}", share)
     _ablate_one(url, source, study, stack, (layer_key, head_key), effects.shape)
     if study.lens is not None:
         st.subheader("The logit lens: the prediction after every layer")
@@ -146,7 +147,7 @@ def _prediction(study: hm.HeadStudy, prediction: list[tuple[str, float]] | None 
     table.dataframe(frame, hide_index=True)
 
 
-def _grid(url: UrlState, values, title: str, key: str, share: float, clickable: bool = False, domain=None) -> None:
+def _grid(url: UrlState, values, title: list[str], key: str, share: float, clickable=False, domain=None) -> None:
     """A layers x heads grid in `share` of the main column: its cells as on their own (40 px, fewer for many
     layers), narrower where its heads would not fit."""
     layers, heads = values.shape
@@ -204,10 +205,12 @@ def _ablate_one(url: UrlState, source: str, study: hm.HeadStudy, stack: str, key
         "half the L1 distance summed over its rows)"
     )
     before, after = st.columns(2)
+    most = float(max(result.before.max(), result.after.max()))  # one colour scale for the two
     with before:
-        _attention(result.before, result.downstream, result, f"{result.downstream}, before", "before")
+        _attention(result.before, result.downstream, result, f"{result.downstream}, before", "before", most)
     with after:
-        _attention(result.after, result.downstream, result, f"{result.downstream}, with {result.head} ablated", "after")
+        title = f"{result.downstream}, with {result.head} ablated"
+        _attention(result.after, result.downstream, result, title, "after", most)
 
 
 def _decimals(change: float) -> int:
@@ -218,11 +221,14 @@ def _decimals(change: float) -> int:
     return min(8, 1 - math.floor(math.log10(abs(change))))
 
 
-def _attention(weights, head, result: hm.Ablation, title: str, key: str) -> None:
-    """A head's weights: queries x keys, or for a ViT the class token's row over the patch grid; sized to its
-    half of the main column (numbers in the cells while they fit)."""
+def _attention(weights, head, result: hm.Ablation, title: str, key: str, most: float | None = None) -> None:
+    """A head's weights: queries x keys (colours 0 to 1, a row's sum), or for a ViT the class token's row over the
+    patch grid (colours 0 to `most`, default its largest weight: DeiT-Tiny's 196 patches share a row, at most a few
+    hundredths each, all one dark colour on 0 to 1); sized to its half of the main column (numbers in the cells
+    while they fit)."""
     rows, cols = result.labels.get(head.stack, ([], []))
     titles = ("query", "key") if rows else ("patch row", "patch column")
+    domain = (0.0, 1.0) if rows else (0.0, float(weights.max()) if most is None else most)
     if not rows:
         rows, cols = [str(i) for i in range(weights.shape[0])], [str(j) for j in range(weights.shape[1])]
     cell = presenter.cell_size(max(len(rows), len(cols)), share=0.5)
@@ -233,7 +239,7 @@ def _attention(weights, head, result: hm.Ablation, title: str, key: str) -> None
         title,
         row_title=titles[0],
         col_title=titles[1],
-        domain=(0, 1),
+        domain=domain,
         cell_size=cell,
         annotate=None if cell >= SIDE_BY_SIDE_PX else False,
     )

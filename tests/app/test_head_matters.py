@@ -25,14 +25,19 @@ def _spec(chart) -> dict:
     return json.loads(chart.proto.spec)
 
 
+def _title(chart) -> str:
+    title = _spec(chart).get("title", "")
+    return " ".join(title) if isinstance(title, list) else title  # a title in lines
+
+
 def _colour_domain(at, title_start) -> list[float]:
-    spec = next(_spec(c) for c in at.get("vega_lite_chart") if _spec(c).get("title", "").startswith(title_start))
+    spec = next(_spec(c) for c in at.get("vega_lite_chart") if _title(c).startswith(title_start))
     return spec["layer"][0]["encoding"]["color"]["scale"]["domain"]
 
 
 def _in_columns(at) -> tuple[list[str], list[str]]:
     """(the titles of the charts drawn in columns, the captions of the pictures drawn in columns, as sent)."""
-    titles = [_spec(c).get("title", "") for column in at.columns for c in column.get("vega_lite_chart")]
+    titles = [_title(c) for column in at.columns for c in column.get("vega_lite_chart")]
     images = [c for column in at.columns for c in column.children.values() if type(c).__name__ == "Image"]
     return titles, [i.caption for image in images for i in image.proto.imgs]
 
@@ -121,6 +126,11 @@ def test_vit_tiny_gives_class_grids_and_the_ablation_metric_follows_the_chosen_h
     assert len(titles) == 2
     before, after = (charts(at)[t][0]["value"].to_numpy() for t in titles)
     assert np.abs(before - after).max() > 0
+    # Their colours run to the largest weight (one scale for the pair), not to 1: a class token spreads its row
+    # over the patches.
+    assert _colour_domain(at, "encoder L0 H1: its own attention") == pytest.approx([0, own["value"].max()])
+    for title in titles:
+        assert _colour_domain(at, title) == pytest.approx([0, max(before.max(), after.max())])
 
 
 def test_minilm_measures_the_similarity_of_two_sentences():

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import importlib.util
 import re
+from urllib.parse import quote
 
 import pytest
+
+from tests.core.hf_helpers import DEIT
 
 from .helpers import CHART, TIMEOUT_S, assert_no_error, centre, screenshot, settle, wait_for_text, wait_for_url
 from .test_layout import check, drawn
@@ -24,10 +27,17 @@ needs_smollm2 = pytest.mark.skipif(
 FIRST_LOAD_S = 300.0  # loading smollm2, every head ablated and the patching grid, on a busy 2-core machine
 ABLATED = re.compile(r"with decoder L(\d+) H(\d+) ablated")
 METRIC = '[data-testid="stMetric"]'
-# The other kinds: model -> (the stack its page opens on, that of its most important head; the head clicked).
-# The translator's cross-attention L0 H1 moves p('varo') by 3e-6 (its L1 H0, the default, by 4e-5); vit-tiny's L0 H1
-# p('circle') by 0.02; MiniLM's L3 H3 raises the cosine (a negative drop).
-KINDS = {"translator": ("cross", (0, 1)), "vit-tiny": ("encoder", (0, 1)), "minilm": ("encoder", (3, 3))}
+# The other kinds: name -> (the link's model, the stack its page opens on (that of its most important head), the
+# head clicked). The translator's cross-attention L0 H1 moves p('varo') by 3e-6 (its L1 H0, the default, by 4e-5);
+# vit-tiny's L0 H1 p('circle') by 0.02; MiniLM's L3 H3 raises the cosine (a negative drop); DeiT-Tiny's L8 H0 raises
+# p('Egyptian cat') by 0.21.
+KINDS = {
+    "translator": ("translator", "cross", (0, 1)),
+    "vit-tiny": ("vit-tiny", "encoder", (0, 1)),
+    "minilm": ("minilm", "encoder", (3, 3)),
+}
+if DEIT.is_dir():  # CI has ../shared: the real DeiT-Tiny, 12 layers x 3 heads and long class names
+    KINDS["deit-tiny"] = (quote(str(DEIT)), "encoder", (8, 0))
 ANY_ABLATED = re.compile(r"with (\w+) L(\d+) H(\d+) ablated")
 
 
@@ -84,13 +94,13 @@ def _metric(page) -> tuple[str, int, int, float, float]:
     return found.group(1), int(found.group(2)), int(found.group(3)), value, change
 
 
-def test_the_translator_vit_and_minilm_ablate_the_head_clicked_on_their_grid(server_url, page, screenshots):
+def test_the_translator_vits_and_minilm_ablate_the_head_clicked_on_their_grid(server_url, page, screenshots):
     """One page, one model after another: the grid drawn whole on a 1280 x 720 projector (nothing past its column or
     cut in its box), a click on a cell ablates that head: the metric names it and changes by the cell's value, the
     link records it, its attention is drawn."""
-    for model, (stack, (layer, head)) in KINDS.items():
+    for model, (address, stack, (layer, head)) in KINDS.items():
         page.set_viewport_size({"width": 1280, "height": 720})  # `screenshot` leaves it 1000 px tall
-        page.goto(f"{server_url}/heads?model={model}")
+        page.goto(f"{server_url}/heads?model={address}")
         wait_for_text(page, "when the head is ablated (click one)")
         page.wait_for_function(
             "s => /with \\w+ L\\d+ H\\d+ ablated/.test(document.querySelector(s)?.innerText || '')",
@@ -125,5 +135,5 @@ def test_the_translator_vit_and_minilm_ablate_the_head_clicked_on_their_grid(ser
         screenshot(page, screenshots / f"heads-{model}-clicked.png", width=1280)
     page.set_viewport_size({"width": 1920, "height": 1080})  # the last one on a large projector
     drawn(page)
-    check(page, "heads-minilm", "1920x1080", screenshots)
-    screenshot(page, screenshots / "heads-minilm-1920.png", width=1920)
+    check(page, f"heads-{model}", "1920x1080", screenshots)
+    screenshot(page, screenshots / f"heads-{model}-1920.png", width=1920)
