@@ -147,7 +147,15 @@ def _prediction(study: hm.HeadStudy, prediction: list[tuple[str, float]] | None 
     table.dataframe(frame, hide_index=True)
 
 
-def _grid(url: UrlState, values, title: list[str], key: str, share: float, clickable=False, domain=None) -> None:
+def _grid(
+    url: UrlState,
+    values: np.ndarray,
+    title: list[str],
+    key: str,
+    share: float,
+    clickable: bool = False,
+    domain: tuple[float, float] | None = None,
+) -> None:
     """A layers x heads grid in `share` of the main column: its cells as on their own (40 px, fewer for many
     layers), narrower where its heads would not fit."""
     layers, heads = values.shape
