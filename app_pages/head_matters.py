@@ -7,6 +7,9 @@ Read widgets -> one study per input (caches.computed: tformer_views.head_matters
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
 import pandas as pd
 import streamlit as st
 
@@ -18,7 +21,7 @@ from tformer_app.url import UrlState
 from tformer_app.widgets import choose_model
 from tformer_views import head_matters as hm
 from tformer_views import induction as iv
-from tformer_views.charts.spec import heatmap
+from tformer_views.charts.spec import cell_px, heatmap
 from tformer_views.seq2seq import DEFAULT_SOURCES
 
 DEFAULT = "smollm2"
@@ -31,6 +34,13 @@ INTRO = (
     "(its output set to zero) and the prediction measured again; each head's direct share of the winning logit is "
     "read from the residual stream; and the prediction is read after every layer (the logit lens)."
 )
+# The ablation grid's colours span at least ± a hundredth of the number measured (a probability or a cosine): the
+# translator's first word is so sure (p = 0.99999) that no head moves it by 1e-4, and on a range of its own that
+# grid would glow dark red and blue over nothing.
+LEAST_SPAN = 0.01
+# The two grids stand side by side while their cells keep this many pixels (SmolLM2's 30 layers get 18, its numbers
+# still legible); a grid of many heads (DeiT-Tiny's 12 on a 1280-px projector) gets the column's width instead.
+SIDE_BY_SIDE_PX = 18
 
 
 def main() -> None:
@@ -88,27 +98,33 @@ def _inputs(url: UrlState, model) -> tuple[str, tuple] | None:
 def show(url: UrlState, source: str, study: hm.HeadStudy) -> None:
     imp = study.importance
     st.subheader("The prediction")
-    st.dataframe(pd.DataFrame(study.prediction, columns=["output", "probability"]), hide_index=True)
+    _prediction(study)
     st.caption(
         f"Measured: **{escape(study.what)}** = {imp.clean:.4f}. Every head ablated in {imp.passes} batched "
         f"pass(es), {imp.rows} rows, {imp.seconds:.2f} s."
     )
     stacks = list(imp.effects)
-    stack = st.radio("Attention", stacks, horizontal=True, key=url.key("stack", stacks[0], choices=stacks))
+    top = imp.ranked()[0][0]  # the page opens on the head that matters most, in its stack
+    stack = st.radio("Attention", stacks, horizontal=True, key=url.key("stack", top.stack, choices=stacks))
     effects = hm.grid(study, stack, "ablation")
     layers, heads = effects.shape
-    top = imp.ranked()[0][0]
     layer_key = url.key("layer", top.layer if top.stack == stack else 0, choices=list(range(layers)))
     head_key = url.key("head", top.head if top.stack == stack else 0, choices=list(range(heads)))
-    left, right = st.columns(2)
+    side = study.attribution is not None and presenter.cell_size(heads, share=0.5) >= SIDE_BY_SIDE_PX
+    left, right = st.columns(2) if side else (st.container(), st.container())
+    share = 0.5 if side else 1.0
+    span = max(float(np.nanmax(np.abs(effects))), LEAST_SPAN)
     with left:
-        _grid(url, effects, f"Drop in {study.what} when the head is ablated (click one)", f"ablation-{stack}", True)
+        # Two lines: on one, a class's name ("Egyptian cat") made the chart wider than half a 1280-px column.
+        title = [f"Drop in {study.what}", "when the head is ablated (click one)"]
+        _grid(url, effects, title, f"ablation-{stack}", share, domain=(-span, span), clickable=True)
     with right:
         if study.attribution is None:
             st.info(f"Direct attribution: {escape(study.note)}")
         else:
             label = hm.display_token(study.attribution.label)
-            _grid(url, hm.grid(study, stack, "attribution"), f"Direct share of the logit of {label}", f"attr-{stack}")
+            attribution = hm.grid(study, stack, "attribution")
+            _grid(url, attribution, ["Direct share of the logit", f"of {label}"], f"attr-{stack}", share)
     _ablate_one(url, source, study, stack, (layer_key, head_key), effects.shape)
     if study.lens is not None:
         st.subheader("The logit lens: the prediction after every layer")
@@ -119,7 +135,29 @@ def show(url: UrlState, source: str, study: hm.HeadStudy) -> None:
         st.line_chart(ranks, x=ranks.columns[0], y="rank")  # numbers, not labels: "10" would sort before "2"
 
 
-def _grid(url: UrlState, values, title: str, key: str, clickable: bool = False) -> None:
+def _prediction(study: hm.HeadStudy, prediction: list[tuple[str, float]] | None = None) -> None:
+    """The top outputs as a table (a similarity: its value, not a probability), beside an image study's picture."""
+    value = "value" if study.kind == "similarity" else "probability"
+    frame = pd.DataFrame(study.prediction if prediction is None else prediction, columns=["output", value])
+    if prediction is not None or study.picture is None:
+        st.dataframe(frame, hide_index=True)
+        return
+    picture, table = st.columns([1, 3])
+    picture.image(study.picture, caption=escape(study.inputs[1]))
+    table.dataframe(frame, hide_index=True)
+
+
+def _grid(
+    url: UrlState,
+    values: np.ndarray,
+    title: list[str],
+    key: str,
+    share: float,
+    clickable: bool = False,
+    domain: tuple[float, float] | None = None,
+) -> None:
+    """A layers x heads grid in `share` of the main column: its cells as on their own (40 px, fewer for many
+    layers), narrower where its heads would not fit."""
     layers, heads = values.shape
     spec = heatmap(
         values,
@@ -129,7 +167,9 @@ def _grid(url: UrlState, values, title: str, key: str, clickable: bool = False) 
         row_title="layer",
         col_title="head",
         diverging=True,
+        domain=domain,
         clickable=clickable,
+        cell_size=min(cell_px(max(layers, heads)), presenter.cell_size(heads, share=share)),
     )
     chart_key = f"heads.chart.{key}"
 
@@ -152,12 +192,13 @@ def _ablate_one(url: UrlState, source: str, study: hm.HeadStudy, stack: str, key
     result = run_safely(lambda: caches.result(request), "Ablation")
     if result is None:
         return
-    clean = study.importance.clean
-    st.metric(f"{study.what} with {result.head} ablated", f"{result.value:.4f}", f"{result.value - clean:+.4f}")
+    change = result.value - study.importance.clean
+    digits = _decimals(change)
+    st.metric(f"{study.what} with {result.head} ablated", f"{result.value:.{digits}f}", f"{change:+.{digits}f}")
     left, right = st.columns(2)
     with left:
         st.markdown(f"**The prediction with {escape(str(result.head))} ablated**")
-        st.dataframe(pd.DataFrame(result.prediction, columns=["output", "probability"]), hide_index=True)
+        _prediction(study, result.prediction)
     with right:
         _attention(result.own, result.head, result, f"{result.head}: its own attention", "own")
         st.caption(
@@ -172,19 +213,44 @@ def _ablate_one(url: UrlState, source: str, study: hm.HeadStudy, stack: str, key
         "half the L1 distance summed over its rows)"
     )
     before, after = st.columns(2)
+    most = float(max(result.before.max(), result.after.max()))  # one colour scale for the two
     with before:
-        _attention(result.before, result.downstream, result, f"{result.downstream}, before", "before")
+        _attention(result.before, result.downstream, result, f"{result.downstream}, before", "before", most)
     with after:
-        _attention(result.after, result.downstream, result, f"{result.downstream}, with {result.head} ablated", "after")
+        title = f"{result.downstream}, with {result.head} ablated"
+        _attention(result.after, result.downstream, result, title, "after", most)
 
 
-def _attention(weights, head, result: hm.Ablation, title: str, key: str) -> None:
-    """A head's weights: queries x keys, or for a ViT the class token's row over the patch grid."""
+def _decimals(change: float) -> int:
+    """Decimals that show a change's first two digits: 4, up to 8 for the tiny changes of a saturated prediction
+    (p('varo') = 0.99999 moved by 4e-5 would read 1.0000 both ways)."""
+    if change == 0 or abs(change) >= 1e-3:
+        return 4
+    return min(8, 1 - math.floor(math.log10(abs(change))))
+
+
+def _attention(weights, head, result: hm.Ablation, title: str, key: str, most: float | None = None) -> None:
+    """A head's weights: queries x keys (colours 0 to 1, a row's sum), or for a ViT the class token's row over the
+    patch grid (colours 0 to `most`, default its largest weight: DeiT-Tiny's 196 patches share a row, at most a few
+    hundredths each, all one dark colour on 0 to 1); sized to its half of the main column (numbers in the cells
+    while they fit)."""
     rows, cols = result.labels.get(head.stack, ([], []))
     titles = ("query", "key") if rows else ("patch row", "patch column")
+    domain = (0.0, 1.0) if rows else (0.0, float(weights.max()) if most is None else most)
     if not rows:
         rows, cols = [str(i) for i in range(weights.shape[0])], [str(j) for j in range(weights.shape[1])]
-    spec = heatmap(weights, list(rows), list(cols), title, row_title=titles[0], col_title=titles[1], domain=(0, 1))
+    cell = presenter.cell_size(max(len(rows), len(cols)), share=0.5)
+    spec = heatmap(
+        weights,
+        list(rows),
+        list(cols),
+        title,
+        row_title=titles[0],
+        col_title=titles[1],
+        domain=domain,
+        cell_size=cell,
+        annotate=None if cell >= SIDE_BY_SIDE_PX else False,
+    )
     downloads.chart(spec, key=f"heads.chart.attention.{key}")
 
 

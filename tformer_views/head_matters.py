@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from PIL import Image
 
 from tformer_core import lens as lens_mod
 from tformer_core import probes
@@ -32,6 +33,7 @@ from tformer_core.models.kinds import CausalLM, EncoderDecoderModel, EncoderMode
 from tformer_core.patching import ResidualPatching, residual_patching
 from tformer_core.trace import Trace
 
+from .pictures import to_jpeg
 from .tokens import display_token
 
 __all__ = ["Ablation", "HeadStudy", "ablated", "ablation", "display_token", "grid", "image_study", "lens_table"]
@@ -50,6 +52,7 @@ __all__ += [
 
 Progress = Callable[[float, str], None]
 KINDS = ("text", "translation", "image", "similarity")
+PICTURE_PX = 224  # an image study's picture, beside its prediction: the size a ViT reads
 
 
 @dataclass(frozen=True, eq=False)
@@ -59,7 +62,8 @@ class HeadStudy:
     what: the number measured ("p(' Paris')", "cos(first, second)"); prediction: the model's top outputs
     [(label, probability)] (similarity: [("cosine similarity", value)]); importance: every head ablated;
     attribution: each head's direct share of the logit, None with `note` saying why; lens: the logit lens,
-    None for a model without a head; trace: the clean pass (compact, for the attention views).
+    None for a model without a head; trace: the clean pass (compact, for the attention views); picture: an
+    image study's picture (JPEG, upright, at most PICTURE_PX a side) to show beside its prediction, else None.
 
     It holds arrays and labels only, never the model (a cached study must not keep an evicted model alive):
     what needs the model again (`ablation`) takes it as an argument."""
@@ -74,6 +78,7 @@ class HeadStudy:
     note: str
     lens: lens_mod.LogitLens | None
     trace: Trace
+    picture: bytes | None = None
 
 
 def _attribution(model: TracedModel, trace: Trace, output: int) -> tuple[lens_mod.Attribution | None, str]:
@@ -159,7 +164,20 @@ def study(kind: str, model: TracedModel, *inputs: Any, progress: Progress | None
     lens = lens_mod.logit_lens(model, trace, k=5, target=output)
     prediction = [(display_token(label), p) for label, p in trace.predictions(5)]
     what = f"p({display_token(trace.predictions(1)[0][0])!r})"
-    return HeadStudy(kind, inputs, output, what, prediction, importance, attribution, note, lens, trace.compact())
+    picture = _thumbnail(*inputs) if kind == "image" else None
+    return HeadStudy(
+        kind, inputs, output, what, prediction, importance, attribution, note, lens, trace.compact(), picture
+    )
+
+
+def _thumbnail(data: bytes, name: str) -> bytes:
+    image = read_image(data, name).image
+    k = PICTURE_PX // max(image.size)
+    if k >= 2:  # a 64-px sample, drawn pixel-exact three times larger
+        return to_jpeg(image.resize((image.width * k, image.height * k), Image.Resampling.NEAREST))
+    image = image.copy()
+    image.thumbnail((PICTURE_PX, PICTURE_PX))
+    return to_jpeg(image)
 
 
 def text_study(model: TracedModel, text: str) -> HeadStudy:

@@ -4,6 +4,7 @@ the bundled translator, vit-tiny, MiniLM (two sentences' similarity)."""
 from __future__ import annotations
 
 import importlib.util
+import json
 
 import numpy as np
 import pytest
@@ -18,6 +19,27 @@ def _grid_values(at, title_start):
     found = [frames for title, frames in charts(at).items() if title.startswith(title_start)]
     assert found, list(charts(at))
     return found[0][0]
+
+
+def _spec(chart) -> dict:
+    return json.loads(chart.proto.spec)
+
+
+def _title(chart) -> str:
+    title = _spec(chart).get("title", "")
+    return " ".join(title) if isinstance(title, list) else title  # a title in lines
+
+
+def _colour_domain(at, title_start) -> list[float]:
+    spec = next(_spec(c) for c in at.get("vega_lite_chart") if _title(c).startswith(title_start))
+    return spec["layer"][0]["encoding"]["color"]["scale"]["domain"]
+
+
+def _in_columns(at) -> tuple[list[str], list[str]]:
+    """(the titles of the charts drawn in columns, the captions of the pictures drawn in columns, as sent)."""
+    titles = [_title(c) for column in at.columns for c in column.get("vega_lite_chart")]
+    images = [c for column in at.columns for c in column.children.values() if type(c).__name__ == "Image"]
+    return titles, [i.caption for image in images for i in image.proto.imgs]
 
 
 @needs_smollm2
@@ -58,6 +80,18 @@ def test_translator_studies_its_first_word_and_explains_why_no_attribution():
     at = run(PAGE, model="translator")
     no_exception(at)
     assert any("post-norm" in m for m in messages(at, "info"))  # the translator renormalises after each block
+    # It opens on the head that matters most, in its stack: cross-attention's L1 H0 for the first word. The word is
+    # so sure (p = 0.99999) that ablating that head moves it by 4e-5: the metric shows enough decimals to see it
+    # (4 said 1.0000 and -0.0000), and the grid's colours span a hundredth, not its own tiny range.
+    assert widget(at, "heads.stack").value == "cross"
+    grid = _grid_values(at, "Drop in p(")
+    top = grid.loc[grid["value"].idxmax()]
+    assert (widget(at, "heads.layer").value, widget(at, "heads.head").value) == (top["row"], top["col"])
+    assert 1e-6 < top["value"] < 1e-3
+    metric = at.metric[0]
+    assert float(metric.delta) == pytest.approx(-top["value"], rel=0.05)
+    assert float(metric.value) == pytest.approx(1 - top["value"], abs=2e-5) and metric.value != "1.0000"
+    assert _colour_domain(at, "Drop in p(") == [-0.01, 0.01]
     stacks = widget(at, "heads.stack").options
     assert stacks == ["encoder", "decoder", "cross"]
     widget(at, "heads.stack").set_value("cross").run()
@@ -78,6 +112,13 @@ def test_vit_tiny_gives_class_grids_and_the_ablation_metric_follows_the_chosen_h
     metric = at.metric[0]
     cell = effects[(effects["row"] == 0) & (effects["col"] == 1)]["value"].iloc[0]
     assert float(metric.delta) == pytest.approx(-cell, abs=1e-3)
+    # Drops above a hundredth keep their own colour range; the picture classified is beside its prediction, and the
+    # two 4 x 4 grids side by side.
+    largest = effects["value"].abs().max()
+    assert largest > 0.01 and _colour_domain(at, "Drop in p(") == pytest.approx([-largest, largest])
+    in_columns, pictures = _in_columns(at)
+    assert pictures == ["shapes\\: circle"]  # Markdown, escaped
+    assert any(t.startswith("Drop in p(") for t in in_columns) and any(t.startswith("Direct share") for t in in_columns)
     # The class token's attention over the 8 x 8 patches, before and after, for the head that changed most.
     own = _grid_values(at, "encoder L0 H1: its own attention")
     assert len(own) == 64 and 0 < own["value"].sum() <= 1.0 + 1e-6  # the rest goes to the class token
@@ -85,15 +126,22 @@ def test_vit_tiny_gives_class_grids_and_the_ablation_metric_follows_the_chosen_h
     assert len(titles) == 2
     before, after = (charts(at)[t][0]["value"].to_numpy() for t in titles)
     assert np.abs(before - after).max() > 0
+    # Their colours run to the largest weight (one scale for the pair), not to 1: a class token spreads its row
+    # over the patches.
+    assert _colour_domain(at, "encoder L0 H1: its own attention") == pytest.approx([0, own["value"].max()])
+    for title in titles:
+        assert _colour_domain(at, title) == pytest.approx([0, max(before.max(), after.max())])
 
 
 def test_minilm_measures_the_similarity_of_two_sentences():
     at = run(PAGE, model="minilm")
     no_exception(at)
-    similarity = at.dataframe[0].value.iloc[0]["probability"]
+    similarity = at.dataframe[0].value.iloc[0]["value"]  # a cosine, not a probability
     assert 0.3 < similarity < 1.0
     assert len(_grid_values(at, "Drop in cos(")) == 6 * 12
     assert any("no logit" in m for m in messages(at, "info"))
+    # No attribution grid beside it: the 12 heads take the main column's width (in half of it they ran past it).
+    assert not any(t.startswith("Drop in cos(") for t in _in_columns(at)[0])
     assert not np.isnan(similarity)
 
 

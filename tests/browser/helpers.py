@@ -100,14 +100,18 @@ def click(locator) -> None:
     locator.click()
 
 
-def choose(page, label: str, option: str, attempts: int = 5, kind: str = "stSelectbox") -> None:
-    """Pick `option` in the selectbox (kind "stMultiSelect": the multiselect) labelled `label`.
+def choose(page, label: str, option: str | int, attempts: int = 5, kind: str = "stSelectbox") -> str:
+    """Pick `option` (its text, or its place in the list from 0) in the selectbox (kind "stMultiSelect": the
+    multiselect) labelled `label`; returns the option's text.
 
     The list opens on a click that lands on the box; a click during a scroll or a redraw can miss, so
     the click is repeated until the option is there to be picked.
     """
     box = page.locator(f'[data-testid="{kind}"]').filter(has=page.get_by_text(label, exact=True)).first
-    wanted = page.get_by_role("option", name=option, exact=True)
+    if isinstance(option, int):
+        wanted = page.get_by_role("option").nth(option)
+    else:
+        wanted = page.get_by_role("option", name=option, exact=True)
     for _ in range(attempts):
         centre(box)
         box.click()
@@ -116,7 +120,9 @@ def choose(page, label: str, option: str, attempts: int = 5, kind: str = "stSele
             break
         except PlaywrightTimeout:
             page.keyboard.press("Escape")
+    text = wanted.inner_text()
     wanted.click()
+    return text
 
 
 def type_into(page, label: str, text: str, role: str = "textbox") -> None:

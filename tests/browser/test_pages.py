@@ -15,6 +15,7 @@ from playwright.sync_api import expect
 from .helpers import (
     CHART,
     assert_no_error,
+    centre,
     choose,
     click,
     main_area,
@@ -257,7 +258,42 @@ def test_vision_page_upload_layer_head_patch_click_and_rollout(server_url, page,
     wait_for_url(page, "fusion=max")
     settle(page)
     assert_no_error(page)
+    _another_class_redraws_its_relevancy_alone(page, screenshots)
     screenshot(page, screenshots / "vision.png")
+
+
+# The three pictures under the class explanations' heading.
+EXPLAINED = (
+    "xpath=//h3[contains(., 'Which patches explain a class')]/following::*[@data-testid='stImage'][position()<=3]"
+)
+
+
+def _another_class_redraws_its_relevancy_alone(page, screenshots) -> None:
+    """Raw attention, rollout and relevancy side by side, one size, one row, each named under it; the top 5's
+    second class: the relevancy drawn again for it, the other two as they were (they do not depend on the class)."""
+    pictures = page.locator(f"{EXPLAINED}//img")
+    captions = page.locator(f"{EXPLAINED}//*[@data-testid='stImageCaption']")
+    wait_for_count(page, '[data-testid="stImage"] img', 3)
+    boxes = [pictures.nth(i).bounding_box() for i in range(3)]
+    assert max(b["width"] for b in boxes) - min(b["width"] for b in boxes) < 1.5 > abs(boxes[0]["y"] - boxes[2]["y"])
+    assert boxes[0]["x"] < boxes[1]["x"] < boxes[2]["x"]
+    names = [captions.nth(i).inner_text() for i in range(3)]
+    assert names[0].startswith("Raw attention") and names[1].startswith("Rollout"), names
+    first = [pictures.nth(i).get_attribute("src") for i in range(3)]
+    label = choose(page, "Class to explain (the model's top 5)", 1).split(". ", 1)[1]
+    wait_for_url(page, "explain=1")
+    page.wait_for_function(
+        "([sel, src]) => { const e = document.evaluate(sel, document, null, 7, null);"
+        " return e.snapshotLength === 3 && e.snapshotItem(2).querySelector('img')?.src !== src; }",
+        arg=[EXPLAINED.removeprefix("xpath="), first[2]],
+        timeout=90_000,
+    )
+    wait_for_text(page, f"Relevancy for {label}")
+    settle(page)
+    assert [pictures.nth(i).get_attribute("src") for i in range(2)] == first[:2]
+    centre(page.get_by_role("heading", name="Which patches explain a class? Attention, rollout and relevancy"))
+    page.screenshot(path=str(screenshots / "vision-explain-second-class.png"))
+    assert_no_error(page)
 
 
 def test_mad_page_over_several_pictures(server_url, page, screenshots):

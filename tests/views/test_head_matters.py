@@ -1,14 +1,17 @@
 """The head page's views on tiny models: a study keeps no model alive, one head ablated agrees with the grid and
-shows what changes after it, patching's grid for the page."""
+shows what changes after it, patching's grid for the page, an image study's picture."""
 
 import gc
+import io
 import weakref
 
 import numpy as np
 import pytest
+from PIL import Image
 
+import tformer_core as tc
 from tests.core.test_interventions import tiny_llama
-from tests.core.tiny_models import tiny_seq2seq
+from tests.core.tiny_models import tiny_seq2seq, tiny_vit
 from tformer_core.interventions import Head
 from tformer_views import head_matters as hm
 
@@ -68,3 +71,22 @@ def test_the_patching_axes_name_the_positions_where_the_inputs_differ():
     assert grid.moved[-1, -1] == pytest.approx(1.0) and grid.moved[0, 3] == pytest.approx(1.0)
     with pytest.raises(ValueError, match="language models"):
         hm.patching(tiny_seq2seq(), A, A)
+
+
+def _png(width: int, height: int) -> bytes:
+    pixels = np.random.default_rng(0).integers(0, 256, (height, width, 3), dtype=np.uint8)
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def test_an_image_study_keeps_its_picture_to_show_beside_the_prediction():
+    vit = tiny_vit()
+    vit.preprocessing = tc.ImagePreprocessing(resize=("exact", (12, 16)), mean=(0.5,) * 3, std=(0.25,) * 3)
+    # A small picture is enlarged pixel-exact by a whole number (64 px: 3 times, within 224); a large one reduced
+    # to 224 px on its long side, its shape kept.
+    for (width, height), shown in (((64, 48), (192, 144)), ((600, 300), (224, 112))):
+        study = hm.study("image", vit, _png(width, height), "picture.png")
+        picture = Image.open(io.BytesIO(study.picture))
+        assert picture.format == "JPEG" and picture.size == shown
+    assert hm.study("text", tiny_llama().double(), A).picture is None

@@ -199,7 +199,7 @@ def heatmap(
     matrix: np.ndarray,
     rows: Sequence[str],
     cols: Sequence[str],
-    title: str = "",
+    title: str | list[str] = "",
     *,
     row_title: str = "query",
     col_title: str = "key",
@@ -212,7 +212,8 @@ def heatmap(
     masked: np.ndarray | None = None,
     clickable: bool = False,
 ) -> dict:
-    """A heatmap with the tokens on both axes, hover tooltips, optional numbers in the cells (Vega-Lite dict).
+    """A heatmap with the tokens on both axes, hover tooltips, optional numbers in the cells (Vega-Lite dict);
+    a title given as a list is drawn one line each.
 
     masked: cells a mask forbids ([rows, cols] bools), drawn grey with their value (a weight's 0);
     non-finite cells (a masked score's -inf) are drawn grey too. clickable: a click on a cell selects it
