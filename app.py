@@ -69,3 +69,4 @@ finally:
     with slides:
         presenter.deck(navigation.url_path, navigation.title, BY_PATH)
     class_session.after(class_box, class_status, navigation.url_path)
+    caches.run_ended()  # what the page freed as it drew (pictures, charts) goes back beyond caches.SLACK

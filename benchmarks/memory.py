@@ -28,8 +28,9 @@ The server's resident memory (RSS, /proc) is read after each step, with the step
                    + caches.SLACK (freed memory kept for the next pass)
     during a step  warm-up + models since + TFORMER_CACHE_MB + WORKING_MB (tformer_app/settings.py): the working
                    memory of the pass under way
-    ("models since": their weights from the Server page, or for smollm2 what the process grew by when it loaded:
-    weights, tokenizer and tables)
+    ("models since": their weights from the Server page, or for smollm2 what a fresh process grows by when it
+    loads it, its freed memory handed back before and after: weights, tokenizer and tables. Read in the server,
+    that growth is too small: the load reuses memory the process had freed, e.g. results its first trace evicted)
     photos         at most 1.10 x (warm-up + TFORMER_CACHE_MB)
     cleared        at most 1.10 x (warm-up + models since)
 """
@@ -311,11 +312,37 @@ async def write(session: Session, prompt: str) -> None:
             raise RuntimeError(f"continuation: the page showed {run.errors[0][:300]}")
 
 
+FOOTPRINT = """
+import gc, sys
+import tformer_core as tc
+from tformer_app import caches
+tc.release_freed_memory()
+before = caches.rss_bytes()
+model = caches.cached_model(sys.argv[1])
+gc.collect()
+tc.release_freed_memory()
+print((caches.rss_bytes() - before) / 2**20)
+"""
+
+
+def footprint(source: str) -> float:
+    """MB a fresh Python process grows by when it loads `source` the way the server does (its freed memory handed
+    back before and after): the model's weights, its tokenizer and its tables."""
+    environment = {**os.environ, "HF_HUB_OFFLINE": "1", "TFORMER_DEVICE": "cpu"}
+    done = subprocess.run(
+        [sys.executable, "-c", FOOTPRINT, source], cwd=ROOT, env=environment, capture_output=True, text=True, check=True
+    )
+    return float(done.stdout.split()[-1])
+
+
 async def smollm2_step(url: str, pid: int, admin: Admin, figures: Figures, n: int) -> None:
     before = rss(pid)[0]
     session = await Session.open(url, "/text?model=smollm2&new=64", timeout_s=1800)  # the default sentence
-    figures.loaded = (rss(pid)[0] - before) / MB  # smollm2 loaded (a 12-token trace and continuation besides)
-    print(f"  smollm2 loaded: the process grew by {figures.loaded:,.0f} MB", flush=True)
+    grew = (rss(pid)[0] - before) / MB  # smollm2 loaded (a 12-token trace and continuation besides)
+    figures.loaded = footprint("smollm2")
+    print(
+        f"  smollm2 loaded: the server grew by {grew:,.0f} MB; a fresh process by {figures.loaded:,.0f} MB", flush=True
+    )
     try:
         for i, prompt in enumerate(prompts(n)):
             await write(session, prompt)
@@ -401,7 +428,7 @@ def report(ours: Figures, baseline: Figures | None, cache_mb: float, working_mb:
     warm = ours.rss["warm-up"]
     print(
         f"\nOurs: post-warm-up {warm / MB:,.0f} MB ({ours.models['warm-up']:,.0f} MB of models); TFORMER_CACHE_MB "
-        f"{cache_mb:,.0f} MB; smollm2 grew the process by {ours.loaded:,.0f} MB when it loaded; freed memory kept "
+        f"{cache_mb:,.0f} MB; smollm2 grows a fresh process by {ours.loaded:,.0f} MB when it loads; freed memory kept "
         f"for the next pass: at most {slack_mb:,.0f} MB (caches.SLACK); a pass's working memory reserved: "
         f"{working_mb:,.0f} MB (WORKING_MB x TFORMER_PASSES)."
     )

@@ -683,6 +683,13 @@ def start() -> None:
         _give_back.check()
 
 
+def run_ended() -> None:
+    """After every run of a page (app.py): hand back what it freed as it drew, once beyond SLACK. Drawing frees
+    as much as a pass (a photo's pictures encoded, its charts' specs), and the next check would come only with
+    the next computation: 210 MB stayed after a class's 160 photos."""
+    _give_back.check()
+
+
 def clear_models() -> None:
     """Drop every model (tests: a fresh server) and every remembered failure."""
     _models.clear()
