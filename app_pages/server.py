@@ -36,8 +36,9 @@ def main() -> None:
         held, budget = report.results.device_bytes / MB, (report.results.device_budget_bytes or 0) / MB
         st.markdown(f"On its GPU: **{report.gpu_bytes / MB:,.0f} MB**, cached results {held:,.0f} of {budget:,.0f} MB")
     st.caption(
-        f"The sessions' uploads and the pictures they were sent: {report.sessions_bytes / MB:,.1f} MB, counted in "
-        "the results' budget (a closed tab's are given back about three minutes later)."
+        f"The sessions' uploads, the pictures they were sent and the sessions themselves (about 1 MB each): "
+        f"{report.sessions_bytes / MB:,.1f} MB, counted in the results' budget (a closed tab's are given back "
+        "about three minutes later)."
     )
     if report.session_counts is not None:
         n = report.session_counts

@@ -21,10 +21,12 @@ from dataclasses import dataclass
 from tformer_core import settings
 
 MB = 2**20
-# The most one forward pass holds while it runs, beyond the caches: a traced BERT-base at 512 tokens keeps
-# every intermediate (about 230 MB) until it is compacted, a 60-megapixel photo decodes to 180 MB, and freed
-# memory up to caches.SLACK waits to be handed back. Measured by benchmarks/memory.py (peaks of steps a-c).
-WORKING_MB = 512
+# The most one request holds while it runs, beyond the caches: a traced BERT-base at 512 tokens keeps every
+# intermediate (about 230 MB) until it is compacted, a 56-megapixel PNG decodes to 225 MB (Pillow keeps RGB in
+# 4 bytes a pixel) and is reduced through a 56 MB copy: 340 MB for the distance page's 20 such pictures in one
+# process. In the server, the peaks of benchmarks/memory.py's steps over what the caches held were 405-657 MB
+# in six runs (the picture steps highest); the part above 340 MB is not explained yet.
+WORKING_MB = 672
 GPU_RESULTS_SHARE = 0.5  # of TFORMER_GPU_MB, what cached results may hold on the GPU (models and passes: the rest)
 
 

@@ -50,7 +50,7 @@ def picture_png() -> bytes:
 async def held_mb(admin) -> float:
     run = await admin.rerun()
     line = next(t for t in run.texts() if "sessions' uploads" in t)
-    return float(re.search(r"sent: ([\d.,]+) MB", line).group(1).replace(",", ""))
+    return float(re.search(r"each\): ([\d.,]+) MB", line).group(1).replace(",", ""))
 
 
 async def _uploads_counted_then_released(url: str) -> None:
