@@ -64,7 +64,8 @@ def test_the_probe_scores_are_the_models_own_probabilities():
     assert probe.what.startswith("p(")
     encoder = tiny_encoder().double()
     sim = probes.similarity_probe(encoder, A, B)
-    ea, eb = encoder(torch.tensor([A]))[0].mean(0), encoder(torch.tensor([B]))[0].mean(0)
+    with torch.no_grad():
+        ea, eb = encoder(torch.tensor([A]))[0].mean(0), encoder(torch.tensor([B]))[0].mean(0)
     assert sim.measure()[0] == pytest.approx(float(torch.cosine_similarity(ea, eb, dim=0)), rel=1e-12)
 
 
