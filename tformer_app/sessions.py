@@ -31,6 +31,7 @@ SWEEP_S = 30.0
 
 _missing_before: set[str] = set()
 _watched: dict[str, weakref.ref] = {}  # session id -> its AppSession, while it is alive
+_released: set[str] = set()  # watched sessions already released (their objects still alive)
 _lock = threading.Lock()
 _sweeper: threading.Thread | None = None
 
@@ -55,6 +56,13 @@ def known_sessions() -> set[str] | None:
     return {info.session.id for info in infos}
 
 
+def _prune() -> None:
+    """Forget the watched sessions whose objects are gone (under _lock)."""
+    for session_id in [i for i, ref in _watched.items() if ref() is None]:
+        del _watched[session_id]
+        _released.discard(session_id)
+
+
 @dataclass(frozen=True)
 class SessionCounts:
     connected: int
@@ -70,8 +78,7 @@ def counts() -> SessionCounts | None:
         return None
     connected = len(runtime._session_mgr.list_active_sessions())
     with _lock:
-        for session_id in [i for i, ref in _watched.items() if ref() is None]:
-            del _watched[session_id]
+        _prune()
         lingering = sum(1 for session_id in _watched if session_id not in known)
     return SessionCounts(connected, len(known) - connected, lingering)
 
@@ -94,10 +101,14 @@ def release_ended() -> int:
     if runtime is None or known is None:
         return 0
     with _lock:
-        gone = (_holders() | set(_watched)) - known
+        _prune()
+        gone = (_holders() | set(_watched)) - known - _released
         ended = gone & _missing_before
         _missing_before.clear()
         _missing_before.update(gone - ended)
+        _released.update(
+            ended & set(_watched)
+        )  # released once: an object still alive then is counted, not released again
     storage = runtime._session_mgr._session_storage
     for session_id in ended:
         # Streamlit drops an expired session from its storage only when another session is saved there (the next
