@@ -106,9 +106,8 @@ def release_ended() -> int:
         ended = gone & _missing_before
         _missing_before.clear()
         _missing_before.update(gone - ended)
-        _released.update(
-            ended & set(_watched)
-        )  # released once: an object still alive then is counted, not released again
+        # Released once: an object still alive after that is counted (`counts`), not released again.
+        _released.update(ended & set(_watched))
     storage = runtime._session_mgr._session_storage
     for session_id in ended:
         # Streamlit drops an expired session from its storage only when another session is saved there (the next
