@@ -668,28 +668,29 @@ def clear_results() -> int:
 
 
 def collect_ended_sessions() -> None:
-    """Free what released sessions leave in reference cycles, now: a full garbage collection.
+    """Free what ended sessions leave in reference cycles, now: a full garbage collection.
 
     Why: an ended session's state (its widgets, their callbacks and serializers) is a web of reference cycles,
     freed only by Python's full collection. That one runs when the objects that survived earlier collections
     have grown by a quarter, and a server with its models and a class's sessions keeps about 385,000: it can
-    wait for hours. Meanwhile every released session's widget values stay, each uploaded photo's bytes with
-    them (4.5 MB for a 12-megapixel JPEG): 490 MB after a class of 160 photos had ended and been cleared
-    (benchmarks/memory.py). A full collection takes about 0.2 s on such a server (2 CPUs), so it runs only
-    when sessions were released: at most once a sweep."""
+    wait for hours. Meanwhile every ended session's widget values stay, each uploaded photo's bytes with them
+    (4.5 MB for a 12-megapixel JPEG), counted by no budget: 490 MB after a class of 160 photos had ended and
+    been cleared, 160 MB while the class was still uploading (benchmarks/memory.py). A full collection takes
+    0.2 to 0.4 s on such a server (2 CPUs), so it runs only when sessions ended: at most once a sweep."""
     started = time.perf_counter()
     found = gc.collect()
     logs.log.info("collected %d unreachable objects in %.0f ms", found, (time.perf_counter() - started) * 1000)
 
 
-def swept(released: int) -> None:
-    """After each sweep of tformer_app.sessions (every 30 s): free what the sessions it released left in
-    reference cycles, fit the results beside what the sessions hold now, hand back every freed byte, and start
-    `_give_back`'s level afresh (the lowest reading from now on), so that memory the process has come to keep
-    for good (a new model's tokenizer) stops causing hand-backs."""
-    if released:
+def swept(ended: int) -> None:
+    """After each sweep of tformer_app.sessions (every 30 s; `ended` the sessions that ended since the one
+    before, released by the sweeper or dropped by Streamlit): free what they left in reference cycles, fit the
+    results beside what the sessions hold now, hand back every freed byte, and start `_give_back`'s level
+    afresh (the lowest reading from now on), so that memory the process has come to keep for good (a new
+    model's tokenizer) stops causing hand-backs."""
+    if ended:
         collect_ended_sessions()
-    _results.trim()  # what released sessions held makes room; what live ones uploaded since takes it
+    _results.trim()  # what ended sessions held makes room; what live ones uploaded since takes it
     _give_back.level = None
     _give_back.check()
 
