@@ -127,7 +127,7 @@ def stand_in(tmp_path, monkeypatch):
         gguf.write_marker(out, src.name)
 
     monkeypatch.setattr(gguf, "gguf_file", lambda name: source)
-    monkeypatch.setattr(gguf, "convert", convert)
+    monkeypatch.setattr(gguf, "convert_in_a_process", convert)
     cache = tmp_path / "cache"
     monkeypatch.setenv("TFORMER_CACHE_DIR", str(cache))
     return cache, conversions
@@ -190,3 +190,26 @@ def test_missing_package_and_unwritable_cache_are_explained(tmp_path, monkeypatc
     monkeypatch.setenv("TFORMER_CACHE_DIR", str(source / "under-a-file"))
     with pytest.raises(tc.CheckpointError, match="TFORMER_CACHE_DIR"):
         tc.load_model("smollm2", device="cpu")
+
+
+def test_the_conversion_runs_in_a_process_of_its_own_and_a_failure_is_named_with_its_cause_logged(
+    tmp_path, monkeypatch, caplog
+):
+    """The conversion took 900 MB at its peak in the server's process and kept 133 MB for good (transformers'
+    Llama code, torch._dynamo, sympy): it runs in a process of its own. A file it cannot read fails there; the
+    user reads which file, never its bytes, and the operator's log has the child's own error."""
+    source = tmp_path / "package" / "tiny.gguf"
+    source.parent.mkdir()
+    source.write_bytes(b"SECRET-BYTES " * 100)  # not a GGUF file
+    monkeypatch.setattr(gguf, "gguf_file", lambda name: source)
+    monkeypatch.setenv("TFORMER_CACHE_DIR", str(tmp_path / "cache"))
+    started = []
+    monkeypatch.setattr(gguf, "convert", lambda *args: started.append(args))  # this process must not convert
+    with caplog.at_level("WARNING", logger="tformer_core"):
+        with pytest.raises(tc.CheckpointError, match=r"^converting tiny.gguf failed \(the server log says why\)"):
+            tc.load_model("smollm2", device="cpu")
+    assert started == []
+    [line] = [r.getMessage() for r in caplog.records if "converting tiny.gguf failed in its process" in r.getMessage()]
+    assert "Error" in line.split(":", 1)[1]  # the child's exception, named
+    assert not any("SECRET" in r.getMessage() for r in caplog.records)
+    assert [p.name for p in (tmp_path / "cache").iterdir() if not p.name.endswith(".lock")] == []  # nothing left

