@@ -205,9 +205,9 @@ def test_the_conversion_runs_in_a_process_of_its_own_and_a_failure_is_named_with
     monkeypatch.setenv("TFORMER_CACHE_DIR", str(tmp_path / "cache"))
     started = []
     monkeypatch.setattr(gguf, "convert", lambda *args: started.append(args))  # this process must not convert
-    with caplog.at_level("WARNING", logger="tformer_core"):
-        with pytest.raises(tc.CheckpointError, match=r"^converting tiny.gguf failed \(the server log says why\)"):
-            tc.load_model("smollm2", device="cpu")
+    failed = pytest.raises(tc.CheckpointError, match=r"^converting tiny.gguf failed \(the server log says why\)")
+    with caplog.at_level("WARNING", logger="tformer_core"), failed:
+        tc.load_model("smollm2", device="cpu")
     assert started == []
     [line] = [r.getMessage() for r in caplog.records if "converting tiny.gguf failed in its process" in r.getMessage()]
     assert "Error" in line.split(":", 1)[1]  # the child's exception, named
