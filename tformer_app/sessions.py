@@ -11,7 +11,9 @@ closed): the last tabs of a class stayed alive after the class, and their widget
 even after those were handed back (about 110 MB after 160 photos). A sweeper thread looks for sessions Streamlit
 no longer knows (neither connected nor waiting to be resumed) every SWEEP_S seconds (or a quarter of that resume
 window, when it is shorter), deletes them from the storage and hands their files back; a session is released
-only when two sweeps in a row miss it, so one that is being resumed at that moment is never touched.
+only when two sweeps in a row miss it, so one that is being resumed at that moment is never touched. Every
+session that ended since the last sweep, released here or dropped by Streamlit (`departed`), is reported to the
+caches, which collect what its state left in reference cycles.
 
 This reads Streamlit's runtime (its session manager, upload and media managers): the one place that does.
 `tests/app/test_sessions.py` fails if a Streamlit upgrade changes what it relies on.
