@@ -676,20 +676,23 @@ def collect_ended_sessions() -> None:
     wait for hours. Meanwhile every ended session's widget values stay, each uploaded photo's bytes with them
     (4.5 MB for a 12-megapixel JPEG), counted by no budget: 490 MB after a class of 160 photos had ended and
     been cleared, 160 MB while the class was still uploading (benchmarks/memory.py). A full collection takes
-    0.2 to 0.4 s on such a server (2 CPUs), so it runs only when sessions ended: at most once a sweep."""
+    0.2 to 0.4 s on such a server (2 CPUs), so it runs only when sessions ended, at most once a look of the
+    sweeper (every 10 s)."""
     started = time.perf_counter()
     found = gc.collect()
     logs.log.info("collected %d unreachable objects in %.0f ms", found, (time.perf_counter() - started) * 1000)
 
 
-def swept(ended: int) -> None:
-    """After each sweep of tformer_app.sessions (every 30 s; `ended` the sessions that ended since the one
-    before, released by the sweeper or dropped by Streamlit): free what they left in reference cycles, fit the
-    results beside what the sessions hold now, hand back every freed byte, and start `_give_back`'s level
-    afresh (the lowest reading from now on), so that memory the process has come to keep for good (a new
-    model's tokenizer) stops causing hand-backs."""
+def swept(ended: int, full: bool = True) -> None:
+    """After each look of tformer_app.sessions' sweeper (every 10 s; `ended` the sessions that ended since the
+    one before, released by the sweeper or dropped by Streamlit): free what they left in reference cycles. After
+    a full sweep (every 30 s), besides: fit the results beside what the sessions hold now, hand back every freed
+    byte, and start `_give_back`'s level afresh (the lowest reading from now on), so that memory the process has
+    come to keep for good (a new model's tokenizer) stops causing hand-backs."""
     if ended:
         collect_ended_sessions()
+    if not full:
+        return
     _results.trim()  # what ended sessions held makes room; what live ones uploaded since takes it
     _give_back.level = None
     _give_back.check()

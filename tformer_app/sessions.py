@@ -29,7 +29,11 @@ from dataclasses import dataclass
 
 from . import logs
 
-SWEEP_S = 30.0
+SWEEP_S = 30.0  # ended sessions are released, and the caches fitted beside the sessions, this often
+# Departures are looked for this often: what an ended session's state left in reference cycles waits at most this
+# long for the collection that frees it. At 30 s, a class uploading photos kept up to 145 MB of them beyond the
+# budget (benchmarks/memory.py); a look costs microseconds, a collection 0.2 s, only after sessions ended.
+LOOK_S = 10.0
 
 _missing_before: set[str] = set()
 _watched: dict[str, weakref.ref] = {}  # session id -> its AppSession, while it is alive
@@ -166,9 +170,10 @@ def held_bytes() -> int:
     return total
 
 
-def start_sweeper(after: Callable[[int], None] | None = None) -> None:
-    """Start the sweeper thread once per process; after(n) is called after every sweep (`sweep_once`), n the
-    sessions that ended since the one before (the caches free what they left and hand memory back then)."""
+def start_sweeper(after: Callable[[int, bool], None] | None = None) -> None:
+    """Start the sweeper thread once per process: `sweep_once` every look_interval(), a full sweep every
+    sweep_interval(); after(n, full) is called after each (the caches free what ended sessions left, and on a
+    full sweep fit the results and hand memory back)."""
     global _sweeper
     with _lock:
         if _sweeper is not None:
@@ -184,23 +189,30 @@ def sweep_interval() -> float:
     return min(SWEEP_S, max(0.25, float(config.get_option("server.disconnectedSessionTTL")) / 4))
 
 
+def look_interval() -> float:
+    """Seconds between looks for sessions that ended: LOOK_S, or sweep_interval() when that is shorter."""
+    return min(LOOK_S, sweep_interval())
+
+
 MAX_FAILED_SWEEPS = 10  # in a row: Streamlit works differently from what this module reads; stop trying
 
 
-def sweep_once(after: Callable[[int], None] | None = None) -> int:
-    """One sweep: release the sessions that have ended, then after(n), n the sessions that ended since the last
-    sweep: released now, or let go of by Streamlit itself (`departed`). Returns n."""
-    ended = release_ended() + departed()
+def sweep_once(after: Callable[[int, bool], None] | None = None, full: bool = True) -> int:
+    """Look for the sessions that ended since the last look (released now on a full sweep, or let go of by
+    Streamlit itself: `departed`), then after(n, full), n their number. Returns n."""
+    ended = (release_ended() if full else 0) + departed()
     if after is not None:
-        after(ended)
+        after(ended, full)
     return ended
 
 
-def _sweep_forever(after: Callable[[int], None] | None) -> None:
-    wake, interval, failed = threading.Event(), sweep_interval(), 0
-    while not wake.wait(interval):
+def _sweep_forever(after: Callable[[int, bool], None] | None) -> None:
+    wake, look, every, failed = threading.Event(), look_interval(), sweep_interval(), 0
+    looks_per_sweep, looked = max(1, round(every / look)), 0
+    while not wake.wait(look):
+        looked += 1
         try:
-            sweep_once(after)
+            sweep_once(after, full=looked % looks_per_sweep == 0)
             failed = 0
         except Exception as error:  # a list changed while it was read (the next sweep reads it again), or worse
             failed += 1

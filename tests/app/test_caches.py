@@ -261,3 +261,31 @@ def test_sessions_streamlit_drops_by_itself_are_collected_at_the_next_sweep(monk
     sessions.known_sessions()  # a page's run saw it (the Server page, a budget's check) ...
     runtime.drop("third")  # ... and it was dropped before the sweeper looked
     assert sweep() == 1 and third() is None
+
+
+def test_the_sweeper_looks_for_ended_sessions_between_full_sweeps(monkeypatch, no_automatic_gc):
+    """A look (every 10 s) collects what sessions that ended left, without releasing sessions nor trimming the
+    results; a full sweep (every 30 s) does both. At 30 s, a class uploading photos kept up to 145 MB beyond the
+    budget between two sweeps."""
+    runtime = FakeRuntime()
+    monkeypatch.setattr(sessions, "_runtime", lambda: runtime)
+    for name in ("_seen", "_missing_before", "_released"):
+        monkeypatch.setattr(sessions, name, set())
+    monkeypatch.setattr(sessions, "_watched", {})
+    monkeypatch.setattr(caches._give_back, "check", lambda *_: None)
+    released, trims = [], []
+    real_release = sessions.release_ended
+    monkeypatch.setattr(sessions, "release_ended", lambda: released.append(1) or real_release())
+    monkeypatch.setattr(caches._results, "trim", lambda: trims.append(1) or 0)
+
+    left = runtime.add("student")
+    assert sessions.sweep_once(after=caches.swept, full=False) == 0
+    runtime.drop("student")
+    assert sessions.sweep_once(after=caches.swept, full=False) == 1
+    assert left() is None and released == [] and trims == []  # collected, nothing else done
+    assert sessions.sweep_once(after=caches.swept, full=True) == 0
+    assert released == [1] and trims == [1]
+    monkeypatch.setattr(sessions, "sweep_interval", lambda: 30.0)
+    assert sessions.look_interval() == 10.0
+    monkeypatch.setattr(sessions, "sweep_interval", lambda: 0.5)  # a resume window of 2 s (the tests' servers)
+    assert sessions.look_interval() == 0.5
