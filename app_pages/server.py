@@ -40,6 +40,10 @@ def main() -> None:
         f"{report.sessions_bytes / MB:,.1f} MB, counted in the results' budget (a closed tab's are given back "
         "about three minutes later)."
     )
+    st.caption(
+        f"Freed memory this process could not give back (scattered among live objects): "
+        f"{report.kept_bytes / MB:,.1f} MB, counted in the results' budget too."
+    )
     if report.session_counts is not None:
         n = report.session_counts
         st.caption(

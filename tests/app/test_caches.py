@@ -165,6 +165,55 @@ def test_freed_memory_is_handed_back_against_the_lowest_level_seen(monkeypatch):
     assert len(trims) == 3 and not readings
 
 
+def test_freed_memory_that_cannot_be_handed_back_is_counted_in_the_results_budget(monkeypatch):
+    """glibc hands back whole free pages only: freed memory scattered among live objects stays resident. A class
+    uploading photos left 60 to 160 MB of it beyond TFORMER_CACHE_MB. Each full sweep compares its interval's
+    level (RSS minus held, the lowest since the sweep before) with the floor, the lowest level since the models
+    last changed; what lies above is counted in the results' budget beside the sessions' uploads, and the oldest
+    results make room for it. A model loaded starts the floor anew: its tokenizer is the process's own memory."""
+    mb = 2**20
+    readings, trims = [], []
+    monkeypatch.setattr(caches, "rss_bytes", lambda: readings.pop(0) * mb)
+    monkeypatch.setattr(caches, "_held", lambda: 0)
+    monkeypatch.setattr(caches.tc, "release_freed_memory", lambda: trims.append(1) or True)
+    give_back = caches._GiveBack()
+    monkeypatch.setattr(caches, "_give_back", give_back)
+
+    readings += [470, 470]  # the first sweep: models loaded since none were, no floor yet
+    give_back.swept(models_bytes=100 * mb)
+    assert give_back.floor is None and give_back.kept == 0 and give_back.level == 470 * mb
+    readings += [480]  # a reading within SLACK of the level
+    give_back.check()
+    readings += [475, 475]
+    give_back.swept(models_bytes=100 * mb)  # the interval's level, 470 MB, is the floor
+    assert give_back.floor == 470 * mb and give_back.kept == 0 and give_back.level == 475 * mb
+    readings += [650, 560]  # photos uploaded, freed: 90 MB of it stays after the hand-back
+    give_back.check()
+    readings += [560, 555]
+    give_back.swept(models_bytes=100 * mb)  # the lowest of that interval was the sweep's own 475 MB
+    assert give_back.kept == 5 * mb
+    readings += [556]
+    give_back.check()
+    readings += [556, 556]
+    give_back.swept(models_bytes=100 * mb)  # a whole interval 85 MB above the floor
+    assert give_back.floor == 470 * mb and give_back.kept == 85 * mb and give_back.level == 556 * mb
+
+    assert not readings
+    monkeypatch.setattr(caches, "rss_bytes", lambda: 556 * mb)  # from now on, as steady as that
+    caches.clear_results()
+    monkeypatch.setattr(caches.sessions, "held_bytes", lambda: 0)
+    monkeypatch.setattr(caches._results, "budget_bytes", 100 * mb)
+    for name in ("a", "b", "c"):
+        caches._results.get_or_compute(("test-kept", name), lambda: np.ones(10 * mb, np.uint8))
+    assert caches._results.stats().used_bytes == 10 * mb  # 85 MB kept + one result of 10 MB fit 100 MB
+    assert caches.memory_report().kept_bytes == 85 * mb
+
+    # another model: the floor starts anew, nothing counted until the next interval
+    give_back.swept(models_bytes=300 * mb)
+    assert give_back.floor is None and give_back.kept == 0
+    caches.clear_results()
+
+
 class State:
     """A session's state: it refers to itself through its widgets, as Streamlit's does, and holds an upload."""
 
