@@ -132,8 +132,15 @@ class _GiveBack:
             if models_bytes != self.models_bytes:
                 self.floor, self.kept, self.models_bytes = None, 0, models_bytes
             elif self.level is not None:
+                was = self.kept
                 self.floor = self.level if self.floor is None else min(self.floor, self.level)
                 self.kept = self.level - self.floor
+                if abs(self.kept - was) >= SLACK:
+                    logs.log.info(
+                        "freed memory not given back: %.0f MB (was %.0f MB), counted in the results' budget",
+                        self.kept / 2**20,
+                        was / 2**20,
+                    )
             self.level = None
         self.check()
 

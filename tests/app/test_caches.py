@@ -195,8 +195,13 @@ def test_freed_memory_that_cannot_be_handed_back_is_counted_in_the_results_budge
     readings += [556]
     give_back.check()
     readings += [556, 556]
+    records: list[tuple] = []  # the arguments of each info line
+    monkeypatch.setattr(caches.logs.log, "info", lambda *args: records.append(args))
     give_back.swept(models_bytes=100 * mb)  # a whole interval 85 MB above the floor
     assert give_back.floor == 470 * mb and give_back.kept == 85 * mb and give_back.level == 556 * mb
+    assert [r[0] % r[1:] for r in records] == [  # the operator sees it change
+        "freed memory not given back: 85 MB (was 5 MB), counted in the results' budget"
+    ]
 
     assert not readings
     monkeypatch.setattr(caches, "rss_bytes", lambda: 556 * mb)  # from now on, as steady as that
