@@ -109,6 +109,7 @@ class _GiveBack:
         self.level: int | None = None  # the lowest RSS minus held bytes since the last sweep
         self.floor: int | None = None  # the lowest level of a sweep's interval since the models last changed
         self.kept = 0  # the last interval's level above the floor: kept by the process, held by nobody
+        self.logged = 0  # `kept` when the log last said it (it says it again once it has moved by SLACK)
         self.models_bytes: int | None = None  # the models' bytes when the floor was started
 
     def check(self, _evicted: int = 0) -> None:
@@ -132,15 +133,15 @@ class _GiveBack:
             if models_bytes != self.models_bytes:
                 self.floor, self.kept, self.models_bytes = None, 0, models_bytes
             elif self.level is not None:
-                was = self.kept
                 self.floor = self.level if self.floor is None else min(self.floor, self.level)
                 self.kept = self.level - self.floor
-                if abs(self.kept - was) >= SLACK:
+                if abs(self.kept - self.logged) >= SLACK:
                     logs.log.info(
                         "freed memory not given back: %.0f MB (was %.0f MB), counted in the results' budget",
                         self.kept / 2**20,
-                        was / 2**20,
+                        self.logged / 2**20,
                     )
+                    self.logged = self.kept
             self.level = None
         self.check()
 
