@@ -57,7 +57,7 @@ from tformer_views import vision as vv
 from tformer_views.lessons import block as lb
 
 from . import gpu, logs, session_models, sessions
-from .budget import ByteBudgetCache, CacheStats
+from .budget import MB, ByteBudgetCache, CacheStats
 from .markdown import escape
 from .settings import server_settings
 
@@ -97,7 +97,7 @@ class _GiveBack:
     extra hand-backs for at most that long.
 
     What the hand-back cannot return still counts: freed memory scattered in pages that live objects share
-    (glibc returns whole free pages only). A class uploading photos left 60 to 160 MB of it, run to run, beyond
+    (glibc returns whole free pages only). A class uploading photos left 60 to 210 MB of it, run to run, beyond
     TFORMER_CACHE_MB (benchmarks/memory.py). Each full sweep compares its interval's level with the floor: the
     lowest level of any interval since the models last changed (a model brings memory of its own that it keeps:
     its tokenizer, its tables). The difference, `kept`, is counted in the results' budget beside the sessions'
@@ -138,8 +138,8 @@ class _GiveBack:
                 if abs(self.kept - self.logged) >= SLACK:
                     logs.log.info(
                         "freed memory not given back: %.0f MB (was %.0f MB), counted in the results' budget",
-                        self.kept / 2**20,
-                        self.logged / 2**20,
+                        self.kept / MB,
+                        self.logged / MB,
                     )
                     self.logged = self.kept
             self.level = None

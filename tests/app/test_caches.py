@@ -13,6 +13,7 @@ from tformer_app import caches, sessions
 
 PAGES_ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "a-test-token-of-24-chars"
+mb = 2**20
 
 
 @pytest.fixture
@@ -141,15 +142,23 @@ def test_the_server_page_is_served_only_with_a_token_and_shows_nothing_without_i
     assert admin.matches(TOKEN, TOKEN) and not admin.matches(TOKEN, None) and not admin.matches("", TOKEN)
 
 
-def test_freed_memory_is_handed_back_against_the_lowest_level_seen(monkeypatch):
-    """_GiveBack compares RSS minus held bytes with a level. Read once after each hand-back, the level took in what
-    was alive only at that moment (a picture being drawn); freed later, that memory was never handed back (175 MB
-    after 80 photos). The level is the lowest reading since the last sweep: a higher one never raises it."""
-    mb = 2**20
-    readings, trims = [], []
+@pytest.fixture
+def memory_readings(monkeypatch):
+    """The process's RSS read from a list a test fills (in MB, nothing held by the caches) and each hand-back
+    counted: (readings, trims)."""
+    readings: list[int] = []
+    trims: list[int] = []
     monkeypatch.setattr(caches, "rss_bytes", lambda: readings.pop(0) * mb)
     monkeypatch.setattr(caches, "_held", lambda: 0)
     monkeypatch.setattr(caches.tc, "release_freed_memory", lambda: trims.append(1) or True)
+    return readings, trims
+
+
+def test_freed_memory_is_handed_back_against_the_lowest_level_seen(memory_readings):
+    """_GiveBack compares RSS minus held bytes with a level. Read once after each hand-back, the level took in what
+    was alive only at that moment (a picture being drawn); freed later, that memory was never handed back (175 MB
+    after 80 photos). The level is the lowest reading since the last sweep: a higher one never raises it."""
+    readings, trims = memory_readings
     give_back = caches._GiveBack()
     readings += [600, 470]  # a pass freed 130 MB: handed back, 470 MB stay
     give_back.check()
@@ -165,17 +174,13 @@ def test_freed_memory_is_handed_back_against_the_lowest_level_seen(monkeypatch):
     assert len(trims) == 3 and not readings
 
 
-def test_freed_memory_that_cannot_be_handed_back_is_counted_in_the_results_budget(monkeypatch):
+def test_freed_memory_that_cannot_be_handed_back_is_counted_in_the_results_budget(monkeypatch, memory_readings):
     """glibc hands back whole free pages only: freed memory scattered among live objects stays resident. A class
-    uploading photos left 60 to 160 MB of it beyond TFORMER_CACHE_MB. Each full sweep compares its interval's
+    uploading photos left 60 to 210 MB of it beyond TFORMER_CACHE_MB. Each full sweep compares its interval's
     level (RSS minus held, the lowest since the sweep before) with the floor, the lowest level since the models
     last changed; what lies above is counted in the results' budget beside the sessions' uploads, and the oldest
     results make room for it. A model loaded starts the floor anew: its tokenizer is the process's own memory."""
-    mb = 2**20
-    readings, trims = [], []
-    monkeypatch.setattr(caches, "rss_bytes", lambda: readings.pop(0) * mb)
-    monkeypatch.setattr(caches, "_held", lambda: 0)
-    monkeypatch.setattr(caches.tc, "release_freed_memory", lambda: trims.append(1) or True)
+    readings, trims = memory_readings
     give_back = caches._GiveBack()
     monkeypatch.setattr(caches, "_give_back", give_back)
 
@@ -203,7 +208,7 @@ def test_freed_memory_that_cannot_be_handed_back_is_counted_in_the_results_budge
         "freed memory not given back: 85 MB (was 0 MB), counted in the results' budget"
     ]  # 5 MB, before, was not worth a line: a line once it has moved by SLACK since the last one
 
-    assert not readings
+    assert not readings and len(trims) == 5  # each of the 4 sweeps handed back, and the photos' 90 MB once
     monkeypatch.setattr(caches, "rss_bytes", lambda: 556 * mb)  # from now on, as steady as that
     caches.clear_results()
     monkeypatch.setattr(caches.sessions, "held_bytes", lambda: 0)
