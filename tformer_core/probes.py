@@ -24,7 +24,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+from torch import nn
 
+from . import workload
 from .capture import Edit, intervene
 from .interventions import ABLATIONS, Head, branch, scale_heads
 from .models.base import TracedModel
@@ -32,6 +34,7 @@ from .models.decoder import Decoder
 from .models.encoder import Encoder
 from .models.seq2seq import EncoderDecoder
 from .models.vit import ViT, image_input
+from .workload import Workload
 
 Progress = Callable[[float, str], None]
 ROW_TOKENS = 8192  # rows x tokens of one batched pass: SmolLM2's FFN holds 8192 x 1536 floats (50 MB) at most
@@ -177,22 +180,51 @@ def _branch_stack(stack: str) -> str:
 
 def _chunks(probe: Probe) -> list[tuple[str, list[tuple[int, list[Head]]]]]:
     """The passes: (stack branched, [(layer, the heads its rows ablate)]), each pass within ROW_TOKENS."""
+    return _plan(probe.heads, probe.tokens)
+
+
+def _plan(heads: dict[str, tuple[int, int]], tokens: int) -> list[tuple[str, list[tuple[int, list[Head]]]]]:
     passes = []
     for branched in ("encoder", "decoder"):
-        stacks = [s for s in probe.heads if _branch_stack(s) == branched]
+        stacks = [s for s in heads if _branch_stack(s) == branched]
         if not stacks:
             continue
         current: list[tuple[int, list[Head]]] = []
         rows = 1
-        for layer in range(probe.heads[stacks[0]][0]):
-            units = [Head(s, layer, h) for s in stacks for h in range(probe.heads[s][1])]
-            if current and (rows + len(units)) * probe.tokens > ROW_TOKENS:
+        for layer in range(heads[stacks[0]][0]):
+            units = [Head(s, layer, h) for s in stacks for h in range(heads[s][1])]
+            if current and (rows + len(units)) * tokens > ROW_TOKENS:
                 passes.append((branched, current))
                 current, rows = [], 1
             current.append((layer, units))
             rows += len(units)
         passes.append((branched, current))
     return passes
+
+
+def head_importance_workload(model: TracedModel, heads: dict[str, tuple[int, int]], tokens: int) -> Workload:
+    """What `head_importance` computes for a probe of `heads` (Probe.heads) and `tokens` positions a pass
+    (Probe.tokens), before anything runs: its passes as `_plan` cuts them, each row through the layers it runs
+    (a row that ablates a head of layer l joins the batch at l; an encoder-decoder's other stack runs one row, or
+    every row after the encoder grew them). tformer_core.workload says what is counted."""
+    model_stacks = [s for s in ("encoder", "decoder") if isinstance(getattr(model, s, None), nn.Module)]
+    rows_through: dict[str, list[int]] = {s: [0] * workload.stack_layers(model, s) for s in model_stacks}
+    total = finals = 0
+    for branched, layers in _plan(heads, tokens):
+        grow = {layer: len(units) for layer, units in layers}
+        rows, final = 1, 1 + sum(grow.values())
+        for stack in model_stacks:
+            for layer in range(len(rows_through[stack])):
+                if stack == branched:
+                    rows += grow.get(layer, 0)
+                    rows_through[stack][layer] += rows
+                else:  # the encoder before a branched decoder: one row; the decoder after a branched encoder: all
+                    rows_through[stack][layer] += 1 if stack == "encoder" else final
+        total, finals = total + final, finals + final
+    parts = [workload.of_passes(model, s, tokens, rows_through[s]) for s in model_stacks]
+    head = workload.of_passes(model, model_stacks[-1], tokens, [], head_rows=finals).flops
+    depth = sum(len(r) for r in rows_through.values())
+    return Workload("Ablating every head", total, tokens, depth, sum(p.flops for p in parts) + head)
 
 
 def _pass_edits(branched: str, layers: list[tuple[int, list[Head]]], how: str) -> list[Edit]:
