@@ -202,14 +202,19 @@ def _plan(heads: dict[str, tuple[int, int]], tokens: int) -> list[tuple[str, lis
     return passes
 
 
-def head_importance_workload(model: TracedModel, heads: dict[str, tuple[int, int]], tokens: int) -> Workload:
+def head_importance_workload(
+    model: TracedModel, heads: dict[str, tuple[int, int]], tokens: int, stack_tokens: dict[str, int] | None = None
+) -> Workload:
     """What `head_importance` computes for a probe of `heads` (Probe.heads) and `tokens` positions a pass
     (Probe.tokens), before anything runs: its passes as `_plan` cuts them, each row through the layers it runs
     (a row that ablates a head of layer l joins the batch at l; an encoder-decoder's other stack runs one row, or
-    every row after the encoder grew them). tformer_core.workload says what is counted."""
+    every row after the encoder grew them). stack_tokens: the positions each stack runs where they differ (a
+    translator's encoder reads the source, its decoder the target so far). tformer_core.workload says what is
+    counted."""
     model_stacks = [s for s in ("encoder", "decoder") if isinstance(getattr(model, s, None), nn.Module)]
+    per_stack = {s: (stack_tokens or {}).get(s, tokens) for s in model_stacks}
     rows_through: dict[str, list[int]] = {s: [0] * workload.stack_layers(model, s) for s in model_stacks}
-    total = finals = 0
+    total = finals = memory_rows = 0
     for branched, layers in _plan(heads, tokens):
         grow = {layer: len(units) for layer, units in layers}
         rows, final = 1, 1 + sum(grow.values())
@@ -221,8 +226,15 @@ def head_importance_workload(model: TracedModel, heads: dict[str, tuple[int, int
                 else:  # the encoder before a branched decoder: one row; the decoder after a branched encoder: all
                     rows_through[stack][layer] += 1 if stack == "encoder" else final
         total, finals = total + final, finals + final
-    parts = [workload.of_passes(model, s, tokens, rows_through[s]) for s in model_stacks]
-    head = workload.of_passes(model, model_stacks[-1], tokens, [], head_rows=finals).flops
+        memory_rows += final if branched == "encoder" else 1  # the encoder's output a decoder's pass reads
+    memory = per_stack["encoder"] if len(model_stacks) == 2 else 0  # what a translator's decoder reads
+    parts = [
+        workload.of_passes(model, s, per_stack[s], rows_through[s], memory=memory if s == "decoder" else 0)
+        for s in model_stacks
+    ]
+    head = workload.of_passes(model, model_stacks[-1], per_stack[model_stacks[-1]], [], head_rows=finals).flops
+    if memory:
+        head += memory_rows * workload.cross_kv_flops(model, "decoder", memory)
     depth = sum(len(r) for r in rows_through.values())
     return Workload("Ablating every head", total, tokens, depth, sum(p.flops for p in parts) + head)
 

@@ -23,7 +23,7 @@ from torch import nn
 from .errors import InputError
 from .models.layers import MultiHeadAttention
 
-__all__ = ["TooMuchWork", "Workload", "check", "layer_flops", "longest", "of_passes", "stack_layers"]
+__all__ = ["TooMuchWork", "Workload", "check", "cross_kv_flops", "layer_flops", "longest", "of_passes", "stack_layers"]
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ class TooMuchWork(InputError):
 
 
 def _flops(flops: float) -> str:
-    return f"{flops / 1e12:.1f} TFLOP" if flops >= 1e12 else f"{flops / 1e9:.1f} GFLOP"
+    return f"{flops / 1e12:.3g} TFLOP" if flops >= 1e12 else f"{flops / 1e9:.3g} GFLOP"
 
 
 def _blocks(model: nn.Module, stack: str) -> list[nn.Module]:
@@ -63,26 +63,55 @@ def stack_layers(model: nn.Module, stack: str) -> int:
     return len(_blocks(model, stack))
 
 
-def layer_flops(model: nn.Module, stack: str, tokens: int) -> float:
+def _cross(block: nn.Module) -> MultiHeadAttention | None:
+    cross = getattr(block, "cross_attn", None)
+    return cross if isinstance(cross, MultiHeadAttention) else None
+
+
+def layer_flops(model: nn.Module, stack: str, tokens: int, memory: int = 0) -> float:
     """Operations one token costs in one layer of `stack` when `tokens` positions run (mean over the layers):
     2 a weight of the block's matrices, plus 4 x keys x (heads x d_head) for each attention's QKᵀ and weights x V
-    (keys: `tokens`, the longest a self-attention reads; a cross-attention reads the encoder's, counted alike)."""
+    (keys: `tokens`, the longest a self-attention reads; a cross-attention's: the `memory` positions of the encoder,
+    whose keys and values it computes once a pass and a memory row: `cross_kv_flops`)."""
     blocks = _blocks(model, stack)
     total = 0.0
     for block in blocks:
+        cross = _cross(block)
         weights = sum(p.numel() for p in block.parameters() if p.dim() >= 2)  # matrices; biases and norms aside
-        width = sum(m.n_heads * m.d_head for m in block.modules() if isinstance(m, MultiHeadAttention))
-        total += 2.0 * weights + 4.0 * tokens * width
+        if cross is not None:
+            weights -= cross.W_k.weight.numel() + cross.W_v.weight.numel()
+        total += 2.0 * weights
+        for m in block.modules():
+            if isinstance(m, MultiHeadAttention):
+                total += 4.0 * (memory if m is cross else tokens) * m.n_heads * m.d_head
     return total / len(blocks)
 
 
+def cross_kv_flops(model: nn.Module, stack: str, memory: int) -> float:
+    """Operations of the keys and values every cross-attention of `stack` computes from `memory` encoder
+    positions, for one row of the encoder's output (a pass computes them once a row of its memory)."""
+    total = 0.0
+    for block in _blocks(model, stack):
+        cross = _cross(block)
+        if cross is not None:
+            total += 2.0 * memory * (cross.W_k.weight.numel() + cross.W_v.weight.numel())
+    return total
+
+
 def of_passes(
-    model: nn.Module, stack: str, tokens: int, rows: Sequence[int], what: str = "a forward pass", head_rows: int = 0
+    model: nn.Module,
+    stack: str,
+    tokens: int,
+    rows: Sequence[int],
+    what: str = "a forward pass",
+    head_rows: int = 0,
+    memory: int = 0,
 ) -> Workload:
     """The work of passes through `stack`: rows[l] batch rows of `tokens` positions through layer l, summed over
     every pass (a pass that grows its batch at layer l, `interventions.branch`, has more rows after it). The rows
-    counted are the most any layer runs; head_rows: rows whose last position goes through the output head."""
-    per_layer = layer_flops(model, stack, tokens)
+    counted are the most any layer runs; head_rows: rows whose last position goes through the output head;
+    memory: the encoder positions a decoder's cross-attention reads."""
+    per_layer = layer_flops(model, stack, tokens, memory)
     flops = sum(rows) * tokens * per_layer
     head = getattr(model, "head", None)
     if head_rows and isinstance(head, nn.Module):

@@ -160,7 +160,8 @@ def study_cost(kind: str, model: TracedModel, inputs: tuple, limit_flops: float)
     heads = _heads(model)
     if kind == "translation":
         n = _count(model, inputs[0])
-        cost = lambda tokens: probes.head_importance_workload(model, heads, tokens + 1)  # noqa: E731
+        stacks = lambda tokens: {"encoder": tokens, "decoder": 1}  # noqa: E731  (the start token)
+        cost = lambda tokens: probes.head_importance_workload(model, heads, tokens + 1, stacks(tokens))  # noqa: E731
         what = "a source sentence"
     elif kind == "similarity":
         n = _count(model, inputs[0]) + _count(model, inputs[1])
@@ -171,7 +172,7 @@ def study_cost(kind: str, model: TracedModel, inputs: tuple, limit_flops: float)
         cost = lambda tokens: probes.head_importance_workload(model, heads, tokens)  # noqa: E731
         what = "a text"
     most = workload.longest(cost, limit_flops, max(n, 1))
-    fits = f"{what} of at most {most} tokens (this one has {n})" if most else ""
+    fits = f"{what} of at most {most:,} tokens (this one has {n:,})" if most else ""
     return cost(n), fits
 
 
@@ -193,7 +194,7 @@ def patching_cost(model: TracedModel, a: str, b: str, limit_flops: float) -> tup
     n = _count(model, a)
     cost = lambda tokens: residual_patching_workload(model, tokens)  # type: ignore[arg-type]  # noqa: E731
     most = workload.longest(cost, limit_flops, n)
-    return cost(n), (f"two inputs of at most {most} tokens each (these have {n})" if most else "")
+    return cost(n), (f"two inputs of at most {most:,} tokens each (these have {n:,})" if most else "")
 
 
 def study(kind: str, model: TracedModel, *inputs: Any, progress: Progress | None = None) -> HeadStudy:
