@@ -7,10 +7,10 @@ import threading
 import pytest
 import torch
 
+from tests.core.tiny_models import tiny_decoder
 from tformer_app.slots import PassGate
 from tformer_app.work import Busy, WorkQueue
 from tformer_core.errors import InputError
-from tests.core.tiny_models import tiny_decoder
 
 WAIT_S = 60.0  # a condition that does not come within this long on a loaded machine is a failure
 
