@@ -253,6 +253,40 @@ class Student:
                 await self.session.close()
 
 
+LABEL = "Text (the model predicts the next token)"  # the /heads page's text box for a language model
+
+
+class StudyStudent(Student):
+    """A student who studies heads (issue 34): opens "Does this head matter?" on SmolLM2 with a text of their own
+    of about 30 tokens (within TFORMER_REQUEST_GFLOP's default, so every study runs: tens of seconds of both
+    cores), waits for the whole page (the study, the patching grid, induction heads), then types another."""
+
+    TIMEOUT_S = 900.0  # a study queued behind others' at a loaded machine's pace
+
+    def text(self, round_: int) -> str:
+        w = {k: self.rng.choice(v) for k, v in WORDS.items()}
+        return (
+            f"In round {round_} student {self.index} wrote that {w['who']} {w['did']} {w['what']} {w['why']}, "
+            "and then the capital of France is"
+        )
+
+    async def lecture(self, start_at: float) -> None:
+        await asyncio.sleep(max(0.0, start_at - time.monotonic()))
+        self.session = Session(self.plan.base_url, timeout_s=self.TIMEOUT_S)
+        query = "text=" + urllib.parse.quote(self.text(0))
+        ok = await self.act("study", lambda: self.session.connect(f"/heads?{query}"))
+        round_ = 1
+        while ok and self.time_left():
+            await self.think()
+            text = self.text(round_)
+            ok = await self.act(
+                "study", lambda text=text: self.session.set_value(None, text, "text_input", "heads.text")
+            )
+            round_ += 1
+        with contextlib.suppress(Exception):
+            await self.session.close()
+
+
 # ---- the server, seen from /proc ----------------------------------------------------------------------------
 TICKS = os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -424,7 +458,7 @@ def action_table(results: Results) -> None:
         by_kind[r.kind].append(r)
     print("| action | count | p50 s | p95 s | max s | kB received (mean) | errors |")
     print("|---|---:|---:|---:|---:|---:|---:|")
-    for kind in [*KINDS, "all"]:
+    for kind in [*KINDS, "study", "all"]:
         records = results.records if kind == "all" else by_kind.get(kind, [])
         if not records:
             continue
@@ -534,6 +568,21 @@ def loopback_url(url: str) -> str:
 
 
 async def run_class(args: argparse.Namespace, base_url: str, processes: dict[int, str]) -> None:
+    if not args.studies:
+        await run_phase(args, base_url, processes, 0)
+        return
+    # Issue 34: the same class without, then with, students studying heads; same server, same seed.
+    async with await Session.open(base_url, "/heads", timeout_s=StudyStudent.TIMEOUT_S) as warm:
+        if warm.last is not None and warm.last.errors:
+            print(f"(warm-up of /heads: {warm.last.errors[:2]})")
+    print(f"\n## Without studies: {args.sessions} students")
+    without = await run_phase(args, base_url, processes, 0)
+    print(f"\n## With {args.studies} students studying heads on SmolLM2 (about 30 tokens each): {args.sessions} others")
+    with_ = await run_phase(args, base_url, processes, args.studies)
+    studies_table(without, with_, args.studies)
+
+
+async def run_phase(args: argparse.Namespace, base_url: str, processes: dict[int, str], studies: int) -> Results:
     results = Results()
     monitor = Monitor(processes)
     stop = asyncio.Event()
@@ -547,8 +596,9 @@ async def run_class(args: argparse.Namespace, base_url: str, processes: dict[int
     ramp = min(args.ramp, args.duration / 4)
     pool = PhotoPool(photos) if photos else None
     students = [Student(i, plan, results, args.seed, pool) for i in range(args.sessions)]
+    students += [StudyStudent(args.sessions + i, plan, results, args.seed) for i in range(studies)]
     try:
-        await asyncio.gather(*(s.lecture(now + ramp * i / args.sessions) for i, s in enumerate(students)))
+        await asyncio.gather(*(s.lecture(now + ramp * i / len(students)) for i, s in enumerate(students)))
     finally:
         results.ended = time.perf_counter()
         stop.set()
@@ -558,6 +608,41 @@ async def run_class(args: argparse.Namespace, base_url: str, processes: dict[int
     if args.p95_goal is not None:
         p95_verdict(results, args.p95_goal)
     server_table(monitor, os.cpu_count() or 1)
+    return results
+
+
+STUDIES_GOAL = 1.5  # issue 34: the others' p95 with 3 studies running within 1.5 x the run without
+
+
+def studies_table(without: Results, with_: Results, studies: int) -> None:
+    """Each action's p50 and p95 without and with the studies, their ratio, and the verdict on the others' p95."""
+    print(f"\n## The class without and with {studies} studies (same server, same seed)\n")
+    print("| action | p50 without s | p50 with s | p95 without s | p95 with s | p95 ratio |")
+    print("|---|---:|---:|---:|---:|---:|")
+    ratios = {}
+    for kind in [*KINDS, "all but studies", "study"]:
+        a = sorted(r.seconds for r in without.records if _kind_of(r, kind))
+        b = sorted(r.seconds for r in with_.records if _kind_of(r, kind))
+        if not b:
+            continue
+        p95a, p95b = (percentile(a, 95) if a else float("nan")), percentile(b, 95)
+        ratios[kind] = p95b / p95a if a else float("nan")
+        print(
+            f"| {kind} | {percentile(a, 50) if a else float('nan'):.2f} | {percentile(b, 50):.2f} | {p95a:.2f} "
+            f"| {p95b:.2f} | {ratios[kind]:.2f} |"
+        )
+    studied = [r for r in with_.records if r.kind == "study"]
+    done = sum(1 for r in studied if not r.error)
+    ratio = ratios.get("all but studies", float("nan"))
+    verdict = "within" if ratio <= STUDIES_GOAL else "OVER"
+    print(
+        f"\nStudies: {done} finished, {len(studied) - done} failed. The others' p95 with the studies / without: "
+        f"{ratio:.2f} ({verdict}, goal <= {STUDIES_GOAL})."
+    )
+
+
+def _kind_of(record: Record, kind: str) -> bool:
+    return record.kind != "study" if kind == "all but studies" else record.kind == kind
 
 
 def photo_files(n: int) -> tuple[tuple[str, bytes, str], ...]:
@@ -610,6 +695,12 @@ def parse_args() -> argparse.Namespace:
         "--device", help="with --start: the replicas' TFORMER_DEVICE (cpu, cuda; default: a GPU if any)"
     )
     parser.add_argument("--p95-goal", type=float, help="seconds: the p95 every view change must keep (a verdict)")
+    parser.add_argument(
+        "--studies",
+        type=int,
+        default=0,
+        help="run the class twice, without then with this many students studying heads on SmolLM2 (issue 34)",
+    )
     args = parser.parse_args()
     if not 1 <= args.sessions <= MAX_SESSIONS:
         parser.error(f"--sessions must be 1..{MAX_SESSIONS}")
