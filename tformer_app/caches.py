@@ -41,7 +41,7 @@ from streamlit.runtime.scriptrunner_utils.exceptions import ScriptControlExcepti
 import tformer_core as tc
 from tformer_core.bundled import BUNDLED_MODELS
 from tformer_core.capture import matching
-from tformer_core.checkpoints import BUNDLED_TEXT
+from tformer_core.checkpoints import BUNDLED_TEXT, gguf
 from tformer_core.checkpoints.sources import looks_like_path
 from tformer_core.interventions import Head
 from tformer_core.trace import lean
@@ -802,11 +802,42 @@ def swept(ended: int, full: bool = True) -> None:
     _give_back.check()
 
 
+_warmed = threading.Event()
+
+
+def warm_up() -> threading.Thread | None:
+    """Once per process: when SmolLM2 is installed but not yet converted into TFORMER_CACHE_DIR, convert it in the
+    background now (a Python process of its own, 20-40 s quiet, minutes on a loaded machine), so that the first
+    student to open a page with it ("Does this head matter?" opens on it) does not wait for that on top of the
+    page's own work (230 s for a first visit of /heads on a fresh server at load 12). A page that asks for it
+    meanwhile waits for this conversion (one at a time per cache folder). Returns the thread, or None."""
+    if _warmed.is_set():
+        return None
+    _warmed.set()
+    if "smollm2" not in gguf.GGUF_MODELS or gguf.is_converted("smollm2"):
+        return None
+
+    def convert() -> None:
+        try:
+            started = time.perf_counter()
+            gguf.converted_folder("smollm2")
+            logs.log.info("smollm2 converted in the background in %.0f s", time.perf_counter() - started)
+        except (tc.CheckpointError, OSError) as error:  # a page that asks for it later says why
+            logs.failure("converting smollm2 in the background", error)
+
+    logs.log.info("smollm2 is not converted yet: converting it in the background (once per TFORMER_CACHE_DIR)")
+    thread = threading.Thread(target=convert, name="tformer-warm-up", daemon=True)
+    thread.start()
+    return thread
+
+
 def start() -> None:
-    """What a server process starts once (app.py calls it on every run): the sweeper of ended sessions. And on
-    every run: results dropped until they fit beside what the sessions hold now (uploads and the pictures pages
-    sent grow between computations, which are what trims the results otherwise)."""
+    """What a server process starts once (app.py calls it on every run): the sweeper of ended sessions, and the
+    conversion of SmolLM2 when it is missing (`warm_up`). And on every run: results dropped until they fit beside
+    what the sessions hold now (uploads and the pictures pages sent grow between computations, which are what
+    trims the results otherwise)."""
     sessions.start_sweeper(after=swept)
+    warm_up()
     if _results.trim():
         _give_back.check()
 
