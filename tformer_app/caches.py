@@ -699,6 +699,15 @@ def induction_tested(source: str, model: tc.TracedModel, found: iv.InductionStud
     return computed(key, compute, "Ablating the top heads and random ones…")
 
 
+def long_result(request: Request[ResultT], label: str) -> ResultT:
+    """What `request` computes, as long work (`computed`: its own queue, its passes behind the pages'), for a
+    computation of many passes that a page does not show at once (a continuation: a pass per token written)."""
+    _owned(request.source)
+    model = cached_model(request.source)
+    compute = lambda progress: COMPUTATIONS[request.kind](model, *request.args)  # noqa: E731
+    return cast(ResultT, computed((request.kind, request.source, *request.args), compute, label))
+
+
 def _waited(job: Job, session: str, label: str) -> Any:
     """job's result once it is done, the page showing its place in line and its progress meanwhile. A rerun of
     the page (a click) or its end leaves at once: the job goes on while the page asks for it again (within
