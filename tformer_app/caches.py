@@ -712,7 +712,7 @@ def _waited(job: Job, session: str, label: str) -> Any:
     """job's result once it is done, the page showing its place in line and its progress meanwhile. A rerun of
     the page (a click) or its end leaves at once: the job goes on while the page asks for it again (within
     work.STALE_S), and stops at its next step otherwise."""
-    slot = st.empty()
+    slot, shown, sent = st.empty(), None, 0.0
     while not job.done.wait(POLL_S):
         WORK.watch(job, session)
         place = WORK.position(job)
@@ -722,7 +722,11 @@ def _waited(job: Job, session: str, label: str) -> Any:
             line = f"{label} Next in line."
         else:
             line = f"{label} {job.message}".strip()
-        slot.progress(job.fraction, text=escape(line))  # a rerun asked for meanwhile is raised here
+        # Sent when the bar moved, else twice a second: a rerun the student asked for meanwhile (a click) is raised
+        # by Streamlit only where the script sends something, and it leaves this loop at once.
+        if (job.fraction, line) != shown or time.monotonic() - sent >= 2 * POLL_S:
+            shown, sent = (job.fraction, line), time.monotonic()
+            slot.progress(job.fraction, text=escape(line))
     slot.empty()
     if job.state == "done":
         return job.value
