@@ -228,9 +228,11 @@ class WorkQueue:
             pause()
 
         started = time.perf_counter()
+        log.info("long work started (%d waiting): %s", len(self._waiting), job.label)
         try:
             with thread_count(self.threads), self.gate.behind() as pause, checkpoints(step):
                 job.value = job.compute(job._report)
+            log.info("long work done in %.1f s: %s", time.perf_counter() - started, job.label)
             return "done"
         except Cancelled:
             seconds = time.perf_counter() - started

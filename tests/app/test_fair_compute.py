@@ -4,9 +4,13 @@ Real models (SmolLM2, MiniLM), the server's own queue and pass slots (tformer_ap
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import importlib.util
 import math
+import re
 import threading
+import urllib.parse
 
 import pytest
 
@@ -27,6 +31,9 @@ ESSAY = (  # 120 words: a study of it held the one pass slot for 70 s, another s
     "That is what this page does for every head at once, one batch row per head, and it is why a long text "
     "costs so much: the rows grow with the heads, the tokens and the layers that follow each one."
 )
+
+
+STOPPED = r"long work (stopped after [\d.]+ s, nobody waits|cancelled \(.*\)): Ablating"  # the server's log
 
 
 def _refusal(at) -> str:
@@ -105,3 +112,37 @@ def test_another_students_sentence_is_not_behind_a_study_and_a_study_nobody_wait
     finally:
         caches.WORK.cancel_session("student-a")  # whatever failed, no study left running at the end
         job.done.wait(WAIT_S)
+
+
+@needs_smollm2
+def test_a_study_whose_page_is_closed_stops_on_a_real_server(tmp_path):
+    """The page closes while its study runs (the tab, or the student leaving): the study stops within seconds, as
+    the server's log says, where it used to compute for two more minutes (111 CPU-seconds)."""
+    stclient = pytest.importorskip("benchmarks.stclient", reason="benchmarks/stclient.py needs Streamlit's websockets")
+    from tests.browser.server import streamlit_server
+
+    log = tmp_path / "streamlit.log"
+    text = " ".join(ESSAY.split()[:25])  # about 30 tokens: tens of seconds of study on two cores
+    with streamlit_server(log) as url:
+
+        async def close_while_studying() -> None:
+            student = stclient.Session(url, timeout_s=5)
+            with contextlib.suppress(TimeoutError):  # the page waits for its study; the student leaves meanwhile
+                await student.connect(f"/heads?text={urllib.parse.quote(text)}")
+            for _ in range(int(WAIT_S / 0.25)):  # until the study is running (the queue says so in the log)
+                if "long work started (0 waiting): Ablating every head" in log.read_text():
+                    break
+                await asyncio.sleep(0.25)
+            await student.close()
+
+        stclient.run_sync(close_while_studying())
+        for _ in range(int(WAIT_S / 0.25)):
+            if re.search(
+                r"long work (stopped after [\d.]+ s, nobody waits|cancelled \(.*\)): Ablating", log.read_text()
+            ):
+                break
+            threading.Event().wait(0.25)
+        assert re.search(
+            r"long work (stopped after [\d.]+ s, nobody waits|cancelled \(.*\)): Ablating", log.read_text()
+        )
+        assert "long work done" not in log.read_text()
