@@ -1,7 +1,8 @@
 """What a text model outputs, as the Text attention page shows it: its top 5 after every position (masked word
 or next token), a classifier's labels and where its first token looked, and a decoder's continuation, written
 when asked and stepped through token by token with the new token's attention in every layer and head (once
-per prompt and settings: caches.continuation, as long work). Streamlit drawing only; the numbers come from tformer_views.
+per prompt and settings: caches.continuation, as long work). Streamlit drawing only; the numbers come from
+tformer_views.
 """
 
 from __future__ import annotations

@@ -202,6 +202,22 @@ def _plan(heads: dict[str, tuple[int, int]], tokens: int) -> list[tuple[str, lis
     return passes
 
 
+def study_heads(model: TracedModel) -> dict[str, tuple[int, int]]:
+    """The attention stacks every head of `model` is ablated in, and their (layers, heads), as its kind's probe
+    names them (Probe.heads): a language model's "decoder", an encoder's or a ViT's "encoder", a translator's
+    "encoder", "decoder" and "cross"."""
+    _require_core(model)
+    n_heads = int(model.config.n_heads)
+    heads = {s: (workload.stack_layers(model, s), n_heads) for s in ("encoder", "decoder") if _has_stack(model, s)}
+    if isinstance(model, EncoderDecoder):
+        heads["cross"] = heads["decoder"]
+    return heads
+
+
+def _has_stack(model: TracedModel, stack: str) -> bool:
+    return isinstance(getattr(model, stack, None), nn.Module)
+
+
 def head_importance_workload(
     model: TracedModel, heads: dict[str, tuple[int, int]], tokens: int, stack_tokens: dict[str, int] | None = None
 ) -> Workload:
@@ -211,7 +227,7 @@ def head_importance_workload(
     every row after the encoder grew them). stack_tokens: the positions each stack runs where they differ (a
     translator's encoder reads the source, its decoder the target so far). tformer_core.workload says what is
     counted."""
-    model_stacks = [s for s in ("encoder", "decoder") if isinstance(getattr(model, s, None), nn.Module)]
+    model_stacks = [s for s in ("encoder", "decoder") if _has_stack(model, s)]
     per_stack = {s: (stack_tokens or {}).get(s, tokens) for s in model_stacks}
     rows_through: dict[str, list[int]] = {s: [0] * workload.stack_layers(model, s) for s in model_stacks}
     total = finals = memory_rows = 0

@@ -156,8 +156,8 @@ def study_cost(kind: str, model: TracedModel, inputs: tuple, limit_flops: float)
         assert isinstance(model, VisionModel)
         c = model.config
         tokens = c.n_prefix_tokens + c.n_patches
-        return probes.head_importance_workload(model, _heads(model), tokens), ""
-    heads = _heads(model)
+        return probes.head_importance_workload(model, probes.study_heads(model), tokens), ""
+    heads = probes.study_heads(model)
     if kind == "translation":
         n = _count(model, inputs[0])
         stacks = lambda tokens: {"encoder": tokens, "decoder": 1}  # noqa: E731  (the start token)
@@ -174,16 +174,6 @@ def study_cost(kind: str, model: TracedModel, inputs: tuple, limit_flops: float)
     most = workload.longest(cost, limit_flops, max(n, 1))
     fits = f"{what} of at most {most:,} tokens (this one has {n:,})" if most else ""
     return cost(n), fits
-
-
-def _heads(model: TracedModel) -> dict[str, tuple[int, int]]:
-    """The attention stacks a study ablates, and their (layers, heads), as the kind's probe names them."""
-    layers = {s: workload.stack_layers(model, s) for s in ("encoder", "decoder") if hasattr(model, s)}
-    n_heads = int(model.config.n_heads)
-    heads = {s: (n, n_heads) for s, n in layers.items()}
-    if isinstance(model, EncoderDecoderModel):
-        heads["cross"] = heads["decoder"]
-    return heads
 
 
 def patching_cost(model: TracedModel, a: str, b: str, limit_flops: float) -> tuple[Workload, str]:
