@@ -32,6 +32,7 @@ import hmac
 import io
 import json
 import logging
+import re
 import secrets
 import threading
 import time
@@ -54,6 +55,7 @@ MAX_NAME = 40  # characters of a student's chosen name
 MAX_QUESTIONS = 200  # per session
 MAX_PARAMS = 6000  # characters of a view's query parameters (a link's limit, tformer_app.url.MAX_LINK)
 ENDED_KEPT_S = 24 * 3600  # how long a session that ended is remembered as ended (for its students' pages)
+SID_FORM = re.compile(r"[A-Za-z0-9_-]{16}")  # secrets.token_urlsafe(12), as `create` makes them
 RETRY_S = (1, 2, 4, 8, 16, 32, 60)  # waits between tries of an unreachable Redis (then every 60 s)
 
 
@@ -489,7 +491,7 @@ class ClassStore:
         """The student a browser's token names, back in their session (a reload). ClassError for a token no session
         signed; ClassEnded when its session is over."""
         sid = str(token).split(".")[0]
-        meta = self._meta(sid) if sid else None
+        meta = self._meta(sid) if SID_FORM.fullmatch(sid) else None  # a cookie is input: no key made of just any text
         if meta is None or self._signed(meta, sid, token) is None:
             raise ClassError("this browser's class token is not valid (made up, or from another server)")
         return self._seat(sid, meta, "", client, token)
