@@ -114,8 +114,8 @@ def _leave_class() -> None:
 
 
 def _ended(error: ClassEnded) -> None:
-    """The class is over under this student: say so above the page (until dismissed) and in the sidebar, forget
-    the class, and the browser's token with it."""
+    """The class is over under this student: say so above the page (until they dismiss it), forget the class, and
+    the browser's token with it (the sidebar offers to join another)."""
     log.info("a student's class session is over (%s)", error.how)
     _leave_class()
     st.session_state[ENDED] = NOTICES[error.how]
