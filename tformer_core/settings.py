@@ -190,6 +190,12 @@ SETTINGS: dict[str, Setting] = {
             default_text="none (class sessions in this process)",
         ),
         Setting("TFORMER_CLASS_HOURS", 6.0, _hours, "a class session ends this long after the lecturer's last change"),
+        Setting(
+            "TFORMER_CLASS_PER_ADDRESS",
+            30,
+            _whole,
+            "new students one client address may add to a class a minute (and answers it may send in 10 s)",
+        ),
         # Read by deploy/run.sh (a shell script), listed here so that setting it is not reported as a typo.
         Setting(
             "TFORMER_PYTHON",
