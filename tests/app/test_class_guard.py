@@ -140,6 +140,7 @@ def test_wrong_admin_tokens_from_ten_sessions_are_throttled(store, monkeypatch, 
     monkeypatch.setenv("TFORMER_ADMIN_TOKEN", token)
     monkeypatch.setattr(admin.GUESSES, "_clock", lambda: MINUTE)
     admin.GUESSES.bursts.flush()  # what earlier tests' wrong tokens left to say (tests/app/test_caches.py has one)
+    caplog.clear()
     caplog.set_level("INFO", logger="tformer_app")
     server_page = str(ROOT / "app_pages" / "server.py")
     said = []
