@@ -44,7 +44,7 @@ def largest_difference(ours: torch.Tensor, theirs: torch.Tensor, dtype: torch.dt
 
 
 def compare(name: str, n: int, sizes: Sizes, folder: Path, device: torch.device, dtype: str) -> dict:
-    ours, theirs = pair(checkpoint(name, folder, sizes), name, device, dtype)
+    ours, theirs = pair(checkpoint(name, folder, sizes, device), name, device, dtype)
     torch_dtype = ours.dtype
     high = theirs.config.vocab_size
     ids = torch.randint(min(100, high // 2), high, (1, n), generator=torch.Generator().manual_seed(n))

@@ -257,7 +257,7 @@ def vit_b_distances(args, device: torch.device) -> None:
     with tempfile.TemporaryDirectory(prefix="tformer-vitb-") as temporary:
         folder = args.folder or Path(temporary)
         folder.mkdir(parents=True, exist_ok=True)
-        path = checkpoint("vit-b16", folder, sizes)
+        path = checkpoint("vit-b16", folder, sizes, device)
         for dtype in args.dtype.split(","):
             rows.append(vit_b_row(path, sizes, pictures, dtype, device, where))
     if args.json:

@@ -259,14 +259,16 @@ def sharpen(model: torch.nn.Module) -> None:
             k.mul_(factor)
 
 
-def checkpoint(name: str, folder: Path, sizes: Sizes) -> Path:
-    """The saved checkpoint of a row of the large preset, built (seeded) the first time it is asked for."""
+def checkpoint(name: str, folder: Path, sizes: Sizes, device: torch.device | None = None) -> Path:
+    """The saved checkpoint of a row of the large preset, built (seeded) the first time it is asked for, on
+    `device` (a GPU draws the Llama-style model's 0.9 billion weights in a moment; values differ from the CPU's)."""
     depth = f"-{sizes.llama_layers}" if name == "llama" else ""
     path = folder / f"{name}{depth}{'-tiny' if sizes.tiny else ''}"
     if not (path / "config.json").is_file():
         hf_class, options = HF_CLASSES[name]
         torch.manual_seed(sorted(HF_CLASSES).index(name))
-        model = hf_class(hf_config(name, sizes), **options)
+        with torch.device(device or "cpu"):
+            model = hf_class(hf_config(name, sizes), **options)
         if name in DECODERS:
             sharpen(model)
         model.save_pretrained(path)
@@ -308,17 +310,17 @@ def large_rows(args, device, dtype: str, folder: Path) -> list[Row]:
     os.environ.setdefault("TFORMER_MAX_PARAMS", "2e9")  # the Llama-style model has about 0.9 billion
     sizes: Sizes = args.sizes
     rows = []
-    ours, theirs = pair(checkpoint("bert-base", folder, sizes), "bert-base", device, dtype)
+    ours, theirs = pair(checkpoint("bert-base", folder, sizes, device), "bert-base", device, dtype)
     for n in sizes.bert_tokens:
         rows.append(text_row(title("bert-base", sizes), ours, theirs, n, args, device, dtype))
     del ours, theirs
     release(device)
-    ours, theirs = pair(checkpoint("vit-b16", folder, sizes), "vit-b16", device, dtype)
+    ours, theirs = pair(checkpoint("vit-b16", folder, sizes, device), "vit-b16", device, dtype)
     rows += image_rows(title("vit-b16", sizes), ours, theirs, (sizes.vit_batch,), args, device, dtype)
     del ours, theirs
     release(device)
     for name, n in (("llama", sizes.llama_tokens), ("smollm2", sizes.smollm2_tokens)):
-        ours, theirs = pair(checkpoint(name, folder, sizes), name, device, dtype)
+        ours, theirs = pair(checkpoint(name, folder, sizes, device), name, device, dtype)
         rows.append(text_row(title(name, sizes), ours, theirs, n, args, device, dtype))
         del ours, theirs
         release(device)

@@ -67,6 +67,7 @@ MINILM_FILES = (
 DEIT_FILES = ("config.json", "preprocessor_config.json")
 TEXT_MODEL, VISION_MODEL = "minilm-l6-v2-shape", "deit-tiny-shape"  # folders under the models' folder
 LOAD_SESSIONS, LOAD_P95_GOAL_S = 100, 1.0
+VERSIONS_OF = ("numpy", "pandas", "pyarrow", "pillow", "streamlit", "huggingface-hub", "tokenizers", "pytest")
 
 
 @dataclass
@@ -88,8 +89,8 @@ PARTS = [
     Part("half_precision", 60, 20),
     Part("vision", 70, 25),
     Part("capture_overhead", 35, 15),
-    Part("load", 150, 70, dry_budget_s=150),
-    Part("tests", 120, 45, dry_budget_s=150),
+    Part("load", 130, 70, dry_budget_s=150),
+    Part("tests", 150, 45, dry_budget_s=150),
 ]
 
 
@@ -175,12 +176,18 @@ def judge(part: Part, text: str, limit_s: float) -> None:
 def environment(r: Runner, part: Part, limit_s: float) -> None:
     code = (
         "import json, platform, torch, transformers\n"
+        "from importlib.metadata import version, PackageNotFoundError\n"
+        "def v(name):\n"
+        "    try:\n"
+        "        return version(name)\n"
+        "    except PackageNotFoundError:\n"
+        "        return None\n"
         "cuda = torch.cuda.is_available()\n"
         "print(json.dumps({'gpu': torch.cuda.get_device_name(0) if cuda else None,\n"
         "  'gpu_memory_mb': torch.cuda.get_device_properties(0).total_memory / 2**20 if cuda else None,\n"
         "  'cuda': torch.version.cuda, 'torch': torch.__version__, 'transformers': transformers.__version__,\n"
-        "  'python': platform.python_version()}))\n"
-    )
+        "  'python': platform.python_version(), 'packages': {n: v(n) for n in PACKAGES}}))\n"
+    ).replace("PACKAGES", repr(VERSIONS_OF))
     text = r.run(part, [sys.executable, "-c", code], limit_s)
     judge(part, text, limit_s)
     lines = [line for line in text.splitlines() if line.startswith("{")]
@@ -238,7 +245,7 @@ def load(r: Runner, part: Part, limit_s: float) -> None:
     else:
         # One replica per core, less one for this load generator (in a class it runs on the students' laptops).
         replicas, sessions = r.args.replicas or max(1, cores - 1), LOAD_SESSIONS
-        duration = max(20.0, min(90.0, limit_s - 60))  # the replicas' start and stop within the rest
+        duration = max(20.0, min(60.0, limit_s - 60))  # the replicas' start and stop within the rest
         extra = []
     arguments = [
         "--start",
@@ -265,7 +272,8 @@ def tests(r: Runner, part: Part, limit_s: float) -> None:
     targets = ["tests/core/test_attention_steps.py"] if r.dry else ["tests/core", "tests/views"]
     command = [sys.executable, "-m", "pytest", *targets, "-p", "benchmarks.gpu.absent", "-p", "no:cacheprovider"]
     command += ["-v", "-rfEs", "--durations=0"]
-    workers = 0 if r.dry or importlib.util.find_spec("xdist") is None else min(12, max(1, (os.cpu_count() or 1) - 2))
+    cores = os.cpu_count() or 1
+    workers = 0 if r.dry or importlib.util.find_spec("xdist") is None else min(14, max(1, cores - 2))
     if workers:
         command += ["-n", str(workers)]
     text = r.run(part, command, limit_s, r.env(**{ABSENT_LOG: str(absent)}))
@@ -314,28 +322,39 @@ def images() -> Path:
     return ROOT / "assets" / "samples"
 
 
-def model_sources() -> dict[str, Path]:
+def model_sources(carried: bool = True) -> dict[str, Path]:
     """Where MiniLM's and DeiT-Tiny's configs come from: the carried copies, else the installed package and
     ../shared (a developer's machine, CI)."""
     found = {}
-    if (CARRIED / "models" / TEXT_MODEL / "config.json").is_file():
+    if carried and (CARRIED / "models" / TEXT_MODEL / "config.json").is_file():
         found[TEXT_MODEL] = CARRIED / "models" / TEXT_MODEL
     else:
         with contextlib.suppress(Exception):
             from tformer_core.checkpoints.sources import minilm_folder
 
             found[TEXT_MODEL] = minilm_folder()
-    for folder in (CARRIED / "models" / VISION_MODEL, SHARED / "models" / "deit-tiny-patch16-224"):
+    deit = [CARRIED / "models" / VISION_MODEL] if carried else []
+    for folder in (*deit, SHARED / "models" / "deit-tiny-patch16-224"):
         if (folder / "config.json").is_file():
             found[VISION_MODEL] = folder
             break
     return found
 
 
+def gather(dest: Path) -> list[str]:
+    """Copy MiniLM's and DeiT-Tiny's configs and MiniLM's tokenizer (no weights) into dest/models/<name>/, and the
+    shared photos into dest/images/ (bundle.sh)."""
+    copied = [f"models/{path}" for path in gather_model_files(dest / "models")]
+    for photo in sorted((SHARED / "images").glob("*")):
+        (dest / "images").mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(photo, dest / "images" / photo.name)
+        copied.append(f"images/{photo.name}")
+    return copied
+
+
 def gather_model_files(dest: Path) -> list[str]:
-    """Copy MiniLM's and DeiT-Tiny's configs and MiniLM's tokenizer (no weights) into dest/<name>/ (bundle.sh)."""
     copied = []
-    for name, source in model_sources().items():
+    for name, source in model_sources(carried=False).items():
         for relative in MINILM_FILES if name == TEXT_MODEL else DEIT_FILES:
             if (source / relative).is_file():
                 (dest / name / relative).parent.mkdir(parents=True, exist_ok=True)
@@ -403,6 +422,7 @@ class Line:
     goal: str
     verdict: str
     values: dict = field(default_factory=dict)  # the numbers behind the line (the JSON's)
+    part: str = ""
 
 
 def verdict(ok: bool) -> str:
@@ -542,7 +562,7 @@ def load_lines(d: dict) -> list[Line]:
 
 
 def failure_line(part: Part) -> Line:
-    return Line(f"part {part.name}", part.status, "-", "-", "-", f"{part.status.upper()}: {part.note}")
+    return Line(f"part {part.name}", part.status, "-", "-", "-", f"{part.status.upper()}: {part.note}", part=part.name)
 
 
 def write_report(args: argparse.Namespace, runner: Runner, parts: list[Part]) -> None:
@@ -551,17 +571,21 @@ def write_report(args: argparse.Namespace, runner: Runner, parts: list[Part]) ->
     lines: list[Line] = []
     for part in parts:
         got = lines_of(part)
+        for line in got:
+            line.part = part.name
         lines += got
         if part.name != "environment" and (part.status != "ok" or not got):  # a part that gave no figure says why
             lines.append(failure_line(part))
     wall = time.time() - runner.started
     title = "GPU check" + (" (dry run on the CPU: tiny sizes, no figure to quote)" if args.dry_run else "")
+    smi = f" (nvidia-smi: {env['nvidia_smi']})" if env.get("nvidia_smi") else ""
+    packages = ", ".join(f"{k} {v}" for k, v in (env.get("packages") or {}).items() if v)
     text = [
         f"# {title}",
         "",
-        f"Device: {device}; {env.get('nvidia_smi', '')} torch {env.get('torch')}, CUDA {env.get('cuda')}, "
-        f"transformers {env.get('transformers')}, Python {env.get('python')}, {env.get('cpus')} CPUs. "
-        f"Wall time {wall:.0f} s. Random weights throughout (speed does not depend on the values).",
+        f"Device: {device}{smi}; torch {env.get('torch')}, CUDA {env.get('cuda')}, transformers "
+        f"{env.get('transformers')}, Python {env.get('python')}, {env.get('cpus')} CPUs; {packages}. Wall time "
+        f"{wall:.0f} s. Random weights throughout (speed does not depend on the values).",
         "",
         "| measure | ours | baseline | ratio | goal | verdict |",
         "|---|---|---|---|---|---|",
@@ -596,7 +620,14 @@ def main() -> int:
     parser.add_argument("--only", help="these parts alone, comma-separated (environment is always run)")
     parser.add_argument("--replicas", type=int, help="the load's replicas (default: the cores less one)")
     parser.add_argument("--work", type=Path, help="checkpoints, models, cache (default: a fresh temporary folder)")
+    parser.add_argument(
+        "--gather", type=Path, help="copy the models' configs and the photos here, and stop (bundle.sh)"
+    )
     args = parser.parse_args()
+    if args.gather:
+        for path in gather(args.gather):
+            print(path)
+        return 0
     args.out.mkdir(parents=True, exist_ok=True)
     if args.dry_run:
         args.budget_s = max(args.budget_s, 900.0)
