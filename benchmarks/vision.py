@@ -185,7 +185,7 @@ def main() -> None:
         f"CPU threads {torch.get_num_threads()}; medians of {args.repeats}.\n"
     )
     if args.vit_b_only:
-        pass
+        print("(DeiT-Tiny rows left out: --vit-b-only)")
     elif not DEIT.is_dir():
         print(f"(DeiT-Tiny rows skipped: {DEIT} is not present)")
     else:

@@ -395,6 +395,24 @@ def main() -> None:
     retained = tc.retain_freed_memory() if args.allocator == "retain" else False
     device = torch.device(args.device) if args.device else tc.default_device()
     rows: list[Row] = []
+    threads = torch.get_num_threads() if device.type == "cpu" else "-"
+    where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU, {threads} threads"
+    allocator = "glibc keeps freed memory (as the app runs)" if retained else "allocator defaults"
+
+    def write_json() -> None:  # after each dtype: a run stopped in the second keeps the first's rows
+        if args.json:
+            report = {
+                "device": where,
+                "torch": torch.__version__,
+                "transformers": T.__version__,
+                "allocator": allocator,
+                "repeats": args.repeats,
+                "preset": args.preset,
+                "rows": [r.as_dict(GOALS[args.preset]) for r in rows],
+                "speedups": speedups(rows),
+            }
+            args.json.write_text(json.dumps(report, indent=1))
+
     with tempfile.TemporaryDirectory(prefix="tformer-bench-") as temporary:
         folder = args.folder or Path(temporary)
         folder.mkdir(parents=True, exist_ok=True)
@@ -403,25 +421,11 @@ def main() -> None:
                 rows += large_rows(args, device, dtype, folder)
             else:
                 rows += minilm_rows(args, device, dtype) + deit_rows(args, device, dtype)
-    threads = torch.get_num_threads() if device.type == "cpu" else "-"
-    where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU, {threads} threads"
-    allocator = "glibc keeps freed memory (as the app runs)" if retained else "allocator defaults"
+            write_json()
     print(f"tformer traced forward vs transformers {T.__version__} eager forward (output_attentions=True)")
     print(f"on {where}, torch {torch.__version__}, {allocator}; median of {args.repeats} interleaved runs.\n")
     print_rows(rows, GOALS[args.preset])
     print_speedup(rows)
-    if args.json:
-        report = {
-            "device": where,
-            "torch": torch.__version__,
-            "transformers": T.__version__,
-            "allocator": allocator,
-            "repeats": args.repeats,
-            "preset": args.preset,
-            "rows": [r.as_dict(GOALS[args.preset]) for r in rows],
-            "speedups": speedups(rows),
-        }
-        args.json.write_text(json.dumps(report, indent=1))
 
 
 if __name__ == "__main__":

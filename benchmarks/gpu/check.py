@@ -2,7 +2,7 @@
 as one Markdown table (measure, ours, baseline, ratio, goal, verdict) and its raw JSON.
 
     benchmarks/gpu/run.sh                     # on the GPU machine: installs what travelled in .gpu/, then this
-    python benchmarks/gpu/check.py --out DIR [--dry-run] [--budget-s 450] [--only PART,...] [--replicas K]
+    python benchmarks/gpu/check.py --out DIR [--dry-run] [--budget-s 440] [--only PART,...] [--replicas K]
 
 Parts, in this order, each a process of its own under its own time limit; one that fails or runs over is recorded
 (exit status, the end of its output) and the next one runs:
@@ -552,9 +552,9 @@ def load_lines(d: dict) -> list[Line]:
             f"GPU busy {busy:.0f} % mean, {d['gpu_utilisation_max']:.0f} % max" if busy is not None else "no GPU seen",
             (f"GPU MB per replica ≤ {max(gpu):.0f}; " if gpu else "")
             + (f"RSS per replica ≤ {max(rss):.0f} MB (sum {d['replica_rss_sum_peak_mb']:.0f} MB)" if rss else ""),
-            "-",
-            "-",
             f"{d['throughput_per_s']:.1f} actions/s",
+            "-",
+            "-",
             {k: d[k] for k in d if k != "actions"},
         )
     )
@@ -562,7 +562,8 @@ def load_lines(d: dict) -> list[Line]:
 
 
 def failure_line(part: Part) -> Line:
-    return Line(f"part {part.name}", part.status, "-", "-", "-", f"{part.status.upper()}: {part.note}", part=part.name)
+    why = part.note or "it wrote no figures (its output is in gpu_check.log)"
+    return Line(f"part {part.name}", part.status, "-", "-", "-", f"{part.status.upper()}: {why}", part=part.name)
 
 
 def write_report(args: argparse.Namespace, runner: Runner, parts: list[Part]) -> None:
@@ -616,7 +617,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "gpu-check-out")))
     parser.add_argument("--dry-run", action="store_true", help="on the CPU, tiny sizes (CI)")
-    parser.add_argument("--budget-s", type=float, default=450.0, help="seconds for everything (dry run: none)")
+    parser.add_argument("--budget-s", type=float, default=440.0, help="seconds for everything (dry run: none)")
     parser.add_argument("--only", help="these parts alone, comma-separated (environment is always run)")
     parser.add_argument("--replicas", type=int, help="the load's replicas (default: the cores less one)")
     parser.add_argument("--work", type=Path, help="checkpoints, models, cache (default: a fresh temporary folder)")
