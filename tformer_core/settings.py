@@ -161,6 +161,7 @@ SETTINGS: dict[str, Setting] = {
             default_text="no cap",
         ),
         Setting("TFORMER_MAX_PARAMS", 250e6, _positive, "the most parameters a model may have"),
+        Setting("TFORMER_PASS_MB", 672.0, _positive, "MB of working memory one forward pass of a model may take"),
         Setting("TFORMER_HUB_MAX_MB", 2000.0, _positive, "MB a hub model's files may take"),
         Setting("TFORMER_HUB_DISK_MB", 10000.0, _positive, "MB all downloaded hub models may take on disk"),
         Setting("TFORMER_CACHE_DIR", Path.home() / ".cache" / "tformer", _folder, "where smollm2 is converted to"),

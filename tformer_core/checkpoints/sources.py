@@ -5,8 +5,8 @@ Local models are named relative to their configured folder ("models/deit-tiny-pa
 `display_name`): the app lists and links them by that name, and no message shows a server path.
 Whether a source is a path or a hub id is decided from the string alone (`looks_like_path`); the
 filesystem is consulted only for paths inside the configured folders. Hub downloads are bounded in
-size (TFORMER_HUB_MAX_MB, TFORMER_MAX_PARAMS), in time (`HUB_TIMEOUT_S`, `_with_deadline`), and together on disk
-(TFORMER_HUB_DISK_MB, `hub_disk`).
+size (TFORMER_HUB_MAX_MB, TFORMER_MAX_PARAMS, and TFORMER_PASS_MB from the config files, fetched first), in
+time (`HUB_TIMEOUT_S`, `_with_deadline`), and together on disk (TFORMER_HUB_DISK_MB, `hub_disk`).
 """
 
 from __future__ import annotations
@@ -354,12 +354,27 @@ def _hub_files(repo_id: str) -> tuple[str, dict[str, int], int | None]:
     return info.sha, {f: files[f] for f in wanted}, (total if isinstance(total, int) else None)
 
 
+_CONFIG_FILES = ("config.json", "preprocessor_config.json")
+
+
+def _check_pass(folder: Path, repo_id: str) -> None:
+    """CheckpointError when a pass of the model whose config files are in `folder` would take more working
+    memory than TFORMER_PASS_MB allows (`passes.check`), before its weights are downloaded."""
+    from .hfconfig import read_json
+    from .passes import check  # it reads every family's config; the families import this module
+
+    preprocessor = folder / _CONFIG_FILES[1]
+    check(read_json(folder / _CONFIG_FILES[0]), read_json(preprocessor) if preprocessor.is_file() else None, repo_id)
+
+
 def hub_folder(repo_id: str, progress: Progress | None = None) -> Path:
     """The local snapshot of a hub model: from the cache if it is there, else downloaded (when online).
 
     Before anything is downloaded, the files' total size must be within TFORMER_HUB_MAX_MB and the
-    parameters the hub counts within TFORMER_MAX_PARAMS. Fails within seconds, with a message that says
-    what to do, when the hub cannot be reached; a download that stalls is given up (see `_with_deadline`).
+    parameters the hub counts within TFORMER_MAX_PARAMS; its config files come first, and a pass of the model
+    they describe must fit TFORMER_PASS_MB (`passes.check`) before its weights are downloaded. Fails within
+    seconds, with a message that says what to do, when the hub cannot be reached; a download that stalls is
+    given up (see `_with_deadline`).
     """
     from huggingface_hub import hf_hub_download
 
@@ -388,9 +403,13 @@ def hub_folder(repo_id: str, progress: Progress | None = None) -> Path:
 
     def download(report: Progress, cancelled: threading.Event) -> Path:
         done, folder = 0, None
-        for name in sorted(files, key=lambda name: files[name]):
+        # The config files first: what a pass of the model asks for is checked before its weights come.
+        for name in sorted(files, key=lambda name: (name not in _CONFIG_FILES, files[name])):
             if cancelled.is_set():
                 break
+            if folder is not None and name not in _CONFIG_FILES and not checked:
+                _check_pass(folder, repo_id)
+                checked.append(True)
             report(0.05 + 0.6 * done / (total or 1), f"{repo_id}: downloading {name}")
             try:
                 path = hf_hub_download(repo_id, name, revision=revision, etag_timeout=HUB_TIMEOUT_S)
@@ -403,6 +422,8 @@ def hub_folder(repo_id: str, progress: Progress | None = None) -> Path:
         if folder is None:  # cancelled before the first file (the caller has given up already), or none listed
             raise CheckpointError(f"no file of {repo_id} was downloaded")
         return folder
+
+    checked: list[bool] = []
 
     limit_s = (2 + len(files)) * 2 * HUB_TIMEOUT_S + total / HUB_MIN_BYTES_PER_S
     late = (
