@@ -239,8 +239,15 @@ def _mae(c: Any) -> PassShape:
 def detr_picture_size(preprocessing: Any) -> tuple[int, int]:
     """(width, height) of the largest picture (in pixels) a DETR's preprocessing hands the model: the shortest
     edge times the longest (a picture of that aspect ratio), or a square when the longest is the smaller."""
-    candidates = [preprocessing.size(preprocessing.longest, preprocessing.shortest), preprocessing.size(100, 100)]
-    return max(candidates, key=lambda wh: wh[0] * wh[1])
+    from .errors import InputError
+
+    candidates = []
+    for width, height in ((preprocessing.longest, preprocessing.shortest), (100, 100)):
+        try:
+            candidates.append(preprocessing.size(width, height))
+        except InputError:  # a shape it refuses (too elongated, or too small for the backbone) is never read
+            continue
+    return max(candidates, key=lambda wh: wh[0] * wh[1], default=(preprocessing.longest, preprocessing.longest))
 
 
 def _detr(c: Any, preprocessing: Any) -> PassShape:
