@@ -52,16 +52,16 @@ def parse_vector(text: str, what: str) -> np.ndarray:
         values = np.array([float(p) for p in parts])
     except ValueError:
         raise ValueError(f"{what} must be numbers separated by commas, e.g. 1, 2") from None
-    if not np.isfinite(values).all():
-        raise ValueError(f"{what} holds a value that is not a finite number")
-    return values
+    return values  # infinite or too large numbers: the score functions name the entry and the limit
 
 
 def _matrix_editor(label: str, default: np.ndarray, key: str) -> np.ndarray:
     frame = pd.DataFrame(default, columns=[str(j) for j in range(default.shape[1])])
     edited = st.data_editor(frame, key=f"{key}@{default.shape}", hide_index=False)
     st.caption(label)
-    return np.nan_to_num(edited.to_numpy(dtype=np.float64), nan=0.0)
+    values = edited.to_numpy(dtype=np.float64)
+    values[np.isnan(values)] = 0.0  # an emptied cell; an infinite one is left for the score functions to name
+    return values
 
 
 def score_functions_section(url: UrlState) -> None:
