@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from tformer_app import caches, downloads
+from tformer_app import caches, downloads, tables
 from tformer_app.markdown import escape
 from tformer_app.page import run_page, run_safely
 from tformer_app.url import UrlState
@@ -57,7 +57,7 @@ def parse_vector(text: str, what: str) -> np.ndarray:
 
 def _matrix_editor(label: str, default: np.ndarray, key: str) -> np.ndarray:
     frame = pd.DataFrame(default, columns=[str(j) for j in range(default.shape[1])])
-    edited = st.data_editor(frame, key=f"{key}@{default.shape}", hide_index=False)
+    edited = tables.data_editor(st, frame, key=f"{key}@{default.shape}", hide_index=False)
     st.caption(label)
     values = edited.to_numpy(dtype=np.float64)
     values[np.isnan(values)] = 0.0  # an emptied cell; an infinite one is left for the score functions to name
