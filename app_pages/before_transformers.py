@@ -60,8 +60,7 @@ def _matrix_editor(label: str, default: np.ndarray, key: str) -> np.ndarray:
     edited = tables.data_editor(st, frame, key=f"{key}@{default.shape}", hide_index=False)
     st.caption(label)
     values = edited.to_numpy(dtype=np.float64)
-    values[np.isnan(values)] = 0.0  # an emptied cell; an infinite one is left for the score functions to name
-    return values
+    return np.where(np.isnan(values), 0.0, values)  # an emptied cell; an infinite one is left for the core to name
 
 
 def score_functions_section(url: UrlState) -> None:
