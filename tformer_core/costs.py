@@ -14,13 +14,14 @@ every model on the CPU; half precision on a GPU needs half of it):
   the attention weights [heads, queries, keys] (the scores and the softmax input are recomputed from Q and K,
   not kept), Q, K, V and Z, the FFN's hidden units, and about eight d_model-wide vectors per token (the residual
   stream before and after each sub-layer, the norms' outputs, the sub-layers' outputs);
-- the largest layer's temporaries: the scores and the scaled, masked scores of one attention, alive with its
-  softmax's output, and the FFN's pre-activation;
+- the largest layer's temporaries: the scores, the scaled scores and the masked (or position-biased) ones of one
+  attention, alive with its softmax's output, and the FFN's pre-activation;
 - the outputs: logits for every position (a vocabulary wide for a language model);
 - for pictures: the picture the model reads (the resized picture in bytes and three float copies on its way to
   a normalised tensor); and a CNN backbone's largest feature maps (DETR's ResNet: the stem's and the first
   stage's, 16 numbers per pixel of the picture, three alive at once), freed before the Transformer runs: the
-  peak is the larger of the backbone's and the Transformer's.
+  peak is the larger of the backbone's and the Transformer's;
+- and ALLOCATOR_SLACK (10 %) over all of it: what the allocator keeps of the freed temporaries.
 
 The largest input: text at min(the model's positions, PASS_TOKENS) tokens (the core cuts and refuses longer
 text at that, `fit_to_model` and `TracedModel._ids`), a ViT's or MAE's picture at its config's image_size, a
@@ -40,7 +41,12 @@ BYTES_PER_NUMBER = 4  # float32: the core's models on the CPU
 # estimated at it. A notebook may raise it (tformer_core.costs.PASS_TOKENS = 2048) for a model it loads after.
 PASS_TOKENS = 512
 _VECTORS_PER_TOKEN = 8  # d_model-wide activations a block keeps per token besides Q, K, V, Z and the FFN's
-_ATTENTION_TEMPORARIES = 2  # scores and the scaled (masked) scores, alive with the softmax's output (counted kept)
+_ATTENTION_TEMPORARIES = 3  # the scores, the scaled scores and the masked (or biased) ones, beside the softmax's
+# output (counted as kept): tformer_core.attention's steps each make a new [heads, queries, keys] tensor
+# What the allocator holds beyond the bytes counted: freed temporaries it keeps between layers, and the pieces of
+# its heap they leave. Measured (benchmarks/memory.py --largest-configs): ViT-B/16 at 400 px and t5-small at 512
+# tokens took 7 to 8 % more than the kept tensors and the temporaries counted here.
+ALLOCATOR_SLACK = 1.10
 _PICTURE_COPIES = 3.25  # resized picture (1 byte a value) and three float copies: array, transposed, normalised
 _BACKBONE_MAPS = 3  # a ResNet block's input, its output and the shortcut's, at the largest resolution
 
@@ -117,7 +123,8 @@ def estimate(shape: PassShape) -> PassCost:
     transformer = sum(_kept(s) for s in shape.stacks) + shape.outputs
     transformer += max((_temporary(s) for s in shape.stacks), default=0)
     numbers = max(transformer, _BACKBONE_MAPS * shape.backbone)
-    total = BYTES_PER_NUMBER * numbers + int(_PICTURE_COPIES * BYTES_PER_NUMBER * shape.picture)
+    counted = BYTES_PER_NUMBER * numbers + _PICTURE_COPIES * BYTES_PER_NUMBER * shape.picture
+    total = int(ALLOCATOR_SLACK * counted)
     attention = max((_attention_cells(s) for s in shape.stacks), default=0) * BYTES_PER_NUMBER
     return PassCost(total, attention, shape.input)
 

@@ -185,7 +185,7 @@ CASES = [
     Case(
         "vision",
         "a ViT made for 1536-pixel pictures",
-        "models/vit1536: one pass over a 1,536 x 1,536 picture (9,217 tokens) would take about 1,091 MB of working "
+        "models/vit1536: one pass over a 1,536 x 1,536 picture (9,217 tokens) would take about 1,557 MB of working "
         "memory (one layer's attention alone 324 MB), more than this server gives a pass: the limit is 672 MB "
         + PASS_LIMIT,
         {"model": "models/vit1536"},
@@ -198,8 +198,8 @@ CASES = [
     ),
     Case(
         "text_attention",
-        "600 words for SmolLM2 (393 tokens a pass)",
-        "one pass of this model reads at most 393 on this server (the working memory a pass may take, "
+        "600 words for SmolLM2 (362 tokens a pass)",
+        "one pass of this model reads at most 362 on this server (the working memory a pass may take, "
         "TFORMER_PASS_MB; the model up to 8,192)",
         {"model": "smollm2", "arch": "decoder", "views": "heatmap", "text": " ".join(["word"] * 600)},
         timeout=600,

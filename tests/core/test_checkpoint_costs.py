@@ -81,10 +81,10 @@ def test_the_estimate_of_a_tiny_encoder_worked_by_hand():
     # One layer over T = 3 tokens, D = 4, H = 2 heads of 2, F = 8:
     #   attention weights kept: H * T * T = 18; per token: 8 D-wide vectors (32), q and z (2 * 4), k and v
     #   (2 * 4), the FFN's hidden units (8) = 56, so 3 * 56 = 168; embeddings and output: 4 * T * D = 48
-    #   logits: T * vocab = 15; temporaries: scores and scaled scores 2 * 18 = 36, FFN pre-activation 2 * T * F = 48
-    numbers = 18 + 168 + 48 + 15 + 36 + 48
+    #   logits: T * vocab = 15; temporaries: scores, scaled and masked scores 3 * 18 = 54, FFN 2 * T * F = 48
+    numbers = 18 + 168 + 48 + 15 + 54 + 48
     cost = costs.pass_cost(config)
-    assert cost.total == 4 * numbers == 1332
+    assert cost.total == int(1.10 * 4 * numbers) == 1544  # 10 %: what the allocator keeps of the temporaries
     assert cost.attention == 4 * 18 and cost.input == "3 tokens"
 
 
@@ -155,7 +155,7 @@ def test_the_pages_models_fit_the_default_budget_and_their_larger_sizes_do_not()
     smollm2 = tc.LlamaConfig(
         vocab_size=49152, max_positions=8192, n_layers=30, d_model=576, n_heads=9, n_kv_heads=3, d_ff=1536
     )
-    assert 300 < costs.tokens_within(smollm2, budget) < 512  # a full trace at 512 tokens: about 0.85 GB, measured
+    assert costs.tokens_within(smollm2, budget) == 362  # a full trace at 512 tokens: about 0.85 GB, measured
 
 
 # ---- the loaders: refused before any weight is read ------------------------------------------------------------
