@@ -144,7 +144,7 @@ def data_editor(where: Any, data: pd.DataFrame, key: str, **kwargs: Any) -> pd.D
         where.warning(f"Edits that did not fit this table were left out: {escape(refused)}.")
     problem: str | None = None
     try:
-        state = st.session_state[key] if key in st.session_state else None
+        state = st.session_state.get(key)
     except (ValueError, TypeError, AttributeError) as error:  # the browser's JSON did not even parse
         state, problem = None, f"edits that cannot be read ({type(error).__name__})"
     else:
