@@ -367,6 +367,21 @@ def _check_pass(folder: Path, repo_id: str) -> None:
     check(read_json(folder / _CONFIG_FILES[0]), read_json(preprocessor) if preprocessor.is_file() else None, repo_id)
 
 
+def _check_sizes(repo_id: str, files: dict[str, int], n_params: int | None) -> int:
+    """The files' total bytes; CheckpointError when they pass TFORMER_HUB_MAX_MB or the parameters the hub
+    counts pass TFORMER_MAX_PARAMS."""
+    total = sum(files.values())
+    cap = hub_max_bytes()
+    if total > cap:
+        raise CheckpointError(
+            f"{repo_id}: its files take {megabytes(total)}, more than this server downloads: the limit is "
+            f"{megabytes(cap)} (the setting TFORMER_HUB_MAX_MB)"
+        )
+    if n_params is not None:
+        check_params(n_params, repo_id)
+    return total
+
+
 def hub_folder(repo_id: str, progress: Progress | None = None) -> Path:
     """The local snapshot of a hub model: from the cache if it is there, else downloaded (when online).
 
@@ -390,26 +405,18 @@ def hub_folder(repo_id: str, progress: Progress | None = None) -> Path:
         )
     _report(progress, 0.02, f"{repo_id}: asking the Hugging Face hub")
     revision, files, n_params = _hub_files(repo_id)
-    total = sum(files.values())
-    cap = hub_max_bytes()
-    if total > cap:
-        raise CheckpointError(
-            f"{repo_id}: its files take {megabytes(total)}, more than this server downloads: the limit is "
-            f"{megabytes(cap)} (the setting TFORMER_HUB_MAX_MB)"
-        )
-    if n_params is not None:
-        check_params(n_params, repo_id)
+    total = _check_sizes(repo_id, files, n_params)
     hub_disk.make_room(repo_id, total)  # TFORMER_HUB_DISK_MB: older downloads removed first
 
     def download(report: Progress, cancelled: threading.Event) -> Path:
-        done, folder = 0, None
+        done, folder, checked = 0, None, False
         # The config files first: what a pass of the model asks for is checked before its weights come.
         for name in sorted(files, key=lambda name: (name not in _CONFIG_FILES, files[name])):
             if cancelled.is_set():
                 break
             if folder is not None and name not in _CONFIG_FILES and not checked:
                 _check_pass(folder, repo_id)
-                checked.append(True)
+                checked = True
             report(0.05 + 0.6 * done / (total or 1), f"{repo_id}: downloading {name}")
             try:
                 path = hf_hub_download(repo_id, name, revision=revision, etag_timeout=HUB_TIMEOUT_S)
@@ -422,8 +429,6 @@ def hub_folder(repo_id: str, progress: Progress | None = None) -> Path:
         if folder is None:  # cancelled before the first file (the caller has given up already), or none listed
             raise CheckpointError(f"no file of {repo_id} was downloaded")
         return folder
-
-    checked: list[bool] = []
 
     limit_s = (2 + len(files)) * 2 * HUB_TIMEOUT_S + total / HUB_MIN_BYTES_PER_S
     late = (
