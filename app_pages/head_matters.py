@@ -2,7 +2,8 @@
 (the prediction and the attention after it), the logit lens, and patching between two inputs: what attention
 weights alone cannot tell.
 
-Read widgets -> one study per input (caches.computed: tformer_views.head_matters, with a progress bar) -> draw.
+Read widgets -> one study per input (caches.head_study: long work in its own queue, tformer_views.head_matters,
+with a progress bar) -> draw.
 """
 
 from __future__ import annotations
@@ -65,19 +66,12 @@ def page(url: UrlState) -> None:
     if asked is None:
         return
     kind, inputs = asked
-    study = run_safely(
-        lambda: caches.computed(
-            ("heads", kind, source, *inputs),
-            lambda progress: hm.study(kind, model, *inputs, progress=progress),
-            "Ablating every head, one batch row each…",
-        ),
-        "Input",
-    )
+    study = run_safely(lambda: caches.head_study(source, model, kind, inputs), "Input")
     if study is not None:
         show(url, source, study)
     if model.kind == "decoder":
         patching(url, source, model)
-        induction(url, source)
+        induction(url, source, model)
 
 
 def _inputs(url: UrlState, model) -> tuple[str, tuple] | None:
@@ -267,14 +261,7 @@ def patching(url: UrlState, source: str, model) -> None:
     if pair == OWN_PAIR:
         a = st.text_input("Input A (patched)", key=url.key("a", a))
         b = st.text_input("Input B (the source of the patches)", key=url.key("b", b))
-    grid = run_safely(
-        lambda: caches.computed(
-            ("heads_patching", source, a, b),
-            lambda progress: hm.patching(model, a, b, progress),
-            "Patching every layer × position…",
-        ),
-        "Patching",
-    )
+    grid = run_safely(lambda: caches.head_patching(source, model, a, b), "Patching")
     if grid is None:
         return
     rows, cols = hm.patching_axes(grid)
@@ -301,7 +288,7 @@ def patching(url: UrlState, source: str, model) -> None:
     )
 
 
-def induction(url: UrlState, source: str) -> None:
+def induction(url: UrlState, source: str, model) -> None:
     st.subheader("Induction heads: copying what came next last time")
     st.markdown(
         "Random tokens cannot be predicted, until they repeat: then a head that finds the token's previous "
@@ -312,12 +299,12 @@ def induction(url: UrlState, source: str) -> None:
     length = c1.slider("Random tokens per repeat", 8, 64, key=url.key("ind_length", 24, lo=8, hi=64))
     seed = c2.number_input("Seed", 0, 99_999, key=url.key("ind_seed", 0, lo=0, hi=99_999))
     k = c3.slider("Top heads ablated (k)", 1, 20, key=url.key("ind_k", 5, lo=1, hi=20))
-    found = run_safely(lambda: caches.result(caches.induction(source, int(length), int(seed))), "Induction")
+    found = run_safely(lambda: caches.induction_study(source, model, int(length), int(seed)), "Induction")
     if found is None:
         return
     first = " ".join(found.tokens[found.seq.prefix : found.seq.prefix + found.seq.length])
     st.caption(f"The sequence: {escape(first)}, twice ({len(found.tokens)} tokens).")
-    tested = run_safely(lambda: caches.result(caches.induction_ablation(source, found, int(k))), "Induction")
+    tested = run_safely(lambda: caches.induction_tested(source, model, found, int(k)), "Induction")
     if tested is None:
         return
     m1, m2, m3, m4 = st.columns(4)

@@ -2,18 +2,21 @@
 its dtype) against a plain forward pass of the same model on the same input.
 
     python benchmarks/capture_overhead.py [--device cuda] [--dtype bfloat16] [--repeats 9] [--allocator retain|default]
+                                          [--tiny] [--json PATH]
 
 Without --allocator it runs twice, in fresh processes: first as the app runs (glibc told to keep
 freed memory, `tc.retain_freed_memory()`), then with the allocator's defaults.
 
 Models are full-size with random weights (speed does not depend on the values): a BERT-base-sized
 encoder (12 layers, 12 heads, d_model 768, FFN 3072) at 128 and 512 tokens, and a ViT-B/16-sized
-model at 224 px. Times are medians over interleaved repeats after warm-up.
+model at 224 px. Times are medians over interleaved repeats after warm-up. --tiny: the same rows with two layers of
+width 64 (benchmarks/gpu's dry run; no figure to quote). --json: the rows and the traces' sizes, also to that file.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -35,6 +38,8 @@ def main() -> None:
     parser.add_argument("--dtype", default="float32", help="float32, bfloat16 or float16")
     parser.add_argument("--repeats", type=int, default=9)
     parser.add_argument("--allocator", choices=["retain", "default"], default=None)
+    parser.add_argument("--tiny", action="store_true", help="two layers of width 64 (a dry run)")
+    parser.add_argument("--json", type=Path, help="also write the rows to this file")
     args = parser.parse_args()
     if run_each_allocator(__file__):
         return
@@ -42,21 +47,15 @@ def main() -> None:
     device = torch.device(args.device) if args.device else tc.default_device()
     torch.manual_seed(0)
 
+    full = {"n_layers": 12, "d_model": 768, "n_heads": 12, "d_ff": 3072}
+    size = {"n_layers": 2, "d_model": 64, "n_heads": 4, "d_ff": 128} if args.tiny else full
     bert = tc.Encoder(
-        tc.EncoderConfig(
-            vocab_size=30522,
-            max_positions=512,
-            n_layers=12,
-            d_model=768,
-            n_heads=12,
-            d_ff=3072,
-            n_token_types=2,
-            ln_eps=1e-12,
-        )
+        tc.EncoderConfig(vocab_size=30522, max_positions=512, n_token_types=2, ln_eps=1e-12, **size)
     ).place(device, args.dtype)
-    vit = tc.ViT(
-        tc.ViTConfig(image_size=224, patch_size=16, n_layers=12, d_model=768, n_heads=12, d_ff=3072, n_classes=1000)
-    ).place(device, args.dtype)
+    vit = tc.ViT(tc.ViTConfig(image_size=224, patch_size=16, n_classes=1000, **size)).place(device, args.dtype)
+    bert_name, vit_name = (
+        ("BERT-sized, tiny", "ViT-sized, tiny") if args.tiny else ("BERT-base-sized encoder", "ViT-B/16-sized")
+    )
 
     def plain(model, *inputs):
         with torch.inference_mode():
@@ -69,7 +68,7 @@ def main() -> None:
         traced = lambda id_list=id_list: bert.trace(id_list)  # noqa: E731
         rows.append(
             (
-                "BERT-base-sized encoder",
+                bert_name,
                 f"{n} tokens",
                 *interleaved_medians(traced, lambda ids=ids: plain(bert, ids), args.repeats, device),
             )
@@ -79,7 +78,7 @@ def main() -> None:
     image = batch[0]  # on the device for both
     rows.append(
         (
-            "ViT-B/16-sized",
+            vit_name,
             "224 px, 197 tokens",
             *interleaved_medians(lambda: vit.trace(image), lambda: plain(vit, batch), args.repeats, device),
         )
@@ -99,6 +98,28 @@ def main() -> None:
         f"\nMemory a trace holds ({where}, {args.dtype}): "
         + ", ".join(f"{r[1]}: {mb:.0f} MB" for r, mb in zip(rows, sizes))
     )
+    if args.json:
+        where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU, {threads} threads"
+        report = {
+            "device": where,
+            "torch": torch.__version__,
+            "dtype": args.dtype,
+            "allocator": allocator,
+            "repeats": args.repeats,
+            "rows": [
+                {
+                    "model": r[0],
+                    "input": r[1],
+                    "ours_s": r[2],
+                    "theirs_s": r[3],
+                    "ratio": r[2] / r[3],
+                    "goal": GOAL,
+                    "trace_mb": mb,
+                }
+                for r, mb in zip(rows, sizes)
+            ],
+        }
+        args.json.write_text(json.dumps(report, indent=1))
 
 
 if __name__ == "__main__":

@@ -27,6 +27,8 @@ replicas' sum at its peak and at the end); on a machine with an NVIDIA GPU, each
 and end, from nvidia-smi) and the GPU's utilisation; this process's and the whole machine's CPU, so the load
 of others on a shared machine shows; and the load average at the start and the end. Loopback servers only.
 --p95-goal S adds a verdict: the p95 of every view change (layer, head, patch) within S seconds, no errors.
+--text-model opens the Text attention page on that model (a link's ?model=, as --vision-model does for the Vision
+Transformer page), when and back. --json PATH writes the figures to that file too (benchmarks/gpu/check.py).
 
 On a GPU machine (issue 23's figure: 100 sessions, p95 of every view change <= 1.0 s, 0 errors):
 
@@ -39,6 +41,7 @@ import argparse
 import asyncio
 import contextlib
 import ipaddress
+import json
 import os
 import random
 import re
@@ -117,6 +120,11 @@ class Plan:
     timeout_s: float
     photo_share: float = 0.0  # of the vision rounds that upload a photo instead of picking a sample
     photos: tuple[tuple[str, bytes, str], ...] = ()  # (name, bytes, MIME type), each uploaded once in turn
+    text_model: str | None = None  # the Text attention page's model, in its links (None: the page's default)
+
+    @property
+    def text_query(self) -> str:
+        return f"model={urllib.parse.quote(self.text_model)}" if self.text_model else ""
 
 
 class PhotoPool:
@@ -174,7 +182,8 @@ class Student:
             with contextlib.suppress(Exception):
                 await self.session.close()
         self.session = Session(self.plan.base_url, timeout_s=self.plan.timeout_s)
-        return await self.act("open page", lambda: self.session.connect("/text"))
+        query = self.plan.text_query
+        return await self.act("open page", lambda: self.session.connect(f"/text?{query}" if query else "/text"))
 
     async def text_round(self) -> bool:
         s, rng = self.session, self.rng
@@ -197,7 +206,7 @@ class Student:
             ("open vision", lambda: s.switch_page("vision", query)),
             ("upload photo", self.upload_photo) if upload else ("sample", self.pick_sample),
             ("patch click", self.click_patch),
-            ("open page", lambda: s.switch_page("text")),
+            ("open page", lambda: s.switch_page("text", self.plan.text_query)),
         ]
         return await self.steps(steps)
 
@@ -251,6 +260,40 @@ class Student:
         if self.session is not None:
             with contextlib.suppress(Exception):
                 await self.session.close()
+
+
+LABEL = "Text (the model predicts the next token)"  # the /heads page's text box for a language model
+
+
+class StudyStudent(Student):
+    """A student who studies heads (issue 34): opens "Does this head matter?" on SmolLM2 with a text of their own
+    of about 30 tokens (within TFORMER_REQUEST_GFLOP's default, so every study runs: tens of seconds of both
+    cores), waits for the whole page (the study, the patching grid, induction heads), then types another."""
+
+    TIMEOUT_S = 900.0  # a study queued behind others' at a loaded machine's pace
+
+    def text(self, round_: int) -> str:
+        w = {k: self.rng.choice(v) for k, v in WORDS.items()}
+        return (
+            f"In round {round_} student {self.index} wrote that {w['who']} {w['did']} {w['what']} {w['why']}, "
+            "and then the capital of France is"
+        )
+
+    async def lecture(self, start_at: float) -> None:
+        await asyncio.sleep(max(0.0, start_at - time.monotonic()))
+        self.session = Session(self.plan.base_url, timeout_s=self.TIMEOUT_S)
+        query = "text=" + urllib.parse.quote(self.text(0))
+        ok = await self.act("study", lambda: self.session.connect(f"/heads?{query}"))
+        round_ = 1
+        while ok and self.time_left():
+            await self.think()
+            text = self.text(round_)
+            ok = await self.act(
+                "study", lambda text=text: self.session.set_value(None, text, "text_input", "heads.text")
+            )
+            round_ += 1
+        with contextlib.suppress(Exception):
+            await self.session.close()
 
 
 # ---- the server, seen from /proc ----------------------------------------------------------------------------
@@ -417,6 +460,30 @@ def percentile(sorted_values: list[float], q: float) -> float:
     return sorted_values[rank - 1]
 
 
+def action_stats(results: Results) -> list[dict]:
+    """Per action kind, then "all": count, p50, p95 and max seconds, mean kB received, errors."""
+    by_kind: dict[str, list[Record]] = defaultdict(list)
+    for r in results.records:
+        by_kind[r.kind].append(r)
+    out = []
+    for kind in [*KINDS, "study", "all"]:
+        records = results.records if kind == "all" else by_kind.get(kind, [])
+        if records:
+            times = sorted(r.seconds for r in records)
+            out.append(
+                {
+                    "action": kind,
+                    "count": len(records),
+                    "p50_s": percentile(times, 50),
+                    "p95_s": percentile(times, 95),
+                    "max_s": times[-1],
+                    "kb_mean": statistics.mean(r.kbytes for r in records),
+                    "errors": sum(1 for r in records if r.error),
+                }
+            )
+    return out
+
+
 def action_table(results: Results) -> None:
     wall = results.ended - results.started
     by_kind: dict[str, list[Record]] = defaultdict(list)
@@ -424,7 +491,7 @@ def action_table(results: Results) -> None:
         by_kind[r.kind].append(r)
     print("| action | count | p50 s | p95 s | max s | kB received (mean) | errors |")
     print("|---|---:|---:|---:|---:|---:|---:|")
-    for kind in [*KINDS, "all"]:
+    for kind in [*KINDS, "study", "all"]:
         records = results.records if kind == "all" else by_kind.get(kind, [])
         if not records:
             continue
@@ -492,7 +559,7 @@ def gpu_table(monitor: Monitor) -> None:
     )
 
 
-def p95_verdict(results: Results, goal: float) -> None:
+def p95_verdict(results: Results, goal: float) -> dict:
     """Issue 23's class figure: the p95 of every view change within `goal` seconds, and no errors at all."""
     parts, worst = [], 0.0
     for kind in VIEW_CHANGES:
@@ -502,8 +569,33 @@ def p95_verdict(results: Results, goal: float) -> None:
             worst = max(worst, p95)
             parts.append(f"{kind} {p95:.2f} s")
     errors = sum(1 for r in results.records if r.error)
-    verdict = "within" if worst <= goal and errors == 0 else "OVER"
+    within = bool(parts) and worst <= goal and errors == 0
+    verdict = "within" if within else "OVER"
     print(f"\nView changes p95: {', '.join(parts)}; errors {errors}: {verdict} (goal <= {goal} s, 0 errors).")
+    return {"goal_s": goal, "worst_view_change_p95_s": worst, "errors": errors, "within": within}
+
+
+def report(args: argparse.Namespace, results: Results, monitor: Monitor, verdict: dict | None) -> dict:
+    """The run's figures as data (--json)."""
+    replicas = [w for w in monitor.watched if w.role == "replica"]
+    wall = results.ended - results.started
+    u = monitor.gpu_utilisation
+    return {
+        "sessions": args.sessions,
+        "duration_s": args.duration,
+        "replicas": len(replicas),
+        "actions": action_stats(results),
+        "throughput_per_s": len(results.records) / wall if wall > 0 else None,
+        "verdict": verdict,
+        "replica_rss_peak_mb": [w.rss_peak / 2**20 for w in replicas],
+        "replica_rss_sum_peak_mb": monitor.sum_peak / 2**20,
+        "replica_gpu_peak_mb": [w.gpu_peak_mb for w in replicas],
+        "gpu_utilisation_mean": statistics.mean(u) if u else None,
+        "gpu_utilisation_max": max(u) if u else None,
+        "gpu_memory_used_peak_mb": monitor.gpu_used_peak,
+        "server_cores_mean": sum(w.cpu_end - w.cpu_start for w in monitor.watched) / monitor.wall,
+        "errors": sorted({f"{r.kind}: {r.error}" for r in results.records if r.error})[:5],
+    }
 
 
 def nginx_summary(log: str) -> None:
@@ -533,7 +625,24 @@ def loopback_url(url: str) -> str:
     return url.rstrip("/")
 
 
-async def run_class(args: argparse.Namespace, base_url: str, processes: dict[int, str]) -> None:
+async def run_class(args: argparse.Namespace, base_url: str, processes: dict[int, str]) -> dict:
+    if not args.studies:
+        return (await run_phase(args, base_url, processes, 0))[1]
+    # Issue 34: the same class without, then with, students studying heads; same server, same seed.
+    async with await Session.open(base_url, "/heads", timeout_s=StudyStudent.TIMEOUT_S) as warm:
+        if warm.last is not None and warm.last.errors:
+            print(f"(warm-up of /heads: {warm.last.errors[:2]})")
+    print(f"\n## Without studies: {args.sessions} students")
+    without, without_report = await run_phase(args, base_url, processes, 0)
+    print(f"\n## With {args.studies} students studying heads on SmolLM2 (about 30 tokens each): {args.sessions} others")
+    with_, with_report = await run_phase(args, base_url, processes, args.studies)
+    ratio = studies_table(without, with_, args.studies)
+    return {"without_studies": without_report, "with_studies": with_report, "others_p95_ratio": ratio}
+
+
+async def run_phase(
+    args: argparse.Namespace, base_url: str, processes: dict[int, str], studies: int
+) -> tuple[Results, dict]:
     results = Results()
     monitor = Monitor(processes)
     stop = asyncio.Event()
@@ -542,22 +651,66 @@ async def run_class(args: argparse.Namespace, base_url: str, processes: dict[int
     now = time.monotonic()
     photos = photo_files(args.photo_files) if args.photos > 0 else ()
     plan = Plan(
-        base_url, now + args.duration, args.think, args.shared, args.vision_model, args.timeout, args.photos, photos
+        base_url,
+        now + args.duration,
+        args.think,
+        args.shared,
+        args.vision_model,
+        args.timeout,
+        args.photos,
+        photos,
+        args.text_model,
     )
     ramp = min(args.ramp, args.duration / 4)
     pool = PhotoPool(photos) if photos else None
     students = [Student(i, plan, results, args.seed, pool) for i in range(args.sessions)]
+    students += [StudyStudent(args.sessions + i, plan, results, args.seed) for i in range(studies)]
     try:
-        await asyncio.gather(*(s.lecture(now + ramp * i / args.sessions) for i, s in enumerate(students)))
+        await asyncio.gather(*(s.lecture(now + ramp * i / len(students)) for i, s in enumerate(students)))
     finally:
         results.ended = time.perf_counter()
         stop.set()
         await watcher
     print()
     action_table(results)
-    if args.p95_goal is not None:
-        p95_verdict(results, args.p95_goal)
+    verdict = p95_verdict(results, args.p95_goal) if args.p95_goal is not None else None
     server_table(monitor, os.cpu_count() or 1)
+    return results, report(args, results, monitor, verdict)
+
+
+STUDIES_GOAL = 1.5  # issue 34: the others' p95 with 3 studies running within 1.5 x the run without
+
+
+def studies_table(without: Results, with_: Results, studies: int) -> float:
+    """Each action's p50 and p95 without and with the studies, their ratio, and the verdict on the others' p95."""
+    print(f"\n## The class without and with {studies} studies (same server, same seed)\n")
+    print("| action | p50 without s | p50 with s | p95 without s | p95 with s | p95 ratio |")
+    print("|---|---:|---:|---:|---:|---:|")
+    ratios = {}
+    for kind in [*KINDS, "all but studies", "study"]:
+        a = sorted(r.seconds for r in without.records if _kind_of(r, kind))
+        b = sorted(r.seconds for r in with_.records if _kind_of(r, kind))
+        if not b:
+            continue
+        p95a, p95b = (percentile(a, 95) if a else float("nan")), percentile(b, 95)
+        ratios[kind] = p95b / p95a if a else float("nan")
+        print(
+            f"| {kind} | {percentile(a, 50) if a else float('nan'):.2f} | {percentile(b, 50):.2f} | {p95a:.2f} "
+            f"| {p95b:.2f} | {ratios[kind]:.2f} |"
+        )
+    studied = [r for r in with_.records if r.kind == "study"]
+    done = sum(1 for r in studied if not r.error)
+    ratio = ratios.get("all but studies", float("nan"))
+    verdict = "within" if ratio <= STUDIES_GOAL else "OVER"
+    print(
+        f"\nStudies: {done} finished, {len(studied) - done} failed. The others' p95 with the studies / without: "
+        f"{ratio:.2f} ({verdict}, goal <= {STUDIES_GOAL})."
+    )
+    return ratio
+
+
+def _kind_of(record: Record, kind: str) -> bool:
+    return record.kind != "study" if kind == "all but studies" else record.kind == kind
 
 
 def photo_files(n: int) -> tuple[tuple[str, bytes, str], ...]:
@@ -598,6 +751,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--ramp", type=float, default=10.0, help="seconds over which the sessions arrive")
     parser.add_argument("--shared", type=float, default=0.5, help="share of sentences that are the lecture's")
     parser.add_argument("--vision-model", help="the ViT the Vision page is opened with (a link's ?model=)")
+    parser.add_argument("--text-model", help="the model the Text attention page is opened with (a link's ?model=)")
+    parser.add_argument("--json", type=Path, help="also write the figures to this file")
     parser.add_argument("--photos", type=float, default=0.0, help="share of vision rounds that upload a photo")
     parser.add_argument("--photo-files", type=int, default=160, help="distinct photos to upload, in turn")
     parser.add_argument("--timeout", type=float, default=180.0, help="seconds an action may take")
@@ -610,6 +765,12 @@ def parse_args() -> argparse.Namespace:
         "--device", help="with --start: the replicas' TFORMER_DEVICE (cpu, cuda; default: a GPU if any)"
     )
     parser.add_argument("--p95-goal", type=float, help="seconds: the p95 every view change must keep (a verdict)")
+    parser.add_argument(
+        "--studies",
+        type=int,
+        default=0,
+        help="run the class twice, without then with this many students studying heads on SmolLM2 (issue 34)",
+    )
     args = parser.parse_args()
     if not 1 <= args.sessions <= MAX_SESSIONS:
         parser.error(f"--sessions must be 1..{MAX_SESSIONS}")
@@ -646,7 +807,9 @@ def main() -> None:
             f"{args.think} s, {args.shared:.0%} shared sentences, vision model {args.vision_model or 'the default'})"
         )
         with contextlib.suppress(KeyboardInterrupt):
-            asyncio.run(run_class(args, base_url, processes))
+            figures = asyncio.run(run_class(args, base_url, processes))
+            if args.json:
+                args.json.write_text(json.dumps(figures, indent=1))
     finally:
         if deployment is not None:
             nginx_summary(deployment.access_log())

@@ -441,12 +441,33 @@ class Session:
             result = await self._http(url)
             if result.status != 200:
                 raise ProtocolError(f"GET {url}: HTTP {result.status} {result.body[:200]!r}")
+        await self._open_socket()
+        return await self._rerun(page_name=self.page_path, started=self._started)
+
+    async def resume(self, within_s: float) -> Run | None:
+        """Reconnect this tab after its connection dropped, as a browser does: the same session id (Streamlit
+        resumes the session within server.disconnectedSessionTTL) and no rerun asked for (a browser whose page was
+        drawn asks for none). Returns the run the server starts by itself within `within_s` seconds, else None."""
+        self._closed_reason = ""
+        self._waiter = asyncio.get_running_loop().create_future()
+        self._started = time.perf_counter()
+        await self._open_socket(resume=True)
+        try:
+            run = await asyncio.wait_for(asyncio.shield(self._waiter), within_s)
+        except TimeoutError:
+            self._waiter = None
+            return None
+        if self.fetch_media:
+            await self._fetch_media(run)
+        return run
+
+    async def _open_socket(self, resume: bool = False) -> None:
         xsrf = self.http.cookie(XSRF_COOKIE) or "PLACEHOLDER_AUTH_TOKEN"  # what the browser sends without one
         ws_url = "ws" + self.base_url[len("http") :] + "/_stcore/stream"
         cookie = self.http.cookie_header(self.base_url + "/_stcore/stream")
         self._ws = await connect(
             ws_url,
-            subprotocols=["streamlit", xsrf],
+            subprotocols=["streamlit", xsrf, self.session_id] if resume else ["streamlit", xsrf],
             origin=self.base_url,
             additional_headers={"Cookie": cookie} if cookie else None,
             proxy=None,
@@ -458,7 +479,6 @@ class Session:
             request = urllib.request.Request(self.base_url + "/_stcore/stream")
             self.http.jar.extract_cookies(_HandshakeCookies(self._ws.response.headers), request)
         self._reader = asyncio.create_task(self._read(), name="stclient-read")
-        return await self._rerun(page_name=self.page_path, started=self._started)
 
     async def close(self) -> None:
         if self._ws is not None:

@@ -2,6 +2,7 @@
 128 pictures; and what one layer / head / query change costs the page.
 
     python benchmarks/vision.py [--repeats 7] [--device cuda] [--dtype bfloat16] [--vit-b] [--pictures 128]
+                                [--vit-b-only] [--images DIR] [--folder DIR] [--tiny] [--json PATH]
 
 Models: the real DeiT-Tiny from ../shared/models (rows skipped when it is absent) and, on a GPU (or with --vit-b),
 a ViT-B/16 with random weights (speed does not depend on the values), saved once and loaded by both sides.
@@ -20,12 +21,19 @@ a ViT-B/16 with random weights (speed does not depend on the values), saved once
    preprocessed pictures (the preprocessing, on the CPU, is timed apart). Budget: <= 1.0 s on a GPU.
 3. A layer / head / query change on the Vision Transformer page (AppTest: script run, element
    messages), with the forward passes counted (must be 0), and the bytes of the pictures sent.
+
+--vit-b-only: the ViT-B/16 row alone, in each of --dtype's (e.g. float32,bfloat16; benchmarks/gpu/check.py).
+--images: the photos the pictures are cut from (default ../shared/images; flat colours when the folder has none).
+--folder: where the ViT-B/16 checkpoint is kept (vs_transformers.py's, shared with it). --tiny: a ViT of two layers
+of width 64 on 32-px pictures instead of ViT-B/16 (a dry run's; no figure to quote). --json: the ViT-B/16 rows,
+also written to that file.
 """
 
 from __future__ import annotations
 
 import argparse
 import io
+import json
 import os
 import statistics
 import sys
@@ -85,10 +93,11 @@ def page_pictures(model, data: bytes, layer: int) -> int:
     return sent + sum(len(f["url"][0]) for f in spec["datasets"].values() if "url" in f)
 
 
-def crops(n: int) -> list[Image.Image]:
-    """n different pictures from the shared photos: random crops, flips and scales (seeded)."""
+def crops(n: int, folder: Path = SHARED / "images") -> list[Image.Image]:
+    """n different pictures from the photos in `folder` (the shared ones by default): random crops, flips and
+    scales (seeded)."""
     rng = np.random.default_rng(0)
-    photos = [Image.open(p).convert("RGB") for p in sorted((SHARED / "images").glob("*.png"))]
+    photos = [Image.open(p).convert("RGB") for p in sorted(folder.glob("*.png"))]
     out = []
     for i in range(n):
         photo = photos[i % len(photos)]
@@ -156,17 +165,28 @@ def page_switch(repeats: int) -> tuple[float, float, int]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--dtype", default="float32", help="float32, bfloat16 or float16: both sides load in it")
+    parser.add_argument(
+        "--dtype", default="float32", help="float32, bfloat16 or float16: both sides load in it (--vit-b-only: several)"
+    )
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--vit-b", action="store_true", help="the ViT-B/16 distance row on the CPU too")
     parser.add_argument("--pictures", type=int, default=128, help="pictures of the ViT-B/16 distance row")
+    parser.add_argument("--vit-b-only", action="store_true", help="the ViT-B/16 distance row alone")
+    parser.add_argument("--images", type=Path, default=SHARED / "images", help="photos the pictures are cut from")
+    parser.add_argument("--folder", type=Path, help="keep the ViT-B/16 checkpoint here (default: a temporary one)")
+    parser.add_argument("--tiny", action="store_true", help="a tiny ViT instead of ViT-B/16 (a dry run)")
+    parser.add_argument("--json", type=Path, help="also write the ViT-B/16 row to this file")
     args = parser.parse_args()
+    if "," in args.dtype and not args.vit_b_only:
+        parser.error("several dtypes only with --vit-b-only")
     device = torch.device(args.device)
     print(
         f"Vision pages on {device.type.upper()}, torch {torch.__version__}, "
         f"CPU threads {torch.get_num_threads()}; medians of {args.repeats}.\n"
     )
-    if not DEIT.is_dir():
+    if args.vit_b_only:
+        print("(DeiT-Tiny rows left out: --vit-b-only)")
+    elif not DEIT.is_dir():
         print(f"(DeiT-Tiny rows skipped: {DEIT} is not present)")
     else:
         model = tc.load_model(str(DEIT), device=device, dtype=args.dtype, model_dirs=[DEIT.parent])
@@ -217,24 +237,42 @@ def main() -> None:
                 f"| baseline: a new picture {new_picture * 1e3:.0f} ms "
                 f"| ratio {switch / new_picture:.2f}x | forward passes during the changes: {passes} (must be 0) |"
             )
-    if device.type == "cuda" or args.vit_b:
+    if device.type == "cuda" or args.vit_b or args.vit_b_only:
         vit_b_distances(args, device)
 
 
 def vit_b_distances(args, device: torch.device) -> None:
-    """Mean attention distance of a ViT-B/16 over many pictures: ours against transformers + torch on the device."""
+    """Mean attention distance of a ViT-B/16 over many pictures, in each dtype asked for: ours against transformers
+    + torch on the device."""
+    from vs_transformers import TINY, Sizes, checkpoint
+
+    sizes = TINY if args.tiny else Sizes()
+    n = args.pictures
+    if any(args.images.glob("*.png")):
+        pictures = crops(n, args.images)
+    else:
+        pictures = [Image.new("RGB", (320, 240), (i % 256, 90, 30)) for i in range(n)]
+    where = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="tformer-vitb-") as temporary:
+        folder = args.folder or Path(temporary)
+        folder.mkdir(parents=True, exist_ok=True)
+        path = checkpoint("vit-b16", folder, sizes, device)
+        for dtype in args.dtype.split(","):
+            rows.append(vit_b_row(path, sizes, pictures, dtype, device, where))
+    if args.json:
+        report = {"device": where, "torch": torch.__version__, "transformers": T.__version__, "rows": rows}
+        args.json.write_text(json.dumps(report, indent=1))
+
+
+def vit_b_row(path: Path, sizes, pictures: list[Image.Image], dtype: str, device: torch.device, where: str) -> dict:
+    from vs_transformers import pair, title
+
     from tformer_core.inputs.preprocessing import ImagePreprocessing
 
-    torch.manual_seed(0)
-    with tempfile.TemporaryDirectory(prefix="tformer-vitb-") as folder:
-        path = Path(folder) / "vit-b16"
-        T.ViTForImageClassification(T.ViTConfig(num_labels=1000, attn_implementation="eager")).save_pretrained(path)
-        big = tc.load_model(str(path), device=device, dtype=args.dtype, model_dirs=[Path(folder)])
-        hf = T.ViTForImageClassification.from_pretrained(path, dtype=big.dtype, attn_implementation="eager")
-        hf = hf.to(device).eval()
-    big.preprocessing = ImagePreprocessing()
-    n = args.pictures
-    pictures = crops(n) if DEIT.is_dir() else [Image.new("RGB", (320, 240), (i % 256, 90, 30)) for i in range(n)]
+    big, hf = pair(path, "vit-b16", device, dtype)
+    side = hf.config.image_size
+    big.preprocessing = ImagePreprocessing(resize=("exact", (side, side)))
     batch = distance.auto_batch_size(big)
     distance.distances_over_images(big, pictures[:batch])  # warm-up
     sync(device)
@@ -247,15 +285,27 @@ def vit_b_distances(args, device: torch.device) -> None:
     t_pre = time.perf_counter() - start
     theirs, t_base = hf_mad_on_device(hf, tensors, batch, device)
     diff = float(np.abs(ours - theirs).max())
-    where = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
     goal = 1.0 if device.type == "cuda" else None
     verdict = "" if goal is None else f" | budget {goal} s: {'within' if t_ours <= goal else 'OVER'}"
-    print(f"\nMean attention distance, ViT-B/16 (random), {n} pictures, {args.dtype}, on {where}, batches of {batch}")
+    name = title("vit-b16", sizes)
+    print(f"\nMean attention distance, {name}, {len(pictures)} pictures, {dtype}, on {where}, batches of {batch}")
     print(
         f"| ours {t_ours:.2f} s (of which preprocessing on the CPU {t_pre:.2f} s) "
         f"| transformers + torch on the device {t_base + t_pre:.2f} s | ratio {t_ours / (t_base + t_pre):.2f}x "
         f"| max |difference| {diff:.1e} px{verdict} |"
     )
+    return {
+        "model": name,
+        "pictures": len(pictures),
+        "dtype": dtype,
+        "batch": batch,
+        "ours_s": t_ours,
+        "preprocessing_s": t_pre,
+        "theirs_s": t_base + t_pre,
+        "ratio": t_ours / (t_base + t_pre),
+        "max_diff_px": diff,
+        "goal_s": 1.0,
+    }
 
 
 def hf_mad_on_device(hf, tensors: list[torch.Tensor], batch: int, device) -> tuple[np.ndarray, float]:

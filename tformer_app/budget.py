@@ -238,6 +238,23 @@ class ByteBudgetCache:
         over_device = self.device_budget_bytes is not None and self._device_used > self.device_budget_bytes
         return self._used + shared > self.budget_bytes or over_device
 
+    def get(self, key: Hashable) -> Any | None:
+        """The cached value for `key` (now the most recently used), or None when absent; nothing is computed."""
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None:
+                return None
+            self._entries.move_to_end(key)
+            self._hits += 1
+            return entry[0]
+
+    def put(self, key: Hashable, value: Any) -> None:
+        """Store a value computed elsewhere (a worker thread's), as if `get_or_compute` had computed it."""
+        with self._lock:
+            self._misses += 1
+        self._store(key, value)
+        self._computed()
+
     def peek(self, key: Hashable) -> Any | None:
         """The cached value for `key` without computing or reordering anything (None when absent)."""
         with self._lock:

@@ -41,7 +41,7 @@ from streamlit.runtime.scriptrunner_utils.exceptions import ScriptControlExcepti
 import tformer_core as tc
 from tformer_core.bundled import BUNDLED_MODELS
 from tformer_core.capture import matching
-from tformer_core.checkpoints import BUNDLED_TEXT
+from tformer_core.checkpoints import BUNDLED_TEXT, gguf
 from tformer_core.checkpoints.sources import looks_like_path
 from tformer_core.interventions import Head
 from tformer_core.trace import lean
@@ -60,6 +60,8 @@ from . import gpu, logs, session_models, sessions
 from .budget import MB, ByteBudgetCache, CacheStats
 from .markdown import escape
 from .settings import server_settings
+from .slots import PassGate
+from .work import POLL_S, Busy, Job, WorkQueue
 
 Progress = Callable[[float, str], None]
 ResultT = TypeVar("ResultT")
@@ -363,13 +365,10 @@ COMPUTATIONS: dict[str, Callable[..., Any]] = {
     "mae": mv.analyse,
     "detr": dv.analyse,
     # Does this head matter?: (study kind, output id or None, stack, layer, head, *the study's inputs) ->
-    # hm.Ablation, one head ablated. (The studies themselves and the patching grids are `computed`, with a bar.)
+    # hm.Ablation, one head ablated. (The studies, patching grids and induction heads are long work: `computed`.)
     "heads_ablation": lambda model, kind, output, stack, layer, head, *inputs: hm.ablation(
         model, kind, inputs, output, Head(stack, layer, head)
     ),
-    # Induction heads: (tokens per repeat, seed) -> iv.InductionStudy; (length, seed, heads) -> iv.InductionAblation
-    "induction": iv.study,
-    "induction_ablation": lambda model, length, seed, heads: iv.ablation(model, length, seed, heads),
 }
 
 # The sessions' uploads and the pictures they were sent share this budget: while a class holds many photos,
@@ -383,7 +382,14 @@ _results = ByteBudgetCache(
     shared=lambda: sessions.held_bytes() + _give_back.kept,
     after_compute=_give_back.check,  # a pass's activations are free then, and its result is counted as held
 )
-_passes = gpu.pass_slots(SETTINGS.passes, DEVICE)  # per GPU across processes when the models run on one
+# Per GPU across processes when the models run on one; the pages' passes go before long work's (slots.PassGate).
+_passes = PassGate(gpu.pass_slots(SETTINGS.passes, DEVICE))
+WORK = WorkQueue(
+    _passes,
+    workers=SETTINGS.studies,
+    on_done=lambda key, value: _results.put(key, value),
+    on_bug=lambda what, error: logs.bug(what, error),
+)
 
 
 @dataclass(frozen=True)
@@ -465,16 +471,6 @@ def relevancy(source: str, data: bytes, name: str, class_id: int) -> Request[np.
 def head_ablation(source: str, study: hm.HeadStudy, stack: str, layer: int, head: int) -> Request[hm.Ablation]:
     """`study`'s input with one head ablated: the number measured, the prediction and the attention that changed."""
     return Request("heads_ablation", source, (study.kind, study.output, stack, int(layer), int(head), *study.inputs))
-
-
-def induction(source: str, length: int, seed: int) -> Request[iv.InductionStudy]:
-    """`length` random tokens (seeded) twice through a language model: induction scores and each repeat's loss."""
-    return Request("induction", source, (int(length), int(seed)))
-
-
-def induction_ablation(source: str, study: iv.InductionStudy, k: int) -> Request[iv.InductionAblation]:
-    """`study`'s k heads of highest induction score ablated together, and k random heads as a baseline."""
-    return Request("induction_ablation", source, (study.seq.length, study.seq.seed, tuple(study.top(int(k)))))
 
 
 def result(request: Request[ResultT]) -> ResultT:
@@ -640,19 +636,106 @@ def sample_pictures() -> dict[str, bytes]:
     return _results.get_or_compute(("samples", dirs), samples.samples)
 
 
-# ---- longer computations with a progress bar ------------------------------------------------------
-def computed(key: tuple, compute: Callable[[Progress], Any], label: str) -> Any:
-    """compute(progress) once per `key` for the whole server, with a progress bar in the page that asked
-    (a session asking for the same key meanwhile waits for that result). For work too long to wait for
-    without one (many pictures).
+# ---- long work, in its own queue, with a progress bar ------------------------------------------------
+def session_id() -> str:
+    """The id of the browser session this script runs for ("" outside one)."""
+    from streamlit.runtime.scriptrunner import get_script_run_ctx
+
+    ctx = get_script_run_ctx()
+    return ctx.session_id if ctx is not None else ""
+
+
+def computed(
+    key: tuple, compute: Callable[[Progress], Any], label: str, cost: tc.Workload | None = None, fits: str = ""
+) -> Any:
+    """compute(progress) once per `key` for the whole server, as long work (tformer_app.work: its own queue, its
+    passes behind the pages' passes, stopped when nobody waits for it), with a progress bar in the page that
+    waits for it (sessions asking for the same key meanwhile wait for the same job). For work too long to wait
+    for without one: a study of every head, a patching grid, many pictures.
+
+    cost: the work estimated before it runs (tformer_core.workload); above TFORMER_REQUEST_GFLOP it is refused
+    with tformer_core.workload.TooMuchWork (an InputError: the page says it, and `fits`: what would fit).
 
     The bar is drawn outside any Streamlit cache: Streamlit replays elements drawn inside a cached
-    function on later hits, and the bar belongs to the page that asked first.
+    function on later hits, and the bar belongs to the page that asked.
     """
-    with progress_bar() as progress:
-        progress(0.0, label)
+    cache_key = ("computed", *_key(key))
+    done = _results.get(cache_key)
+    if done is not None:
+        return done
+    if cost is not None:
+        tc.check_workload(cost, SETTINGS.request_flops, "TFORMER_REQUEST_GFLOP", fits)
+    session = session_id()
+    return _waited(WORK.submit(cache_key, session, label, compute), session, label)
 
-        return _results.get_or_compute(("computed", *_key(key)), lambda: in_turn(lambda: compute(progress)))
+
+def head_study(source: str, model: tc.TracedModel, kind: str, inputs: tuple) -> hm.HeadStudy:
+    """Every head of `model` ablated on one input (tformer_views.head_matters.study), as long work: refused before
+    it runs when it would compute more than TFORMER_REQUEST_GFLOP (a 120-word text on SmolLM2: 4.9 TFLOP)."""
+    cost, fits = hm.study_cost(kind, model, inputs, SETTINGS.request_flops)
+    compute = lambda progress: hm.study(kind, model, *inputs, progress=progress)  # noqa: E731
+    return computed(("heads", kind, source, *inputs), compute, "Ablating every head, one batch row each…", cost, fits)
+
+
+def head_patching(source: str, model: tc.TracedModel, a: str, b: str) -> Any:
+    """B's residual stream patched into A at every layer x position (tformer_views.head_matters.patching), as long
+    work, refused before it runs above TFORMER_REQUEST_GFLOP (its rows grow with layers x tokens)."""
+    cost, fits = hm.patching_cost(model, a, b, SETTINGS.request_flops)
+    compute = lambda progress: hm.patching(model, a, b, progress)  # noqa: E731
+    return computed(("heads_patching", source, a, b), compute, "Patching every layer × position…", cost, fits)
+
+
+def induction_study(source: str, model: tc.TracedModel, length: int, seed: int) -> iv.InductionStudy:
+    """`length` random tokens (seeded) twice: induction scores and each repeat's loss, as long work."""
+    compute = lambda progress: iv.study(model, int(length), int(seed))  # noqa: E731
+    return computed(("induction", source, int(length), int(seed)), compute, "Repeating random tokens…")
+
+
+def induction_tested(source: str, model: tc.TracedModel, found: iv.InductionStudy, k: int) -> iv.InductionAblation:
+    """`found`'s k heads of highest induction score ablated together, and k random heads, as long work."""
+    top = tuple(found.top(int(k)))
+    compute = lambda progress: iv.ablation(model, found.seq.length, found.seq.seed, top)  # noqa: E731
+    key = ("induction_ablation", source, found.seq.length, found.seq.seed, top)
+    return computed(key, compute, "Ablating the top heads and random ones…")
+
+
+def long_result(request: Request[ResultT], label: str) -> ResultT:
+    """What `request` computes, as long work (`computed`: its own queue, its passes behind the pages'), for a
+    computation of many passes that a page does not show at once (a continuation: a pass per token written)."""
+    _owned(request.source)
+    model = cached_model(request.source)
+    compute = lambda progress: COMPUTATIONS[request.kind](model, *request.args)  # noqa: E731
+    return cast(ResultT, computed((request.kind, request.source, *request.args), compute, label))
+
+
+def _waited(job: Job, session: str, label: str) -> Any:
+    """job's result once it is done, the page showing its place in line and its progress meanwhile. A rerun of
+    the page (a click) or its end leaves at once: the job goes on while the page asks for it again (within
+    work.STALE_S), and stops at its next step otherwise."""
+    slot, shown, sent = st.empty(), None, 0.0
+    while not job.done.wait(POLL_S):
+        WORK.watch(job, session)
+        place = WORK.position(job)
+        if place > 1:
+            line = f"{label} Waiting: {place - 1} long computation(s) of other users before yours."
+        elif place == 1:
+            line = f"{label} Next in line."
+        else:
+            line = f"{label} {job.message}".strip()
+        # Sent when the bar moved, else twice a second: a rerun the student asked for meanwhile (a click) is raised
+        # by Streamlit only where the script sends something, and it leaves this loop at once.
+        if (job.fraction, line) != shown or time.monotonic() - sent >= 2 * POLL_S:
+            shown, sent = (job.fraction, line), time.monotonic()
+            slot.progress(job.fraction, text=escape(line))
+    slot.empty()
+    if job.state == "done":
+        return job.value
+    if job.state == "cancelled":
+        raise Busy(f"{label.rstrip('…. ')} was stopped: the page waiting for it had moved on. Ask again.")
+    if job.bug is not None:  # logged with its traceback once, by the worker; its id is what the page shows
+        raise logs.ReportedBug(job.bug)
+    assert job.error is not None
+    raise type(job.error)(str(job.error))  # a new exception each time: a shared one would grow its traceback
 
 
 # ---- for the server page and the tests --------------------------------------------------------------
@@ -732,11 +815,42 @@ def swept(ended: int, full: bool = True) -> None:
     _give_back.check()
 
 
+_warmed = threading.Event()
+
+
+def warm_up() -> threading.Thread | None:
+    """Once per process: when SmolLM2 is installed but not yet converted into TFORMER_CACHE_DIR, convert it in the
+    background now (a Python process of its own, 20-40 s quiet, minutes on a loaded machine), so that the first
+    student to open a page with it ("Does this head matter?" opens on it) does not wait for that on top of the
+    page's own work (230 s for a first visit of /heads on a fresh server at load 12). A page that asks for it
+    meanwhile waits for this conversion (one at a time per cache folder). Returns the thread, or None."""
+    if _warmed.is_set():
+        return None
+    _warmed.set()
+    if "smollm2" not in gguf.GGUF_MODELS or gguf.is_converted("smollm2"):
+        return None
+
+    def convert() -> None:
+        try:
+            started = time.perf_counter()
+            gguf.converted_folder("smollm2")
+            logs.log.info("smollm2 converted in the background in %.0f s", time.perf_counter() - started)
+        except (tc.CheckpointError, OSError) as error:  # a page that asks for it later says why
+            logs.failure("converting smollm2 in the background", error)
+
+    logs.log.info("smollm2 is not converted yet: converting it in the background (once per TFORMER_CACHE_DIR)")
+    thread = threading.Thread(target=convert, name="tformer-warm-up", daemon=True)
+    thread.start()
+    return thread
+
+
 def start() -> None:
-    """What a server process starts once (app.py calls it on every run): the sweeper of ended sessions. And on
-    every run: results dropped until they fit beside what the sessions hold now (uploads and the pictures pages
-    sent grow between computations, which are what trims the results otherwise)."""
+    """What a server process starts once (app.py calls it on every run): the sweeper of ended sessions, and the
+    conversion of SmolLM2 when it is missing (`warm_up`). And on every run: results dropped until they fit beside
+    what the sessions hold now (uploads and the pictures pages sent grow between computations, which are what
+    trims the results otherwise)."""
     sessions.start_sweeper(after=swept)
+    warm_up()
     if _results.trim():
         _give_back.check()
 

@@ -10,6 +10,11 @@ page polls one number, the session's version, about once a second (a fragment), 
 when it moved, unless they forked (explored on their own; one click follows again). The lecturer's secret stays
 in the lecturer's session: students cannot change the view, ask, reveal or export. A student's own input
 never reaches the store: only the answer they click or type, checked, once per question.
+
+A student is one per browser, not per tab: the token the store signs when they join is kept in a cookie (`COOKIE`,
+written by a small element of the page), so a reload takes them back into the class as the same student, and a
+second join is the same student too. The end of a class (its lecturer's, its expiry, a store that lost it) is
+found by the same poll, and said on the page within a second, with what to do next.
 """
 
 from __future__ import annotations
@@ -22,11 +27,12 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import streamlit as st
+import streamlit.components.v2 as components
 
 from tformer_views.class_questions import ClassError, Question, answer_chart, patch_answer_picker
 
 from . import presenter
-from .class_store import ClassStore, View, open_store
+from .class_store import ClassEnded, ClassStore, Seat, View, open_store
 from .events import clicked_patch
 from .markdown import escape
 from .url import PRESENT_PARAM, forget_pages
@@ -46,8 +52,21 @@ ANSWERED = "_tformer.class.answered"  # question id -> the student's answer (the
 MESSAGE = "_tformer.class.message"  # a refusal to say once (a code that expired, a second answer)
 PAGE_FILES = "_tformer.class.pages"  # url path -> the page's file (st.switch_page takes it from a fragment)
 SHOW_CODE = "_tformer.class.show_code"  # the lecturer's: the join code and QR above the page, for the projector
+TOKEN = "_tformer.class.token"  # the student's signed token in this tab (kept when they leave: a rejoin is them)
+COOKIE_VALUE = "_tformer.class.cookie"  # what the browser's cookie is to hold ("" to forget it); absent: leave it
+ENDED = "_tformer.class.ended"  # the notice of a class that ended under this student, until they dismiss it
+OPENED = "_tformer.class.opened"  # this session ran `before` once: a link's ?class= joins on the first run only
 CLASS_PARAM = "class"  # a join link: /?class=K7M2QX
 POLL_S = 0.5  # how often a student's page asks whether the lecturer moved (a follow within 1 s)
+COOKIE = "tformer_class"  # the browser's: "<token>" in a class, "<token>.away" after leaving it
+AWAY = ".away"
+NEXT = "Your page stays as it is; explore on your own or join another class."
+NOTICES = {
+    "ended": "The lecturer ended the class session. " + NEXT,
+    "expired": "The class session has expired (its lecturer made no change for hours). " + NEXT,
+    "lost": "The class session is no longer on the server (its store was restarted): ask your lecturer to start a "
+    "new one and join it. " + NEXT,
+}
 
 
 def store() -> ClassStore:
@@ -88,8 +107,34 @@ def guarded(action: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _leave_class() -> None:
+    if attending() and TOKEN in st.session_state:  # a reload does not rejoin; a join by code is them again
+        st.session_state[COOKIE_VALUE] = st.session_state[TOKEN] + AWAY
     for key in (SID, SECRET, STUDENT, FOLLOWING, APPLIED, FRESH, SEEN, SENT, ANSWERED, PAGE_FILES):
         st.session_state.pop(key, None)
+
+
+def _ended(error: ClassEnded) -> None:
+    """The class is over under this student: say so above the page (until they dismiss it), forget the class, and
+    the browser's token with it (the sidebar offers to join another)."""
+    log.info("a student's class session is over (%s)", error.how)
+    _leave_class()
+    st.session_state[ENDED] = NOTICES[error.how]
+    st.session_state[COOKIE_VALUE] = ""
+    st.session_state.pop(TOKEN, None)
+
+
+def client_address() -> str | None:
+    """The address of this session's browser, as the server sees it; None for this machine (loopback). Behind the
+    project's nginx (deploy/) that is the student's: Streamlit's server (uvicorn) takes X-Forwarded-For from a
+    proxy on loopback, and only from there."""
+    address = st.context.ip_address
+    return address if isinstance(address, str) and address else None  # (AppTest's context is a stand-in)
+
+
+def _browser_token() -> str:
+    """The class token this browser kept (its cookie, as the page was opened), or ""."""
+    token = st.context.cookies.get(COOKIE)
+    return token if isinstance(token, str) else ""
 
 
 # ---- before the page ----------------------------------------------------------------------------------------
@@ -98,17 +143,26 @@ def before(pages: dict[str, Any]) -> None:
     """Join from a link's ?class=CODE, and open the lecturer's view on a following student's page when it moved.
     Call it in the shell after st.navigation and before the page runs. pages: url path -> st.Page."""
     st.session_state.pop(OFFER, None)
+    first = OPENED not in st.session_state
+    st.session_state[OPENED] = True
     code = st.query_params.get(CLASS_PARAM)
     if code is not None:
-        del st.query_params[CLASS_PARAM]  # a reload must not join again (a second student who answers again)
-        if not lecturing():
+        del st.query_params[CLASS_PARAM]  # a reload must not join again
+        # Only a link the browser opened joins (a session's first run): a slide or a lecturer's view that carries
+        # ?class= must never make a presenter or a student join that class.
+        if first and not lecturing():
             _join(code, "")
+    elif first and not lecturing() and not attending():
+        _rejoin()
     if not attending():
         return
     try:
         # Read before the view: a move made meanwhile leaves the version ahead, and the next poll catches it.
-        st.session_state[SEEN] = store().version(st.session_state[SID])
+        st.session_state[SEEN] = store().poll(st.session_state[SID])
         view = store().view(st.session_state[SID])
+    except ClassEnded as error:
+        _ended(error)
+        return
     except ClassError as error:
         _say(str(error))
         _leave_class()
@@ -137,27 +191,53 @@ def _open(view: View, page: Any) -> None:
 
 @guarded
 def _join(code: str, name: str) -> None:
+    token = st.session_state.get(TOKEN) or _browser_token().removesuffix(AWAY)
     try:
-        sid, student = store().join(code, name)
-    except ClassError as error:
-        log.info("a join with code %r was refused: %s", code[:16], error)
+        seat = store().join(code, name, client=client_address(), token=token)
+    except ClassError as error:  # a wrong code is logged by the store, once per burst (tformer_app.throttle)
         _say(str(error))
         return
+    _seated(seat)
+
+
+@guarded
+def _rejoin() -> None:
+    """A reload (a new session of this browser): back in the class the browser's token names, as the same student,
+    unless they left it. A token of a class that is over, or one no class signed, is forgotten."""
+    token = _browser_token()
+    if not token or token.endswith(AWAY):
+        return
+    try:
+        seat = store().rejoin(token, client=client_address())
+    except ClassError as error:
+        log.info("a browser's class token was not taken back: %s", error)
+        st.session_state[COOKIE_VALUE] = ""
+        if isinstance(error, ClassEnded) and error.how != "lost":
+            _say(str(error))
+        return
+    _seated(seat)
+
+
+def _seated(seat: Seat) -> None:
     _leave_class()
-    st.session_state.update({SID: sid, STUDENT: student, FOLLOWING: True, ANSWERED: {}})
+    st.session_state.pop(ENDED, None)
+    st.session_state.update(
+        {SID: seat.sid, STUDENT: seat.student, TOKEN: seat.token, COOKIE_VALUE: seat.token, FOLLOWING: True}
+    )
+    st.session_state[ANSWERED] = {}  # read back from the store as questions come (a returning student's answers)
 
 
 # ---- the sidebar ------------------------------------------------------------------------------------------
 def sidebar() -> Any:
     """The sidebar's Class panel: start a session (lecturer) or join one (student); then the session's state.
     Returns where a student's state goes (`after` fills it once the page ran: a change of theirs forks)."""
-    message = st.session_state.pop(MESSAGE, None)
-    with st.expander("Class session", expanded=lecturing() or attending() or message is not None):
+    with st.expander("Class session", expanded=lecturing() or attending() or MESSAGE in st.session_state):
+        if lecturing():
+            _lecturer_sidebar()  # a session that is over is left here, and said below
+        message = st.session_state.pop(MESSAGE, None)
         if message:
             st.warning(escape(message))
-        if lecturing():
-            _lecturer_sidebar()
-        elif not attending():
+        if not lecturing() and not attending():
             _start_or_join()
         return st.container()
 
@@ -281,10 +361,13 @@ def _watch() -> None:
     once from here (one run of the page, not the shell's run first); anything else runs the whole page again."""
     try:
         sid = st.session_state[SID]
-        version = store().version(sid)
+        version = store().poll(sid)
         if version == st.session_state.get(SEEN):
             return
         view = store().view(sid) if st.session_state.get(FOLLOWING) else None
+    except ClassEnded as error:  # said on the page at once: no student goes on reading "Following the lecturer"
+        _ended(error)
+        st.rerun(scope="app")
     except (ClassError, KeyError):
         return
     except Exception as error:  # the store is unreachable a moment: the page stays, the next poll tries again
@@ -320,6 +403,49 @@ def after(where: Any, status: Any, page_path: str) -> None:
             _student_status()
         with where:
             _student_panel()
+    with where:
+        if ENDED in st.session_state:
+            _ended_notice()
+        _keep_cookie()
+
+
+def _ended_notice() -> None:
+    with st.container(key="tformer-class-ended", horizontal=True, vertical_alignment="center"):
+        st.warning(st.session_state[ENDED], icon="🔔")
+        st.button("OK", key="_tformer.class.ended.ok", on_click=_dismiss)
+
+
+def _dismiss() -> None:
+    st.session_state.pop(ENDED, None)
+
+
+# The browser keeps the student's token in a cookie (read by the server from the next page load on, as
+# st.context.cookies): written by this element, which draws nothing, only when it differs ("" deletes it).
+COOKIE_JS = """
+export default function (component) {
+  const d = component.data;
+  if (!d || !d.name) return;
+  const now = document.cookie.split("; ").find((c) => c.startsWith(d.name + "="));
+  const want = d.value ? `${d.name}=${d.value}` : "";
+  if (d.value ? now === want : !now) return;
+  const secure = location.protocol === "https:" ? "; Secure" : "";
+  document.cookie = d.value
+    ? `${want}; path=/; max-age=${d.maxAge}; SameSite=Lax${secure}`
+    : `${d.name}=; path=/; max-age=0; SameSite=Lax${secure}`;
+}
+"""
+_cookie_component = components.component("tformer_class_cookie", js=COOKIE_JS)
+COOKIE_CSS = "<style>.st-key-tformer-class-cookie { display: none; }</style>"
+
+
+def _keep_cookie() -> None:
+    value = st.session_state.get(COOKIE_VALUE)
+    if value is None:
+        return
+    data = {"name": COOKIE, "value": value, "maxAge": store().settings.session_ttl_s}
+    with st.container(key="tformer-class-cookie"):
+        st.html(COOKIE_CSS)
+        _cookie_component(key="_tformer.class.cookie_element", data=data, height=0)
 
 
 def _current_view(page_path: str) -> View:
@@ -461,7 +587,12 @@ def _student_panel() -> None:
         return
     with st.container(border=True, key="tformer-class-question"):
         st.markdown(f"**Q{q.qid}. {escape(q.prompt)}**")
-        mine = st.session_state.setdefault(ANSWERED, {}).get(q.qid)
+        answered = st.session_state.setdefault(ANSWERED, {})
+        if q.qid not in answered:  # answered before a reload, or in another tab of this browser: the same student
+            mine = store().answer_of(sid, q.qid, st.session_state[STUDENT])
+            if mine is not None:
+                answered[q.qid] = mine
+        mine = answered.get(q.qid)
         if mine is not None:
             st.markdown(f"Your answer: **{escape(q.label(mine))}**")
         elif q.closed:
@@ -532,7 +663,7 @@ def _submit(q: Question, raw: str) -> None:
         # the widget's new value too. The answer is in; a second "already answered" would only puzzle the student.
         return
     try:
-        value = store().answer(st.session_state[SID], q.qid, st.session_state[STUDENT], raw)
+        value = store().answer(st.session_state[SID], q.qid, st.session_state[STUDENT], raw, client_address())
     except ClassError as error:
         _say(str(error))
         return

@@ -2,9 +2,11 @@
 
     store = open_store()                                 # Redis when TFORMER_REDIS_URL is set, else this process
     lecture = store.create()                             # lecture.code "K7M2QX", lecture.secret (the lecturer's)
-    sid = store.join("k7m2qx")                           # a student: the session id, or a ClassError
+    seat = store.join("k7m2qx", client="10.0.0.7")       # a student: seat.sid, seat.student, seat.token
+    store.rejoin(seat.token)                             # the same student (a reload): the token is signed
     store.set_view(sid, secret, View("text", {"layer": "3", "head": "1"}))   # version 1
-    store.view(sid)                                      # what every student's page polls (about once a second)
+    store.poll(sid)                                      # what every student's page polls (twice a second):
+                                                         # the version, or ClassEnded (ended, expired, lost)
     q = store.ask(sid, secret, Question(kind="token", prompt="...", choices=[...], answer=10))
     store.answer(sid, q, student, "10")                  # once per student per question, validated
     store.histogram(sid, q), store.reveal(sid, secret, q), store.export_csv(sid, secret)
@@ -13,6 +15,13 @@ Every session and replica of the server sees the same state when it lives in Red
 nginx); one process alone may keep it in memory (`MemoryBackend`, the default). Both backends offer the same
 few primitives (`Backend`), and `ClassStore` builds everything on them once, so the two are tested alike.
 Keys expire: a session after `session_ttl_s` without the lecturer's activity, its join code after `code_ttl_s`.
+
+A student is who holds a token the store signed for that session (`Seat.token`, an HMAC with the session's own
+key): the browser keeps it (a cookie), so a reload or a second join is the same student, with the same answers,
+not one more on the roster; a token made up, or signed for another session, is no student. Guessing is limited:
+wrong join codes per client address and in all (tformer_app.throttle), new students and answers per address and
+per session. A session that ends says how (`ClassEnded`: ended by its lecturer, expired, or lost with the store),
+for the students' pages to tell them.
 """
 
 from __future__ import annotations
@@ -23,15 +32,19 @@ import hmac
 import io
 import json
 import logging
+import re
 import secrets
 import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
+from urllib.parse import urlsplit
 
 from tformer_core import settings
 from tformer_views.class_questions import ClassError, Question, check_question, histogram, parse_answer
+
+from .throttle import Guesses, Locked
 
 log = logging.getLogger("tformer_app")
 
@@ -41,9 +54,22 @@ PREFIX = "tformer:class:"
 MAX_NAME = 40  # characters of a student's chosen name
 MAX_QUESTIONS = 200  # per session
 MAX_PARAMS = 6000  # characters of a view's query parameters (a link's limit, tformer_app.url.MAX_LINK)
+ENDED_KEPT_S = 24 * 3600  # how long a session that ended is remembered as ended (for its students' pages)
+SID_FORM = re.compile(r"[A-Za-z0-9_-]{16}")  # secrets.token_urlsafe(12), as `create` makes them
+RETRY_S = (1, 2, 4, 8, 16, 32, 60)  # waits between tries of an unreachable Redis (then every 60 s)
 
 
-__all__ = ["ClassError", "ClassStore", "Question", "View", "check_question", "histogram", "parse_answer"]
+__all__ = [
+    "ClassEnded",
+    "ClassError",
+    "ClassStore",
+    "Question",
+    "Seat",
+    "View",
+    "check_question",
+    "histogram",
+    "parse_answer",
+]
 
 
 # ---- settings: the one place TFORMER_REDIS_URL and the class's limits are read ---------------------------------
@@ -54,6 +80,11 @@ class ClassSettings:
     code_ttl_s: int = 3 * 3600  # a join code admits students this long after it was made (or renewed)
     answers_per_s: int = 200  # per session: a class of 100 answering in the same second, twice over
     joins_per_min: int = 300  # per session
+    # Per client address (TFORMER_CLASS_PER_ADDRESS): new students a minute, and answers every 10 s. An address is
+    # a laptop, or a whole room behind one NAT; the server's own machine (tests, benchmarks) is not limited.
+    per_address: int = 30
+    code_guesses: int = 10  # wrong join codes a minute per address,
+    code_guesses_overall: int = 30  # and from every address together (then one each: tformer_app.throttle)
 
 
 def class_settings(environ: Mapping[str, str] | None = None) -> ClassSettings:
@@ -61,7 +92,8 @@ def class_settings(environ: Mapping[str, str] | None = None) -> ClassSettings:
     once and the default used); `environ` stands for the process's environment (tests)."""
     url, hours = settings.value("TFORMER_REDIS_URL", environ), settings.value("TFORMER_CLASS_HOURS", environ)
     ttl = int(hours * 3600)
-    return ClassSettings(redis_url=url, session_ttl_s=ttl, code_ttl_s=min(ttl, 3 * 3600))
+    per_address = settings.value("TFORMER_CLASS_PER_ADDRESS", environ)
+    return ClassSettings(redis_url=url, session_ttl_s=ttl, code_ttl_s=min(ttl, 3 * 3600), per_address=per_address)
 
 
 # ---- the primitives a backend offers --------------------------------------------------------------------------
@@ -235,6 +267,34 @@ class View:
     version: int = 0
 
 
+@dataclass(frozen=True)
+class Seat:
+    """A student in a session: the session, the student's id, and the token their browser keeps (signed by the
+    session: `ClassStore.rejoin` takes it back). `returning`: the student had joined before (no new one counted)."""
+
+    sid: str
+    student: str
+    token: str
+    returning: bool = False
+
+
+Ending = Literal["ended", "expired", "lost"]
+ENDINGS: dict[str, str] = {
+    "ended": "the lecturer ended this class session",
+    "expired": "this class session expired (its lecturer made no change for TFORMER_CLASS_HOURS)",
+    "lost": "this class session is no longer on the server (its store was restarted or replaced)",
+}
+
+
+class ClassEnded(ClassError):
+    """The session is over: `how` is "ended" (by its lecturer), "expired" (TFORMER_CLASS_HOURS after the lecturer's
+    last change) or "lost" (the store no longer has it: Redis restarted empty, or the server changed stores)."""
+
+    def __init__(self, how: Ending) -> None:
+        super().__init__(ENDINGS[how])
+        self.how: Ending = how
+
+
 def _digest(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
@@ -248,9 +308,18 @@ class ClassStore:
     """Class sessions on a backend (memory or Redis); every method is one or a few round trips."""
 
     def __init__(self, backend: Backend, settings: ClassSettings | None = None, clock=time.time) -> None:
-        self.backend = backend
+        self.backend = backend  # replaced by Redis when it comes back (`open_store`)
         self.settings = settings or ClassSettings(redis_url=None)
         self._clock = clock
+        self.codes = Guesses(
+            "wrong join codes",
+            per_client=self.settings.code_guesses,
+            overall=self.settings.code_guesses_overall,
+            window_s=60,
+            counters=lambda: self.backend,
+            fallback=MemoryBackend(),
+            clock=clock,
+        )
 
     # keys
     def _k(self, sid: str, part: str) -> str:
@@ -263,8 +332,17 @@ class ClassStore:
     def _meta(self, sid: str) -> dict[str, Any]:
         raw = self.backend.get(self._k(sid, "meta"))
         if raw is None:
-            raise ClassError("this class session has ended (or never was)")
+            raise self._gone(sid)
         return json.loads(raw)
+
+    def _gone(self, sid: str) -> ClassEnded:
+        """How a session the store does not have ended: its lecturer's end and its expiry leave a mark for a while
+        (ENDED_KEPT_S); a store that lost everything (Redis restarted empty) has neither."""
+        if self.backend.get(self._k(sid, "ended")) is not None:
+            return ClassEnded("ended")
+        if self.backend.get(self._k(sid, "existed")) is not None:
+            return ClassEnded("expired")
+        return ClassEnded("lost")
 
     def _lecturer(self, sid: str, secret: str) -> dict[str, Any]:
         meta = self._meta(sid)
@@ -273,11 +351,26 @@ class ClassStore:
             raise ClassError("only the lecturer can do that")
         return meta
 
-    def _limit(self, sid: str, what: str, per: int, window_s: int) -> None:
+    def _limit(self, sid: str, what: str, per: int, window_s: int, message: str = "") -> None:
         bucket = int(self._clock() // window_s)
-        if self.backend.incr(self._k(sid, f"rate:{what}:{bucket}"), window_s * 2) > per:
-            log.warning("class %s: more than %d %s in %d s; refused", sid, per, what, window_s)
-            raise ClassError("too many requests at once in this class; try again in a moment")
+        count = self.backend.incr(self._k(sid, f"rate:{what}:{bucket}"), window_s * 2)
+        if count > per:
+            if count == per + 1:  # one line per window, not one per refused request
+                log.warning("class %s: more than %d %s in %d s; refused until the %d s are over", sid, per, what,
+                            window_s, window_s)  # fmt: skip
+            raise ClassError(message or "too many requests at once in this class; try again in a moment")
+
+    def _sign(self, meta: dict[str, Any], sid: str, student: str) -> str:
+        """The token of `student` in session `sid`: "sid.student.signature", an HMAC with the session's own key."""
+        mac = hmac.new(str(meta.get("key", "")).encode(), f"{sid}.{student}".encode(), hashlib.sha256).hexdigest()
+        return f"{sid}.{student}.{mac[:32]}"
+
+    def _signed(self, meta: dict[str, Any], sid: str, token: str | None) -> str | None:
+        """The student a token names, if the session signed it (a made-up one, or one of another session: None)."""
+        parts = str(token or "").split(".")
+        if len(parts) != 3 or parts[0] != sid or not meta.get("key"):
+            return None
+        return parts[1] if hmac.compare_digest(self._sign(meta, sid, parts[1]), str(token)) else None
 
     # the lecturer
     def create(self, title: str = "") -> Lecture:
@@ -290,8 +383,17 @@ class ClassStore:
                 break
         else:
             raise ClassError("no free join code; try again")
-        meta = {"code": code, "secret": _digest(secret), "title": str(title)[:80], "created": self._clock()}
+        meta = {
+            "code": code,
+            "secret": _digest(secret),
+            "key": secrets.token_hex(16),  # signs the students' tokens (every replica reads it here)
+            "title": str(title)[:80],
+            "created": self._clock(),
+        }
         self.backend.set(self._k(sid, "meta"), json.dumps(meta), ttl)
+        # The version exists while the session does: its poll finds the end in the same one GET (`poll`).
+        self.backend.set(self._k(sid, "version"), "0", ttl)
+        self.backend.set(self._k(sid, "existed"), "1", ttl + ENDED_KEPT_S)
         log.info("class %s: started (code %s)", sid, code)
         return Lecture(sid=sid, code=code, secret=secret)
 
@@ -310,6 +412,7 @@ class ClassStore:
         """The lecturer is active: the session lives session_ttl_s from now."""
         count = int(self.backend.get(self._k(sid, "qcount")) or 0)
         self.backend.expire(self._keys(sid, count), self.settings.session_ttl_s)
+        self.backend.expire([self._k(sid, "existed")], self.settings.session_ttl_s + ENDED_KEPT_S)
 
     def set_view(self, sid: str, secret: str, view: View) -> int:
         """Publish the lecturer's view; returns its version (one more than the last)."""
@@ -360,20 +463,54 @@ class ClassStore:
         """End the session now: its code, view, questions and answers are deleted."""
         meta = self._lecturer(sid, secret)
         count = int(self.backend.get(self._k(sid, "qcount")) or 0)
+        self.backend.set(self._k(sid, "ended"), "1", ENDED_KEPT_S)  # first: a poll meanwhile reads "ended"
         self.backend.delete([f"{PREFIX}code:{meta['code']}", *self._keys(sid, count)])
         log.info("class %s: ended by the lecturer", sid)
 
     # everyone
-    def join(self, code: str, name: str = "") -> tuple[str, str]:
-        """A student joins by code: (the session id, the student's own id). A name is kept only if given."""
+    def join(self, code: str, name: str = "", client: str | None = None, token: str | None = None) -> Seat:
+        """A student joins by code. `token`: what their browser kept from an earlier join (a cookie); signed by this
+        session, it makes them the same student again (not one more). `client`: their address (None: this
+        machine), which may add `per_address` students a minute and guess `code_guesses` wrong codes. A name is
+        kept only if given (a returning student's changes only when one is given)."""
+        try:
+            attempt = self.codes.begin(client or "this machine")
+        except Locked as locked:
+            raise ClassError(
+                f"too many wrong join codes from your address; try again in {locked.wait_s:.0f} s"
+            ) from None
         sid = self.backend.get(f"{PREFIX}code:{normal_code(code)}")
-        if sid is None or self.backend.get(self._k(sid, "meta")) is None:
+        raw = self.backend.get(self._k(sid, "meta")) if sid is not None else None
+        if sid is None or raw is None:
+            self.codes.wrong(attempt)
             raise ClassError("no class has this code (it may have expired): check it with your lecturer")
+        self.codes.right(attempt)
+        return self._seat(sid, json.loads(raw), name, client, token)
+
+    def rejoin(self, token: str, client: str | None = None) -> Seat:
+        """The student a browser's token names, back in their session (a reload). ClassError for a token no session
+        signed; ClassEnded when its session is over."""
+        sid = str(token).split(".")[0]
+        meta = self._meta(sid) if SID_FORM.fullmatch(sid) else None  # a cookie is input: no key made of just any text
+        if meta is None or self._signed(meta, sid, token) is None:
+            raise ClassError("this browser's class token is not valid (made up, or from another server)")
+        return self._seat(sid, meta, "", client, token)
+
+    def _seat(self, sid: str, meta: dict[str, Any], name: str, client: str | None, token: str | None) -> Seat:
         self._limit(sid, "joins", self.settings.joins_per_min, 60)
-        student = secrets.token_urlsafe(12)
         shown = " ".join(str(name).split())[:MAX_NAME]
-        self.backend.hset(self._k(sid, "students"), student, json.dumps({"name": shown}), self.settings.session_ttl_s)
-        return sid, student
+        students, ttl = self._k(sid, "students"), self.settings.session_ttl_s
+        student = self._signed(meta, sid, token)
+        if student is not None and self.backend.hget(students, student) is not None:
+            if shown:
+                self.backend.hset(students, student, json.dumps({"name": shown}), ttl)
+            return Seat(sid, student, self._sign(meta, sid, student), returning=True)
+        if client is not None:  # a new student: counted against their address
+            self._limit(sid, f"new students from {client[:64]}", self.settings.per_address, 60,
+                        "too many students joined from your address just now; try again in a minute")  # fmt: skip
+        student = student or secrets.token_urlsafe(12)
+        self.backend.hset(students, student, json.dumps({"name": shown}), ttl)
+        return Seat(sid, student, self._sign(meta, sid, student))
 
     def code(self, sid: str) -> str:
         return self._meta(sid)["code"]
@@ -381,6 +518,15 @@ class ClassStore:
     def version(self, sid: str) -> int:
         """The number every student polls: it moves with each view, question and reveal."""
         return int(self.backend.get(self._k(sid, "version")) or 0)
+
+    def poll(self, sid: str) -> int:
+        """The session's version, as `version`, in one GET while it lives; ClassEnded once it is over (ended by its
+        lecturer, expired, or lost with the store), for its students' pages to say so."""
+        raw = self.backend.get(self._k(sid, "version"))
+        if raw is not None:
+            return int(raw)
+        self._meta(sid)  # a session without a version key: ClassEnded unless it lives
+        return 0
 
     def view(self, sid: str) -> View | None:
         raw = self.backend.get(self._k(sid, "view"))
@@ -409,14 +555,18 @@ class ClassStore:
         table = self.backend.hgetall(self._k(sid, "questions"))
         return [self.question(sid, int(k)) for k in sorted(table, key=int)]
 
-    def answer(self, sid: str, qid: int, student: str, raw: str) -> float | int:
-        """A student's answer: checked, counted once (a second one is refused), while the question is open."""
+    def answer(self, sid: str, qid: int, student: str, raw: str, client: str | None = None) -> float | int:
+        """A student's answer: checked, counted once (a second one is refused), while the question is open.
+        `client`: the address it came from (None: this machine), which may send `per_address` answers in 10 s."""
         if not self.alive(sid) or self.backend.hget(self._k(sid, "students"), str(student)) is None:
             raise ClassError("join the class first")
         q = self.question(sid, qid)
         if q.closed:
             raise ClassError("this question is closed")
         value = parse_answer(q, raw)
+        if client is not None:
+            self._limit(sid, f"answers from {client[:64]}", self.settings.per_address, 10,
+                        "too many answers from your address just now; try again in a few seconds")  # fmt: skip
         self._limit(sid, "answers", self.settings.answers_per_s, 1)
         body = json.dumps({"value": value, "at": round(self._clock(), 3)})
         if not self.backend.hset(
@@ -424,6 +574,11 @@ class ClassStore:
         ):
             raise ClassError("you have answered this question already")
         return value
+
+    def answer_of(self, sid: str, qid: int, student: str) -> float | int | None:
+        """This student's answer to the question, or None (a reloaded page shows it again)."""
+        raw = self.backend.hget(self._k(sid, f"answers:{qid}"), str(student))
+        return None if raw is None else json.loads(raw)["value"]
 
     def answers(self, sid: str, qid: int) -> dict[str, float | int]:
         """student id -> answer (for the lecturer's counts; a student is never shown another's)."""
@@ -477,15 +632,29 @@ def _cell(text: str) -> str:
 
 _STORE: ClassStore | None = None
 _STORE_LOCK = threading.Lock()
+_RETRY: threading.Event | None = None  # set: the retries of the store made last stop (a new one replaced it)
+
+
+def shown_url(url: str) -> str:
+    """A Redis address as the log shows it: without the password it may carry."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    return parts._replace(netloc=f"{host}:{parts.port}" if parts.port else host).geturl()
 
 
 def open_store(settings: ClassSettings | None = None) -> ClassStore:
-    """The server's store, made once: Redis when TFORMER_REDIS_URL is set and answers, else this process's memory
-    (one replica only: the log says so when Redis was asked for and could not be reached)."""
-    global _STORE
+    """The server's store, made once: Redis when TFORMER_REDIS_URL is set and answers, else this process's memory.
+    A Redis that does not answer is tried again in the background, after 1, 2, 4 ... then every 60 s, and the
+    store moves to it once it answers (the log says when it could not be reached, and when it came back)."""
+    global _STORE, _RETRY
     with _STORE_LOCK:
         if _STORE is None or settings is not None:
             settings = settings or class_settings()
+            if _RETRY is not None:
+                _RETRY.set()
+                _RETRY = None
             backend: Backend = MemoryBackend()
             if settings.redis_url:
                 try:
@@ -494,10 +663,51 @@ def open_store(settings: ClassSettings | None = None) -> ClassStore:
                     backend = redis_backend
                 except Exception as error:  # any failure (refused, auth, timeout): the class works in this process
                     log.error(
-                        "TFORMER_REDIS_URL=%s cannot be reached (%s): class sessions stay in this process, "
-                        "so students on other replicas will not find them",
-                        settings.redis_url,
+                        "TFORMER_REDIS_URL=%s cannot be reached (%s): class sessions stay in this process, so "
+                        "students on other replicas will not find them, until it answers (tried again after "
+                        "%s s, then every %d s)",
+                        shown_url(settings.redis_url),
                         error,
+                        ", ".join(map(str, RETRY_S[:-1])),
+                        RETRY_S[-1],
                     )
+                    _RETRY = threading.Event()
             _STORE = ClassStore(backend, settings)
+            if _RETRY is not None and settings.redis_url:
+                threading.Thread(
+                    target=_retry_redis, args=(_STORE, settings.redis_url, _RETRY), name="tformer-redis", daemon=True
+                ).start()
         return _STORE
+
+
+def _retry_redis(store: ClassStore, url: str, stop: threading.Event, waits: Sequence[float] = RETRY_S) -> None:
+    """Try the unreachable Redis again and again (waits between tries: `waits`, the last one repeated); once it
+    answers, the store uses it. Sessions started in this process meanwhile stay behind: their pages say so."""
+    started, tries = time.monotonic(), 0
+    while not stop.wait(waits[min(tries, len(waits) - 1)]):
+        tries += 1
+        try:
+            backend = RedisBackend(url)
+            backend.ping()
+        except Exception as error:
+            log.debug("TFORMER_REDIS_URL=%s still cannot be reached (%s)", shown_url(url), error)
+            continue
+        with _STORE_LOCK:
+            if stop.is_set():
+                return
+            left = store.backend
+            store.backend = backend
+        behind = 0
+        if isinstance(left, MemoryBackend):
+            with left._lock:
+                behind = sum(1 for k in left._data if k.startswith(PREFIX) and k.endswith(":meta"))
+        log.warning(
+            "TFORMER_REDIS_URL=%s answers again (try %d, %.0f s after the first failure): class sessions live in "
+            "Redis from now on; %d session(s) started in this process meanwhile are left behind (their lecturers "
+            "and students are told)",
+            shown_url(url),
+            tries,
+            time.monotonic() - started,
+            behind,
+        )
+        return

@@ -83,6 +83,15 @@ def bug(what: str, error: BaseException, logger: logging.Logger = log) -> str:
     return note_id
 
 
+class ReportedBug(Exception):
+    """A bug already logged with its traceback (by the thread that met it, e.g. a worker of tformer_app.work):
+    a page that shows it shows its id, `note_id`, and logs nothing more."""
+
+    def __init__(self, note_id: str) -> None:
+        super().__init__(f"bug {note_id}, logged")
+        self.note_id = note_id
+
+
 def bug_note(what: str, note_id: str) -> str:
     """What a page shows for a bug (Markdown): nothing about the input, and the id the server's log has."""
     return (

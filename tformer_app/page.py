@@ -111,6 +111,8 @@ def run_safely(compute: Callable[[], Any], what: str) -> Any | None:
     except InputError as error:
         logs.failure(what, error)
         st.error(f"{escape(what)}: {escape(error)}")
+    except logs.ReportedBug as bug:
+        st.error(logs.bug_note(what, bug.note_id))
     except Exception as error:  # a bug (ours or a library's), even a ValueError: never blamed on the input
         st.error(logs.bug_note(what, logs.bug(what, error)))
     return None

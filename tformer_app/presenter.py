@@ -42,6 +42,7 @@ ROOM = "_tformer.room"  # session state: the main column's width in CSS pixels, 
 DEFAULT_ROOM = 900  # the main column of a 1280-px window with the sidebar open, until the browser says
 MIN_ROOM, MAX_ROOM = 200, 6000
 ROOM_COOKIES = {False: "tformer_room", True: "tformer_room_presenting"}  # the width last measured, per mode
+JOIN_PARAM = "class"  # a class's join link (tformer_app.class_session.CLASS_PARAM): never opened by a slide
 FONT_SCALE = 1.5  # presenter type against the app's own
 HEATMAP_MARGIN_PX = 200  # beside a heatmap's cells: its token labels, axis titles, colour legend and padding
 # Short names of the pages for presenter mode's bar (url path -> label).
@@ -523,11 +524,13 @@ def _present_controls(slides: list[dict], pages: dict[str, object]) -> None:
 
 
 def show(i: int, slides: list[dict], pages: dict[str, Any]) -> None:
-    """Open slide i: its page with its query string, every page's remembered view forgotten so the link rules."""
+    """Open slide i: its page with its query string, every page's remembered view forgotten so the link rules.
+    A slide is a view, never a class: a join code in its link (?class=, a deck from someone's class) is dropped."""
     slide = slides[i]
     st.session_state[SHOWING] = i
     forget_pages()
-    st.switch_page(pages[slide["page"]], query_params=dict(parse_qsl(slide["query"])))
+    params = {k: v for k, v in parse_qsl(slide["query"]) if k != JOIN_PARAM}
+    st.switch_page(pages[slide["page"]], query_params=params)
 
 
 def _import(data: bytes, pages: dict[str, object]) -> None:

@@ -150,6 +150,52 @@ def release_ended() -> int:
     return len(ended)
 
 
+_hidden: set[str] = set()  # closed tabs whose media were withdrawn (`withdraw_media`), until they return or end
+MEDIA_LOOK_S = 1.0  # how long a closed tab's pictures and downloads stay reachable by their addresses, at most
+
+
+def withdraw_media() -> int:
+    """Withdraw the media (pictures sent, downloads) of the sessions whose tab is closed: their addresses answer
+    404 from now on. A session that comes back (its tab reconnects within Streamlit's resume window) runs its page
+    again, which sends them anew. Returns how many sessions were withdrawn now.
+
+    Why at once: a picture's address (/media/<id>.jpg) is served to any client that has it, without a cookie; a
+    student's photo stayed reachable for Streamlit's resume window and two sweeps (about 150 s) after the tab
+    closed. The sweeper calls this every MEDIA_LOOK_S; the files go when no other session shows the same picture
+    (a download's at the next call: Streamlit deletes it in two steps)."""
+    runtime = _runtime()
+    if runtime is None:
+        return 0
+    manager = runtime._session_mgr
+    active = {info.session.id: info.session for info in manager.list_active_sessions()}
+    known = {info.session.id for info in manager.list_sessions()}
+    with _lock:
+        closed = known - set(active) - _hidden
+        back = _hidden & set(active)
+        _hidden.difference_update(back | (_hidden - known))
+        _hidden.update(closed)
+    for session_id in closed:
+        runtime.media_file_mgr.clear_session_refs(session_id)
+    for session_id in back:  # its page still shows what was withdrawn: draw it again, as its last run did
+        _rerun_as_last(active[session_id])
+    runtime.media_file_mgr.remove_orphaned_files()  # and the downloads marked by the call before
+    if closed:
+        logs.log.debug("withdrew the media of %d closed tab(s)", len(closed))
+    return len(closed)
+
+
+def _rerun_as_last(session) -> None:
+    """Run `session`'s page again with what its browser sent last (its page, address and widgets), as Streamlit
+    does itself when a source file changes (its request_rerun(None) would run the default page instead). A run of
+    one fragment is run as the whole page."""
+    from streamlit.proto.ClientState_pb2 import ClientState
+
+    state = ClientState()
+    state.CopyFrom(session._client_state)
+    state.fragment_id, state.is_auto_rerun = "", False
+    session.request_rerun(state)
+
+
 # What a session Streamlit holds costs beyond its files (its script runner and thread, widget states, messages):
 # 113 MB for 102 sessions (3 open, 99 closed tabs kept to be resumed) after a class's 160 photos, over the
 # process's level after warm-up (benchmarks/memory.py). Counted per session so the results make room for them.
@@ -208,11 +254,14 @@ def sweep_once(after: Callable[[int, bool], None] | None = None, full: bool = Tr
 
 def _sweep_forever(after: Callable[[int, bool], None] | None) -> None:
     wake, look, every, failed = threading.Event(), look_interval(), sweep_interval(), 0
-    looks_per_sweep, looked = max(1, round(every / look)), 0
-    while not wake.wait(look):
-        looked += 1
+    tick = min(MEDIA_LOOK_S, look)
+    ticks_per_look, looks_per_sweep, ticked = max(1, round(look / tick)), max(1, round(every / look)), 0
+    while not wake.wait(tick):
+        ticked += 1
         try:
-            sweep_once(after, full=looked % looks_per_sweep == 0)
+            withdraw_media()
+            if ticked % ticks_per_look == 0:
+                sweep_once(after, full=(ticked // ticks_per_look) % looks_per_sweep == 0)
             failed = 0
         except Exception as error:  # a list changed while it was read (the next sweep reads it again), or worse
             failed += 1

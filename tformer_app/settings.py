@@ -36,6 +36,8 @@ class ServerSettings:
     models_bytes: int
     passes: int
     gpu_bytes: int | None = None  # TFORMER_GPU_MB: this process's GPU memory, None when unset (no cap)
+    studies: int = 1  # TFORMER_STUDIES: long computations run at once (tformer_app.work)
+    request_flops: float = 1e12  # TFORMER_REQUEST_GFLOP in operations: the most one request may compute
 
     @property
     def results_gpu_bytes(self) -> int:
@@ -55,4 +57,6 @@ def server_settings() -> ServerSettings:
         models_bytes=settings.megabytes("TFORMER_MODELS_MB"),
         passes=int(settings.value("TFORMER_PASSES")),
         gpu_bytes=settings.gpu_bytes(),
+        studies=int(settings.value("TFORMER_STUDIES")),
+        request_flops=settings.request_flops(),
     )

@@ -8,10 +8,12 @@ threads of one process count as holders too.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import threading
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import Protocol
@@ -104,3 +106,67 @@ class DeviceSlots:
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None) -> None:
         self.release(self._held.fds.pop())
+
+
+class PassGate:
+    """The pass slots (`slots`: TFORMER_PASSES of them) shared by the passes pages wait for and long work
+    (tformer_app.work: a study of every head, a patching grid), the pages' passes first.
+
+    `with gate:` is a page's pass: it waits for a slot as before. `with gate.behind() as pause:` is long work: it
+    takes a slot only while no page's pass of this process waits for one, and pause(), called often (at every
+    hook point of its passes: tformer_core.capture.checkpoints), gives the slot back as soon as one waits and
+    takes it again once none does. Why: a study runs hundreds of batch rows (70 s for a 120-word text on two
+    cores); holding the one slot throughout, it kept another student's new sentence waiting 61.7 s instead of
+    0.1 s. Now such a sentence waits for one step of one layer of the study.
+
+    Only this process's waiting passes are seen: on a GPU shared by replicas, another replica's pass waits for
+    the slot as for any pass (on a GPU a study's step takes milliseconds).
+    """
+
+    def __init__(self, slots: Slots) -> None:
+        self.slots = slots
+        self._changed = threading.Condition()
+        self._waiting = 0  # pages' passes waiting for a slot now
+
+    def waiting(self) -> int:
+        return self._waiting
+
+    def __enter__(self) -> PassGate:
+        with self._changed:
+            self._waiting += 1
+        try:
+            self.slots.__enter__()
+        finally:
+            with self._changed:
+                self._waiting -= 1
+                if not self._waiting:
+                    self._changed.notify_all()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None) -> None:
+        self.slots.__exit__(kind, error, tb)
+
+    def _take_behind(self) -> None:
+        while True:
+            with self._changed:
+                while self._waiting:
+                    self._changed.wait()
+            self.slots.__enter__()
+            if not self._waiting:
+                return
+            self.slots.__exit__(None, None, None)  # a page's pass began to wait meanwhile: it goes first
+
+    def _pause(self) -> None:
+        if not self._waiting:  # an int read without the lock: the common case costs nothing
+            return
+        self.slots.__exit__(None, None, None)
+        self._take_behind()
+
+    @contextlib.contextmanager
+    def behind(self) -> Iterator[Callable[[], None]]:
+        """Hold a slot for long work, behind every page's pass; yields pause() (see the class)."""
+        self._take_behind()
+        try:
+            yield self._pause
+        finally:
+            self.slots.__exit__(None, None, None)

@@ -68,6 +68,8 @@ from .runtime import limit_malloc_arenas, release_freed_memory, retain_freed_mem
 from .steps import AttentionSteps, attention_from_qkv, attention_steps
 from .tokenizers import HFTokenizer, Tokenizer
 from .trace import Trace, TraceMeta
+from .workload import TooMuchWork, Workload
+from .workload import check as check_workload
 
 __all__ = [
     "AttentionSteps",
@@ -113,6 +115,7 @@ __all__ = [
     "Seq2SeqConfig",
     "StackWeights",
     "Tokenizer",
+    "TooMuchWork",
     "Trace",
     "TraceMeta",
     "TracedModel",
@@ -120,10 +123,12 @@ __all__ = [
     "ViT",
     "ViTConfig",
     "VisionModel",
+    "Workload",
     "attention_from_qkv",
     "attention_steps",
     "capture",
     "causal_mask",
+    "check_workload",
     "class_scores",
     "default_device",
     "ffn_steps",

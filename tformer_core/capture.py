@@ -133,6 +133,25 @@ def intervene(edits: Iterable[Edit]) -> Iterator[None]:
         _ACTIVE_EDITS.reset(token)
 
 
+_ACTIVE_CHECKPOINT: ContextVar[Callable[[], None] | None] = ContextVar("tformer_checkpoint", default=None)
+
+
+@contextlib.contextmanager
+def checkpoints(check: Callable[[], None]) -> Iterator[None]:
+    """Call check() at every hook point that forward passes reach inside the `with` block (this thread or task only).
+
+    For long work that a server runs beside the passes its users wait for (tformer_app.work): check() may block
+    while another pass goes first, or raise to stop the work (its student left), between two steps of a pass,
+    whatever the model and whatever the computation (a study's batched passes, a patching grid). Outside such a
+    block a hook point pays one context-variable read.
+    """
+    token = _ACTIVE_CHECKPOINT.set(check)
+    try:
+        yield
+    finally:
+        _ACTIVE_CHECKPOINT.reset(token)
+
+
 class HookPoint(nn.Module):
     """Identity on the forward pass, unless an intervention edits this activation; records what it passes on
     (the edited tensor, when there is an edit) when a capture is active."""
@@ -143,6 +162,9 @@ class HookPoint(nn.Module):
         self.name = ""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        check = _ACTIVE_CHECKPOINT.get()
+        if check is not None:
+            check()
         edits = _ACTIVE_EDITS.get()
         if edits is not None:
             for edit in edits.get(self.name, ()):

@@ -26,11 +26,12 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from . import probes
+from . import probes, workload
 from .capture import Edit, intervene
 from .errors import InputError
 from .interventions import branch
 from .models.decoder import Decoder
+from .workload import Workload
 
 Progress = Callable[[float, str], None]
 
@@ -134,6 +135,22 @@ def _pass_edits(cells: list[tuple[int, int]], n_layers: int, streams: list[torch
         edits += [branch(name, len(positions)), _diagonal_patch(name, streams[layer], rows, positions)]
         rows += len(positions)
     return edits
+
+
+def patching_workload(model: Decoder, tokens: int) -> Workload:
+    """What `residual_patching` computes for two inputs of `tokens` positions, before anything runs: B traced and
+    A run once (one row each, every layer), then its passes as `_cells` cuts them, each cell's row joining the
+    batch at its layer (tformer_core.workload says what is counted)."""
+    n_layers = workload.stack_layers(model, "decoder")
+    rows_through, total = [2] * n_layers, 2
+    for cells in _cells(n_layers, tokens):
+        rows = 1
+        for layer in range(n_layers):
+            rows += sum(1 for row, _ in cells if row == layer)
+            rows_through[layer] += rows
+        total += 1 + len(cells)
+    cost = workload.of_passes(model, "decoder", tokens, rows_through, head_rows=total)
+    return Workload("Patching every layer × position", total, tokens, n_layers, cost.flops)
 
 
 def residual_patching(

@@ -24,7 +24,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+from torch import nn
 
+from . import workload
 from .capture import Edit, intervene
 from .interventions import ABLATIONS, Head, branch, scale_heads
 from .models.base import TracedModel
@@ -32,6 +34,7 @@ from .models.decoder import Decoder
 from .models.encoder import Encoder
 from .models.seq2seq import EncoderDecoder
 from .models.vit import ViT, image_input
+from .workload import Workload
 
 Progress = Callable[[float, str], None]
 ROW_TOKENS = 8192  # rows x tokens of one batched pass: SmolLM2's FFN holds 8192 x 1536 floats (50 MB) at most
@@ -177,22 +180,79 @@ def _branch_stack(stack: str) -> str:
 
 def _chunks(probe: Probe) -> list[tuple[str, list[tuple[int, list[Head]]]]]:
     """The passes: (stack branched, [(layer, the heads its rows ablate)]), each pass within ROW_TOKENS."""
+    return _plan(probe.heads, probe.tokens)
+
+
+def _plan(heads: dict[str, tuple[int, int]], tokens: int) -> list[tuple[str, list[tuple[int, list[Head]]]]]:
     passes = []
     for branched in ("encoder", "decoder"):
-        stacks = [s for s in probe.heads if _branch_stack(s) == branched]
+        stacks = [s for s in heads if _branch_stack(s) == branched]
         if not stacks:
             continue
         current: list[tuple[int, list[Head]]] = []
         rows = 1
-        for layer in range(probe.heads[stacks[0]][0]):
-            units = [Head(s, layer, h) for s in stacks for h in range(probe.heads[s][1])]
-            if current and (rows + len(units)) * probe.tokens > ROW_TOKENS:
+        for layer in range(heads[stacks[0]][0]):
+            units = [Head(s, layer, h) for s in stacks for h in range(heads[s][1])]
+            if current and (rows + len(units)) * tokens > ROW_TOKENS:
                 passes.append((branched, current))
                 current, rows = [], 1
             current.append((layer, units))
             rows += len(units)
         passes.append((branched, current))
     return passes
+
+
+def study_heads(model: TracedModel) -> dict[str, tuple[int, int]]:
+    """The attention stacks every head of `model` is ablated in, and their (layers, heads), as its kind's probe
+    names them (Probe.heads): a language model's "decoder", an encoder's or a ViT's "encoder", a translator's
+    "encoder", "decoder" and "cross"."""
+    _require_core(model)
+    n_heads = int(model.config.n_heads)
+    heads = {s: (workload.stack_layers(model, s), n_heads) for s in ("encoder", "decoder") if _has_stack(model, s)}
+    if isinstance(model, EncoderDecoder):
+        heads["cross"] = heads["decoder"]
+    return heads
+
+
+def _has_stack(model: TracedModel, stack: str) -> bool:
+    return isinstance(getattr(model, stack, None), nn.Module)
+
+
+def head_importance_workload(
+    model: TracedModel, heads: dict[str, tuple[int, int]], tokens: int, stack_tokens: dict[str, int] | None = None
+) -> Workload:
+    """What `head_importance` computes for a probe of `heads` (Probe.heads) and `tokens` positions a pass
+    (Probe.tokens), before anything runs: its passes as `_plan` cuts them, each row through the layers it runs
+    (a row that ablates a head of layer l joins the batch at l; an encoder-decoder's other stack runs one row, or
+    every row after the encoder grew them). stack_tokens: the positions each stack runs where they differ (a
+    translator's encoder reads the source, its decoder the target so far). tformer_core.workload says what is
+    counted."""
+    model_stacks = [s for s in ("encoder", "decoder") if _has_stack(model, s)]
+    per_stack = {s: (stack_tokens or {}).get(s, tokens) for s in model_stacks}
+    rows_through: dict[str, list[int]] = {s: [0] * workload.stack_layers(model, s) for s in model_stacks}
+    total = finals = memory_rows = 0
+    for branched, layers in _plan(heads, tokens):
+        grow = {layer: len(units) for layer, units in layers}
+        rows, final = 1, 1 + sum(grow.values())
+        for stack in model_stacks:
+            for layer in range(len(rows_through[stack])):
+                if stack == branched:
+                    rows += grow.get(layer, 0)
+                    rows_through[stack][layer] += rows
+                else:  # the encoder before a branched decoder: one row; the decoder after a branched encoder: all
+                    rows_through[stack][layer] += 1 if stack == "encoder" else final
+        total, finals = total + final, finals + final
+        memory_rows += final if branched == "encoder" else 1  # the encoder's output a decoder's pass reads
+    memory = per_stack["encoder"] if len(model_stacks) == 2 else 0  # what a translator's decoder reads
+    parts = [
+        workload.of_passes(model, s, per_stack[s], rows_through[s], memory=memory if s == "decoder" else 0)
+        for s in model_stacks
+    ]
+    head = workload.of_passes(model, model_stacks[-1], per_stack[model_stacks[-1]], [], head_rows=finals).flops
+    if memory:
+        head += memory_rows * workload.cross_kv_flops(model, "decoder", memory)
+    depth = sum(len(r) for r in rows_through.values())
+    return Workload("Ablating every head", total, tokens, depth, sum(p.flops for p in parts) + head)
 
 
 def _pass_edits(branched: str, layers: list[tuple[int, list[Head]]], how: str) -> list[Edit]:

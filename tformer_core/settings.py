@@ -162,6 +162,13 @@ SETTINGS: dict[str, Setting] = {
         ),
         Setting("TFORMER_MAX_PARAMS", 250e6, _positive, "the most parameters a model may have"),
         Setting("TFORMER_PASS_MB", 672.0, _positive, "MB of working memory one forward pass of a model may take"),
+        Setting(
+            "TFORMER_REQUEST_GFLOP",
+            1000.0,
+            _positive,
+            "GFLOP one request may compute (a study, a patching grid), estimated before it runs",
+        ),
+        Setting("TFORMER_STUDIES", 1, _whole, "long computations (studies, grids, many pictures) run at once"),
         Setting("TFORMER_HUB_MAX_MB", 2000.0, _positive, "MB a hub model's files may take"),
         Setting("TFORMER_HUB_DISK_MB", 10000.0, _positive, "MB all downloaded hub models may take on disk"),
         Setting("TFORMER_CACHE_DIR", Path.home() / ".cache" / "tformer", _folder, "where smollm2 is converted to"),
@@ -184,6 +191,12 @@ SETTINGS: dict[str, Setting] = {
             default_text="none (class sessions in this process)",
         ),
         Setting("TFORMER_CLASS_HOURS", 6.0, _hours, "a class session ends this long after the lecturer's last change"),
+        Setting(
+            "TFORMER_CLASS_PER_ADDRESS",
+            30,
+            _whole,
+            "new students one client address may add to a class a minute (and answers it may send in 10 s)",
+        ),
         # Read by deploy/run.sh (a shell script), listed here so that setting it is not reported as a typo.
         Setting(
             "TFORMER_PYTHON",
@@ -277,3 +290,8 @@ def gpu_bytes() -> int | None:
     """TFORMER_GPU_MB in bytes: the GPU memory this process may use; None when unset (no cap)."""
     mb = value("TFORMER_GPU_MB")
     return None if mb is None else int(mb * 2**20)
+
+
+def request_flops() -> float:
+    """TFORMER_REQUEST_GFLOP in floating-point operations: what one request may compute (tformer_core.workload)."""
+    return float(value("TFORMER_REQUEST_GFLOP")) * 1e9

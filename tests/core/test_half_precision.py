@@ -67,10 +67,16 @@ def _run(family: str, theirs, ours):
         return ours.trace(IDS), theirs(torch.tensor([IDS]), output_attentions=True)
 
 
+def rounding_bound(reference: np.ndarray, dtype: torch.dtype) -> float:
+    """4 roundings of `dtype` at the reference's largest magnitude (bfloat16: 8 bits); benchmarks/half_precision.py
+    holds the full-size models on a GPU to the same bound."""
+    return 4 * torch.finfo(dtype).eps * max(1.0, float(np.abs(reference).max()))
+
+
 def within_rounding(ours: np.ndarray, theirs: torch.Tensor, dtype: torch.dtype, what: str) -> None:
-    """|ours - theirs| within 4 roundings of `dtype` at the reference's largest magnitude (bfloat16: 8 bits)."""
+    """|ours - theirs| within rounding_bound."""
     reference = theirs.detach().float().numpy()
-    bound = 4 * torch.finfo(dtype).eps * max(1.0, float(np.abs(reference).max()))
+    bound = rounding_bound(reference, dtype)
     diff = float(np.max(np.abs(np.asarray(ours, dtype=np.float64) - reference)))
     assert diff <= bound, f"{what}: max |difference| {diff:.3g} > {bound:.3g} ({dtype})"
 

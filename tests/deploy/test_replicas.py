@@ -23,13 +23,15 @@ stclient = pytest.importorskip("benchmarks.stclient", reason="benchmarks/stclien
 SESSIONS = 4
 TIMEOUT_S = 240.0  # per action: a busy 2-core machine, two replicas importing torch and loading models at once
 OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TFORMER_DEVICE": "cpu"}
+PER_ADDRESS = {"TFORMER_CLASS_PER_ADDRESS": "1"}  # one new student a minute per address (loopback: not counted)
 
 
 @pytest.fixture(scope="module")
 def deployment():
     if find_nginx() is None:
         pytest.skip("nginx is not installed: apt-get install nginx (Debian's package) to test the deployment")
-    with Deployment(replicas=2, env=OFFLINE, redis=find_redis() is not None) as d:  # class sessions in Redis
+    env = OFFLINE | PER_ADDRESS
+    with Deployment(replicas=2, env=env, redis=find_redis() is not None) as d:  # class sessions in Redis
         yield d
 
 
@@ -155,3 +157,42 @@ def test_a_class_session_follows_across_replicas(deployment):
             await s.close()
 
     stclient.run_sync(lesson())
+
+
+def test_class_limits_count_the_students_address_behind_nginx(deployment, monkeypatch):
+    """Behind the project's nginx every connection comes from loopback; the replica counts the address nginx puts in
+    X-Forwarded-For (its last entry: the one nginx saw). Two students from 10.9.8.7 with no cookie are two new
+    students from one address: the second is refused (TFORMER_CLASS_PER_ADDRESS=1); 10.9.8.6 and the deployment's
+    own machine are not held back by it."""
+    real_connect = stclient.connect
+
+    def from_address(address: str | None):
+        def connect(*args, additional_headers=None, **kwargs):
+            headers = dict(additional_headers or {}) | ({"X-Forwarded-For": address} if address else {})
+            return real_connect(*args, additional_headers=headers, **kwargs)
+
+        return connect
+
+    async def joins() -> list[tuple[str | None, bool, list[str]]]:
+        url = deployment.url
+        lecturer = await stclient.Session.open(url, "/", timeout_s=TIMEOUT_S, fetch_media=False)
+        run = await lecturer.click("Start a class session")
+        code = next(m.group(1) for t in run.texts() if (m := re.search(r"code \*\*([A-Z0-9]{6})\*\*", t)))
+        seen = []
+        for address in ("10.9.8.7", "10.9.8.7", "10.9.8.6", None, None):
+            monkeypatch.setattr(stclient, "connect", from_address(address))
+            s = await stclient.Session.open(url, f"/?class={code}", timeout_s=TIMEOUT_S, fetch_media=False)
+            sidebar = [e.markdown.body for _, e in s.last.items("markdown", 1)]
+            refusals = [e.alert.body for _, e in s.last.items("alert", 1) if "too many" in e.alert.body]
+            seen.append((address, "**Following the lecturer**" in sidebar, refusals))
+            await s.close()
+        await lecturer.close()
+        return seen
+
+    assert stclient.run_sync(joins()) == [
+        ("10.9.8.7", True, []),
+        ("10.9.8.7", False, ["too many students joined from your address just now; try again in a minute"]),
+        ("10.9.8.6", True, []),
+        (None, True, []),
+        (None, True, []),
+    ]

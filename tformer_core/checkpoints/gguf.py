@@ -124,6 +124,15 @@ def _conversion_lock(root: Path, name: str) -> Iterator[None]:
                 fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+def is_converted(name: str) -> bool:
+    """Whether bundled GGUF model `name` is converted already in the cache folder (False too when its package is
+    not installed): its load then takes a second, not a conversion's half minute."""
+    try:
+        return is_complete(cache_root() / _folder_name(name, gguf_file(name)))
+    except (CheckpointError, OSError):
+        return False
+
+
 def converted_folder(name: str, progress: Progress | None = None, rebuild: bool = False) -> Path:
     """The cache folder holding bundled GGUF model `name` in the Hugging Face layout, converted first when it
     is missing, incomplete or `rebuild` is asked (a folder the loader could not read)."""
