@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from tformer_app import caches, downloads
+from tformer_app import caches, downloads, tables
 from tformer_app.markdown import escape
 from tformer_app.page import run_page, run_safely
 from tformer_app.url import UrlState
@@ -52,16 +52,15 @@ def parse_vector(text: str, what: str) -> np.ndarray:
         values = np.array([float(p) for p in parts])
     except ValueError:
         raise ValueError(f"{what} must be numbers separated by commas, e.g. 1, 2") from None
-    if not np.isfinite(values).all():
-        raise ValueError(f"{what} holds a value that is not a finite number")
-    return values
+    return values  # infinite or too large numbers: the score functions name the entry and the limit
 
 
 def _matrix_editor(label: str, default: np.ndarray, key: str) -> np.ndarray:
     frame = pd.DataFrame(default, columns=[str(j) for j in range(default.shape[1])])
-    edited = st.data_editor(frame, key=f"{key}@{default.shape}", hide_index=False)
+    edited = tables.data_editor(st, frame, key=f"{key}@{default.shape}", hide_index=False)
     st.caption(label)
-    return np.nan_to_num(edited.to_numpy(dtype=np.float64), nan=0.0)
+    values = edited.to_numpy(dtype=np.float64)
+    return np.where(np.isnan(values), 0.0, values)  # an emptied cell; an infinite one is left for the core to name
 
 
 def score_functions_section(url: UrlState) -> None:

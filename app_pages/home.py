@@ -27,12 +27,13 @@ GUIDE = [
         "app_pages/before_transformers.py",
         "Attention before Transformers",
         "the score functions side by side on two vectors you edit (dot, scaled dot, cosine, bilinear aᵀWb, "
-        "additive vᵀtanh(W₁a + W₂b)) with every intermediate number; attention pooling for classification (a "
-        "score per word, softmax, c = Σ α_j h_j) against mean pooling, two small models trained by this "
-        "project on real labelled movie-review sentences, α over your sentence and both predictions; an RNN "
-        "encoder-decoder (bidirectional GRU) with Bahdanau's additive or Luong's dot / bilinear attention, "
-        "its alignment α per output word beside the Transformer translator's cross-attention on the same "
-        "sentence",
+        "additive vᵀtanh(W₁a + W₂b)) with every intermediate number (numbers up to 1e100 in size, so that no "
+        "product overflows float64: a larger or infinite one is named with its place and the limit); "
+        "attention pooling for classification (a score per word, softmax, c = Σ α_j h_j) against mean "
+        "pooling, two small models trained by this project on real labelled movie-review sentences, α over "
+        "your sentence and both predictions; an RNN encoder-decoder (bidirectional GRU) with Bahdanau's "
+        "additive or Luong's dot / bilinear attention, its alignment α per output word beside the Transformer"
+        " translator's cross-attention on the same sentence",
     ),
     (
         "app_pages/step_by_step.py",

@@ -210,11 +210,16 @@ def say_what_was_dropped(model: tc.TracedModel, fitted) -> None:
     if not fitted.n_dropped:
         return
     most = model.max_tokens
-    reads = (
-        f"this page reads at most {fitted.max_tokens:,} (the model up to {most:,})"
-        if most is not None and fitted.max_tokens is not None and fitted.max_tokens < most
-        else f"this model reads at most {fitted.max_tokens:,}"
-    )
+    passes = model.pass_tokens
+    if passes is not None and fitted.max_tokens == passes < min(most or passes + 1, tv.PAGE_MAX_TOKENS):
+        reads = (
+            f"one pass of this model reads at most {fitted.max_tokens:,} on this server (the working memory a pass "
+            f"may take, TFORMER_PASS_MB; the model up to {most:,})"
+        )
+    elif most is not None and fitted.max_tokens is not None and fitted.max_tokens < most:
+        reads = f"this page reads at most {fitted.max_tokens:,} (the model up to {most:,})"
+    else:
+        reads = f"this model reads at most {fitted.max_tokens:,}"
     st.info(
         f"The input has {fitted.n_tokens + fitted.n_dropped:,} tokens; {reads}, so the last "
         f"{fitted.n_dropped:,} tokens were dropped" + (" (cut from the longer segment first)." if fitted.pair else ".")

@@ -5,6 +5,15 @@ a decoder writing long continuations; the baseline commit's code beside ours.
     python benchmarks/memory.py --skip-baseline       # ours only
     python benchmarks/memory.py --baseline-rev <rev>  # another baseline
     python benchmarks/memory.py --photos 40 --skip-smollm2   # a shorter run
+    python benchmarks/memory.py --largest-configs     # only the table of the largest config each loader accepts
+
+--largest-configs: for each loader family (bert, gpt2, llama, marian, bart, t5, vit, mae, detr, and the
+transformers fallback), a model with random weights at the largest config TFORMER_PASS_MB accepts (a pages'
+model's own sizes, and for a picture model the largest picture whose pass fits: ViT-B/16's image_size, DETR-R50's
+shortest edge) is saved by transformers into a folder under a configured model folder, loaded by a fresh process
+with tc.load_model, and run once over its largest input (a default trace: everything but the scores). The table
+gives what the loader's estimate promised (tformer_core.costs) beside the RSS the pass took at its peak (VmHWM
+over the RSS before it, after a first pass and the freed memory handed back), and the budget.
 
 Each server is started fresh (`streamlit run app.py` of its tree, offline, on the CPU, DeiT-Tiny from
 ../shared/models when it is there) and driven by simulated browsers (benchmarks/stclient.py) through, in order:
@@ -44,6 +53,7 @@ import io
 import os
 import random
 import secrets
+import shutil
 import socket
 import subprocess
 import sys
@@ -436,6 +446,172 @@ def report(ours: Figures, baseline: Figures | None, cache_mb: float, working_mb:
     print("Every step within its ceiling." if not over else f"OVER: {', '.join(over)}.")
 
 
+# ---- --largest-configs: the largest config each loader accepts, one pass each ------------------------------------
+PASS_SCRIPT = """
+import gc, json, sys
+from pathlib import Path
+import numpy as np, torch
+from PIL import Image
+import tformer_core as tc
+from tformer_core import costs
+
+def rss():
+    fields = dict(l.split(":", 1) for l in Path("/proc/self/status").read_text().splitlines() if ":" in l)
+    return int(fields["VmRSS"].split()[0]) * 1024, int(fields["VmHWM"].split()[0]) * 1024
+
+folder = Path(sys.argv[1])
+model = tc.load_model(str(folder), device="cpu", model_dirs=[folder.parent])
+pre = getattr(model, "preprocessing", None)
+if model.kind in ("vit", "mae", "detr"):
+    W, H = costs.detr_picture_size(pre) if model.kind == "detr" else model.config.image_hw[::-1]
+    picture = Image.fromarray(np.random.default_rng(0).integers(0, 255, (H, W, 3), dtype=np.uint8))
+    run = (lambda: model.trace(pre(picture), seed=0)) if model.kind == "mae" else (lambda: model.trace(pre(picture)))
+    warm = run
+else:
+    T = model.token_limit
+    ids = [int(i) for i in np.random.default_rng(0).integers(5, 1000, T)]
+    if model.kind == "encoder-decoder":
+        run, warm = (lambda: model.trace(ids, ids)), (lambda: model.trace(ids[:8], ids[:8]))
+    else:
+        run, warm = (lambda: model.trace(ids)), (lambda: model.trace(ids[:8]))
+estimate = costs.pass_cost(model.config, pre, tokens=model.pass_tokens)
+with torch.inference_mode():
+    warm()
+    gc.collect(); tc.release_freed_memory()
+    Path("/proc/self/clear_refs").write_text("5")
+    before = rss()[0]
+    trace = run()
+    peak = rss()[1]
+print(json.dumps({"input": estimate.input, "estimate": estimate.total, "measured": peak - before,
+                  "kept": trace.nbytes, "pass_tokens": model.pass_tokens}))
+"""
+
+
+def _largest_picture(config_of, sizes) -> int:
+    """The largest of `sizes` whose pass the estimate admits within TFORMER_PASS_MB (config_of(size) -> the core
+    config and its preprocessing)."""
+    from tformer_core import costs
+    from tformer_core.checkpoints.limits import pass_bytes
+
+    fits = [size for size in sizes if costs.pass_cost(*config_of(size)).total <= pass_bytes()]
+    return max(fits)
+
+
+def _save_largest(family: str, folder: Path) -> str:
+    """A random-weights checkpoint of `family` at the largest config the loaders accept, saved into `folder`;
+    returns what it is, in words."""
+    import json as json_module
+
+    import torch
+    import transformers as T
+
+    import tformer_core as tc
+    from tformer_core.models.detr import DETRConfig, DetrPreprocessing
+    from tformer_core.models.mae import MAEConfig
+
+    torch.manual_seed(0)
+    base = dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072)
+    if family == "bert":
+        T.BertForMaskedLM(T.BertConfig(**base)).save_pretrained(folder)
+        return "BERT-base, masked-word head"
+    if family == "gpt2":
+        T.GPT2LMHeadModel(T.GPT2Config()).save_pretrained(folder)
+        return "GPT-2 (124 M), 1,024 positions"
+    if family == "llama":
+        config = T.LlamaConfig(
+            vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
+            num_key_value_heads=3, max_position_embeddings=8192, tie_word_embeddings=True,
+        )  # fmt: skip
+        T.LlamaForCausalLM(config).save_pretrained(folder)
+        return "SmolLM2-135M's shape, 8,192 positions"
+    if family == "marian":
+        config = T.MarianConfig(
+            vocab_size=58101, decoder_vocab_size=58101, pad_token_id=58100, d_model=512, encoder_layers=6,
+            decoder_layers=6, encoder_attention_heads=8, decoder_attention_heads=8, encoder_ffn_dim=2048,
+            decoder_ffn_dim=2048, max_position_embeddings=512,
+        )  # fmt: skip
+        T.MarianMTModel(config).save_pretrained(folder)
+        return "opus-mt's shape (6 + 6 layers, 512 wide)"
+    if family == "bart":
+        widths = dict(d_model=768, encoder_ffn_dim=3072, decoder_ffn_dim=3072)
+        config = T.BartConfig(encoder_layers=6, decoder_layers=6, encoder_attention_heads=12, **widths)
+        config.decoder_attention_heads = 12
+        T.BartForConditionalGeneration(config).save_pretrained(folder)
+        return "BART-base's shape, 1,024 positions"
+    if family == "t5":
+        T.T5ForConditionalGeneration(T.T5Config()).save_pretrained(folder)
+        return "t5-small's shape"
+    if family == "fallback":
+        T.ElectraForMaskedLM(T.ElectraConfig(embedding_size=768, **base)).save_pretrained(folder)
+        return "ELECTRA-base (run by transformers)"
+    if family == "vit":
+        vit_b = dict(patch_size=16, n_layers=12, d_model=768, n_heads=12, d_ff=3072, n_classes=1000)
+        size = _largest_picture(lambda s: (tc.ViTConfig(image_size=s, **vit_b),), range(224, 2048, 16))
+        config = T.ViTConfig(image_size=size, num_labels=1000, **base)
+        T.ViTForImageClassification(config).save_pretrained(folder)
+        (folder / "preprocessor_config.json").write_text(json_module.dumps({"size": {"height": size, "width": size}}))
+        return f"ViT-B/16 at {size} px, the largest accepted"
+    if family == "mae":
+        mae_b = dict(patch_size=16, n_layers=12, d_model=768, n_heads=12, d_ff=3072)
+        mae_b |= dict(decoder_d_model=512, decoder_n_heads=16, decoder_d_ff=2048, decoder_n_layers=8)
+        size = _largest_picture(lambda s: (MAEConfig(image_size=s, **mae_b),), range(224, 2048, 16))
+        T.ViTMAEForPreTraining(T.ViTMAEConfig(image_size=size, **base)).save_pretrained(folder)
+        (folder / "preprocessor_config.json").write_text(json_module.dumps({"size": {"height": size, "width": size}}))
+        return f"ViT-MAE-base at {size} px, the largest accepted"
+    if family == "detr":
+        r50 = DETRConfig(d_model=256, n_heads=8, d_ff=2048)
+        edge = _largest_picture(lambda e: (r50, DetrPreprocessing(e, round(e * 1333 / 800))), range(800, 4096, 16))
+        backbone = T.ResNetConfig(out_features=["stage4"])
+        config = T.DetrConfig(backbone_config=backbone, use_timm_backbone=False, use_pretrained_backbone=False)
+        T.DetrForObjectDetection(config).save_pretrained(folder)
+        sizes = {"size": {"shortest_edge": edge, "longest_edge": round(edge * 1333 / 800)}}
+        (folder / "preprocessor_config.json").write_text(json_module.dumps(sizes))
+        return f"DETR-R50 at {edge} x {round(edge * 1333 / 800)} px, the largest accepted"
+    raise ValueError(family)
+
+
+LARGEST_FAMILIES = ("bert", "gpt2", "llama", "marian", "bart", "t5", "fallback", "vit", "mae", "detr")
+
+
+def largest_configs(families: list[str]) -> None:
+    """The table of --largest-configs (module docstring)."""
+    import json as json_module
+
+    from tformer_core.checkpoints.limits import pass_bytes
+
+    budget = pass_bytes() / MB
+    print(f"TFORMER_PASS_MB: {budget:,.0f} MB. Load average {os.getloadavg()[0]:.2f}; {os.cpu_count()} CPUs.")
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="tformer-largest-") as tmp:
+        models = Path(tmp) / "models"
+        for family in families:
+            folder = models / family
+            what = _save_largest(family, folder)
+            env = {**os.environ, "HF_HUB_OFFLINE": "1", "TFORMER_DEVICE": "cpu", "TFORMER_MODEL_DIRS": str(models)}
+            done = subprocess.run(
+                [sys.executable, "-c", PASS_SCRIPT, str(folder)], cwd=ROOT, env=env, capture_output=True, text=True
+            )
+            if done.returncode:
+                print(f"  {family}: failed\n{done.stderr[-2000:]}", flush=True)
+                continue
+            figures = json_module.loads(done.stdout.strip().splitlines()[-1])
+            rows.append((family, what, figures))
+            print(f"  {family}: {figures}", flush=True)
+            shutil.rmtree(folder)
+    print(
+        "\n| family | model | input | estimate (promised) | measured peak | measured / estimate | kept by the trace "
+        "| budget | verdict |"
+    )
+    print("|---|---|---|---:|---:|---:|---:|---:|---|")
+    for family, what, f in rows:
+        estimate, measured = f["estimate"] / MB, f["measured"] / MB
+        verdict = "within" if measured <= budget else "OVER"
+        print(
+            f"| {family} | {what} | {f['input']} | {estimate:,.0f} MB | {measured:,.0f} MB | {measured / estimate:.2f} "
+            f"| {f['kept'] / MB:,.0f} MB | {budget:,.0f} MB | {verdict} |"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--baseline-rev", default=BASELINE_REV)
@@ -445,8 +621,13 @@ def main() -> None:
     parser.add_argument("--photos", type=int, default=160, help="photos uploaded, each by a new session (0: none)")
     parser.add_argument("--prompts", type=int, default=8, help="smollm2 prompts of 64 new tokens each")
     parser.add_argument("--skip-smollm2", action="store_true")
+    parser.add_argument("--largest-configs", action="store_true", help="only the largest config each loader accepts")
+    parser.add_argument("--families", default=",".join(LARGEST_FAMILIES), help="with --largest-configs")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
+    if args.largest_configs:
+        largest_configs([f for f in args.families.split(",") if f])
+        return
     from tformer_app.caches import SLACK
     from tformer_app.settings import WORKING_MB, server_settings
 

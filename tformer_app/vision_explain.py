@@ -108,9 +108,11 @@ def show_figure_7(source: str, key: caches.Request[vv.VisionResult], result: vv.
             f"{result.patch_size} tiles.",
         )
     with middle:
+        step = vv.similarity_map_step(result.grid_hw)
+        each = "each patch" if step == 1 else f"every {step}th patch in each direction"
         st.image(
             positions,
-            caption="Position embeddings: for each patch (at its place in the grid), the cosine "
+            caption=f"Position embeddings: for {each} (at its place in the grid), the cosine "
             "similarity of its position embedding with every patch's (blue −1, red 1).",
         )
     with right:

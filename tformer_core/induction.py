@@ -71,8 +71,9 @@ def repeated_tokens(model: CausalLM, length: int, seed: int, repeats: int = 2) -
     if length < 2 or repeats < 2:
         raise ValueError(f"a repeated sequence needs length >= 2 and repeats >= 2, got {length} x {repeats}")
     prefix = list(model.tokenizer.encode("")) if model.tokenizer is not None else []
-    if model.max_tokens is not None and len(prefix) + repeats * length > model.max_tokens:
-        raise ValueError(f"{repeats} x {length} tokens do not fit in this model's {model.max_tokens} positions")
+    limit = model.token_limit  # its positions, or the fewer tokens one pass reads on this server
+    if limit is not None and len(prefix) + repeats * length > limit:
+        raise ValueError(f"{repeats} x {length} tokens do not fit in one pass of this model ({limit} tokens)")
     rng = np.random.default_rng(seed)
     vocab = model.output_vocab_size
     drawn: list[int] = []

@@ -20,7 +20,7 @@ below a patch run once. Passes are cut so that one holds at most probes.ROW_TOKE
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,11 +28,31 @@ import torch
 
 from . import probes, workload
 from .capture import Edit, intervene
+from .errors import InputError
 from .interventions import branch
 from .models.decoder import Decoder
 from .workload import Workload
 
 Progress = Callable[[float, str], None]
+
+
+class UnequalInputs(InputError):
+    """A and B split into different numbers of tokens: position p of B cannot be patched into position p of A.
+    tokens_a, tokens_b: each input's tokens as its tokenizer writes them (a page shows them readable)."""
+
+    def __init__(self, tokens_a: tuple[str, ...], tokens_b: tuple[str, ...]) -> None:
+        self.tokens_a, self.tokens_b = tokens_a, tokens_b
+        super().__init__(unequal_inputs_message(tokens_a, tokens_b))
+
+
+def unequal_inputs_message(tokens_a: Sequence[str], tokens_b: Sequence[str]) -> str:
+    """What is wrong and what to do, with both inputs' tokens (joined by " | ")."""
+    return (
+        f"A has {len(tokens_a)} tokens and B has {len(tokens_b)}: patching puts B's token at each position into "
+        "A's at the same position, one to one, so both inputs need the same number of tokens. "
+        f"A: {' | '.join(tokens_a)}. B: {' | '.join(tokens_b)}. Change a word of one of them so that both split "
+        "into as many tokens (e.g. a word the tokenizer keeps whole for one it splits)."
+    )
 
 
 @dataclass(frozen=True, eq=False)
@@ -148,10 +168,7 @@ def residual_patching(
         ids_a, tokens_a = model._ids(a, c.vocab_size, c.max_positions)
         ids_b, tokens_b = model._ids(b, c.vocab_size, c.max_positions)
     if ids_a.shape[1] != ids_b.shape[1]:
-        raise ValueError(
-            f"A has {ids_a.shape[1]} tokens and B {ids_b.shape[1]}: patching takes position p from B to A, "
-            "so both need the same number of tokens"
-        )
+        raise UnequalInputs(tuple(map(str, tokens_a)), tuple(map(str, tokens_b)))
     names = [f"decoder.{layer}.resid_pre" for layer in range(c.n_layers)] + [f"decoder.{c.n_layers - 1}.resid_post"]
     trace_b = model.trace(ids_b[0].tolist(), keep=lambda name: name in names or name == "head.logits")
     streams = [torch.as_tensor(np.array(trace_b[n])) for n in names]

@@ -66,12 +66,33 @@ class ScoreSteps:
     parts: dict[str, np.ndarray | float] = field(default_factory=dict)
 
 
+# The largest number (in size) a vector or parameter may hold. A score multiplies up to three of them (aᵀ W b)
+# and sums up to 8 x 8 such products: (1e100)^3 x 64 stays below float64's largest number, about 1.8e308, so
+# no score, intermediate or softmax input can overflow to inf or NaN (1e200 in a gave an inf dot product and
+# a NaN cosine, shown as results).
+MAX_MAGNITUDE = 1e100
+
+
+def _check_numbers(values: np.ndarray, what: str) -> None:
+    """InputError naming the first entry of `values` that is not finite or larger than MAX_MAGNITUDE in size."""
+    bad = ~np.isfinite(values) | (np.abs(np.nan_to_num(values)) > MAX_MAGNITUDE)
+    if not bad.any():
+        return
+    index = tuple(int(i) for i in np.argwhere(bad)[0])
+    where = f"number {index[0] + 1}" if values.ndim == 1 else f"row {index[0] + 1}, column {index[1] + 1}"
+    value = float(values[index])
+    shown = "NaN (not a number)" if math.isnan(value) else (f"{value:g}" if math.isfinite(value) else f"{value}")
+    raise InputError(
+        f"{what} holds {shown} ({where}): the score functions take finite numbers up to {MAX_MAGNITUDE:.0e} in "
+        "size, so that their products stay within float64's range (about 1.8e308). Use smaller numbers."
+    )
+
+
 def _vector(x: object, what: str) -> np.ndarray:
     v = np.asarray(x, dtype=np.float64)
     if v.ndim != 1 or v.size == 0:
         raise InputError(f"{what} must be a non-empty vector, got shape {v.shape}")
-    if not np.isfinite(v).all():
-        raise InputError(f"{what} holds a value that is not a finite number")
+    _check_numbers(v, what)
     return v
 
 
@@ -79,8 +100,7 @@ def _matrix(x: object, shape: tuple[int, int], what: str) -> np.ndarray:
     m = np.asarray(x, dtype=np.float64)
     if m.shape != shape:
         raise InputError(f"{what} must be {shape[0]} × {shape[1]}, got {' × '.join(map(str, m.shape)) or 'a number'}")
-    if not np.isfinite(m).all():
-        raise InputError(f"{what} holds a value that is not a finite number")
+    _check_numbers(m, what)
     return m
 
 
@@ -103,11 +123,13 @@ def scaled_dot(a: np.ndarray, b: np.ndarray) -> ScoreSteps:
 
 
 def cosine(a: np.ndarray, b: np.ndarray) -> ScoreSteps:
-    na, nb = float(np.linalg.norm(a)), float(np.linalg.norm(b))
+    # hypot scales as it sums: the lengths of vectors of 1e-200s or 1e100s are neither 0 nor inf
+    na, nb = math.hypot(*a), math.hypot(*b)
     if na == 0.0 or nb == 0.0:
         raise InputError("the cosine of a zero vector is not defined: give a and b at least one non-zero number")
     raw = _dot(a, b)
-    return ScoreSteps("cosine", FORMULAS["cosine"], raw / (na * nb), {"a · b": raw, "‖a‖": na, "‖b‖": nb})
+    value = _dot(a / na, b / nb)  # the angle from unit vectors: a . b of tiny numbers underflows to 0 first
+    return ScoreSteps("cosine", FORMULAS["cosine"], value, {"a · b": raw, "‖a‖": na, "‖b‖": nb})
 
 
 def bilinear(a: np.ndarray, b: np.ndarray, W: np.ndarray) -> ScoreSteps:
@@ -141,7 +163,8 @@ def score_functions(
 
     dot, scaled dot and cosine need a and b of one length; bilinear's W is [len(a), len(b)]; the additive
     score's W1 [h, len(a)], W2 [h, len(b)], v [h]. Missing parameters are `default_parameters`.
-    ValueError (a message for the user) for shapes that do not fit or numbers that are not finite.
+    InputError (a message for the user) for shapes that do not fit, or a number that is not finite or is larger
+    than MAX_MAGNITUDE in size (it names the input, the entry and the limit).
     """
     a, b = _vector(a, "a"), _vector(b, "b")
     if a.size != b.size:
@@ -151,4 +174,9 @@ def score_functions(
     v = _vector(defaults["v"] if v is None else v, "v")
     W1 = _matrix(defaults["W1"] if W1 is None else W1, (v.size, a.size), "W₁")
     W2 = _matrix(defaults["W2"] if W2 is None else W2, (v.size, b.size), "W₂")
-    return [dot(a, b), scaled_dot(a, b), cosine(a, b), bilinear(a, b, W), additive(a, b, W1, W2, v)]
+    steps = [dot(a, b), scaled_dot(a, b), cosine(a, b), bilinear(a, b, W), additive(a, b, W1, W2, v)]
+    for step in steps:  # never inf or NaN shown as a result (MAX_MAGNITUDE keeps every one finite)
+        for name, part in (("the score", step.value), *step.parts.items()):
+            if not np.isfinite(part).all():
+                raise InputError(f"{step.name}: {name} is not a finite number; use smaller numbers")
+    return steps

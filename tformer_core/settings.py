@@ -161,6 +161,7 @@ SETTINGS: dict[str, Setting] = {
             default_text="no cap",
         ),
         Setting("TFORMER_MAX_PARAMS", 250e6, _positive, "the most parameters a model may have"),
+        Setting("TFORMER_PASS_MB", 672.0, _positive, "MB of working memory one forward pass of a model may take"),
         Setting(
             "TFORMER_REQUEST_GFLOP",
             1000.0,

@@ -30,13 +30,13 @@ from tformer_core.inputs.image_file import read_image
 from tformer_core.interventions import Head, ablate_heads, intervene
 from tformer_core.models.base import TracedModel
 from tformer_core.models.kinds import CausalLM, EncoderDecoderModel, EncoderModel, VisionModel
-from tformer_core.patching import ResidualPatching, residual_patching
+from tformer_core.patching import ResidualPatching, UnequalInputs, residual_patching, unequal_inputs_message
 from tformer_core.patching import patching_workload as residual_patching_workload
 from tformer_core.trace import Trace
 from tformer_core.workload import Workload
 
 from .pictures import to_jpeg
-from .tokens import display_token
+from .tokens import display_token, display_tokens
 
 __all__ = ["Ablation", "HeadStudy", "ablated", "ablation", "display_token", "grid", "image_study", "lens_table"]
 __all__ += [
@@ -339,7 +339,11 @@ def patching(model: TracedModel, a: str, b: str, progress: Progress | None = Non
     model; the answers are each input's own next token (or, when they agree, what B says instead)."""
     if not isinstance(model, CausalLM):
         raise ValueError("patching between two inputs is shown for language models (decoder-only)")
-    return residual_patching(model, a, b, progress=progress)  # type: ignore[arg-type]
+    try:
+        return residual_patching(model, a, b, progress=progress)  # type: ignore[arg-type]
+    except UnequalInputs as error:  # the same message with the tokens as the page shows them
+        shown = unequal_inputs_message(display_tokens(error.tokens_a), display_tokens(error.tokens_b))
+        raise InputError(shown) from error
 
 
 def patching_axes(grid: ResidualPatching) -> tuple[list[str], list[str]]:

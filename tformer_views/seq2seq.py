@@ -144,7 +144,7 @@ def teacher_force(model: TracedModel, source: str, target: str) -> Translation:
     """The model's attention when the decoder is given `target` instead of its own output."""
     model = require_seq2seq(model)
     ids = target_ids(model, target)
-    limit = model.max_tokens
+    limit = model.token_limit
     if limit is not None and len(ids) > limit:
         raise InputError(
             f"the target has {len(ids)} tokens with its start and end tokens; this model handles at "

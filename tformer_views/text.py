@@ -396,7 +396,7 @@ class _Limited:
 def fit_text(model: TracedModel, text: str, pair: str | None = None, limit: int = PAGE_MAX_TOKENS) -> FittedInput:
     """`text` (and `pair`) cut to what the model reads, and to at most `limit` tokens (see tc.fit_to_model:
     ValueError for an empty input). FittedInput.max_tokens is the limit applied."""
-    most = model.max_tokens
+    most = model.token_limit
     if most is not None and most <= limit:
         return fit_to_model(model, text, pair)
     return fit_to_model(_Limited(model, limit), text, pair)

@@ -188,30 +188,54 @@ def embedding_filter_pcs(
     return tiles(pictures, [str(i + 1) for i in range(n)], columns, tile_px, gap=4, label_px=12), variance[:n]
 
 
-def position_similarity(model: TracedModel) -> np.ndarray:
-    """[N, N] cosine similarity between the position embeddings of the patches (prefix tokens left out)."""
+def _unit_positions(model: TracedModel) -> np.ndarray:
+    """[N, D] the patches' position embeddings (prefix tokens left out), each scaled to length 1."""
     model = require_vit(model)
     positions = model.weights().W_pos
     assert positions is not None  # a ViT's positions are learned
     pos = to_numpy(positions)[model.config.n_prefix_tokens :].astype(np.float64)  # [N, D]
-    unit = pos / np.maximum(np.linalg.norm(pos, axis=1, keepdims=True), 1e-12)
+    return pos / np.maximum(np.linalg.norm(pos, axis=1, keepdims=True), 1e-12)
+
+
+def position_similarity(model: TracedModel) -> np.ndarray:
+    """[N, N] cosine similarity between the position embeddings of the patches (prefix tokens left out)."""
+    unit = _unit_positions(model)
     return unit @ unit.T
+
+
+# Fig. 7's centre holds a map per patch, each as large as the grid: its pixels grow with the grid's fourth power
+# (a 96 x 96 grid drew 18,622 x 18,622 pixels, 347 megapixels, which Pillow refuses as a decompression bomb).
+# Grids up to MAX_MAPS_PER_SIDE a side (ViT-B/16 at 384 pixels: 24) show every patch's map; larger ones every
+# k-th patch's in each direction, and the picture stays within MAX_FIGURE_PX a side.
+MAX_MAPS_PER_SIDE = 24
+MAX_FIGURE_PX = 2048
+
+
+def similarity_map_step(grid_hw: tuple[int, int]) -> int:
+    """Every how many patches (in each direction) Fig. 7's centre shows a map: 1 (all) up to 24 a side."""
+    return -(-max(grid_hw) // MAX_MAPS_PER_SIDE)
 
 
 def position_similarity_maps(model: TracedModel, cell_px: int = 2, gap: int = 2) -> Image.Image:
     """Fig. 7, centre: for each patch (placed at its spot in the grid), a small map of its position
-    embedding's cosine similarity with every patch's (-1 blue .. 1 red)."""
-    model = require_vit(model)
-    sim = position_similarity(model)
-    rows, cols = model.config.grid_hw
+    embedding's cosine similarity with every patch's (-1 blue .. 1 red). A grid larger than 24 patches a side
+    shows the maps of every k-th patch (`similarity_map_step`), at most 2048 pixels a side in all."""
+    unit = _unit_positions(model)
+    rows, cols = require_vit(model).config.grid_hw
+    step = similarity_map_step((rows, cols))
+    shown_rows, shown_cols = range(0, rows, step), range(0, cols, step)
     k = max(cell_px, 42 // max(rows, cols))  # small grids get larger maps
-    map_h, map_w = rows * k, cols * k
-    canvas = Image.new("RGB", (cols * (map_w + gap) - gap, rows * (map_h + gap) - gap), "white")
-    for i in range(rows * cols):
-        colours = colourise(sim[i].reshape(rows, cols), "coolwarm", lo=-1.0, hi=1.0)
-        tile = Image.fromarray(colours).resize((map_w, map_h), Image.Resampling.NEAREST)
-        r, c = divmod(i, cols)
-        canvas.paste(tile, (c * (map_w + gap), r * (map_h + gap)))
+    fits = (MAX_FIGURE_PX + gap) // max(len(shown_rows), len(shown_cols)) - gap
+    scale = min(1.0, fits / (max(rows, cols) * k))
+    map_h, map_w = max(1, round(rows * k * scale)), max(1, round(cols * k * scale))
+    width, height = len(shown_cols) * (map_w + gap) - gap, len(shown_rows) * (map_h + gap) - gap
+    canvas = Image.new("RGB", (width, height), "white")
+    for r_shown, r in enumerate(shown_rows):
+        for c_shown, c in enumerate(shown_cols):
+            sim = unit @ unit[r * cols + c]  # [N]: this patch's similarity with every patch
+            colours = colourise(sim.reshape(rows, cols), "coolwarm", lo=-1.0, hi=1.0)
+            tile = Image.fromarray(colours).resize((map_w, map_h), Image.Resampling.NEAREST)
+            canvas.paste(tile, (c_shown * (map_w + gap), r_shown * (map_h + gap)))
     return canvas
 
 

@@ -36,10 +36,7 @@ def model_folder(tmp_path_factory):
     root = tmp_path_factory.mktemp("models")
     save_tiny_mae(root / "tiny-mae")
     (root / "tiny-mae" / "preprocessor_config.json").write_text(json.dumps(PREPROCESSOR))
-    save_tiny_detr(root / "tiny-detr")
-    (root / "tiny-detr" / "preprocessor_config.json").write_text(
-        json.dumps({"size": {"shortest_edge": 96, "longest_edge": 160}})
-    )
+    save_tiny_detr(root / "tiny-detr")  # with a preprocessor for pictures of 96 to 160 pixels
     return root
 
 

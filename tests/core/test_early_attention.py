@@ -47,6 +47,40 @@ def test_score_functions_take_the_users_parameters_and_refuse_bad_ones():
         score_functions([1, float("nan")], [3, 4])
 
 
+@pytest.mark.parametrize(
+    "inputs, message",
+    [
+        (dict(a=[1e200, 1], b=[3, 4]), "a holds 1e+200 (number 1)"),  # once an inf dot product and a NaN cosine
+        (dict(a=[1, 2], b=[3, 1e308]), "b holds 1e+308 (number 2)"),
+        (dict(a=[1, float("inf")], b=[3, 4]), "a holds inf (number 2)"),
+        (dict(a=[1, 2], b=[3, 4], W=[[1, 0], [0, -float("inf")]]), "W holds -inf (row 2, column 2)"),
+        (dict(a=[1, 2], b=[3, 4], W1=[[1, 0], [0, 1e101]]), "W₁ holds 1e+101 (row 2, column 2)"),
+        (dict(a=[1, 2], b=[3, 4], v=[float("nan"), 1]), "v holds NaN (not a number) (number 1)"),
+    ],
+)
+def test_numbers_that_would_overflow_are_named_with_the_limit(inputs, message):
+    with pytest.raises(tc.InputError) as caught:
+        score_functions(**inputs)
+    assert str(caught.value).startswith(message + ": the score functions take finite numbers up to 1e+100 in size")
+
+
+def test_numbers_at_the_limit_give_finite_scores_in_every_function():
+    """(1e100)^3 x 64 < 1.8e308: the largest products a bilinear score of 8 numbers sums stay finite."""
+    big, d = 1e100, 8
+    a, b = np.full(d, big), np.full(d, -big)
+    steps = score_functions(
+        a, b, W=np.full((d, d), big), W1=np.full((2, d), big), W2=np.full((2, d), big), v=[big, big]
+    )
+    values = {s.name: s.value for s in steps}
+    assert values["dot"] == pytest.approx(-d * big**2) and values["scaled dot"] == pytest.approx(
+        -d * big**2 / math.sqrt(d)
+    )
+    assert values["cosine"] == pytest.approx(-1.0) and values["bilinear"] == pytest.approx(-(d**2) * big**3)
+    assert values["additive"] == pytest.approx(0.0)  # tanh(big - big) = tanh(0) for both hidden units
+    tiny = score_functions([1e-200, 2e-200], [2e-200, 4e-200])[2]  # parallel: a . b underflows, the angle does not
+    assert tiny.value == pytest.approx(1.0) and tiny.parts["‖a‖"] == pytest.approx(math.sqrt(5) * 1e-200)
+
+
 # ---- attention pooling --------------------------------------------------------------------------
 def _tiny_pooling(pooling: str) -> PoolingClassifier:
     """1-number embeddings e = 0, 1, 2, 3; h = tanh(e); s = tanh(h); logits = (c, -c)."""

@@ -12,6 +12,8 @@ import pytest
 from PIL import Image
 
 from tformer_core.inputs.image_file import ImageError, read_image
+from tformer_core.inputs.preprocessing import ImagePreprocessing
+from tformer_core.models.detr import DetrPreprocessing
 
 RED, GREEN, BLUE = (255, 0, 0), (0, 255, 0), (0, 0, 255)
 
@@ -128,6 +130,30 @@ def test_too_many_pixels_are_refused_before_decoding():
         read_image(_png_claiming(20_000, 20_000))  # Pillow itself refuses to open this one
     with pytest.raises(ImageError, match="limit is 0 megapixels"):
         read_image(encode(quadrants(), "PNG"), max_pixels=100)
+
+
+@pytest.mark.parametrize("size", [(60_000, 1), (1, 60_000), (2_100, 100)])
+def test_a_picture_far_more_elongated_than_the_models_read_is_refused_before_decoding(size):
+    """A 60,000 x 1 PNG became a 2,048 x 1 picture: squeezed into a ViT's 224 x 224, or a DETR input 0 px tall."""
+    w, h = size
+    ratio = max(w, h) / min(w, h)
+    expected = f"the picture is {w:,} × {h:,} pixels: one side is {ratio:,.0f} times the other"
+    with pytest.raises(ImageError, match=expected + ".* at most 20 times the shorter. Crop it"):
+        read_image(_png_claiming(w, h), "strip.png")
+    assert read_image(encode(Image.new("RGB", (2_000, 100)), "PNG")).image.size == (2_000, 100)  # 20:1 is read
+
+
+def test_the_preprocessings_refuse_elongated_pictures_with_the_same_message():
+    strip = Image.new("RGB", (1, 3_000))
+    with pytest.raises(ImageError, match="1 × 3,000 pixels: one side is 3,000 times the other"):
+        ImagePreprocessing(resize=("shortest_edge", 224), crop=(224, 224))(strip)  # a 224 x 672,000 resize
+    with pytest.raises(ImageError, match="one side is 3,000 times the other"):
+        DetrPreprocessing(800, 1333)(strip)
+    # 10:1 fits the ratio, but DETR's longest edge of 200 leaves it 20 px tall: the backbone reads 32
+    with pytest.raises(ImageError, match="its shorter side would be 20 pixels; DETR reads at least 32"):
+        DetrPreprocessing(800, 200).size(400, 40)
+    # 20:1 is read: 67 = round(1,333 * 65 / 1,300) px tall, 1,340 = int(67 * 20) wide, as transformers computes it
+    assert DetrPreprocessing(800, 1333).size(1_300, 65) == (1_340, 67)
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,9 @@
 """MAE and DETR in the core's traced modules, against transformers' ViTMAEForPreTraining and
 DetrForObjectDetection on tiny random configs (saved and loaded as checkpoints, as a user's would be)."""
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -36,15 +39,22 @@ def save_tiny_mae(folder, seed=0):
     return model
 
 
-def save_tiny_detr(folder, seed=0):
+# Pictures of at most 160 pixels: the tiny ResNet's two stages leave one feature cell per 8 x 8 pixels, and at
+# DETR's own 800 x 1333 its encoder's attention would take gigabytes (refused by TFORMER_PASS_MB).
+TINY_DETR_PREPROCESSOR = {"size": {"shortest_edge": 96, "longest_edge": 160}}
+
+
+def save_tiny_detr(folder, seed=0, stages=2):
+    """A random DetrForObjectDetection with a ResNet of `stages` tiny stages, saved with a preprocessor for
+    pictures of at most 160 pixels."""
     torch.manual_seed(seed)
     backbone = ResNetConfig(
         num_channels=3,
         embedding_size=8,
-        hidden_sizes=[8, 16],
-        depths=[1, 1],
+        hidden_sizes=[8, 16, 16, 16][:stages],
+        depths=[1] * stages,
         layer_type="basic",
-        out_features=["stage2"],
+        out_features=[f"stage{stages}"],
     )
     config = DetrConfig(
         backbone_config=backbone,
@@ -69,6 +79,7 @@ def save_tiny_detr(folder, seed=0):
                 module.running_mean.uniform_(-0.2, 0.2)
                 module.running_var.uniform_(0.5, 2.0)
     model.save_pretrained(folder)
+    (Path(folder) / "preprocessor_config.json").write_text(json.dumps(TINY_DETR_PREPROCESSOR))
     return model
 
 
@@ -208,7 +219,8 @@ def test_detr_reads_a_checkpoint_with_timms_resnet_names(tmp_path):
     assert sum(k != r for k, r in zip(tensors, renamed)) > 20
     (tmp_path / "timm").mkdir()
     save_file(renamed, str(tmp_path / "timm" / "model.safetensors"), metadata={"format": "pt"})
-    (tmp_path / "timm" / "config.json").write_text((tmp_path / "hf" / "config.json").read_text())
+    for name in ("config.json", "preprocessor_config.json"):
+        (tmp_path / "timm" / name).write_text((tmp_path / "hf" / name).read_text())
     ours = load_folder(tmp_path / "timm")
     x = torch.randn(1, 3, 64, 64)
     with torch.no_grad():

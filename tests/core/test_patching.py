@@ -8,6 +8,7 @@ import torch
 from tests.core.test_interventions import tiny_llama
 from tests.core.tiny_models import tiny_decoder
 from tformer_core import patching, probes
+from tformer_core.errors import InputError
 from tformer_core.interventions import intervene, patch
 
 A = [3, 7, 1, 12, 9, 4]
@@ -70,5 +71,14 @@ def test_the_answers_are_each_inputs_own_or_what_b_says_instead():
 
 
 def test_inputs_of_different_lengths_are_refused_clearly():
-    with pytest.raises(ValueError, match="same number of tokens"):
+    """Once a ValueError, shown as "something went wrong on the server": the user's input, named as such."""
+    with pytest.raises(InputError) as caught:
         patching.residual_patching(tiny_decoder(), A, A[:4])
+    assert str(caught.value).startswith(
+        f"A has {len(A)} tokens and B has 4: patching puts B's token at each position into A's at the same "
+        "position, one to one, so both inputs need the same number of tokens. A: "
+        + " | ".join(map(str, A))
+        + ". B: "
+        + " | ".join(map(str, A[:4]))
+    )
+    assert caught.value.tokens_b == tuple(map(str, A[:4]))

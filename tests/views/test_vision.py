@@ -152,6 +152,27 @@ def test_position_similarity_is_the_cosine_of_the_patch_embeddings(vit):
     assert vv.position_similarity_maps(vit).size[0] > 0
 
 
+def test_position_maps_of_a_large_grid_stay_a_few_megapixels_and_show_every_kth_patch():
+    """A ViT made for 1536-pixel pictures (a 96 x 96 grid) drew 18,622 x 18,622 pixels here: 347 megapixels,
+    refused by Pillow as a decompression bomb (a traceback on the Vision page)."""
+    torch.manual_seed(0)
+    config = tc.ViTConfig(image_size=1536, patch_size=16, n_layers=1, d_model=8, n_heads=1, d_ff=16, n_classes=0)
+    big = tc.ViT(config)
+    big.preprocessing = ImagePreprocessing(resize=("exact", (1536, 1536)))
+    assert vv.similarity_map_step(config.grid_hw) == 4  # 24 maps a side
+    picture = vv.position_similarity_maps(big)
+    assert max(picture.size) <= vv.MAX_FIGURE_PX and picture.size == (2038, 2038)  # 24 maps of 83 px, gaps of 2
+    sim = vv.position_similarity(big)  # the map of patch (row 4, column 8) is the 5th down, 3rd across
+    expected = colour.colourise(sim[4 * 96 + 8].reshape(96, 96), "coolwarm", lo=-1.0, hi=1.0)
+    tile = np.asarray(picture)[1 * 85 : 1 * 85 + 83, 2 * 85 : 2 * 85 + 83]
+    shrunk = np.asarray(Image.fromarray(expected).resize((83, 83), Image.Resampling.NEAREST))
+    np.testing.assert_array_equal(tile, shrunk)
+    small = tiny_vit(distilled=False)  # a 3 x 4 grid: every patch's map, 42 // 4 = 10 px a cell
+    small.preprocessing = ImagePreprocessing(resize=("exact", (12, 16)))
+    assert vv.similarity_map_step(small.config.grid_hw) == 1
+    assert vv.position_similarity_maps(small).size == (4 * (40 + 2) - 2, 3 * (30 + 2) - 2)
+
+
 def test_uniform_baseline_is_the_analytic_mean_distance():
     # 14 x 14 grid of 16-px patches, renormalised over the patches: the mean distance between patch centres.
     r, c = np.divmod(np.arange(196), 14)

@@ -19,7 +19,7 @@ from ..models.kinds import CausalLM, EncoderDecoderModel
 from ..models.mae import MAE
 from ..models.seq2seq import EncoderDecoder
 from ..models.vit import ViT
-from . import bart, bert, detr, fallback, gguf, gpt2, llama, mae, marian, t5, vit
+from . import bart, bert, detr, fallback, gguf, gpt2, llama, mae, marian, passes, t5, vit
 from .common import load_tokenizer, on_meta, scrub
 from .errors import CheckpointError
 from .hfconfig import read_json
@@ -137,7 +137,9 @@ def load_folder(
     In order: config.json and generation_config.json are read; the weights' names, number formats and
     shapes are read without their data (a damaged or truncated file fails here); the model is built on
     PyTorch's meta device, which allocates nothing, and checked against TFORMER_MAX_PARAMS and against
-    every tensor's shape; only then is it built for real and filled. `name` (the model as the user knows
+    every tensor's shape; a pass over its largest input is estimated from its config and checked against
+    TFORMER_PASS_MB (`passes.check`: a text model may read fewer tokens, `pass_tokens`); only then is it built
+    for real and filled. `name` (the model as the user knows
     it, never a server path) appears in the few messages that are not about one file.
 
     converted=True: a folder tformer wrote itself (the cache of a converted GGUF file), never rewritten in place
@@ -187,14 +189,22 @@ def _load_folder(folder: Path, progress: Progress | None, name: str, converted: 
         _report(progress, 0.75, "checking the weights against config.json")
         with on_meta():  # this thread only: shapes and sizes, no memory
             family.build(hf, tensors.meta(), generation)
+        pass_tokens = passes.check(hf, _preprocessor(folder), name)  # what a pass over its largest input takes
         _report(progress, 0.8, "building the instrumented model")
         model = family.build(hf, tensors, generation)
     finally:
         tensors.close()
+    model.pass_tokens = pass_tokens
     _check_generation_ids(model)
     _report(progress, 0.9, "loading the tokenizer / image processor")
     _attach_inputs(model, folder, converted)
     return model
+
+
+def _preprocessor(folder: Path) -> dict[str, Any] | None:
+    """preprocessor_config.json's values, or None when the folder has none."""
+    path = folder / vit.PREPROCESSOR
+    return read_json(path) if path.is_file() else None
 
 
 def _attach_inputs(model: TracedModel[Any], folder: Path, converted: bool) -> None:

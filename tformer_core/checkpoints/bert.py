@@ -22,7 +22,7 @@ MODEL_TYPES = ("bert", "roberta", "distilbert", "xlm-roberta", "camembert")
 ROBERTA_LIKE = ("xlm-roberta", "camembert")
 
 
-def _config(hf: dict, model_type: str, has_mlm_head: bool, head: dict) -> EncoderConfig:
+def encoder_config(hf: dict, model_type: str, has_mlm_head: bool, head: dict) -> EncoderConfig:
     """The core config; `head` holds the classifier's fields (n_labels, labels, ...) or is empty."""
     c = HFConfig(hf)
     if model_type == "distilbert":
@@ -159,7 +159,7 @@ def build(hf: dict, tensors: dict, generation: dict | None = None) -> Encoder:
     w = Weights(tensors, prefixes=(f"{model_type}.",))
     head = _classifier(hf, model_type, w)
     mlm = not head and w.has(MLM_HEADS[model_type][0] + ".weight")
-    model = build_module(Encoder, _config(hf, model_type, mlm, head))
+    model = build_module(Encoder, encoder_config(hf, model_type, mlm, head))
     m: dict = {
         "encoder.embed.tok.weight": w["embeddings.word_embeddings.weight"],
         "encoder.embed.pos.weight": w["embeddings.position_embeddings.weight"],

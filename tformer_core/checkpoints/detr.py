@@ -52,7 +52,8 @@ def _backbone(c: HFConfig) -> dict:
     raise c.fail("backbone_config", "only ResNet backbones are supported")
 
 
-def _config(c: HFConfig, n_classes: int) -> DETRConfig:
+def detr_config(c: HFConfig, n_classes: int) -> DETRConfig:
+    """The core's config for a DETR config.json (`n_classes`: the classifier's, from the weights), checked."""
     if c.flag("dilation", False):
         raise CheckpointError("DETR with a dilated backbone (DC5) is not supported")
     if c.text("position_embedding_type", "sine") != "sine":
@@ -161,7 +162,7 @@ def build(hf: dict, tensors: dict, generation: dict | None = None) -> DETR:
     c = HFConfig(hf)
     w = Weights(tensors, prefixes=("model.",))
     n_classes = w["class_labels_classifier.weight"].shape[0] - 1
-    model = build_module(DETR, _config(c, n_classes))
+    model = build_module(DETR, detr_config(c, n_classes))
     assign(model, {**_backbone_tensors(w, model), **_transformer_tensors(w, model.config)}, w)
     return model
 
@@ -169,7 +170,12 @@ def build(hf: dict, tensors: dict, generation: dict | None = None) -> DETR:
 def preprocessing(folder: Path, config: DETRConfig) -> DetrPreprocessing:
     """preprocessor_config.json's sizes (shortest / longest edge, default 800 / 1333), ImageNet's mean and std."""
     path = folder / "preprocessor_config.json"
-    cfg = HFConfig(read_json(path) if path.is_file() else {}, "preprocessor_config.json")
+    return preprocessing_from(read_json(path) if path.is_file() else {})
+
+
+def preprocessing_from(values: dict) -> DetrPreprocessing:
+    """The preprocessing a preprocessor_config.json's values describe (see `preprocessing`)."""
+    cfg = HFConfig(values, "preprocessor_config.json")
     size = cfg.raw("size", {}) or {}
     size = size if isinstance(size, dict) else {}
     inner = HFConfig(size, "preprocessor_config.json")

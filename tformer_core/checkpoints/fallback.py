@@ -12,7 +12,8 @@ The same safety rules as the core's converters:
   asked for explicitly); both are first checked by `weights.read_tensors` (headers against file lengths,
   pickles that hold anything but tensors refused, a .bin far over the parameter limit refused unread).
 - The parameter limit (TFORMER_MAX_PARAMS) is checked on the model built on PyTorch's meta device,
-  before any weight is allocated; layer counts and widths are bounded before that.
+  before any weight is allocated; layer counts and widths are bounded before that; and so is the working
+  memory of a pass (TFORMER_PASS_MB, `passes.check`).
 - Every parameter must come from the checkpoint: a weight transformers would have to initialise at
   random (a checkpoint of another architecture) is an error, not a warning.
 """
@@ -299,6 +300,9 @@ def load_transformers(folder: Path, progress: Progress | None = None, name: str 
     config = read_config(folder, cls)
     _report(progress, 0.75, "checking the size on the meta device")
     count_on_meta(cls, config, name)
+    from .passes import check as check_pass  # passes reads every family, this one included
+
+    pass_tokens = check_pass(hf, None, name)
     _report(progress, 0.8, f"loading the weights into transformers' {cls.__name__}")
     hf_model = from_pretrained(cls, folder, config)
     try:
@@ -315,6 +319,7 @@ def load_transformers(folder: Path, progress: Progress | None = None, name: str 
         else (TransformersDecoder if described.causal else TransformersEncoder)
     )
     model = wrapper(hf_model, described)
+    model.pass_tokens = pass_tokens
     generation_file = folder / "generation_config.json"
     generation = read_json(generation_file) if generation_file.is_file() else None
     model.generation = generation_settings(hf, generation)

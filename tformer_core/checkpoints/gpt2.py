@@ -16,13 +16,13 @@ from .weights import Weights, assign
 MODEL_TYPES = ("gpt2",)
 
 
-def build(hf: dict, tensors: dict, generation: dict | None = None) -> Decoder:
-    c = HFConfig(hf)
+def config(c: HFConfig) -> DecoderConfig:
+    """The core's config for a GPT-2 config.json, every value checked (CheckpointError names the key)."""
     if c.flag("scale_attn_by_inverse_layer_idx", False) or not c.flag("scale_attn_weights", True):
         raise CheckpointError("this GPT-2 variant scales attention differently: not supported yet")
     D, n_heads = c.whole("n_embd"), c.whole("n_head")
     c.heads_divide("n_head", n_heads, "n_embd", D)
-    config = DecoderConfig(
+    return DecoderConfig(
         vocab_size=c.whole("vocab_size"),
         max_positions=c.whole("n_positions"),
         n_layers=c.layers("n_layer"),
@@ -34,7 +34,11 @@ def build(hf: dict, tensors: dict, generation: dict | None = None) -> Decoder:
         norm="pre",
         tie_embeddings=True,
     )
-    model = build_module(Decoder, config)
+
+
+def build(hf: dict, tensors: dict, generation: dict | None = None) -> Decoder:
+    c = HFConfig(hf)
+    model = build_module(Decoder, config(c))
     w = Weights(tensors, prefixes=("transformer.",))
     m = {
         "decoder.embed.tok.weight": w["wte.weight"],
@@ -42,7 +46,7 @@ def build(hf: dict, tensors: dict, generation: dict | None = None) -> Decoder:
         "decoder.ln_final.weight": w["ln_f.weight"],
         "decoder.ln_final.bias": w["ln_f.bias"],
     }
-    for i in range(config.n_layers):
+    for i in range(model.config.n_layers):
         h, b = f"h.{i}.", f"decoder.blocks.{i}."
         q, k, v = w[h + "attn.c_attn.weight"].t().chunk(3, dim=0)  # each (D, D) as Linear weights
         qb, kb, vb = w[h + "attn.c_attn.bias"].chunk(3)

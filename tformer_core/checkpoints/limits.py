@@ -10,6 +10,14 @@ room for both. It admits every model the pages are made
 for (BERT-base 110 M, GPT-2 124 M, BART-base 140 M, T5-base 223 M, flan-T5-base 248 M, ViT-base 86 M,
 opus-mt about 75 M) and refuses the "large" sizes (BERT-large 335 M, GPT-2 medium 355 M, BART-large 406 M).
 
+TFORMER_PASS_MB (default 672): the most working memory one forward pass may take, beyond the weights. The
+parameter limit bounds what a model holds; a pass over a large input holds more (a ViT whose config asks for
+1536-pixel pictures: 9,217 tokens, a 340 MB attention matrix per head and layer). 672 MB is what the server's
+memory budget reserves per pass (tformer_app.settings.WORKING_MB, the README's TFORMER_PASSES). It admits
+the pages' models at their own inputs: a default trace of BERT-base at 512 tokens took 512 MB, GPT-2 575 MB,
+ViT-B/16 at 384 pixels 517 MB, DETR-R50 at 832 x 1386 pixels 463 MB (benchmarks/memory.py --largest-configs).
+`passes.check` estimates a pass from the config before any weight is read.
+
 TFORMER_HUB_MAX_MB (default 2000): the most a model's files may take, summed, before a download from the
 hub starts. Twice the float32 size of a model at the default parameter limit: a model the limit admits is
 never refused for its download, and nothing is fetched for hours only to be refused afterwards.
@@ -33,6 +41,11 @@ BYTES_PER_PARAM = 4  # float32, how the core holds every model on the CPU
 def max_params() -> int:
     """TFORMER_MAX_PARAMS: the most parameters (weights and fixed tables) a loaded model may have."""
     return int(settings.value("TFORMER_MAX_PARAMS"))
+
+
+def pass_bytes() -> int:
+    """TFORMER_PASS_MB, in bytes: the most working memory one forward pass of a loaded model may take."""
+    return settings.megabytes("TFORMER_PASS_MB")
 
 
 def hub_max_bytes() -> int:

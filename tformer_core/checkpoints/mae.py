@@ -23,7 +23,8 @@ MODEL_TYPES = ("vit_mae",)
 DECODER_LAYERS = ("decoder.decoder_layers.{i}.", "decoder.decoder_encoder.layer.{i}.")
 
 
-def _config(c: HFConfig) -> MAEConfig:
+def mae_config(c: HFConfig) -> MAEConfig:
+    """The core's config for a ViT-MAE config.json, checked."""
     if not c.flag("qkv_bias", True):
         raise CheckpointError("ViT-MAE checkpoints without Q/K/V biases are not supported")
     encoder = encoder_fields(c)
@@ -58,7 +59,7 @@ def _decoder_prefix(w: Weights) -> str:
 def build(hf: dict, tensors: dict, generation: dict | None = None) -> MAE:
     """The checkpoint's tensors in a core MAE."""
     c = HFConfig(hf)
-    config = _config(c)
+    config = mae_config(c)
     w = Weights(tensors, prefixes=("vit.",))
     decoder = _decoder_prefix(w)
     model = build_module(MAE, config)

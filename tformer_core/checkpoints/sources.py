@@ -5,8 +5,8 @@ Local models are named relative to their configured folder ("models/deit-tiny-pa
 `display_name`): the app lists and links them by that name, and no message shows a server path.
 Whether a source is a path or a hub id is decided from the string alone (`looks_like_path`); the
 filesystem is consulted only for paths inside the configured folders. Hub downloads are bounded in
-size (TFORMER_HUB_MAX_MB, TFORMER_MAX_PARAMS), in time (`HUB_TIMEOUT_S`, `_with_deadline`), and together on disk
-(TFORMER_HUB_DISK_MB, `hub_disk`).
+size (TFORMER_HUB_MAX_MB, TFORMER_MAX_PARAMS, and TFORMER_PASS_MB from the config files, fetched first), in
+time (`HUB_TIMEOUT_S`, `_with_deadline`), and together on disk (TFORMER_HUB_DISK_MB, `hub_disk`).
 """
 
 from __future__ import annotations
@@ -354,12 +354,42 @@ def _hub_files(repo_id: str) -> tuple[str, dict[str, int], int | None]:
     return info.sha, {f: files[f] for f in wanted}, (total if isinstance(total, int) else None)
 
 
+_CONFIG_FILES = ("config.json", "preprocessor_config.json")
+
+
+def _check_pass(folder: Path, repo_id: str) -> None:
+    """CheckpointError when a pass of the model whose config files are in `folder` would take more working
+    memory than TFORMER_PASS_MB allows (`passes.check`), before its weights are downloaded."""
+    from .hfconfig import read_json
+    from .passes import check  # it reads every family's config; the families import this module
+
+    preprocessor = folder / _CONFIG_FILES[1]
+    check(read_json(folder / _CONFIG_FILES[0]), read_json(preprocessor) if preprocessor.is_file() else None, repo_id)
+
+
+def _check_sizes(repo_id: str, files: dict[str, int], n_params: int | None) -> int:
+    """The files' total bytes; CheckpointError when they pass TFORMER_HUB_MAX_MB or the parameters the hub
+    counts pass TFORMER_MAX_PARAMS."""
+    total = sum(files.values())
+    cap = hub_max_bytes()
+    if total > cap:
+        raise CheckpointError(
+            f"{repo_id}: its files take {megabytes(total)}, more than this server downloads: the limit is "
+            f"{megabytes(cap)} (the setting TFORMER_HUB_MAX_MB)"
+        )
+    if n_params is not None:
+        check_params(n_params, repo_id)
+    return total
+
+
 def hub_folder(repo_id: str, progress: Progress | None = None) -> Path:
     """The local snapshot of a hub model: from the cache if it is there, else downloaded (when online).
 
     Before anything is downloaded, the files' total size must be within TFORMER_HUB_MAX_MB and the
-    parameters the hub counts within TFORMER_MAX_PARAMS. Fails within seconds, with a message that says
-    what to do, when the hub cannot be reached; a download that stalls is given up (see `_with_deadline`).
+    parameters the hub counts within TFORMER_MAX_PARAMS; its config files come first, and a pass of the model
+    they describe must fit TFORMER_PASS_MB (`passes.check`) before its weights are downloaded. Fails within
+    seconds, with a message that says what to do, when the hub cannot be reached; a download that stalls is
+    given up (see `_with_deadline`).
     """
     from huggingface_hub import hf_hub_download
 
@@ -375,22 +405,18 @@ def hub_folder(repo_id: str, progress: Progress | None = None) -> Path:
         )
     _report(progress, 0.02, f"{repo_id}: asking the Hugging Face hub")
     revision, files, n_params = _hub_files(repo_id)
-    total = sum(files.values())
-    cap = hub_max_bytes()
-    if total > cap:
-        raise CheckpointError(
-            f"{repo_id}: its files take {megabytes(total)}, more than this server downloads: the limit is "
-            f"{megabytes(cap)} (the setting TFORMER_HUB_MAX_MB)"
-        )
-    if n_params is not None:
-        check_params(n_params, repo_id)
+    total = _check_sizes(repo_id, files, n_params)
     hub_disk.make_room(repo_id, total)  # TFORMER_HUB_DISK_MB: older downloads removed first
 
     def download(report: Progress, cancelled: threading.Event) -> Path:
-        done, folder = 0, None
-        for name in sorted(files, key=lambda name: files[name]):
+        done, folder, checked = 0, None, False
+        # The config files first: what a pass of the model asks for is checked before its weights come.
+        for name in sorted(files, key=lambda name: (name not in _CONFIG_FILES, files[name])):
             if cancelled.is_set():
                 break
+            if folder is not None and name not in _CONFIG_FILES and not checked:
+                _check_pass(folder, repo_id)
+                checked = True
             report(0.05 + 0.6 * done / (total or 1), f"{repo_id}: downloading {name}")
             try:
                 path = hf_hub_download(repo_id, name, revision=revision, etag_timeout=HUB_TIMEOUT_S)

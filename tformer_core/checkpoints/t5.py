@@ -78,8 +78,7 @@ def _stack_mapping(w: Weights, stack: str, n_layers: int, ffn: dict[str, str]) -
 
 def build(hf: dict, tensors: dict, generation: dict | None = None) -> EncoderDecoder:
     """The checkpoint's tensors in a core EncoderDecoder, with its greedy-decoding rules."""
-    act, gated = _feed_forward(hf)
-    c = HFConfig(hf)
+    _feed_forward(hf)  # a variant the core cannot express is named before any tensor is looked for
     w = Weights(tensors)
     embedding = w["shared.weight"] if w.has("shared.weight") else w["encoder.embed_tokens.weight"]
     V, D = embedding.shape
@@ -87,12 +86,35 @@ def build(hf: dict, tensors: dict, generation: dict | None = None) -> EncoderDec
     if w.has("lm_head.weight"):
         head = w["lm_head.weight"]
         tied = same_values(head, embedding)
+    config = t5_config(hf, V, tied)
+    if config.d_model != D:
+        raise CheckpointError(f"shared.weight has width {D}, the config says d_model={config.d_model}")
+    model = build_module(EncoderDecoder, config)
+    m = {"encoder.embed.tok.weight": embedding}
+    if not tied:
+        m["head.unembed.weight"] = w["lm_head.weight"]
+    # gated: hidden = act(x wi_0) * (x wi_1), the core's act(x W_gate) * (x W_in)
+    ffn = {"mlp.W_in": "wi", "mlp.W_out": "wo"}
+    if config.ffn_gated:
+        ffn = {"mlp.W_gate": "wi_0", "mlp.W_in": "wi_1", "mlp.W_out": "wo"}
+    for stack, n_layers in (("encoder", config.n_encoder_layers), ("decoder", config.n_decoder_layers)):
+        m.update(_stack_mapping(w, stack, n_layers, ffn))
+    assign(model, m, w)
+    model.generation = generation_rules(hf, generation)
+    return model
+
+
+def t5_config(hf: dict, vocab_size: int, tied: bool) -> Seq2SeqConfig:
+    """The core's config for a T5 config.json (the vocabulary and the output layer's tying come from the
+    weights); every value checked (CheckpointError names the key)."""
+    act, gated = _feed_forward(hf)
+    c = HFConfig(hf)
     n_encoder = c.layers("num_layers")
     n_decoder = c.layers("num_decoder_layers", n_encoder)
     d_model = c.whole("d_model")
-    config = Seq2SeqConfig(
-        src_vocab_size=V,
-        tgt_vocab_size=V,
+    return Seq2SeqConfig(
+        src_vocab_size=vocab_size,
+        tgt_vocab_size=vocab_size,
         max_positions=c.whole("n_positions", 512),
         n_encoder_layers=n_encoder,
         n_decoder_layers=n_decoder,
@@ -117,18 +139,3 @@ def build(hf: dict, tensors: dict, generation: dict | None = None) -> EncoderDec
         rel_pos_buckets=c.whole("relative_attention_num_buckets", 32, high=4096),
         rel_pos_max_distance=c.whole("relative_attention_max_distance", 128),
     )
-    if config.d_model != D:
-        raise CheckpointError(f"shared.weight has width {D}, the config says d_model={config.d_model}")
-    model = build_module(EncoderDecoder, config)
-    m = {"encoder.embed.tok.weight": embedding}
-    if not tied:
-        m["head.unembed.weight"] = w["lm_head.weight"]
-    # gated: hidden = act(x wi_0) * (x wi_1), the core's act(x W_gate) * (x W_in)
-    ffn = {"mlp.W_in": "wi", "mlp.W_out": "wo"}
-    if gated:
-        ffn = {"mlp.W_gate": "wi_0", "mlp.W_in": "wi_1", "mlp.W_out": "wo"}
-    for stack, n_layers in (("encoder", n_encoder), ("decoder", n_decoder)):
-        m.update(_stack_mapping(w, stack, n_layers, ffn))
-    assign(model, m, w)
-    model.generation = generation_rules(hf, generation)
-    return model

@@ -67,7 +67,8 @@ def encoder_fields(c: HFConfig) -> dict[str, Any]:
     }
 
 
-def _config(c: HFConfig, n_classes: int, distilled: bool, dist_head: bool) -> ViTConfig:
+def vit_config(c: HFConfig, n_classes: int, distilled: bool, dist_head: bool) -> ViTConfig:
+    """The core's config for a ViT or DeiT config.json (the heads come from the weights), checked."""
     if not c.flag("qkv_bias", True):
         raise CheckpointError("ViT checkpoints without Q/K/V biases are not supported yet")
     image_size, patch_size = _image_size(c), c.whole("patch_size", high=1 << 14)
@@ -93,7 +94,7 @@ def build(hf: dict, tensors: dict, generation: dict | None = None) -> ViT:
     distilled = w.has("embeddings.distillation_token")
     head, dist_head = _heads(w)
     n_classes = w[head + ".weight"].shape[0] if head else 0
-    config = _config(c, n_classes, distilled, dist_head is not None)
+    config = vit_config(c, n_classes, distilled, dist_head is not None)
     model = build_module(ViT, config)
     conv = w["embeddings.patch_embeddings.projection.weight"]  # (D, C, P, P)
     m = {

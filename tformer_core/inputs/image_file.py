@@ -7,8 +7,8 @@
 What is accepted: PNG, JPEG, WebP, BMP, TIFF, GIF (its first frame), in any mode: grey (L, 1),
 palette (P), with alpha (LA, PA, RGBA: laid over white), CMYK, 16-bit and 32-bit integer and
 float grey (scaled to 0..255 from their value range). Limits: MAX_BYTES per file, MAX_PIXELS per
-image (refused above, before its pixels are decoded), and pictures larger than MAX_SIDE pixels
-on a side are downscaled (the models see 224 px or less anyway). SVG and other non-images are
+image and MAX_ASPECT between its sides (refused above, before its pixels are decoded), and pictures larger
+than MAX_SIDE pixels on a side are downscaled (the models see 224 px or less anyway). SVG and other non-images are
 refused with a message that says what the file looks like.
 """
 
@@ -28,6 +28,10 @@ from ..errors import InputError
 MAX_BYTES = 25 * 2**20
 MAX_PIXELS = 60_000_000  # refused above this (a 60-megapixel photo is already far beyond any phone's)
 MAX_SIDE = 2048  # larger pictures are downscaled to this longest side
+# The longer side at most this many times the shorter. The models read pictures near square (a ViT squeezes any
+# picture to its own square; DETR keeps the ratio with its longer side at most 1,333 pixels and needs 32 on the
+# shorter): a 60,000 x 1 strip became a 2,048 x 1 picture squeezed into 224 x 224, or a DETR input 0 pixels tall.
+MAX_ASPECT = 20
 FORMATS = ("PNG", "JPEG", "WEBP", "BMP", "TIFF", "GIF", "MPO")  # MPO: JPEGs from some cameras
 
 # What a refused file looks like, by its first bytes.
@@ -160,6 +164,17 @@ def _to_rgb(image: Image.Image) -> tuple[Image.Image, list[str]]:
     return image, notes
 
 
+def check_aspect(width: int, height: int, label: str = "") -> None:
+    """ImageError when one side of a `width` x `height` picture is more than MAX_ASPECT times the other."""
+    long, short = max(width, height), min(width, height)
+    if long > MAX_ASPECT * short:
+        raise ImageError(
+            f"{label}the picture is {width:,} × {height:,} pixels: one side is {long / short:,.0f} times the other, "
+            f"and the models here read pictures whose longer side is at most {MAX_ASPECT} times the shorter. "
+            "Crop it to a less elongated part first."
+        )
+
+
 def read_image(
     data: bytes, name: str = "", max_bytes: int = MAX_BYTES, max_pixels: int = MAX_PIXELS, max_side: int = MAX_SIDE
 ) -> LoadedImage:
@@ -191,6 +206,7 @@ def read_image(
         width, height = image.size
         if width < 1 or height < 1:
             raise ImageError(f"{label}the image has no pixels ({width} × {height})")
+        check_aspect(width, height, label)
         if width * height > max_pixels:
             raise ImageError(
                 f"{label}the image is {width:,} × {height:,} pixels ({width * height / 1e6:.0f} "

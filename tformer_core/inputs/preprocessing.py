@@ -8,6 +8,8 @@ import numpy as np
 import torch
 from PIL import Image
 
+from .image_file import check_aspect
+
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 
@@ -55,7 +57,10 @@ class ImagePreprocessing:
         )
 
     def resized(self, image: Image.Image) -> Image.Image:
-        """The image as the model sees it, before normalisation: resized and cropped, RGB."""
+        """The image as the model sees it, before normalisation: resized and cropped, RGB. ImageError for a
+        picture more elongated than image_file.MAX_ASPECT (its longer side would be resized to thousands of
+        times the shorter's new size before the crop)."""
+        check_aspect(*image.size)
         image = image.convert("RGB")
         if self.resize is not None:
             kind, size = self.resize

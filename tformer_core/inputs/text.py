@@ -64,7 +64,8 @@ class TextReader(Protocol):
 
 
 def fit_to_model(model: TextReader, text: str, pair: str | None = None) -> FittedInput:
-    """`text` (and `pair`, BERT's sentence B) cut at a token boundary so the whole input fits the model.
+    """`text` (and `pair`, BERT's sentence B) cut at a token boundary so the whole input fits the model (its
+    positions, or the fewer tokens one pass reads on this server: `TracedModel.pass_tokens`).
 
     Decoder-only models take no second segment (it is ignored). Raises ValueError for an empty
     sentence, or one of invisible characters only. n_dropped counts the tokens cut off, so the page
@@ -82,6 +83,9 @@ def fit_to_model(model: TextReader, text: str, pair: str | None = None) -> Fitte
     text = text.strip()
     pair = pair.strip() if pair else None
     limit = model.max_tokens
+    passes = getattr(model, "pass_tokens", None)  # the server's limit for one pass (TracedModel.pass_tokens)
+    if passes is not None and (limit is None or passes < limit):
+        limit = passes
     total = tokenizer.count(text, pair)
     if tokenizer.count_content(text) == 0:
         raise InputError("the tokenizer finds no tokens in the sentence (only characters it drops): type some words")

@@ -123,6 +123,8 @@ class TracedModel(nn.Module, Generic[ConfigT], metaclass=ABCMeta):
     writes them, or class names).
     source: where the weights came from ("minilm", a hub id, a folder), for display. weights_note: a line
     about the weights for display (e.g. that they were 4-bit quantised), or "".
+    pass_tokens: the most tokens one pass reads, when fewer than the model's positions: `load_model` sets it
+    from the estimate of a pass's working memory (tformer_core.costs, TFORMER_PASS_MB); None: no such limit.
     """
 
     kind: ClassVar[ModelKind]
@@ -136,6 +138,7 @@ class TracedModel(nn.Module, Generic[ConfigT], metaclass=ABCMeta):
         self.output_labels: Sequence[str] | None = None
         self.source: str = ""
         self.weights_note: str = ""
+        self.pass_tokens: int | None = None
 
     @property
     def capabilities(self) -> Capabilities:
@@ -157,6 +160,14 @@ class TracedModel(nn.Module, Generic[ConfigT], metaclass=ABCMeta):
     def max_tokens(self) -> int | None:
         """The longest input the model reads, in tokens (None for a model that does not read text)."""
         return None
+
+    @property
+    def token_limit(self) -> int | None:
+        """The most tokens one pass reads: `max_tokens`, or `pass_tokens` when that is fewer."""
+        most = self.max_tokens
+        if self.pass_tokens is None:
+            return most
+        return self.pass_tokens if most is None else min(most, self.pass_tokens)
 
     def stack(self, name: str) -> Stack:
         """The "encoder" or "decoder" stack module (embedding, blocks, final norm)."""
@@ -238,6 +249,11 @@ class TracedModel(nn.Module, Generic[ConfigT], metaclass=ABCMeta):
         if max_positions is not None and len(ids) > max_positions:
             raise InputError(
                 f"the {what} has {len(ids)} tokens; this model handles at most {max_positions}. Shorten it."
+            )
+        if max_positions is not None and self.pass_tokens is not None and len(ids) > self.pass_tokens:
+            raise InputError(
+                f"the {what} has {len(ids)} tokens; one pass of this model reads at most {self.pass_tokens} on this "
+                "server (the working memory a pass may take, TFORMER_PASS_MB). Shorten it."
             )
         labels = tokenizer.convert_ids_to_tokens(ids) if tokenizer is not None else [str(i) for i in ids]
         return torch.tensor([ids], dtype=torch.long, device=self.device), tuple(labels)

@@ -35,6 +35,7 @@ from torch import nn
 
 from ..capture import HookPoint, NameFilter, any_of, matching
 from ..errors import InputError
+from ..inputs.image_file import ImageError, check_aspect
 from ..inputs.preprocessing import IMAGENET_MEAN, IMAGENET_STD
 from ..trace import Trace, stored_by_default
 from .base import Capabilities
@@ -276,11 +277,20 @@ class DetrPreprocessing:
     std: tuple[float, ...] = IMAGENET_STD
 
     def size(self, width: int, height: int) -> tuple[int, int]:
-        """(width, height) the picture is resized to (transformers' get_size_with_aspect_ratio)."""
+        """(width, height) the picture is resized to (transformers' get_size_with_aspect_ratio). ImageError for a
+        picture more elongated than image_file.MAX_ASPECT, or whose shorter side would be resized below the 32
+        pixels the backbone reads (its longer side is resized to `longest` at most)."""
+        check_aspect(width, height)
         short, long = min(width, height), max(width, height)
         target = self.shortest
         if long / short * target > self.longest:
             target = round(self.longest * short / long)
+        if target < 32:
+            raise ImageError(
+                f"the picture is {width:,} × {height:,} pixels: resized for DETR (its longer side at most "
+                f"{self.longest:,} pixels) its shorter side would be {target} pixels; DETR reads at least 32. Crop it "
+                "to a less elongated part first."
+            )
         if width <= height:
             return target, int(target * height / width)
         return int(target * width / height), target
