@@ -38,6 +38,7 @@ class ServerSettings:
     gpu_bytes: int | None = None  # TFORMER_GPU_MB: this process's GPU memory, None when unset (no cap)
     studies: int = 1  # TFORMER_STUDIES: long computations run at once (tformer_app.work)
     request_flops: float = 1e12  # TFORMER_REQUEST_GFLOP in operations: the most one request may compute
+    pass_bytes: int = WORKING_MB * MB  # TFORMER_PASS_MB: the working memory a loaded model's pass may take
 
     @property
     def results_gpu_bytes(self) -> int:
@@ -46,8 +47,9 @@ class ServerSettings:
 
     @property
     def working_bytes(self) -> int:
-        """Memory the passes under way may take beyond the caches (WORKING_MB each)."""
-        return self.passes * WORKING_MB * MB
+        """Memory the passes under way may take beyond the caches: WORKING_MB each, or TFORMER_PASS_MB where an
+        operator raised it (the loaders admit models whose pass takes up to that)."""
+        return self.passes * max(WORKING_MB * MB, self.pass_bytes)
 
 
 def server_settings() -> ServerSettings:
@@ -59,4 +61,5 @@ def server_settings() -> ServerSettings:
         gpu_bytes=settings.gpu_bytes(),
         studies=int(settings.value("TFORMER_STUDIES")),
         request_flops=settings.request_flops(),
+        pass_bytes=settings.megabytes("TFORMER_PASS_MB"),
     )
