@@ -12,7 +12,7 @@ transformers fallback), a model with random weights at the largest config TFORME
 model's own sizes, and for a picture model the largest picture whose pass fits: ViT-B/16's image_size, DETR-R50's
 shortest edge) is saved by transformers into a folder under a configured model folder, loaded by a fresh process
 with tc.load_model, and run once over its largest input (a default trace: everything but the scores). The table
-gives what the loader's estimate promised (tformer_core.costs) beside the RSS the pass took at its peak (VmHWM
+gives what the loader's estimate promised (tformer_core.pass_memory) beside the RSS the pass took at its peak (VmHWM
 over the RSS before it, after a first pass and the freed memory handed back), and the budget.
 
 Each server is started fresh (`streamlit run app.py` of its tree, offline, on the CPU, DeiT-Tiny from
@@ -453,7 +453,7 @@ from pathlib import Path
 import numpy as np, torch
 from PIL import Image
 import tformer_core as tc
-from tformer_core import costs
+from tformer_core import pass_memory
 
 def rss():
     fields = dict(l.split(":", 1) for l in Path("/proc/self/status").read_text().splitlines() if ":" in l)
@@ -463,7 +463,7 @@ folder = Path(sys.argv[1])
 model = tc.load_model(str(folder), device="cpu", model_dirs=[folder.parent])
 pre = getattr(model, "preprocessing", None)
 if model.kind in ("vit", "mae", "detr"):
-    W, H = costs.detr_picture_size(pre) if model.kind == "detr" else model.config.image_hw[::-1]
+    W, H = pass_memory.detr_picture_size(pre) if model.kind == "detr" else model.config.image_hw[::-1]
     picture = Image.fromarray(np.random.default_rng(0).integers(0, 255, (H, W, 3), dtype=np.uint8))
     run = (lambda: model.trace(pre(picture), seed=0)) if model.kind == "mae" else (lambda: model.trace(pre(picture)))
     warm = run
@@ -474,7 +474,7 @@ else:
         run, warm = (lambda: model.trace(ids, ids)), (lambda: model.trace(ids[:8], ids[:8]))
     else:
         run, warm = (lambda: model.trace(ids)), (lambda: model.trace(ids[:8]))
-estimate = costs.pass_cost(model.config, pre, tokens=model.pass_tokens)
+estimate = pass_memory.pass_cost(model.config, pre, tokens=model.pass_tokens)
 with torch.inference_mode():
     warm()
     gc.collect(); tc.release_freed_memory()
@@ -490,10 +490,10 @@ print(json.dumps({"input": estimate.input, "estimate": estimate.total, "measured
 def _largest_picture(config_of, sizes) -> int:
     """The largest of `sizes` whose pass the estimate admits within TFORMER_PASS_MB (config_of(size) -> the core
     config and its preprocessing)."""
-    from tformer_core import costs
+    from tformer_core import pass_memory
     from tformer_core.checkpoints.limits import pass_bytes
 
-    fits = [size for size in sizes if costs.pass_cost(*config_of(size)).total <= pass_bytes()]
+    fits = [size for size in sizes if pass_memory.pass_cost(*config_of(size)).total <= pass_bytes()]
     return max(fits)
 
 

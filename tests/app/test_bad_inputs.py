@@ -21,8 +21,8 @@ from PIL import Image
 from streamlit.testing.v1 import AppTest
 
 from tests.app.pages import messages, no_exception, run
-from tests.core.test_checkpoint_costs import save_vit
 from tests.core.test_mae_detr import save_tiny_detr
+from tests.core.test_pass_memory import save_vit
 
 
 def png(width: int, height: int) -> bytes:

@@ -3,7 +3,7 @@ answer: `check(config.json's values, preprocessor_config.json's values, name)`.
 
 Every loader calls it before a weight is read (a local folder: after the weights' headers and the parameter
 count are checked, before the model is built for real) or downloaded (a hub model: once its config.json and
-preprocessor_config.json are fetched, before its weights). The estimate is tformer_core.costs': the config is
+preprocessor_config.json are fetched, before its weights). The estimate is tformer_core.pass_memory': the config is
 read by the family's own reader (the same checks and messages as loading it), without the weights.
 
 A picture model reads pictures of the size its config gives: it is refused when one pass over such a picture
@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from .. import costs
+from .. import pass_memory
 from ..models.seq2seq import Seq2SeqConfig
 from . import bart, bert, detr, fallback, gpt2, llama, mae, marian, t5, vit
 from .errors import CheckpointError
@@ -104,28 +104,28 @@ def _transformers_config(hf: dict) -> Any:
 
 def check(hf: dict, preprocessor: dict | None, name: str) -> int | None:
     """The most tokens one pass of a text model reads on this server (None for a picture model), after the
-    estimate of its pass (tformer_core.costs) against TFORMER_PASS_MB; CheckpointError naming the setting when
+    estimate of its pass (tformer_core.pass_memory) against TFORMER_PASS_MB; CheckpointError naming the setting when
     a picture model's pass, or a text model's over MIN_PASS_TOKENS tokens, would take more."""
     config, preprocessing = core_config(hf, preprocessor)
     if config is None:
         return None
     budget = pass_bytes()
-    if costs.reads_text(config):
-        tokens = costs.tokens_within(config, budget)
-        most = costs.text_tokens(getattr(config, "max_positions", None))
+    if pass_memory.reads_text(config):
+        tokens = pass_memory.tokens_within(config, budget)
+        most = pass_memory.text_tokens(getattr(config, "max_positions", None))
         if tokens >= min(MIN_PASS_TOKENS, most):
             if tokens < most:
                 log.info("%s reads at most %d tokens in one pass (TFORMER_PASS_MB)", name, tokens)
             return tokens
-        cost = costs.pass_cost(config, tokens=min(MIN_PASS_TOKENS, most))
+        cost = pass_memory.pass_cost(config, tokens=min(MIN_PASS_TOKENS, most))
         raise CheckpointError(_too_big(name, cost, budget, "as few as "))
-    cost = costs.pass_cost(config, preprocessing)
+    cost = pass_memory.pass_cost(config, preprocessing)
     if cost.total > budget:
         raise CheckpointError(_too_big(name, cost, budget))
     return None
 
 
-def _too_big(name: str, cost: costs.PassCost, budget: int, few: str = "") -> str:
+def _too_big(name: str, cost: pass_memory.PassCost, budget: int, few: str = "") -> str:
     return (
         f"{name}: one pass over {few}{cost.input} would take about {_mb(cost.total)} of working memory (one "
         f"layer's attention alone {_mb(cost.attention)}), more than this server gives a pass: the limit is "

@@ -124,7 +124,7 @@ class TracedModel(nn.Module, Generic[ConfigT], metaclass=ABCMeta):
     source: where the weights came from ("minilm", a hub id, a folder), for display. weights_note: a line
     about the weights for display (e.g. that they were 4-bit quantised), or "".
     pass_tokens: the most tokens one pass reads, when fewer than the model's positions: `load_model` sets it
-    from the estimate of a pass's working memory (tformer_core.costs, TFORMER_PASS_MB); None: no such limit.
+    from the estimate of a pass's working memory (tformer_core.pass_memory, TFORMER_PASS_MB); None: no such limit.
     """
 
     kind: ClassVar[ModelKind]

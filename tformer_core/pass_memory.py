@@ -38,7 +38,7 @@ from typing import Any
 BYTES_PER_NUMBER = 4  # float32: the core's models on the CPU
 # The most tokens of text one pass reads (the Text attention page's cut, tformer_views.text.PAGE_MAX_TOKENS):
 # models with more positions (GPT-2 1,024, SmolLM2 8,192) read at most this many at once, and their pass is
-# estimated at it. A notebook may raise it (tformer_core.costs.PASS_TOKENS = 2048) for a model it loads after.
+# estimated at it. A notebook may raise it (tformer_core.pass_memory.PASS_TOKENS = 2048) for a model it loads after.
 PASS_TOKENS = 512
 _VECTORS_PER_TOKEN = 8  # d_model-wide activations a block keeps per token besides Q, K, V, Z and the FFN's
 _ATTENTION_TEMPORARIES = 3  # the scores, the scaled scores and the masked (or biased) ones, beside the softmax's

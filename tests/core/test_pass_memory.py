@@ -21,7 +21,7 @@ import transformers as T
 import tformer_core as tc
 from tests.core.test_mae_detr import save_tiny_detr, save_tiny_mae
 from tests.core.tiny_models import image, tiny_decoder, tiny_encoder, tiny_seq2seq, tiny_vit
-from tformer_core import costs, settings
+from tformer_core import pass_memory, settings
 from tformer_core.checkpoints import hub_disk, passes, vit
 from tformer_core.models.detr import DETRConfig, DetrPreprocessing
 from tformer_core.models.mae import MAEConfig
@@ -83,7 +83,7 @@ def test_the_estimate_of_a_tiny_encoder_worked_by_hand():
     #   (2 * 4), the FFN's hidden units (8) = 56, so 3 * 56 = 168; embeddings and output: 4 * T * D = 48
     #   logits: T * vocab = 15; temporaries: scores, scaled and masked scores 3 * 18 = 54, FFN 2 * T * F = 48
     numbers = 18 + 168 + 48 + 15 + 54 + 48
-    cost = costs.pass_cost(config)
+    cost = pass_memory.pass_cost(config)
     assert cost.total == int(1.10 * 4 * numbers) == 1544  # 10 %: what the allocator keeps of the temporaries
     assert cost.attention == 4 * 18 and cost.input == "3 tokens"
 
@@ -111,9 +111,9 @@ def test_the_estimate_covers_everything_a_default_trace_keeps(kind, tmp_path):
     else:
         save_tiny_detr(tmp_path / "detr")
         model = tc.load_model(str(tmp_path / "detr"), device="cpu", model_dirs=[tmp_path])
-        W, H = costs.detr_picture_size(model.preprocessing)
+        W, H = pass_memory.detr_picture_size(model.preprocessing)
         trace = model.trace(torch.randn(3, H, W))
-    cost = costs.pass_cost(model.config, getattr(model, "preprocessing", None))
+    cost = pass_memory.pass_cost(model.config, getattr(model, "preprocessing", None))
     assert trace.nbytes <= cost.total, (trace.nbytes, cost)
 
 
@@ -123,11 +123,11 @@ def save_tiny_mae_folder(root: Path) -> Path:
 
 
 def test_the_largest_detr_picture_is_the_shortest_edge_times_the_longest():
-    assert costs.detr_picture_size(DetrPreprocessing(800, 1333)) == (1333, 800)
-    assert costs.detr_picture_size(DetrPreprocessing(1024, 1333)) == (1333, 1024)
-    assert costs.detr_picture_size(DetrPreprocessing(800, 600)) == (600, 600)  # longest < shortest: a square
+    assert pass_memory.detr_picture_size(DetrPreprocessing(800, 1333)) == (1333, 800)
+    assert pass_memory.detr_picture_size(DetrPreprocessing(1024, 1333)) == (1333, 1024)
+    assert pass_memory.detr_picture_size(DetrPreprocessing(800, 600)) == (600, 600)  # longest < shortest: a square
     detr = DETRConfig(d_model=256, n_heads=8, d_ff=2048)
-    at = {px: costs.pass_cost(detr, DetrPreprocessing(px, 1333)) for px in (800, 1024, 1333)}
+    at = {px: pass_memory.pass_cost(detr, DetrPreprocessing(px, 1333)) for px in (800, 1024, 1333)}
     assert at[800].input == "a 1,333 x 800 picture (1,050 feature cells)"  # 25 x 42 cells of 32 x 32 pixels
     assert at[800].total < at[1024].total < at[1333].total
 
@@ -137,25 +137,25 @@ def test_the_pages_models_fit_the_default_budget_and_their_larger_sizes_do_not()
     that once took the server past its memory."""
     budget = 672 * 2**20
     vit_b = dict(patch_size=16, n_layers=12, d_model=768, n_heads=12, d_ff=3072, n_classes=1000)
-    assert costs.pass_cost(tc.ViTConfig(image_size=224, **vit_b)).total < budget
-    assert costs.pass_cost(tc.ViTConfig(image_size=384, **vit_b)).total < budget
-    assert costs.pass_cost(tc.ViTConfig(image_size=1536, **vit_b)).total > 40 * budget
+    assert pass_memory.pass_cost(tc.ViTConfig(image_size=224, **vit_b)).total < budget
+    assert pass_memory.pass_cost(tc.ViTConfig(image_size=384, **vit_b)).total < budget
+    assert pass_memory.pass_cost(tc.ViTConfig(image_size=1536, **vit_b)).total > 40 * budget
     mae_base = MAEConfig(image_size=224, patch_size=16, n_layers=12, d_model=768, n_heads=12, d_ff=3072)
-    assert costs.pass_cost(mae_base).total < budget
+    assert pass_memory.pass_cost(mae_base).total < budget
     detr_r50 = DETRConfig(d_model=256, n_heads=8, d_ff=2048)
-    assert costs.pass_cost(detr_r50, DetrPreprocessing(800, 1333)).total < budget
-    assert costs.pass_cost(detr_r50, DetrPreprocessing(4096, 8192)).total > 10 * budget
+    assert pass_memory.pass_cost(detr_r50, DetrPreprocessing(800, 1333)).total < budget
+    assert pass_memory.pass_cost(detr_r50, DetrPreprocessing(4096, 8192)).total > 10 * budget
     bert_base = tc.EncoderConfig(vocab_size=30522, n_layers=12, d_model=768, n_heads=12, d_ff=3072, mlm_head=True)
     gpt2 = tc.DecoderConfig(vocab_size=50257, max_positions=1024, n_layers=12, d_model=768, n_heads=12, d_ff=3072)
     t5_small = tc.Seq2SeqConfig(
         src_vocab_size=32128, tgt_vocab_size=32128, n_encoder_layers=6, n_decoder_layers=6, d_model=512, n_heads=8
     )
     for config in (bert_base, gpt2, t5_small):
-        assert costs.tokens_within(config, budget) == 512, config
+        assert pass_memory.tokens_within(config, budget) == 512, config
     smollm2 = tc.LlamaConfig(
         vocab_size=49152, max_positions=8192, n_layers=30, d_model=576, n_heads=9, n_kv_heads=3, d_ff=1536
     )
-    assert costs.tokens_within(smollm2, budget) == 362  # a full trace at 512 tokens: about 0.85 GB, measured
+    assert pass_memory.tokens_within(smollm2, budget) == 362  # a full trace at 512 tokens: about 0.85 GB, measured
 
 
 # ---- the loaders: refused before any weight is read ------------------------------------------------------------
@@ -193,7 +193,7 @@ def test_a_detrs_preprocessor_decides_its_pass_and_the_setting_moves_the_line(mo
     sizes = {"size": {"shortest_edge": 1024, "longest_edge": 1333}}
     (models_dir / "detr" / "preprocessor_config.json").write_text(json.dumps(sizes))
     config, pre = passes.core_config(json.loads((models_dir / "detr" / "config.json").read_text()), sizes)
-    cost = costs.pass_cost(config, pre)
+    cost = pass_memory.pass_cost(config, pre)
     assert cost.input == "a 1,333 x 1,024 picture (1,344 feature cells)"
     assert tc.load_model(str(models_dir / "detr"), device="cpu", model_dirs=[models_dir]).pass_tokens is None
     monkeypatch.setenv("TFORMER_PASS_MB", str(cost.total / 2**20 * 0.9))
@@ -212,14 +212,14 @@ def test_a_text_model_reads_the_tokens_its_pass_allows_and_says_so(models_dir, m
     model = tc.load_model(str(models_dir / "gpt2"), device="cpu", model_dirs=[models_dir])
     assert model.pass_tokens == 512 and model.token_limit == 512 and model.max_tokens == 1024
     core = model.config
-    at_300 = costs.pass_cost(core, tokens=300).total
+    at_300 = pass_memory.pass_cost(core, tokens=300).total
     monkeypatch.setenv("TFORMER_PASS_MB", str(at_300 / 2**20))
     model = tc.load_model(str(models_dir / "gpt2"), device="cpu", model_dirs=[models_dir])
     assert model.pass_tokens == 300 and model.token_limit == 300
     assert len(model.trace([i % 99 for i in range(300)]).tokens) == 300  # 300 tokens: one pass
     with pytest.raises(tc.InputError, match=r"301 tokens; one pass of this model reads at most 300 .*TFORMER_PASS_MB"):
         model.trace([i % 99 for i in range(301)])
-    monkeypatch.setenv("TFORMER_PASS_MB", str(costs.pass_cost(core, tokens=63).total / 2**20))
+    monkeypatch.setenv("TFORMER_PASS_MB", str(pass_memory.pass_cost(core, tokens=63).total / 2**20))
     refused(models_dir / "gpt2", models_dir, "one pass over as few as 64 tokens would take", "TFORMER_PASS_MB")
 
 
