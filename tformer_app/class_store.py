@@ -81,8 +81,9 @@ class ClassSettings:
     answers_per_s: int = 200  # per session: a class of 100 answering in the same second, twice over
     joins_per_min: int = 300  # per session
     # Per client address (TFORMER_CLASS_PER_ADDRESS): new students a minute, and answers every 10 s. An address is
-    # a laptop, or a whole room behind one NAT; the server's own machine (tests, benchmarks) is not limited.
-    per_address: int = 30
+    # a laptop, or a whole room behind one NAT (a lecture hall of 100 reaching a server outside the campus: all of
+    # them join and answer within the same minute); the server's own machine (tests, benchmarks) is not limited.
+    per_address: int = 150
     code_guesses: int = 10  # wrong join codes a minute per address,
     code_guesses_overall: int = 30  # and from every address together (then one each: tformer_app.throttle)
 

@@ -193,7 +193,7 @@ SETTINGS: dict[str, Setting] = {
         Setting("TFORMER_CLASS_HOURS", 6.0, _hours, "a class session ends this long after the lecturer's last change"),
         Setting(
             "TFORMER_CLASS_PER_ADDRESS",
-            30,
+            150,
             _whole,
             "new students one client address may add to a class a minute (and answers it may send in 10 s)",
         ),
