@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import pandas as pd
@@ -58,3 +61,33 @@ def shown(markdown: str) -> str:
 def messages(at: AppTest, kind: str) -> list[str]:
     """The text of every element of one kind ("error", "warning", "info", "caption", "markdown"), as shown."""
     return [shown(e.value) for e in at.get(kind)]
+
+
+@contextlib.contextmanager
+def models_from(root: Path) -> Iterator[Path]:
+    """TFORMER_MODEL_DIRS set to `root` inside the block, as it was after it (for a module's fixture: pytest's
+    monkeypatch lasts one test)."""
+    before = os.environ.get("TFORMER_MODEL_DIRS")
+    os.environ["TFORMER_MODEL_DIRS"] = str(root)
+    try:
+        yield root
+    finally:
+        if before is None:
+            os.environ.pop("TFORMER_MODEL_DIRS", None)
+        else:
+            os.environ["TFORMER_MODEL_DIRS"] = before
+
+
+def app(**params: str) -> AppTest:
+    """The whole app (app.py: its sidebar, class session and presenter around the page) run once with these URL
+    query parameters."""
+    at = AppTest.from_file(str(PAGES.parent / "app.py"), default_timeout=180)
+    for name, value in params.items():
+        at.query_params[name] = value
+    return at.run()
+
+
+def ok(at: AppTest) -> AppTest:
+    """`at`, after checking that its last run raised nothing."""
+    no_exception(at)
+    return at

@@ -8,15 +8,13 @@ Text attention page and AppTest, offline:
   that need Q, K, V say why they are absent, the views of the weights work.
 """
 
-import os
-
 import numpy as np
 import pytest
 import torch
 import transformers as T
 
 import tformer_core as tc
-from tests.app.pages import charts, messages, no_exception, run
+from tests.app.pages import charts, messages, models_from, no_exception, run
 from tests.core.test_fallback import _electra, _save
 from tformer_views.why import why_this_weight
 
@@ -52,13 +50,8 @@ def model_dir(tmp_path_factory):
     llama.save_pretrained(root / "tiny-llama-gqa")
     tokenizer.save_pretrained(root / "tiny-llama-gqa")
     _save(_electra(), root / "tiny-electra")
-    before = os.environ.get("TFORMER_MODEL_DIRS")
-    os.environ["TFORMER_MODEL_DIRS"] = str(root)
-    yield root
-    if before is None:
-        os.environ.pop("TFORMER_MODEL_DIRS", None)
-    else:
-        os.environ["TFORMER_MODEL_DIRS"] = before
+    with models_from(root):
+        yield root
 
 
 def _param(at, name: str) -> str:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,7 +19,7 @@ import pytest
 from PIL import Image
 from streamlit.testing.v1 import AppTest
 
-from tests.app.pages import messages, no_exception, run
+from tests.app.pages import messages, models_from, no_exception, run
 from tests.core.test_mae_detr import save_tiny_detr
 from tests.core.test_pass_memory import save_vit
 
@@ -229,13 +228,8 @@ def model_dirs(tmp_path_factory):
     (root / "detr8k" / "preprocessor_config.json").write_text(
         json.dumps({"size": {"shortest_edge": 4096, "longest_edge": 8192}})
     )
-    before = os.environ.get("TFORMER_MODEL_DIRS")
-    os.environ["TFORMER_MODEL_DIRS"] = str(root)
-    yield root
-    if before is None:
-        os.environ.pop("TFORMER_MODEL_DIRS", None)
-    else:
-        os.environ["TFORMER_MODEL_DIRS"] = before
+    with models_from(root):
+        yield root
 
 
 def editor_key(at: AppTest, start: str) -> str:

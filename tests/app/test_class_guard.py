@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from tests.app.pages import app, ok
 from tformer_app import admin, class_session
 from tformer_app.class_store import ClassSettings, open_store
 
@@ -23,18 +24,6 @@ APP = str(ROOT / "app.py")
 TEXT = "app_pages/text_attention.py"
 MINUTE = 60_000.0  # a fixed time at the start of a minute: the throttles' windows do not turn during a test
 JOIN = "FormSubmitter:_tformer.class.join-Join the class"
-
-
-def app(**params: str) -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=180)
-    for name, value in params.items():
-        at.query_params[name] = value
-    return at.run()
-
-
-def ok(at: AppTest) -> AppTest:
-    assert not at.exception, [e.value for e in at.exception]
-    return at
 
 
 @pytest.fixture

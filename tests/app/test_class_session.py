@@ -14,24 +14,12 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from tests.app.pages import charts, shown
+from tests.app.pages import app, charts, ok, shown
 from tformer_app import class_session
 from tformer_app.class_store import ClassError, open_store
 
 APP = str(Path(__file__).resolve().parents[2] / "app.py")
 TEXT = "app_pages/text_attention.py"
-
-
-def app(**params: str) -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=180)
-    for name, value in params.items():
-        at.query_params[name] = value
-    return at.run()
-
-
-def ok(at: AppTest) -> AppTest:
-    assert not at.exception, [e.value for e in at.exception]
-    return at
 
 
 @pytest.fixture(scope="module")

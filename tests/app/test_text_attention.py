@@ -5,7 +5,6 @@ and a tiny random BERT with a masked-word head are saved into a temporary model 
 as local folders, as a user's own checkpoints would be.
 """
 
-import os
 import re
 
 import numpy as np
@@ -17,7 +16,7 @@ from streamlit import dataframe_util
 from streamlit.testing.v1 import AppTest
 
 import tformer_core as tc
-from tests.app.pages import charts, messages, no_exception, run, widget
+from tests.app.pages import charts, messages, models_from, no_exception, run, widget
 from tests.app.passes import PassCounter
 from tformer_app import caches
 from tformer_core.checkpoints.sources import minilm_folder
@@ -62,13 +61,8 @@ def model_dir(tmp_path_factory):
     bert.save_pretrained(root / "tiny-bert-mlm")
     bert_tok.save_pretrained(root / "tiny-bert-mlm")
 
-    before = os.environ.get("TFORMER_MODEL_DIRS")
-    os.environ["TFORMER_MODEL_DIRS"] = str(root)
-    yield root
-    if before is None:
-        os.environ.pop("TFORMER_MODEL_DIRS", None)
-    else:
-        os.environ["TFORMER_MODEL_DIRS"] = before
+    with models_from(root):
+        yield root
 
 
 def page(**params) -> AppTest:

@@ -8,14 +8,13 @@ The smollm2 tests skip when its package is not installed.
 """
 
 import importlib.util
-import os
 import re
 
 import numpy as np
 import pytest
 
 import tformer_core as tc
-from tests.app.pages import charts, messages, no_exception, run, widget
+from tests.app.pages import charts, messages, models_from, no_exception, run, widget
 from tests.app.passes import PassCounter
 from tests.views.test_generation import LABELS, save_classifier, save_tiny_gpt2
 from tformer_app import caches
@@ -38,13 +37,8 @@ def model_dir(tmp_path_factory):
     save_tiny_gpt2(root / "tiny-gpt2-long", n_positions=1024)
     save_classifier(root / "bert-cls", "bert")
     save_classifier(root / "electra-cls", "electra")
-    before = os.environ.get("TFORMER_MODEL_DIRS")
-    os.environ["TFORMER_MODEL_DIRS"] = str(root)
-    yield root
-    if before is None:
-        os.environ.pop("TFORMER_MODEL_DIRS", None)
-    else:
-        os.environ["TFORMER_MODEL_DIRS"] = before
+    with models_from(root):
+        yield root
 
 
 def page(**params):
