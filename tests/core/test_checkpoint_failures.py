@@ -382,16 +382,17 @@ def test_any_value_of_any_kind_in_config_json_gives_a_checkpoint_error_or_a_mode
 HUGE = dict(hidden_size=16384, num_hidden_layers=200, intermediate_size=65536, num_attention_heads=128)
 
 
-def _spy_on_builds(monkeypatch) -> list[str]:
-    """The device each core Encoder is built on: "meta" for the dry run, "cpu" for real."""
+def spy_on_builds(monkeypatch, module=bert, name: str = "Encoder") -> list[str]:
+    """The device each core model `module.name` (a loader's, default BERT's Encoder) is built on: "meta" for the
+    dry run, "cpu" for real."""
     built: list[str] = []
-    real = bert.Encoder
+    real = getattr(module, name)
 
     def spy(config):
         built.append(torch.get_default_device().type)
         return real(config)
 
-    monkeypatch.setattr(bert, "Encoder", spy)
+    monkeypatch.setattr(module, name, spy)
     return built
 
 
@@ -402,7 +403,7 @@ def test_a_huge_config_fails_before_anything_is_allocated(templates, models_dir,
     edit_config(folder, **HUGE)
     if weights_file == "8 bytes":
         (folder / "model.safetensors").write_bytes(b"\x00" * 8)
-    built = _spy_on_builds(monkeypatch)
+    built = spy_on_builds(monkeypatch)
     tracemalloc.start()
     try:
         with pytest.raises(tc.CheckpointError) as caught:
@@ -425,7 +426,7 @@ def test_a_huge_config_fails_before_anything_is_allocated(templates, models_dir,
 def test_a_config_within_the_limit_that_does_not_match_the_weights_builds_nothing(templates, models_dir, monkeypatch):
     folder = copy(templates, "bert", models_dir)
     edit_config(folder, hidden_size=1024, intermediate_size=4096, num_attention_heads=16)
-    built = _spy_on_builds(monkeypatch)
+    built = spy_on_builds(monkeypatch)
     expected = "model.safetensors: the tensor bert.embeddings.word_embeddings.weight is (99, 32)"
     refused(folder, models_dir, expected, "config.json implies (99, 1024)")
     assert built == ["meta"]

@@ -19,6 +19,7 @@ import torch
 import transformers as T
 
 import tformer_core as tc
+from tests.core.test_checkpoint_failures import spy_on_builds
 from tests.core.test_mae_detr import save_tiny_detr, save_tiny_mae
 from tests.core.tiny_models import image, tiny_decoder, tiny_encoder, tiny_seq2seq, tiny_vit
 from tformer_core import pass_memory, settings
@@ -59,18 +60,6 @@ def refused(folder: Path, models_dir: Path, *pieces: str) -> str:
         assert piece in message, f"{piece!r} not in: {message}"
     assert str(models_dir) not in message and "\n" not in message
     return message
-
-
-def _spy_on_vit_builds(monkeypatch) -> list[str]:
-    built: list[str] = []
-    real = vit.ViT
-
-    def spy(config):
-        built.append(torch.get_default_device().type)
-        return real(config)
-
-    monkeypatch.setattr(vit, "ViT", spy)
-    return built
 
 
 # ---- the estimate: numbers worked by hand, and never less than what a trace keeps -------------------------------
@@ -164,7 +153,7 @@ def test_the_pages_models_fit_the_default_budget_and_their_larger_sizes_do_not()
 def test_a_vit_made_for_1536_pixel_pictures_is_refused_before_it_is_built(models_dir, monkeypatch):
     """The reported case: 2 MB of weights, within TFORMER_MAX_PARAMS; its first picture took 255 s and 4.7 GB."""
     folder = save_vit(models_dir / "vit1536", 1536, 16)
-    built = _spy_on_vit_builds(monkeypatch)
+    built = spy_on_builds(monkeypatch, vit, "ViT")
     message = refused(
         folder,
         models_dir,
