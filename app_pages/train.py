@@ -7,11 +7,9 @@ keep the model in this session (tformer_app.session_models) and draw the results
 
 from __future__ import annotations
 
-import uuid
-
 import streamlit as st
 
-from tformer_app import downloads, session_models
+from tformer_app import caches, downloads, session_models
 from tformer_app.markdown import escape
 from tformer_app.page import device_summary, run_page
 from tformer_app.training import QUEUE, QueueFull, Ticket
@@ -31,16 +29,11 @@ OPENS_IN = {
     "text": ("app_pages/text_attention.py", "text", "Text attention"),
     "image": ("app_pages/vision.py", "vit", "Vision Transformer"),
 }
-_SESSION = "_tformer.session_id"
 _RESULTS = "train.results"  # kind -> (classroom.Result, the model's session name)
 
 
 def main() -> None:
     run_page("Train a Transformer", INTRO, "train", page)
-
-
-def session_id() -> str:
-    return st.session_state.setdefault(_SESSION, uuid.uuid4().hex)
 
 
 def choose_job(url: UrlState) -> classroom.Job | None:
@@ -79,7 +72,7 @@ def choose_job(url: UrlState) -> classroom.Job | None:
 def page(url: UrlState) -> None:
     job = choose_job(url)
     st.caption(f"{device_summary()} · one training at a time on this server; others wait their turn.")
-    sid = session_id()
+    sid = caches.session_id()
     ticket = QUEUE.ticket(sid)
     if ticket is not None and ticket.active:
         st.button("Cancel the training", key="train.cancel", on_click=QUEUE.cancel, args=(ticket,))

@@ -26,6 +26,7 @@ import hashlib
 import os
 import threading
 import time
+import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
@@ -637,24 +638,28 @@ def sample_pictures() -> dict[str, bytes]:
 
 
 # ---- long work, in its own queue, with a progress bar ------------------------------------------------
-def session_id() -> str:
-    """The id of the browser session this script runs for ("" outside one)."""
-    from streamlit.runtime.scriptrunner import get_script_run_ctx
+SESSION_ID = "_tformer.session_id"  # session state: this browser session's id (its long work, its training)
 
-    ctx = get_script_run_ctx()
-    return ctx.session_id if ctx is not None else ""
+
+def session_id() -> str:
+    """An id of the browser session this script runs for, the same on every run of it (made on its first)."""
+    return cast(str, st.session_state.setdefault(SESSION_ID, uuid.uuid4().hex))
 
 
 def computed(
-    key: tuple, compute: Callable[[Progress], Any], label: str, cost: tc.Workload | None = None, fits: str = ""
+    key: tuple,
+    compute: Callable[[Progress], Any],
+    label: str,
+    cost: Callable[[], tuple[tc.Workload, str]] | None = None,
 ) -> Any:
     """compute(progress) once per `key` for the whole server, as long work (tformer_app.work: its own queue, its
     passes behind the pages' passes, stopped when nobody waits for it), with a progress bar in the page that
     waits for it (sessions asking for the same key meanwhile wait for the same job). For work too long to wait
     for without one: a study of every head, a patching grid, many pictures.
 
-    cost: the work estimated before it runs (tformer_core.workload); above TFORMER_REQUEST_GFLOP it is refused
-    with tformer_core.workload.TooMuchWork (an InputError: the page says it, and `fits`: what would fit).
+    cost() -> (the work estimated before it runs (tformer_core.workload), what would fit): asked only when the
+    result is not cached (it tokenizes the input); above TFORMER_REQUEST_GFLOP the work is refused with
+    tformer_core.workload.TooMuchWork (an InputError: the page says it, and what would fit).
 
     The bar is drawn outside any Streamlit cache: Streamlit replays elements drawn inside a cached
     function on later hits, and the bar belongs to the page that asked.
@@ -664,7 +669,8 @@ def computed(
     if done is not None:
         return done
     if cost is not None:
-        tc.check_workload(cost, SETTINGS.request_flops, "TFORMER_REQUEST_GFLOP", fits)
+        work, fits = cost()
+        tc.check_workload(work, SETTINGS.request_flops, "TFORMER_REQUEST_GFLOP", fits)
     session = session_id()
     return _waited(WORK.submit(cache_key, session, label, compute), session, label)
 
@@ -672,17 +678,17 @@ def computed(
 def head_study(source: str, model: tc.TracedModel, kind: str, inputs: tuple) -> hm.HeadStudy:
     """Every head of `model` ablated on one input (tformer_views.head_matters.study), as long work: refused before
     it runs when it would compute more than TFORMER_REQUEST_GFLOP (a 120-word text on SmolLM2: 4.9 TFLOP)."""
-    cost, fits = hm.study_cost(kind, model, inputs, SETTINGS.request_flops)
+    cost = lambda: hm.study_cost(kind, model, inputs, SETTINGS.request_flops)  # noqa: E731
     compute = lambda progress: hm.study(kind, model, *inputs, progress=progress)  # noqa: E731
-    return computed(("heads", kind, source, *inputs), compute, "Ablating every head, one batch row each…", cost, fits)
+    return computed(("heads", kind, source, *inputs), compute, "Ablating every head, one batch row each…", cost)
 
 
 def head_patching(source: str, model: tc.TracedModel, a: str, b: str) -> Any:
     """B's residual stream patched into A at every layer x position (tformer_views.head_matters.patching), as long
     work, refused before it runs above TFORMER_REQUEST_GFLOP (its rows grow with layers x tokens)."""
-    cost, fits = hm.patching_cost(model, a, b, SETTINGS.request_flops)
+    cost = lambda: hm.patching_cost(model, a, b, SETTINGS.request_flops)  # noqa: E731
     compute = lambda progress: hm.patching(model, a, b, progress)  # noqa: E731
-    return computed(("heads_patching", source, a, b), compute, "Patching every layer × position…", cost, fits)
+    return computed(("heads_patching", source, a, b), compute, "Patching every layer × position…", cost)
 
 
 def induction_study(source: str, model: tc.TracedModel, length: int, seed: int) -> iv.InductionStudy:

@@ -151,6 +151,7 @@ def release_ended() -> int:
 
 
 _hidden: set[str] = set()  # closed tabs whose media were withdrawn (`withdraw_media`), until they return or end
+_withdrawn_last = False  # the last call withdrew media: this one finishes deleting its downloads
 MEDIA_LOOK_S = 1.0  # how long a closed tab's pictures and downloads stay reachable by their addresses, at most
 
 
@@ -178,9 +179,11 @@ def withdraw_media() -> int:
         runtime.media_file_mgr.clear_session_refs(session_id)
     for session_id in back:  # its page still shows what was withdrawn: draw it again, as its last run did
         _rerun_as_last(active[session_id])
-    runtime.media_file_mgr.remove_orphaned_files()  # and the downloads marked by the call before
-    if closed:
+    global _withdrawn_last
+    if closed or _withdrawn_last:  # Streamlit deletes a download in two calls: this one and the next
+        runtime.media_file_mgr.remove_orphaned_files()
         logs.log.debug("withdrew the media of %d closed tab(s)", len(closed))
+    _withdrawn_last = bool(closed)
     return len(closed)
 
 

@@ -248,7 +248,7 @@ def head_importance_workload(
         workload.of_passes(model, s, per_stack[s], rows_through[s], memory=memory if s == "decoder" else 0)
         for s in model_stacks
     ]
-    head = workload.of_passes(model, model_stacks[-1], per_stack[model_stacks[-1]], [], head_rows=finals).flops
+    head = workload.head_flops(model, finals)
     if memory:
         head += memory_rows * workload.cross_kv_flops(model, "decoder", memory)
     depth = sum(len(r) for r in rows_through.values())

@@ -23,7 +23,17 @@ from torch import nn
 from .errors import InputError
 from .models.layers import MultiHeadAttention
 
-__all__ = ["TooMuchWork", "Workload", "check", "cross_kv_flops", "layer_flops", "longest", "of_passes", "stack_layers"]
+__all__ = [
+    "TooMuchWork",
+    "Workload",
+    "check",
+    "cross_kv_flops",
+    "head_flops",
+    "layer_flops",
+    "longest",
+    "of_passes",
+    "stack_layers",
+]
 
 
 @dataclass(frozen=True)
@@ -111,12 +121,17 @@ def of_passes(
     every pass (a pass that grows its batch at layer l, `interventions.branch`, has more rows after it). The rows
     counted are the most any layer runs; head_rows: rows whose last position goes through the output head;
     memory: the encoder positions a decoder's cross-attention reads."""
-    per_layer = layer_flops(model, stack, tokens, memory)
-    flops = sum(rows) * tokens * per_layer
-    head = getattr(model, "head", None)
-    if head_rows and isinstance(head, nn.Module):
-        flops += 2.0 * head_rows * sum(p.numel() for p in head.parameters() if p.dim() >= 2)
+    flops = sum(rows) * tokens * layer_flops(model, stack, tokens, memory) + head_flops(model, head_rows)
     return Workload(what, max(rows, default=0), tokens, len(rows), float(flops))
+
+
+def head_flops(model: nn.Module, rows: int) -> float:
+    """Operations of the output head (a language model's unembedding, a classifier) for one position of `rows`
+    batch rows: 2 a weight of its matrices; 0 for a model without one."""
+    head = getattr(model, "head", None)
+    if not rows or not isinstance(head, nn.Module):
+        return 0.0
+    return 2.0 * rows * sum(p.numel() for p in head.parameters() if p.dim() >= 2)
 
 
 def longest(estimate: Callable[[int], Workload], limit_flops: float, most: int) -> int:

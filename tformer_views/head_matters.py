@@ -158,19 +158,15 @@ def study_cost(kind: str, model: TracedModel, inputs: tuple, limit_flops: float)
         tokens = c.n_prefix_tokens + c.n_patches
         return probes.head_importance_workload(model, probes.study_heads(model), tokens), ""
     heads = probes.study_heads(model)
-    if kind == "translation":
-        n = _count(model, inputs[0])
-        stacks = lambda tokens: {"encoder": tokens, "decoder": 1}  # noqa: E731  (the start token)
-        cost = lambda tokens: probes.head_importance_workload(model, heads, tokens + 1, stacks(tokens))  # noqa: E731
-        what = "a source sentence"
-    elif kind == "similarity":
-        n = _count(model, inputs[0]) + _count(model, inputs[1])
-        cost = lambda tokens: probes.head_importance_workload(model, heads, tokens)  # noqa: E731
-        what = "two sentences"
+    if kind == "translation":  # the encoder reads the source, the decoder the start token
+        n, what = _count(model, inputs[0]), "a source sentence"
+        cost = lambda tokens: probes.head_importance_workload(  # noqa: E731
+            model, heads, tokens + 1, {"encoder": tokens, "decoder": 1}
+        )
     else:
-        n = _count(model, inputs[0])
+        n = sum(_count(model, text) for text in inputs)  # a similarity's two sentences, run one after the other
+        what = "two sentences" if kind == "similarity" else "a text"
         cost = lambda tokens: probes.head_importance_workload(model, heads, tokens)  # noqa: E731
-        what = "a text"
     most = workload.longest(cost, limit_flops, max(n, 1))
     fits = f"{what} of at most {most:,} tokens (this one has {n:,})" if most else ""
     return cost(n), fits

@@ -206,28 +206,18 @@ def test_a_student_is_told_when_the_class_expires(store):
     assert "**Following the lecturer**" not in sidebar_texts(student)
 
 
-def test_a_student_is_told_when_redis_restarts_empty(monkeypatch):
+def test_a_student_is_told_when_redis_restarts_empty(redis_server):
     """Redis restarted empty took every session with it, and students still read "Following the lecturer". Now
     the poll finds nothing of their session and their page says it is lost; the lecturer is told too."""
-    from deploy.redis_server import RedisServer, find_redis
-
-    if find_redis() is None:
-        pytest.skip("redis-server is not installed (Debian: apt-get install redis-server)")
-    server = RedisServer()
-    server.start()
-    try:
-        open_store(ClassSettings(redis_url=server.url))
-        lecturer, _, code = lecture()
-        student = ok(app(**{"class": code}))
-        assert "**Following the lecturer**" in sidebar_texts(student)
-        server.stop()
-        server.start()  # the same port, nothing in it
-        ok(student.run())
-        assert ended_notice(student) == [class_session.NOTICES["lost"]]
-        assert "**Following the lecturer**" not in sidebar_texts(student)
-        ok(lecturer.run())
-        assert class_session.SID not in lecturer.session_state
-        assert any("no longer on the server" in w.value for w in lecturer.sidebar.warning)
-    finally:
-        server.stop()
-        open_store(ClassSettings(redis_url=None))
+    open_store(ClassSettings(redis_url=redis_server.url))
+    lecturer, _, code = lecture()
+    student = ok(app(**{"class": code}))
+    assert "**Following the lecturer**" in sidebar_texts(student)
+    redis_server.stop()
+    redis_server.start()  # the same port, nothing in it
+    ok(student.run())
+    assert ended_notice(student) == [class_session.NOTICES["lost"]]
+    assert "**Following the lecturer**" not in sidebar_texts(student)
+    ok(lecturer.run())
+    assert class_session.SID not in lecturer.session_state
+    assert any("no longer on the server" in w.value for w in lecturer.sidebar.warning)

@@ -26,16 +26,21 @@ def open_class_panel(page) -> None:
     click(panel)
 
 
+def start_class(lecturer, server_url: str) -> str:
+    """The lecturer opens Text attention (layer 2, head 1) and starts a class session; returns its join code."""
+    lecturer.goto(f"{server_url}/text?layer=2&head=1")
+    settle(lecturer)
+    open_class_panel(lecturer)
+    click(lecturer.get_by_role("button", name="Start a class session"))
+    wait_for_text(lecturer, "0 students")
+    return re.search(r"Join code ([A-Z2-9]{6})", lecturer.inner_text("body")).group(1)
+
+
 def test_a_lecturer_and_three_students(server_url, browser, screenshots):
     contexts = [browser.new_context(viewport={"width": 1400, "height": 1000}) for _ in range(4)]
     try:
         lecturer, *students = [c.new_page() for c in contexts]
-        lecturer.goto(f"{server_url}/text?layer=2&head=1")
-        settle(lecturer)
-        open_class_panel(lecturer)
-        click(lecturer.get_by_role("button", name="Start a class session"))
-        wait_for_text(lecturer, "0 students")
-        code = re.search(r"Join code ([A-Z2-9]{6})", lecturer.inner_text("body")).group(1)
+        code = start_class(lecturer, server_url)
         link = lecturer.get_by_test_id("stSidebar").get_by_test_id("stCode").inner_text().strip()
         assert link == f"{server_url}/?class={code}"
         qr = lecturer.get_by_test_id("stSidebar").get_by_test_id("stImage").filter(has_text="Scan to join")
@@ -98,12 +103,7 @@ def test_a_student_stays_one_student_through_a_reload_and_is_told_when_the_class
     contexts = [browser.new_context(viewport={"width": 1400, "height": 1000}) for _ in range(2)]
     try:
         lecturer, student = [c.new_page() for c in contexts]
-        lecturer.goto(f"{server_url}/text?layer=2&head=1")
-        settle(lecturer)
-        open_class_panel(lecturer)
-        click(lecturer.get_by_role("button", name="Start a class session"))
-        wait_for_text(lecturer, "0 students")
-        code = re.search(r"Join code ([A-Z2-9]{6})", lecturer.inner_text("body")).group(1)
+        code = start_class(lecturer, server_url)
         student.goto(f"{server_url}/?class={code}")
         wait_for_text(student, "Following the lecturer")
         click(lecturer.get_by_role("button", name="Ask", exact=True).first)

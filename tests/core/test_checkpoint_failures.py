@@ -718,16 +718,38 @@ def test_a_model_folder_reached_through_a_link_keeps_its_short_name(templates, t
 # ---- 5. the hub: timeouts, a deadline, a size cap; all faked ------------------------------------------------------
 
 
-@pytest.fixture
-def fake_hub(monkeypatch, tmp_path, templates):
-    """HfApi.model_info and hf_hub_download replaced; files are served from the tiny BERT template."""
-    import huggingface_hub
+def hub_online(monkeypatch, tmp_path) -> None:
+    """The hub switched on for one test, its cache and tformer's list of downloads in `tmp_path` (the functions
+    that would reach it are replaced by the test: `fake_hub`)."""
     import huggingface_hub.constants as hub
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")
     monkeypatch.setenv("TFORMER_CACHE_DIR", str(tmp_path / "tformer-cache"))  # the list of downloads
     monkeypatch.setattr(hub, "HF_HUB_OFFLINE", False)
     monkeypatch.setattr(hub, "HF_HUB_CACHE", str(tmp_path / "hub-cache"))
+
+
+def into_hub_cache(repo_id: str, filename: str, source: Path) -> str:
+    """`source` put into the hub cache's layout as huggingface_hub writes a download (a blob, a snapshot's link to
+    it, the ref); returns the link's path, as hf_hub_download does."""
+    repo = hub_disk.repo_folder(repo_id)
+    blob, link = repo / "blobs" / filename, repo / "snapshots" / ("0" * 40) / filename
+    blob.parent.mkdir(parents=True, exist_ok=True)
+    link.parent.mkdir(parents=True, exist_ok=True)
+    (repo / "refs").mkdir(exist_ok=True)
+    (repo / "refs" / "main").write_text("0" * 40)
+    shutil.copy(source, blob)
+    link.unlink(missing_ok=True)
+    link.symlink_to(os.path.relpath(blob, link.parent))
+    return str(link)
+
+
+@pytest.fixture
+def fake_hub(monkeypatch, tmp_path, templates):
+    """HfApi.model_info and hf_hub_download replaced; files are served from the tiny BERT template."""
+    import huggingface_hub
+
+    hub_online(monkeypatch, tmp_path)
     state = SimpleNamespace(sizes=None, params=None, calls=[], downloads=[], block=None)
 
     def model_info(self, repo_id, **kwargs):
@@ -739,21 +761,11 @@ def fake_hub(monkeypatch, tmp_path, templates):
         return SimpleNamespace(sha="0" * 40, siblings=siblings, safetensors=safetensors)
 
     def hf_hub_download(repo_id, filename, **kwargs):
-        """The file into the hub cache's layout, as huggingface_hub writes it: blobs, a snapshot of links, a ref."""
         state.downloads.append((filename, kwargs))
         if state.block is not None:
             state.block.wait(60)
             raise TimeoutError("released")
-        repo = hub_disk.repo_folder(repo_id)
-        blob, link = repo / "blobs" / filename, repo / "snapshots" / ("0" * 40) / filename
-        blob.parent.mkdir(parents=True, exist_ok=True)
-        link.parent.mkdir(parents=True, exist_ok=True)
-        (repo / "refs").mkdir(exist_ok=True)
-        (repo / "refs" / "main").write_text("0" * 40)
-        shutil.copy(templates["bert"] / filename, blob)
-        link.unlink(missing_ok=True)
-        link.symlink_to(os.path.relpath(blob, link.parent))
-        return str(link)
+        return into_hub_cache(repo_id, filename, templates["bert"] / filename)
 
     monkeypatch.setattr(huggingface_hub.HfApi, "model_info", model_info)
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", hf_hub_download)

@@ -9,8 +9,6 @@ whose preprocessor asked for 1,024-pixel pictures took 1.4 GB more; the loaders 
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -19,11 +17,11 @@ import torch
 import transformers as T
 
 import tformer_core as tc
-from tests.core.test_checkpoint_failures import spy_on_builds
+from tests.core.test_checkpoint_failures import hub_online, into_hub_cache, spy_on_builds
 from tests.core.test_mae_detr import save_tiny_detr, save_tiny_mae
 from tests.core.tiny_models import image, tiny_decoder, tiny_encoder, tiny_seq2seq, tiny_vit
 from tformer_core import pass_memory, settings
-from tformer_core.checkpoints import hub_disk, passes, vit
+from tformer_core.checkpoints import passes, vit
 from tformer_core.models.detr import DETRConfig, DetrPreprocessing
 from tformer_core.models.mae import MAEConfig
 
@@ -244,12 +242,8 @@ def test_a_model_transformers_runs_is_checked_too(models_dir, monkeypatch):
 def fake_hub(monkeypatch, tmp_path):
     """HfApi.model_info and hf_hub_download replaced; files are served from `state.folder`."""
     import huggingface_hub
-    import huggingface_hub.constants as hub
 
-    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
-    monkeypatch.setenv("TFORMER_CACHE_DIR", str(tmp_path / "tformer-cache"))
-    monkeypatch.setattr(hub, "HF_HUB_OFFLINE", False)
-    monkeypatch.setattr(hub, "HF_HUB_CACHE", str(tmp_path / "hub-cache"))
+    hub_online(monkeypatch, tmp_path)
     state = SimpleNamespace(folder=None, downloads=[])
 
     def model_info(self, repo_id, **kwargs):
@@ -258,16 +252,7 @@ def fake_hub(monkeypatch, tmp_path):
 
     def hf_hub_download(repo_id, filename, **kwargs):
         state.downloads.append(filename)
-        repo = hub_disk.repo_folder(repo_id)
-        blob, link = repo / "blobs" / filename, repo / "snapshots" / ("0" * 40) / filename
-        blob.parent.mkdir(parents=True, exist_ok=True)
-        link.parent.mkdir(parents=True, exist_ok=True)
-        (repo / "refs").mkdir(exist_ok=True)
-        (repo / "refs" / "main").write_text("0" * 40)
-        shutil.copy(state.folder / filename, blob)
-        link.unlink(missing_ok=True)
-        link.symlink_to(os.path.relpath(blob, link.parent))
-        return str(link)
+        return into_hub_cache(repo_id, filename, state.folder / filename)
 
     monkeypatch.setattr(huggingface_hub.HfApi, "model_info", model_info)
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", hf_hub_download)

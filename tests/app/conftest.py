@@ -1,0 +1,25 @@
+"""Fixtures the app tests share."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from deploy.redis_server import RedisServer, find_redis
+from tformer_app.class_store import ClassSettings, open_store
+
+
+@pytest.fixture
+def redis_server() -> Iterator[RedisServer]:
+    """A redis-server of its own (Debian's), started, that the class store is then pointed at by the test; stopped
+    afterwards and the store back in this process. Skips where redis-server is not installed."""
+    if find_redis() is None:
+        pytest.skip("redis-server is not installed (Debian: apt-get install redis-server)")
+    server = RedisServer()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+        open_store(ClassSettings(redis_url=None))
