@@ -1,6 +1,7 @@
 """Clicks in a real browser, timed from the click to the settled page, against the budgets of issue 13.
 
     python benchmarks/browser_interactions.py [--runs 7] [--only text-head] [--profile prof.txt]
+    python benchmarks/browser_interactions.py --only text-head text-sentence --beside-studies  # issue 34
 
 A real server (`streamlit run app.py`, offline, on the CPU, as tests/browser/server.py starts it; DeiT-Tiny
 from ../shared/models where it is there) and Debian's Chromium driven by Playwright, with the browser
@@ -305,7 +306,8 @@ def interactions() -> list[Interaction]:
             "/text",
             0.6,
             1.35,
-            choose_nth("Head", lambda i: str(1 + i % 11)),
+            # The page opens on head 1 (the lecture's "it" -> "animal" head): each run another head than the last.
+            choose_nth("Head", lambda i: str((2 + i) % 12)),
         ),
         Interaction(
             "text-layer",
@@ -365,7 +367,35 @@ def load() -> str:
     return "load average " + ", ".join(f"{x:.2f}" for x in os.getloadavg()) + f" ({os.cpu_count()} cores)"
 
 
-def measure(chosen: list[Interaction], runs: int, url: str, browser, pass_file: Path) -> None:
+STUDY_WORDS = ("a tired dog", "the old teacher", "my sister", "the robot", "our neighbour", "the pilot", "a bird")
+
+
+class Studies:
+    """Another student, in a browser context of their own, studying heads on SmolLM2 without pause (issue 34): a
+    text of their own of about 30 tokens on "Does this head matter?" (within TFORMER_REQUEST_GFLOP, so every
+    study runs, tens of seconds of the server's work), and another as soon as the page shows none running."""
+
+    def __init__(self, browser, url: str) -> None:
+        self.page = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
+        self.url, self.started = url, 0
+
+    def running(self) -> bool:
+        return self.page.get_by_text("Ablating every head", exact=False).count() > 0
+
+    def keep_busy(self) -> None:
+        """A new study when none is under way (not waited for: the page goes on by itself)."""
+        if self.started and self.running():
+            return
+        who = STUDY_WORDS[self.started % len(STUDY_WORDS)]
+        text = f"In round {self.started} {who} painted the last train before it rained, and the capital of France is"
+        self.page.goto(f"{self.url}/heads?text={quote(text)}", wait_until="commit")
+        self.page.get_by_text("Ablating every head", exact=False).first.wait_for(timeout=600_000)
+        self.started += 1
+
+
+def measure(
+    chosen: list[Interaction], runs: int, url: str, browser, pass_file: Path, studies: Studies | None = None
+) -> None:
     for it in chosen:
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         wire = Wire()
@@ -377,6 +407,8 @@ def measure(chosen: list[Interaction], runs: int, url: str, browser, pass_file: 
         if it.setup is not None:
             it.setup(page)
         for i in range(runs + 1):  # the first: warm-up
+            if studies is not None:
+                studies.keep_busy()
             run = timed(page, wire, cdp, pass_file, it.act(page, i))
             if i:
                 it.runs.append(run)
@@ -426,6 +458,24 @@ def report(chosen: list[Interaction], loads: list[str]) -> None:
             f"style {m['RecalcStyleDuration']:.2f}s, tasks {m['TaskDuration']:.2f}s"
         )
     print("\nMachine: " + "; ".join(loads))
+
+
+BESIDE_GOAL = 1.5  # issue 34: a view change beside another student's study within 1.5 x the one without
+
+
+def studies_report(alone: list[Interaction], beside: list[Interaction], studies: int) -> None:
+    """Each interaction's median and 90th percentile alone and beside the studies, and their ratio."""
+    print(f"\nBeside another student's studies ({studies} started), same server and browser, click to settled:")
+    print("| interaction | median alone | median beside | p90 alone | p90 beside | p90 ratio | verdict |")
+    print("|---|---:|---:|---:|---:|---:|---|")
+    for a, b in zip(alone, beside, strict=True):
+        ta, tb = [r.total for r in a.runs], [r.total for r in b.runs]
+        ratio = pct(tb, 0.9) / pct(ta, 0.9)
+        print(
+            f"| {a.label} | {statistics.median(ta):.2f} s | {statistics.median(tb):.2f} s | {pct(ta, 0.9):.2f} s "
+            f"| {pct(tb, 0.9):.2f} s | {ratio:.2f} | {'within' if ratio <= BESIDE_GOAL else 'OVER'} "
+            f"(<= {BESIDE_GOAL}) |"
+        )
 
 
 def profile(it: Interaction, runs: int, url: str, browser, pass_file: Path, out: Path) -> None:
@@ -482,6 +532,11 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--only", nargs="*", help="interaction names (text-head, ..., presenter-head: see above)")
     parser.add_argument("--profile", type=Path, help="a folder: py-spy each interaction's server time into it")
+    parser.add_argument(
+        "--beside-studies",
+        action="store_true",
+        help="measure again while another browser session studies heads without pause (issue 34), and compare",
+    )
     args = parser.parse_args()
     from playwright.sync_api import sync_playwright
 
@@ -500,6 +555,14 @@ def main() -> None:
             measure(chosen, args.runs, url, browser, pass_file)
             loads.append(f"end: {load()}")
             report(chosen, loads)
+            if args.beside_studies:
+                beside = [it for it in interactions() if it.name in {c.name for c in chosen}]
+                studies = Studies(browser, url)
+                print(f"\nThe same, while another student studies heads on SmolLM2 without pause ({load()})")
+                measure(beside, args.runs, url, browser, pass_file, studies)
+                loads.append(f"end, beside the studies: {load()}")
+                report(beside, loads)
+                studies_report(chosen, beside, studies.started)
             print(f"(Forward passes counted in the server since it started, page loads included: {passes(pass_file)}.)")
             if args.profile:
                 args.profile.mkdir(parents=True, exist_ok=True)
