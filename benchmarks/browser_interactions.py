@@ -41,6 +41,7 @@ of the slowest interaction and prints the functions that took the most of its ti
 from __future__ import annotations
 
 import argparse
+import asyncio
 import collections
 import os
 import shutil
@@ -49,6 +50,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -57,6 +59,7 @@ from urllib.parse import quote
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from tests.browser.conftest import CHROMIUM, CHROMIUM_ARGS
 from tests.browser.helpers import settle
@@ -371,31 +374,46 @@ STUDY_WORDS = ("a tired dog", "the old teacher", "my sister", "the robot", "our 
 
 
 class Studies:
-    """Another student, in a browser context of their own, studying heads on SmolLM2 without pause (issue 34): a
-    text of their own of about 30 tokens on "Does this head matter?" (within TFORMER_REQUEST_GFLOP, so every
-    study runs, tens of seconds of the server's work), and another as soon as the page shows none running."""
+    """Another student studying heads on SmolLM2 without pause (issue 34), from their own laptop: a text of their own
+    of about 30 tokens on "Does this head matter?" (within TFORMER_REQUEST_GFLOP, so every study runs: tens of
+    seconds of the server's work), and another as soon as the page has drawn the last. They speak the browser's
+    protocol (benchmarks/stclient.py) from a thread of their own: their pages are not drawn on this machine, whose
+    two cores the measured browser and the server share already."""
 
-    def __init__(self, browser, url: str) -> None:
-        self.page = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
-        self.url, self.started = url, 0
+    def __init__(self, url: str) -> None:
+        self.url, self.started, self.finished, self.errors = url, 0, 0, []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=lambda: asyncio.run(self._study()), name="studies", daemon=True)
 
-    def running(self) -> bool:
-        return self.page.get_by_text("Ablating every head", exact=False).count() > 0
-
-    def keep_busy(self) -> None:
-        """A new study when none is under way (not waited for: the page goes on by itself)."""
-        if self.started and self.running():
-            return
+    def text(self) -> str:
         who = STUDY_WORDS[self.started % len(STUDY_WORDS)]
-        text = f"In round {self.started} {who} painted the last train before it rained, and the capital of France is"
-        self.page.goto(f"{self.url}/heads?text={quote(text)}", wait_until="commit")
-        self.page.get_by_text("Ablating every head", exact=False).first.wait_for(timeout=600_000)
-        self.started += 1
+        return f"In round {self.started} {who} painted the last train before it rained, and the capital of France is"
+
+    async def _study(self) -> None:
+        from stclient import ProtocolError, Session
+
+        while not self._stop.is_set():
+            self.started += 1
+            session = Session(self.url, timeout_s=900)
+            try:
+                run = await session.connect(f"/heads?text={quote(self.text())}")
+                self.finished += 1
+                self.errors += run.errors
+            except ProtocolError:  # the server stopped at the end of the benchmark
+                return
+            finally:
+                await session.close()
+
+    def __enter__(self) -> Studies:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(1)  # a study under way is left to the server (it stops once nobody waits for it)
 
 
-def measure(
-    chosen: list[Interaction], runs: int, url: str, browser, pass_file: Path, studies: Studies | None = None
-) -> None:
+def measure(chosen: list[Interaction], runs: int, url: str, browser, pass_file: Path) -> None:
     for it in chosen:
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         wire = Wire()
@@ -407,8 +425,6 @@ def measure(
         if it.setup is not None:
             it.setup(page)
         for i in range(runs + 1):  # the first: warm-up
-            if studies is not None:
-                studies.keep_busy()
             run = timed(page, wire, cdp, pass_file, it.act(page, i))
             if i:
                 it.runs.append(run)
@@ -463,9 +479,12 @@ def report(chosen: list[Interaction], loads: list[str]) -> None:
 BESIDE_GOAL = 1.5  # issue 34: a view change beside another student's study within 1.5 x the one without
 
 
-def studies_report(alone: list[Interaction], beside: list[Interaction], studies: int) -> None:
+def studies_report(alone: list[Interaction], beside: list[Interaction], studies: Studies) -> None:
     """Each interaction's median and 90th percentile alone and beside the studies, and their ratio."""
-    print(f"\nBeside another student's studies ({studies} started), same server and browser, click to settled:")
+    print(
+        f"\nBeside another student's studies ({studies.started} started, {studies.finished} drawn, errors "
+        f"{studies.errors[:3] or 'none'}), same server and browser, click to settled:"
+    )
     print("| interaction | median alone | median beside | p90 alone | p90 beside | p90 ratio | verdict |")
     print("|---|---:|---:|---:|---:|---:|---|")
     for a, b in zip(alone, beside, strict=True):
@@ -557,12 +576,12 @@ def main() -> None:
             report(chosen, loads)
             if args.beside_studies:
                 beside = [it for it in interactions() if it.name in {c.name for c in chosen}]
-                studies = Studies(browser, url)
                 print(f"\nThe same, while another student studies heads on SmolLM2 without pause ({load()})")
-                measure(beside, args.runs, url, browser, pass_file, studies)
-                loads.append(f"end, beside the studies: {load()}")
+                with Studies(url) as studies:
+                    measure(beside, args.runs, url, browser, pass_file)
+                    loads.append(f"end, beside the studies: {load()}")
                 report(beside, loads)
-                studies_report(chosen, beside, studies.started)
+                studies_report(chosen, beside, studies)
             print(f"(Forward passes counted in the server since it started, page loads included: {passes(pass_file)}.)")
             if args.profile:
                 args.profile.mkdir(parents=True, exist_ok=True)
