@@ -173,11 +173,16 @@ def study_cost(kind: str, model: TracedModel, inputs: tuple, limit_flops: float)
 
 
 def patching_cost(model: TracedModel, a: str, b: str, limit_flops: float) -> tuple[Workload, str]:
-    """What `patching(model, a, b)` will compute (A's length), before anything runs, and what would fit (see
-    `study_cost`)."""
+    """What `patching(model, a, b)` will compute, before anything runs, and what would fit (see `study_cost`);
+    InputError when A and B differ in tokens (the message of `patching`, with both inputs' tokens)."""
     if not isinstance(model, CausalLM):
         raise InputError("patching between two inputs is shown for language models (decoder-only)")
     n = _count(model, a)
+    if n != _count(model, b):  # said before the cost: no grid can be run for them, whatever their length
+        tokenizer = model.tokenizer
+        assert tokenizer is not None  # _count read them with it
+        tokens = [display_tokens(tokenizer.convert_ids_to_tokens(tokenizer.encode(text))) for text in (a, b)]
+        raise InputError(unequal_inputs_message(*tokens))
     cost = lambda tokens: residual_patching_workload(model, tokens)  # type: ignore[arg-type]  # noqa: E731
     most = workload.longest(cost, limit_flops, n)
     return cost(n), (f"two inputs of at most {most:,} tokens each (these have {n:,})" if most else "")

@@ -68,6 +68,18 @@ CASES = [
         },
         timeout=600,
     ),
+    Case(  # longer than a grid the server computes, and unequal: told what no grid could fix first
+        "head_matters",
+        "your own pair of 18 and 21 tokens",
+        "A has 18 tokens and B has 21: patching puts B's token at each position into A's at the same position",
+        params={
+            "model": "smollm2",
+            "pair": "your own pair",
+            "a": "<img src=x onerror=alert(1)> **bold** $x$",
+            "b": "<img src=x onerror=alert(1)> **bold** $x$ and more words",
+        },
+        timeout=600,
+    ),
     # ---- 2. a 60,000 x 1 or 1 x 60,000 picture on every picture page (DETR: a side resized to 0 px) -------------
     *(
         Case(page, f"a {w} x {h} PNG", f"the picture is {w:,} × {h:,} pixels: {STRIP}", params, png(w, h))
