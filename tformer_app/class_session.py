@@ -6,15 +6,17 @@
     class_session.after(where, page_path)  # the shell, after the page: publish the lecturer's view; questions, answers
 
 State lives in the store (tformer_app.class_store: this process, or Redis shared by the replicas). A student's
-page polls one number, the session's version, about once a second (a fragment), and opens the lecturer's view
-when it moved, unless they forked (explored on their own; one click follows again). The lecturer's secret stays
-in the lecturer's session: students cannot change the view, ask, reveal or export. A student's own input
-never reaches the store: only the answer they click or type, checked, once per question.
+page polls one number, the session's version (a fragment), and opens the lecturer's view when it moved, unless
+they forked (explored on their own; one click follows again). The poll runs the moment the class moves (the store
+tells every server process, which wakes its students' polls: tformer_app.class_wake), and every POLL_S besides,
+for a wake that was missed; the lecturer's change is sent as their run starts, not after their page drew it.
+The lecturer's secret stays in the lecturer's session: students cannot change the view, ask, reveal or export.
+A student's own input never reaches the store: only the answer they click or type, checked, once per question.
 
 A student is one per browser, not per tab: the token the store signs when they join is kept in a cookie (`COOKIE`,
 written by a small element of the page), so a reload takes them back into the class as the same student, and a
 second join is the same student too. The end of a class (its lecturer's, its expiry, a store that lost it) is
-found by the same poll, and said on the page within a second, with what to do next.
+found by the same poll (woken by the end), and said on the page at once, with what to do next.
 """
 
 from __future__ import annotations
@@ -31,11 +33,11 @@ import streamlit.components.v2 as components
 
 from tformer_views.class_questions import ClassError, Question, answer_chart, patch_answer_picker
 
-from . import presenter
+from . import class_wake, presenter
 from .class_store import ClassEnded, ClassStore, Seat, View, open_store
 from .events import clicked_patch
 from .markdown import escape
-from .url import PRESENT_PARAM, forget_pages
+from .url import PRESENT_PARAM, foreseen_link, forget_pages
 
 log = logging.getLogger("tformer_app")
 
@@ -56,8 +58,9 @@ TOKEN = "_tformer.class.token"  # the student's signed token in this tab (kept w
 COOKIE_VALUE = "_tformer.class.cookie"  # what the browser's cookie is to hold ("" to forget it); absent: leave it
 ENDED = "_tformer.class.ended"  # the notice of a class that ended under this student, until they dismiss it
 OPENED = "_tformer.class.opened"  # this session ran `before` once: a link's ?class= joins on the first run only
+DRAWN = "_tformer.class.drawn"  # (page hash, url path, query) of the page the last whole run of this session drew
 CLASS_PARAM = "class"  # a join link: /?class=K7M2QX
-POLL_S = 0.5  # how often a student's page asks whether the lecturer moved (a follow within 1 s)
+POLL_S = 2.0  # how often a student's page asks whether the class moved, should a wake be missed (class_wake)
 COOKIE = "tformer_class"  # the browser's: "<token>" in a class, "<token>.away" after leaving it
 AWAY = ".away"
 NEXT = "Your page stays as it is; explore on your own or join another class."
@@ -70,7 +73,9 @@ NOTICES = {
 
 
 def store() -> ClassStore:
-    return open_store()
+    opened = open_store()
+    opened.on_move(class_wake.woken)  # a move runs this process's students' polls at once (idempotent)
+    return opened
 
 
 def lecturing() -> bool:
@@ -107,6 +112,7 @@ def guarded(action: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _leave_class() -> None:
+    class_wake.forget()
     if attending() and TOKEN in st.session_state:  # a reload does not rejoin; a join by code is them again
         st.session_state[COOKIE_VALUE] = st.session_state[TOKEN] + AWAY
     for key in (SID, SECRET, STUDENT, FOLLOWING, APPLIED, FRESH, SEEN, SENT, ANSWERED, PAGE_FILES):
@@ -139,10 +145,12 @@ def _browser_token() -> str:
 
 # ---- before the page ----------------------------------------------------------------------------------------
 @guarded
-def before(pages: dict[str, Any]) -> None:
-    """Join from a link's ?class=CODE, and open the lecturer's view on a following student's page when it moved.
-    Call it in the shell after st.navigation and before the page runs. pages: url path -> st.Page."""
+def before(pages: dict[str, Any], page_path: str = "") -> None:
+    """Join from a link's ?class=CODE, open the lecturer's view on a following student's page when it moved, and
+    send the lecturer's change to the class before their page draws it. Call it in the shell after st.navigation
+    and before the page runs. pages: url path -> st.Page; page_path: the page this run shows."""
     st.session_state.pop(OFFER, None)
+    st.session_state[DRAWN] = (_page_hash(), page_path, st.query_params.to_dict())
     first = OPENED not in st.session_state
     st.session_state[OPENED] = True
     code = st.query_params.get(CLASS_PARAM)
@@ -154,6 +162,8 @@ def before(pages: dict[str, Any]) -> None:
             _join(code, "")
     elif first and not lecturing() and not attending():
         _rejoin()
+    if lecturing():
+        _publish_early(page_path)
     if not attending():
         return
     try:
@@ -173,6 +183,14 @@ def before(pages: dict[str, Any]) -> None:
     }
     if st.session_state.get(FOLLOWING, False) and view is not None and view.page in pages and _newer(view):
         _open(view, pages[view.page])
+
+
+def _page_hash() -> str:
+    """The page this run is for, as Streamlit names it (the hash of its script)."""
+    from streamlit.runtime.scriptrunner import get_script_run_ctx
+
+    ctx = get_script_run_ctx()
+    return str(ctx.page_script_hash) if ctx is not None else ""
 
 
 def _newer(view: View) -> bool:
@@ -359,8 +377,10 @@ def _follow() -> None:
 def _watch() -> None:
     """Once every POLL_S: has the session moved (a view, a question, a reveal)? A new view of the lecturer's opens at
     once from here (one run of the page, not the shell's run first); anything else runs the whole page again."""
+    _redraw_if_stale()
     try:
         sid = st.session_state[SID]
+        class_wake.watch(sid)
         version = store().poll(sid)
         if version == st.session_state.get(SEEN):
             return
@@ -378,6 +398,22 @@ def _watch() -> None:
         st.session_state[SEEN] = version
         _open(view, path)
     st.rerun(scope="app")
+
+
+def _redraw_if_stale() -> None:
+    """A poll asked for with another page than the one on screen draws that page again. A browser's request
+    carries the page it showed when it sent it: a poll sent before the lecturer's page opened here (the page's run
+    is long, a Vision Transformer's: the poll waits for it) ran for the old page, and Streamlit's browser then
+    cleared the page's area for it, which a poll does not draw: students following the lecturer to the Vision
+    Transformer saw an empty page until the lecturer's next change (7 of 16 arrivals)."""
+    drawn = st.session_state.get(DRAWN)
+    if drawn is None or _page_hash() == drawn[0]:
+        return
+    path = st.session_state.get(PAGE_FILES, {}).get(drawn[1])
+    if path is None:
+        return
+    log.info("a student's poll came for a page no longer on screen: %r drawn again", drawn[1])
+    st.switch_page(path, query_params=drawn[2])
 
 
 # ---- the page offers questions ------------------------------------------------------------------------------
@@ -453,8 +489,22 @@ def _current_view(page_path: str) -> View:
     return View(page=page_path, params=params, slide=st.session_state.get(presenter.SHOWING))
 
 
-def _publish(page_path: str) -> None:
-    view = _current_view(page_path)
+def _publish_early(page_path: str) -> None:
+    """The lecturer's change (a head, a layer) sent to the class as this run starts, from the widget the click
+    changed (`foreseen_link`): the students' pages draw it beside the lecturer's own, not after it (a follow took
+    the lecturer's whole run more). What the page then writes is sent too, only if it differs (`_publish`)."""
+    sent = st.session_state.get(SENT)
+    if sent is None or sent.page != page_path:  # another page: its settings are known once it ran
+        return
+    params = foreseen_link()
+    if params is None:
+        return
+    params.pop(PRESENT_PARAM, None)  # each student's own presenter mode stays theirs (as `_current_view`)
+    _publish(page_path, View(page=page_path, params=params, slide=st.session_state.get(presenter.SHOWING)))
+
+
+def _publish(page_path: str, view: View | None = None) -> None:
+    view = view or _current_view(page_path)
     if st.session_state.get(SENT) == view:
         return
     try:
