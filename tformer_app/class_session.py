@@ -60,6 +60,8 @@ ENDED = "_tformer.class.ended"  # the notice of a class that ended under this st
 OPENED = "_tformer.class.opened"  # this session ran `before` once: a link's ?class= joins on the first run only
 DRAWN = "_tformer.class.drawn"  # (page hash, url path, query) of the page the last whole run of this session drew
 CLASS_PARAM = "class"  # a join link: /?class=K7M2QX
+LECTURE_PARAM = "lecture"  # the lecturer's own link, for another device of theirs: /?lecture=<sid>.<secret>
+SHOW_LECTURER_LINK = "_tformer.class.show_lecturer_link"
 POLL_S = 2.0  # how often a student's page asks whether the class moved, should a wake be missed (class_wake)
 COOKIE = "tformer_class"  # the browser's: "<token>" in a class, "<token>.away" after leaving it
 AWAY = ".away"
@@ -153,6 +155,11 @@ def before(pages: dict[str, Any], page_path: str = "") -> None:
     st.session_state[DRAWN] = (_page_hash(), page_path, st.query_params.to_dict())
     first = OPENED not in st.session_state
     st.session_state[OPENED] = True
+    lecture = st.query_params.get(LECTURE_PARAM)
+    if lecture is not None:
+        del st.query_params[LECTURE_PARAM]  # the secret leaves the address bar (and a reload does not use it again)
+        if first:
+            _take_over(lecture, pages)
     code = st.query_params.get(CLASS_PARAM)
     if code is not None:
         del st.query_params[CLASS_PARAM]  # a reload must not join again
@@ -205,6 +212,25 @@ def _open(view: View, page: Any) -> None:
     forget_pages()  # the lecturer's link rules the page, as a deck's slide does
     params = dict(view.params) | ({PRESENT_PARAM: "1"} if presenter.presenting() else {})
     st.switch_page(page, query_params=params)
+
+
+@guarded
+def _take_over(link: str, pages: dict[str, Any]) -> None:
+    """The lecturer opened their own link on another device (the projector's laptop, a tablet): this session
+    lectures the same class, from the class's current view; the first device keeps lecturing too."""
+    sid, _, secret = str(link).partition(".")
+    try:
+        store().lecturer(sid, secret)
+        view = store().view(sid)
+    except ClassError as error:
+        _say(f"This lecturer link does not open a class: {error}.")
+        return
+    _leave_class()
+    st.session_state.update({SID: sid, SECRET: secret})
+    log.info("class %s: its lecturer continues on another device", sid)
+    if view is not None and view.page in pages:
+        st.session_state[SENT] = View(page=view.page, params=view.params, slide=view.slide)  # no second publish
+        st.switch_page(pages[view.page], query_params=dict(view.params))
 
 
 @guarded
@@ -298,6 +324,13 @@ def join_link(code: str) -> str:
     return f"{base}/?{CLASS_PARAM}={code}"
 
 
+def lecturer_link(sid: str, secret: str) -> str:
+    """The address that makes another device of the lecturer's lecture this class (`_take_over`)."""
+    parts = urlsplit(str(st.context.url or ""))
+    base = f"{parts.scheme}://{parts.netloc}" if parts.scheme in ("http", "https") and parts.netloc else ""
+    return f"{base}/?{LECTURE_PARAM}={sid}.{secret}"
+
+
 def qr_svg(text: str, scale: int = 5) -> str:
     """The QR code of `text` as inline SVG (segno: nothing but the modules, no text or script in it)."""
     import segno
@@ -319,6 +352,10 @@ def _lecturer_sidebar() -> None:
     st.code(link, language=None)
     st.image(qr_svg(link, 4), caption="Scan to join")
     st.checkbox("Show the join code above the page", value=True, key=SHOW_CODE)
+    if st.checkbox("Lecture from another device", key=SHOW_LECTURER_LINK):
+        st.caption("Open this link on your other device: it drives the class too. Whoever has it can, so keep it "
+                   "off the projector and untick the box once it is open.")  # fmt: skip
+        st.code(lecturer_link(sid, secret), language=None)
     st.caption("Your page and view are the class's. Questions and answers appear above your page.")
     names = st.checkbox("Students' chosen names in the export", key="_tformer.class.names")
     st.download_button(
@@ -438,11 +475,22 @@ def after(where: Any, status: Any, page_path: str) -> None:
         with status:
             _student_status()
         with where:
+            _exploring_notice()
             _student_panel()
     with where:
         if ENDED in st.session_state:
             _ended_notice()
         _keep_cookie()
+
+
+def _exploring_notice() -> None:
+    """A student who left the lecturer's view (a click, a key: ← → change the head) is told so on the page, with
+    the way back: the sidebar that says it is hidden on a phone."""
+    if st.session_state.get(FOLLOWING, False):
+        return
+    with st.container(key="tformer-class-exploring", horizontal=True, vertical_alignment="center"):
+        st.info("You are exploring on your own: the lecturer's changes no longer reach your page.", icon="🧭")
+        st.button("Follow the lecturer", key="_tformer.class.follow.page", on_click=_follow, type="primary")
 
 
 def _ended_notice() -> None:

@@ -488,6 +488,13 @@ class ClassStore:
         log.info("class %s: started (code %s)", sid, code)
         return Lecture(sid=sid, code=code, secret=secret)
 
+    def lecturer(self, sid: str, secret: str) -> str:
+        """The session's join code when `secret` is its lecturer's (another device of theirs takes the session
+        over), else ClassError (or ClassEnded: the session is over). The session id is input: checked first."""
+        if not SID_FORM.fullmatch(str(sid)):
+            raise ClassError("this lecturer link is not valid")
+        return str(self._lecturer(sid, secret)["code"])
+
     def renew_code(self, sid: str, secret: str) -> str:
         """Let students in for another code_ttl_s with the same code (or a new one if it was taken meanwhile)."""
         meta = self._lecturer(sid, secret)
