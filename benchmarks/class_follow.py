@@ -352,9 +352,15 @@ class SimulatedStudents:
             await s.close()
 
     async def _follow(self, i: int, s) -> None:
+        """A student's browser: the runs the server starts (woken by the class's moves), its poll on its timer."""
+        interval, fragment = min((v, k) for k, v in s.auto_reruns.items())
+        next_poll = time.perf_counter() + interval
         while not self._stop.is_set():
             try:
-                await s.follow(timeout_s=1.0)
+                run = await s.next_run(max(0.0, min(next_poll - time.perf_counter(), 1.0)))
+                if run is None and time.perf_counter() >= next_poll:
+                    await s.fragment_rerun(fragment)
+                    next_poll = time.perf_counter() + interval
             except Exception as error:  # one student's failure is counted, the class goes on
                 self.errors.append(f"student {i}: {type(error).__name__}: {error}")
                 await asyncio.sleep(1.0)
