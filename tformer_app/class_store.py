@@ -5,7 +5,7 @@
     seat = store.join("k7m2qx", client="10.0.0.7")       # a student: seat.sid, seat.student, seat.token
     store.rejoin(seat.token)                             # the same student (a reload): the token is signed
     store.set_view(sid, secret, View("text", {"layer": "3", "head": "1"}))   # version 1
-    store.poll(sid)                                      # what every student's page polls (twice a second):
+    store.poll(sid)                                      # what every student's page polls (woken by each move):
                                                          # the version, or ClassEnded (ended, expired, lost)
     q = store.ask(sid, secret, Question(kind="token", prompt="...", choices=[...], answer=10))
     store.answer(sid, q, student, "10")                  # once per student per question, validated
