@@ -37,7 +37,7 @@ from . import class_wake, presenter
 from .class_store import ClassEnded, ClassStore, Seat, View, open_store
 from .events import clicked_patch
 from .markdown import escape
-from .url import PRESENT_PARAM, foreseen_link, forget_pages
+from .url import PRESENT_PARAM, WRITTEN, foreseen_link, forget_pages
 
 log = logging.getLogger("tformer_app")
 
@@ -58,6 +58,7 @@ TOKEN = "_tformer.class.token"  # the student's signed token in this tab (kept w
 COOKIE_VALUE = "_tformer.class.cookie"  # what the browser's cookie is to hold ("" to forget it); absent: leave it
 ENDED = "_tformer.class.ended"  # the notice of a class that ended under this student, until they dismiss it
 OPENED = "_tformer.class.opened"  # this session ran `before` once: a link's ?class= joins on the first run only
+FORESEEABLE = "_tformer.class.foreseeable"  # the lecturer's page whose link the last run wrote (url path)
 DRAWN = "_tformer.class.drawn"  # (page hash, url path, query) of the page the last whole run of this session drew
 CLASS_PARAM = "class"  # a join link: /?class=K7M2QX
 LECTURE_PARAM = "lecture"  # the lecturer's own link, for another device of theirs: /?lecture=<sid>.<secret>
@@ -467,6 +468,11 @@ def after(where: Any, status: Any, page_path: str) -> None:
     `where` (a container above the page): the lecturer's (ask, live answers, reveal) or a student's (answer).
     status: what `sidebar` returned (a student's follow / fork state, and the poll)."""
     if lecturing():
+        written = st.session_state.get(WRITTEN)  # this page's, if it wrote its link in this run (else an older page's)
+        mine = written is not None and _current_view(page_path).params == {
+            k: v for k, v in written["params"].items() if k != PRESENT_PARAM
+        }
+        st.session_state[FORESEEABLE] = page_path if mine else None
         _publish(page_path)
         with where:
             _lecturer_panel()
@@ -542,8 +548,8 @@ def _publish_early(page_path: str) -> None:
     changed (`foreseen_link`): the students' pages draw it beside the lecturer's own, not after it (a follow took
     the lecturer's whole run more). What the page then writes is sent too, only if it differs (`_publish`)."""
     sent = st.session_state.get(SENT)
-    if sent is None or sent.page != page_path:  # another page: its settings are known once it ran
-        return
+    if sent is None or sent.page != page_path or st.session_state.get(FORESEEABLE) != page_path:
+        return  # another page, or one that wrote no link last time: its settings are known once it ran
     params = foreseen_link()
     if params is None:
         return
