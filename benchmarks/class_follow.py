@@ -329,12 +329,17 @@ class SimulatedStudents:
         self.n = n
         self.errors: list[str] = []
         self._stop = threading.Event()
+        self._ready = threading.Event()
         self._thread: threading.Thread | None = None
 
     def start(self, link: str) -> None:
+        """Open the N students on the join link; returns once all of them drew their first page (the changes are
+        timed with the class in the room, not while it arrives)."""
         parts = urlsplit(link)
         self._thread = threading.Thread(target=lambda: asyncio.run(self._run(parts)), daemon=True)
         self._thread.start()
+        if not self._ready.wait(600):
+            raise AssertionError(f"{self.n} simulated students did not open the class within 600 s")
 
     async def _run(self, parts) -> None:
         from stclient import Session
@@ -346,7 +351,10 @@ class SimulatedStudents:
             async with gate:
                 return await Session.open(base, f"/?{parts.query}", timeout_s=300, fetch_media=False)
 
-        sessions = list(await asyncio.gather(*(one() for _ in range(self.n))))
+        opened = await asyncio.gather(*(one() for _ in range(self.n)), return_exceptions=True)
+        sessions = [s for s in opened if not isinstance(s, BaseException)]
+        self.errors += [f"opening: {type(e).__name__}: {e}" for e in opened if isinstance(e, BaseException)]
+        self._ready.set()
         await asyncio.gather(*(self._follow(i, s) for i, s in enumerate(sessions)))
         for s in sessions:
             await s.close()
