@@ -261,7 +261,7 @@ def test_a_second_vote_is_kept_beside_the_first_once_per_student_and_exported(st
 
 
 def test_present_students_are_those_seen_lately(kind, request):
-    """"3 of 40 answered" stays true when students leave: a student is present while their page says so (every
+    """ "3 of 40 answered" stays true when students leave: a student is present while their page says so (every
     10 s, and with an answer); one who closed the page drops out after PRESENT_S, and nobody else gets a stamp."""
     from tformer_app.class_store import PRESENT_S
 
