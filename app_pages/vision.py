@@ -201,7 +201,12 @@ def show_query_picker(url: UrlState, result: vv.VisionResult, choice: AttentionC
     grid = vv.attention_map(trace, choice.layer, choice.head, choice.patch)
     picture = overlay(result.image, grid, alpha=choice.alpha, smooth=choice.smooth)
     who = describe_query(result, choice.patch)
-    class_session.offer(lambda: class_questions.vision_questions(grid, choice.layer, choice.head, who))
+    # The students' patch picker lies over the picture the model saw (small: every student's page gets it).
+    class_session.offer(
+        lambda: class_questions.vision_questions(
+            grid, choice.layer, choice.head, who, picture=class_questions.question_picture(result.image)
+        )
+    )
     head_name = "mean of the heads" if choice.head is None else f"head {choice.head}"
     left, right = st.columns([1, 1])
     with left:

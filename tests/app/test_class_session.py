@@ -35,7 +35,9 @@ def room():
     link = next(c.value for c in lecturer.sidebar.code)
     assert link.endswith(f"/?class={code}")
     assert [i.captions for i in lecturer.sidebar.get("image")] == [["Scan to join"]]  # the QR code
-    assert f"## Join the class: code **{code}**" in [m.value for m in lecturer.markdown]  # big, for the projector
+    banner = lecturer.get("flex_container")  # one line above the page: the QR, the code, the live count, Hide
+    assert any(m.value.startswith(f"**Join the class: code {code}**") for m in lecturer.markdown)
+    assert "**0 students**" in [m.value for m in lecturer.markdown] and banner
     students = [ok(app(**{"class": code})) for _ in range(2)]
     return lecturer, students, sid
 
@@ -121,7 +123,13 @@ def test_head_and_number_questions(room):
     q = open_store().current(sid)
     assert q.kind == "head" and len(q.choices) == 6 * 12 and q.grid == (6, 12)
     ok(ada.run())
-    ada.get("button_group")[0].set_value(q.choices.index("L3 H1")).run()
+    picker = json.loads(next(c for c in ada.get("vega_lite_chart") if "Click a head" in c.proto.spec).proto.spec)
+    pills = [b for b in ada.get("button_group") if str(b.key).startswith("_tformer.class.answer")]
+    assert picker["width"] <= 340 and not pills  # a grid to click, not 72 buttons
+    # AppTest cannot click a chart: the answer the picker's click sends (the browser test clicks it).
+    open_store().answer(sid, q.qid, ada.session_state[class_session.STUDENT], str(q.choices.index("L3 H1")))
+    ok(ada.run())
+    assert "Your answer: **L3 H1**" in [m.value for m in ada.markdown]
     ok(lecturer.run())
     cells = [v for v in projector(lecturer) if v["answers"]]
     assert cells == [{"row": 3, "col": 1, "label": "L3 H1", "answers": 1, "model": False}]
@@ -130,8 +138,8 @@ def test_head_and_number_questions(room):
     q = open_store().current(sid)
     assert q.kind == "number" and 0 < q.answer < 1
     ok(ada.run())
-    ada.number_input(key=f"_tformer.class.answer.{q.qid}.n").set_value(0.25)
-    ada.button(key=f"FormSubmitter:_tformer.class.answer.{q.qid}-Answer").click().run()
+    ada.number_input(key=f"_tformer.class.answer.{q.qid}.1.n").set_value(0.25)
+    ada.button(key=f"FormSubmitter:_tformer.class.answer.{q.qid}.1-Answer").click().run()
     ok(ada)
     assert list(open_store().answers(sid, q.qid).values()) == [0.25]
     ok(lecturer.run())
@@ -172,6 +180,10 @@ def test_the_vision_page_offers_a_patch_question_with_the_models_answer(room):
     ok(ada.run())
     picker = [c for c in ada.get("vega_lite_chart") if "Click a patch" in c.proto.spec]
     assert len(picker) == 1 and '"patch"' in picker[0].proto.spec  # the grid's selection gives a patch index
+    layers = json.loads(picker[0].proto.spec)["layer"]
+    assert layers[0]["mark"]["type"] == "image"  # the picture under the grid, small
+    assert layers[0]["data"]["values"][0]["url"].startswith("data:image/jpeg;base64,")
+    assert len(layers[0]["data"]["values"][0]["url"]) < 48_000
 
 
 def test_a_store_that_fails_mid_lesson_leaves_the_pages_working(redis_server):
