@@ -201,3 +201,76 @@ def test_a_store_that_fails_mid_lesson_leaves_the_pages_working(redis_server):
     for at in (lecturer, student):
         ok(at.run())
         assert class_session.UNREACHABLE in [w.value for w in at.sidebar.warning] + [w.value for w in at.warning]
+
+
+HEADS = "app_pages/head_matters.py"
+
+
+def test_heads_predict_reveal_vote_again_on_the_translator():
+    """On "Does this head matter?" (the bundled translator): the class predicts which head, removed, changes the
+    first word most; the reveal ablates the head the class chose most, and what it shows equals a single-head
+    ablation of the same model computed here (the model traced under the intervention, not the page's probe);
+    *Vote again* keeps the first vote beside the second, the projector counts who moved, the CSV has both."""
+    import csv
+    import io
+
+    import numpy as np
+
+    from tformer_app import caches
+    from tformer_core.interventions import Head, ablate_heads, intervene
+
+    lecturer = app()
+    lecturer.sidebar.button(key="_tformer.class.start").click().run()
+    lecturer.query_params["model"] = "translator"
+    lecturer.switch_page(HEADS).run()
+    ok(lecturer)
+    sid, secret = lecturer.session_state[class_session.SID], lecturer.session_state[class_session.SECRET]
+    offered = lecturer.session_state[class_session.OFFER]
+    assert [q.kind for q in offered] == ["head", "output", "layer"]
+    head_q = offered[0]
+    assert head_q.prompt.startswith(f"Which {head_q.stack} head, removed, changes p(")
+    code = open_store().code(sid)
+    students = [ok(app(**{"class": code})) for _ in range(3)]
+    ask(lecturer, "head")
+    q = open_store().current(sid)
+    first = [q.choices.index("L1 H2"), q.choices.index("L1 H2"), q.choices.index("L0 H0")]
+    ids = [s.session_state[class_session.STUDENT] for s in students]
+    for student, choice in zip(ids, first):
+        open_store().answer(sid, q.qid, student, str(choice))  # what each one's click on the grid sends
+    ok(lecturer.run())
+    assert "3 of 3 answered · open" in [m.value for m in lecturer.markdown]
+
+    lecturer.button(key=f"_tformer.class.reveal.{q.qid}").click().run()
+    ok(lecturer)
+    revealed = open_store().question(sid, q.qid)
+    effect = revealed.effect
+    assert revealed.revealed and effect["class"]["choice"] == q.choices.index("L1 H2")
+    # The same ablation, independently: the translator traced with that one head zeroed, p(first word) read off.
+    model = caches.cached_model("translator")
+    source = lecturer.session_state["heads.source"]
+    start = model.generation.start_id if model.generation.start_id is not None else model.generation.pad_id or 0
+    output = int(model.trace(source, [start]).ranked(1)[0][0])
+    with intervene(ablate_heads([Head(q.stack, 1, 2)])):
+        ids_, probs = model.trace(source, [start]).ranked(100_000)
+    assert abs(effect["class"]["value"] - float(probs[np.flatnonzero(ids_ == output)[0]])) < 1e-6
+    ok(students[0].run())
+    lines = [shown(m.value) for m in students[0].markdown]
+    assert any(line.startswith("- The class's choice, L1 H2 (2 of 3 votes), removed:") for line in lines)
+
+    lecturer.button(key=f"_tformer.class.again.{q.qid}").click().run()
+    ok(lecturer)
+    for s in students:
+        ok(s.run())
+    assert "Your first answer: **L1 H2**" in [m.value for m in students[0].markdown]
+    for student in ids:  # after talking, all three choose the model's head
+        open_store().answer(sid, q.qid, student, str(q.answer))
+    lecturer.button(key=f"_tformer.class.reveal.{q.qid}").click().run()
+    ok(lecturer)
+    votes = {title: frame for title, frame in charts(lecturer).items() if title in ("First vote", "Second vote")}
+    counted = {t: {r["label"]: r["answers"] for r in f[0].to_dict("records") if r["answers"]} for t, f in votes.items()}
+    assert counted == {"First vote": {"L1 H2": 2, "L0 H0": 1}, "Second vote": {q.choices[q.answer]: 3}}
+    moved = 3 - sum(c == q.answer for c in first)
+    assert any(f"**{moved} moved to the model's answer**" in m.value for m in lecturer.markdown)
+    rows = list(csv.reader(io.StringIO(open_store().export_csv(sid, secret))))
+    assert [r[5] for r in rows[1:]] == ["L1 H2", "L1 H2", "L0 H0"]
+    assert [r[7] for r in rows[1:]] == [q.choices[q.answer]] * 3 and {r[8] for r in rows[1:]} == {"yes"}
