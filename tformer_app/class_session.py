@@ -640,7 +640,8 @@ def _histogram(q: Question, votes: dict[str, float | int]) -> list[tuple[str, in
 
 def _chart(q: Question, counts: list[int], title: str, key: str) -> None:
     spec = answer_chart(q, counts, q.revealed, presenter.scale(), title=title)
-    st.vega_lite_chart(presenter.chart_fonts(spec), key=f"_tformer.class.chart.{key}")
+    width = "content" if q.kind in ("patch", "head") else "stretch"  # a grid at its cells' size, bars over the column
+    st.vega_lite_chart(presenter.chart_fonts(spec), key=f"_tformer.class.chart.{key}", width=width)
 
 
 @guarded
@@ -747,7 +748,11 @@ def _answer_widget(q: Question) -> None:
         where = "the picture's patches" if q.kind == "patch" else "the grid: layers down, heads across"
         st.caption(f"Click a cell of {where}.")
         st.vega_lite_chart(
-            patch_answer_picker(q), key=key, on_select=lambda: _submit_patch(q, key), selection_mode="patch"
+            patch_answer_picker(q),
+            key=key,
+            width="content",  # its own cells' size, which fits a phone (not stretched over a laptop's column)
+            on_select=lambda: _submit_patch(q, key),
+            selection_mode="patch",
         )
         return
     options = list(range(len(q.choices)))

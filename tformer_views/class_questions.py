@@ -269,6 +269,14 @@ def most_chosen(counts: Sequence[int]) -> int | None:
     return int(np.argmax(counts)) if counts and max(counts) > 0 else None
 
 
+def decimals(change: float) -> int:
+    """Decimals that show a change's first two digits: 4, up to 8 for the tiny changes of a saturated prediction
+    (p = 0.99999 moved by 4e-5 would read 1 → 1), as the /heads page's metric shows them."""
+    if change == 0 or not math.isfinite(change) or abs(change) >= 1e-3:
+        return 4
+    return min(8, 1 - math.floor(math.log10(abs(change))))
+
+
 def ablation_effect(q: Question, counts: Sequence[int], clean: float, ablate: Callable[[int, int], Ablation]) -> dict:
     """What a head question's reveal shows: the head the class chose most ablated beside the model's answer
     ablated (one intervention each for the whole class; `ablate(layer, head)` runs or reads it, cached). clean:
@@ -290,8 +298,9 @@ def ablation_effect(q: Question, counts: Sequence[int], clean: float, ablate: Ca
         votes = f" ({counts[index]} of {sum(counts)} votes)" if who == "class" else ""
         name = "The class's choice" if who == "class" else "The model's answer"
         shown = f"; the top output: {top}" if top and top != "cosine similarity" else ""
-        lines.append(f"{name}, {q.choices[index]}{votes}, removed: {clean:.4g} → {value:.4g} "
-                     f"({value - clean:+.4g}){shown}")  # fmt: skip
+        d = decimals(value - clean)
+        lines.append(f"{name}, {q.choices[index]}{votes}, removed: {clean:.{d}f} → {value:.{d}f} "
+                     f"({value - clean:+.{d}f}){shown}")  # fmt: skip
     effect["lines"] = lines
     return effect
 
@@ -395,22 +404,24 @@ def _grid_chart(
         "title": title,
         "data": {"name": "answers"},
         "datasets": {"answers": pd.DataFrame(values)},
-        "width": cell * cols,
-        "height": cell * rows,
+        # Cells of `cell` pixels: a layered chart given a width and height is fitted into them with its axes, and
+        # drawn in a wide column it came out a few pixels high.
+        "width": {"step": cell},
+        "height": {"step": cell},
         "encoding": {
-            "x": {"field": "col", "type": "ordinal", "title": x, "axis": font},
-            "y": {"field": "row", "type": "ordinal", "title": y, "axis": font},
+            "x": {"field": "col", "type": "ordinal", "title": x, "axis": font, "scale": {"paddingInner": 0}},
+            "y": {"field": "row", "type": "ordinal", "title": y, "axis": font, "scale": {"paddingInner": 0}},
         },
         "layer": layers,
         "config": {"legend": font},
     }
 
 
-def patch_answer_picker(q: Question, width: int = 340, tallest: int = 600) -> dict:
+def patch_answer_picker(q: Question, width: int = 300, tallest: int = 600) -> dict:
     """A patch or head question's answer, clicked: the grid of patches (rows x cols) or of heads (layers x
     heads) as a Vega-Lite spec with the selection parameter "patch" (field "patch": the row-major index of the
-    choice), as `charts.pickers.patch_picker`. It fits `width` pixels (a phone's 390-px screen, less its margins)
-    and at most `tallest` high; a patch question's picture lies under its grid."""
+    choice), as `charts.pickers.patch_picker`. Its cells fit `width` pixels (a phone's 390 px, less the page's
+    margins and the axis) and at most `tallest` high; a patch question's picture lies under its grid."""
     rows, cols = q.grid or (1, len(q.choices))
     cell = max(10, min(28, width // max(cols, 1), tallest // max(rows, 1)))
     r, c = np.divmod(np.arange(rows * cols), cols)
@@ -423,11 +434,16 @@ def patch_answer_picker(q: Question, width: int = 340, tallest: int = 600) -> di
     y, x = ("layer", "head") if q.kind == "head" else ("row", "column")
     labels = {"labelExpr": "'L' + datum.value"} if q.kind == "head" else {}
     grid = {
-        "data": {"name": "cells"},
         "mark": {"type": "rect", "stroke": "#fff", "strokeWidth": 1, "cursor": "pointer"},
         "encoding": {
-            "x": {"field": "col", "type": "ordinal", "title": x},
-            "y": {"field": "row", "type": "ordinal", "title": y, "axis": labels},
+            "x": {"field": "col", "type": "ordinal", "title": x, "scale": {"paddingInner": 0, "paddingOuter": 0}},
+            "y": {
+                "field": "row",
+                "type": "ordinal",
+                "title": y,
+                "axis": labels,
+                "scale": {"paddingInner": 0, "paddingOuter": 0},
+            },
             "fill": hover,
             "fillOpacity": opacity,
             "tooltip": [{"field": "label", "title": q.kind}],
@@ -451,8 +467,11 @@ def patch_answer_picker(q: Question, width: int = 340, tallest: int = 600) -> di
     return {
         "$schema": "https://vega.github.io/schema/vega-lite/v6.json",
         "title": "Click a patch" if q.kind == "patch" else "Click a head",
+        "data": {"name": "cells"},  # the grid's; the picture's layer has its own
         "datasets": {"cells": cells},
-        "width": cell * cols,
-        "height": cell * rows,
+        # Cells of `cell` pixels, whatever the container: a layered chart given a width and height is fitted into
+        # them with its axes (the grid came out a few pixels high).
+        "width": {"step": cell},
+        "height": {"step": cell},
         "layer": layers,
     }

@@ -80,10 +80,10 @@ def test_the_answer_pickers_fit_a_phone_and_a_patch_question_shows_its_picture()
 
     heads = Question("head", "Which?", choices=[f"L{i} H{j}" for i in range(30) for j in range(9)], grid=(30, 9))
     spec = patch_answer_picker(heads)
-    assert spec["width"] <= 340 and spec["height"] <= 600 and spec["title"] == "Click a head"
+    assert spec["width"]["step"] * 9 <= 300 and spec["height"]["step"] * 30 <= 600 and spec["title"] == "Click a head"
     assert spec["datasets"]["cells"].loc[12, ["row", "col", "label"]].tolist() == [1, 3, "L1 H3"]
     wide = Question("head", "Which?", choices=[f"L{i} H{j}" for i in range(12) for j in range(12)], grid=(12, 12))
-    assert patch_answer_picker(wide)["width"] == 12 * 28  # 28-px cells: 336 px on a 390-px phone
+    assert patch_answer_picker(wide)["width"] == {"step": 25}  # 300 px of cells and the axis on a 390-px phone
     photo = Image.new("RGB", (640, 480), (200, 30, 30))
     uri = question_picture(photo)
     assert uri.startswith("data:image/jpeg;base64,") and len(uri) < 20_000
@@ -92,6 +92,7 @@ def test_the_answer_pickers_fit_a_phone_and_a_patch_question_shows_its_picture()
     patch = vision_questions(np.eye(2, 3), layer=0, head=1, who="the class token", picture=uri)[0]
     layers = patch_answer_picker(patch)["layer"]
     assert layers[0]["mark"]["type"] == "image" and layers[0]["data"]["values"][0]["url"] == uri
+    assert layers[0]["mark"]["width"] == 3 * 28 and layers[0]["mark"]["height"] == 2 * 28  # the grid's size
     assert layers[1]["params"][0]["name"] == "patch"  # the click gives the patch index, as before
 
 
