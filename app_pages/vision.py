@@ -185,6 +185,9 @@ def show_attention(url: UrlState, key: caches.Request[vv.VisionResult], result: 
     st.header("Attention over the picture")
     choice = attention_controls(url, result)
     show_query_picker(url, result, choice)
+    if result.trace.has_head and choice.head is not None:  # the class: predict the class with this head removed
+        head = (result.trace.main_stack, choice.layer, choice.head)
+        class_session.offer_interventions(key.source, "image", key.args, result.trace, head, "vision")
     who = describe_query(result, choice.patch)
     st.subheader(f"Every head of layer {choice.layer}")
     strip = vv.head_overlays(result, choice.layer, choice.patch, choice.alpha, choice.smooth)

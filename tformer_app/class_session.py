@@ -25,14 +25,22 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 import streamlit as st
 import streamlit.components.v2 as components
 
 from tformer_core.errors import InputError
-from tformer_views.class_questions import ClassError, Question, ablation_effect, answer_chart, patch_answer_picker
+from tformer_views import class_questions
+from tformer_views.class_questions import (
+    ClassError,
+    Deferred,
+    Question,
+    ablation_effect,
+    answer_chart,
+    patch_answer_picker,
+)
 
 from . import presenter
 from .class_store import PRESENT_S, ClassEnded, ClassStore, Seat, View, open_store
@@ -396,12 +404,40 @@ class Intervention:
     clean: float
 
 
-def offer(questions: Callable[[], Sequence[Question]], intervention: Intervention | None = None) -> None:
+def offer(questions: Callable[[], Sequence[Question | Deferred]], intervention: Intervention | None = None) -> None:
     """A page's questions about its view, computed only when a lecturer is in a session (they need every head);
-    `intervention`: what the reveal of its head question ("which head, removed, ...") ablates."""
+    a page may offer twice in a run (its attention view's, then its interventions'). `intervention`: what the
+    reveal of its head question ("which head, removed, ...") ablates. A Deferred question is made when asked."""
     if lecturing():
-        st.session_state[OFFER] = list(questions())
-        st.session_state[INTERVENTION] = intervention
+        st.session_state[OFFER] = [*st.session_state.get(OFFER, []), *questions()]
+        if intervention is not None:
+            st.session_state[INTERVENTION] = intervention
+
+
+def offer_interventions(
+    source: str, kind: str, inputs: tuple, trace: Any, head: tuple[str, int, int], page: str
+) -> None:
+    """A view's predict-then-intervene questions about its head (stack, layer, head): what the model predicts with
+    it removed, and from which layer the lens ranks the answer first. Made when asked (one ablation, one lens
+    pass), as requests of "Does this head matter?" for the same input (`head_matters.study(kind, model,
+    *inputs)`): cached for the server and shared with that page."""
+    if not lecturing():
+        return
+    from . import caches  # the pages' computations (this module is imported before them, by the shell)
+
+    output = int(trace.ranked(1)[0][0])
+    stack, layer, index = head
+    ablate = caches.view_ablation(source, kind, inputs, output, stack, int(layer), int(index))
+    lens = caches.view_lens(source, kind, inputs, output)
+    offer(
+        lambda: class_questions.view_questions(
+            trace.predictions(10),
+            f"{stack} L{layer} H{index}",
+            lambda: caches.result(ablate),
+            lambda: caches.result(lens),
+            page,
+        )
+    )
 
 
 # ---- after the page -------------------------------------------------------------------------------------------
@@ -504,8 +540,8 @@ def _lecturer_panel() -> None:
         current = store().current(sid)
     except ClassError:
         return
-    offered: list[Question] = st.session_state.get(OFFER, [])
-    intervention = st.session_state.get(INTERVENTION)
+    offered: list[Question | Deferred] = st.session_state.get(OFFER, [])
+    intervention = st.session_state.pop(INTERVENTION, None)  # this run's page's, never a page before it
     if st.session_state.get(SHOW_CODE, True):
         _join_banner(sid)
     else:
@@ -562,8 +598,13 @@ def _count(sid: str) -> None:
 
 
 @guarded
-def _ask(q: Question, intervention: Intervention | None = None) -> None:
+def _ask(asked: Question | Deferred, intervention: Intervention | None = None) -> None:
     st.session_state[SHOW_CODE] = False  # the question takes the projector's first screen (the box brings it back)
+    try:
+        q = asked.make() if isinstance(asked, Deferred) else asked  # its model answer: an ablation, a lens (cached)
+    except (InputError, ValueError) as error:
+        _say(f"This question could not be made: {error}")
+        return
     try:
         qid = store().ask(st.session_state[SID], st.session_state[SECRET], q)
     except ClassError as error:
@@ -640,7 +681,8 @@ def _histogram(q: Question, votes: dict[str, float | int]) -> list[tuple[str, in
 
 def _chart(q: Question, counts: list[int], title: str, key: str) -> None:
     spec = answer_chart(q, counts, q.revealed, presenter.scale(), title=title)
-    width = "content" if q.kind in ("patch", "head") else "stretch"  # a grid at its cells' size, bars over the column
+    # A grid at its cells' size; bars across the column.
+    width: Literal["content", "stretch"] = "content" if q.kind in ("patch", "head") else "stretch"
     st.vega_lite_chart(presenter.chart_fonts(spec), key=f"_tformer.class.chart.{key}", width=width)
 
 

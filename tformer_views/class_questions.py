@@ -217,51 +217,97 @@ def _head_label(layer: int, head: int) -> str:
     return f"L{layer} H{head}"
 
 
+@dataclass(frozen=True)
+class Deferred:
+    """A question the lecturer may ask whose model answer costs a pass or three (an ablation, a lens): offered by
+    its kind and prompt, made (`make()`, cached by the app) only when asked."""
+
+    kind: str
+    prompt: str
+    make: Callable[[], Question]
+
+
 def head_questions(study: HeadStudy, stack: str, chosen: Ablation | None = None, page: str = "heads") -> list[Question]:
     """The questions "Does this head matter?" can ask about one study (tformer_views.head_matters), with the
     model's answers from the same study: which head of `stack`, removed, changes the number most (the reveal
     ablates the class's choice: `ablation_effect`); what the model predicts with `chosen`'s head removed (its top
     10 outputs; not for a similarity, which predicts nothing); from which layer the logit lens ranks the answer
     first (only where there is a lens). chosen: the page's own ablation of one head (its result, cached)."""
-    from tformer_views.head_matters import display_token
-
     effects = np.asarray(study.importance.effects[stack], dtype=np.float64)
     n_layers, n_heads = effects.shape
     of = "" if len(study.importance.effects) == 1 else f"{stack} "
-    what = study.what
     questions = [
-        Question("head", f"Which {of}head, removed, changes {what} most?",
+        Question("head", f"Which {of}head, removed, changes {study.what} most?",
                  choices=[_head_label(i, j) for i in range(n_layers) for j in range(n_heads)],
                  answer=int(np.argmax(np.abs(effects))), grid=(n_layers, n_heads), page=page, action="ablate",
                  stack=stack),
     ]  # fmt: skip
     if chosen is not None and study.output is not None and chosen.prediction:
-        top = [display_token(label) for label, _ in study.trace.predictions(10)]
-        after = chosen.prediction[0][0]  # display tokens already (`head_matters.ablation`)
-        choices = top if after in top else [*top, after]
-        now = study.prediction[0]
-        questions.append(
-            Question("output", f"What will the model predict with {chosen.head} removed? (Now: {now[0]}, "
-                     f"p = {now[1]:.3f})", choices=choices, answer=choices.index(after), page=page,
-                     effect={"lines": [f"With {chosen.head} removed the model predicts: " + ", ".join(
-                         f"{label} ({p:.3f})" for label, p in chosen.prediction[:5])]})
-        )  # fmt: skip
-    lens = study.lens
-    if lens is not None:
-        rank = np.asarray(lens.rank)
-        first = len(rank) - 1
-        while first > 0 and rank[first - 1] == 0:
-            first -= 1  # the earliest layer from which the answer stays first to the end
-        names = ["the embedding" if name == "embed" else f"layer {name}" for name in lens.layers]
-        target = display_token(lens.target_label)
-        ranks = ", ".join(f"{name.removeprefix('layer ')}: {int(r) + 1}" for name, r in zip(names, rank))
-        questions.append(
-            Question("layer", f"From which layer on does the logit lens rank {_quoted(target)} first?",
-                     choices=names, answer=first, page=page,
-                     effect={"lines": [f"The lens ranks {target} first from {names[first]} on.",
-                                       f"Its rank after each: {ranks}"[:600]]})
-        )  # fmt: skip
+        top = study.trace.predictions(10)
+        questions.append(output_question(top, str(chosen.head), chosen.prediction, page))
+    if study.lens is not None:
+        questions.append(lens_question(study.lens, page))
     return questions
+
+
+def output_question(
+    top: Sequence[tuple[str, float]], removed: str, after: Sequence[tuple[str, float]], page: str
+) -> Question:
+    """ "What will the model predict with `removed` removed?": the choices are its top outputs now (`top`, raw
+    labels: up to 10), the model's answer the top output with the head ablated (`after`, as
+    `head_matters.ablation` gives it: display labels), added as a choice if it was not among them."""
+    from tformer_views.head_matters import display_token
+
+    labels = [display_token(label) for label, _ in top[:10]]
+    first = after[0][0]
+    choices = labels if first in labels else [*labels, first]
+    now = (labels[0], float(top[0][1]))
+    shown = ", ".join(f"{label} ({p:.3f})" for label, p in after[:5])
+    return Question("output", f"What will the model predict with {removed} removed? (Now: {now[0]}, "
+                    f"p = {now[1]:.3f})", choices=choices, answer=choices.index(first), page=page,
+                    effect={"lines": [f"With {removed} removed the model predicts: {shown}"]})  # fmt: skip
+
+
+def lens_question(lens: Any, page: str) -> Question:
+    """ "From which layer on does the logit lens rank the answer first?" (tformer_core.lens.LogitLens): the answer
+    is the earliest layer from which the followed output stays first up to the end."""
+    from tformer_views.head_matters import display_token
+
+    rank = np.asarray(lens.rank)
+    first = len(rank) - 1
+    while first > 0 and rank[first - 1] == 0:
+        first -= 1
+    names = ["the embedding" if name == "embed" else f"layer {name}" for name in lens.layers]
+    target = display_token(lens.target_label)
+    ranks = ", ".join(f"{name.removeprefix('layer ')}: {int(r) + 1}" for name, r in zip(names, rank))
+    return Question("layer", f"From which layer on does the logit lens rank {_quoted(target)} first?",
+                    choices=names, answer=first, page=page,
+                    effect={"lines": [f"The lens ranks {target} first from {names[first]} on.",
+                                      f"Its rank after each: {ranks}"[:600]]})  # fmt: skip
+
+
+def view_questions(
+    top: Sequence[tuple[str, float]],
+    head: str,
+    ablate: Callable[[], Ablation],
+    lens: Callable[[], Any] | None,
+    page: str,
+) -> list[Deferred]:
+    """The predict-then-intervene questions a view of one head can ask (Text attention's language model, a ViT's
+    class): what the model predicts with the view's `head` removed (`ablate()`: that one ablation), and where
+    there is a lens (`lens()`), from which layer it ranks the answer first. Made when asked: the page draws no
+    pass for them. top: the model's top outputs now (raw labels)."""
+    from tformer_views.head_matters import display_token
+
+    now = (display_token(top[0][0]), float(top[0][1]))
+    offered = [
+        Deferred("output", f"What will the model predict with {head} removed? (Now: {now[0]}, p = {now[1]:.3f})",
+                 lambda: output_question(top, head, ablate().prediction, page)),
+    ]  # fmt: skip
+    if lens is not None:
+        where = f"From which layer on does the logit lens rank {_quoted(now[0])} first?"
+        offered.append(Deferred("layer", where, lambda: lens_question(lens(), page)))
+    return offered
 
 
 def most_chosen(counts: Sequence[int]) -> int | None:
@@ -309,9 +355,13 @@ def vote_shift(q: Question, first: dict[str, float | int], second: dict[str, flo
     """Peer instruction's count: of the students who voted twice, how many were right in each vote and how many
     moved from a wrong first vote to the model's answer ("moved"), or away from it ("left")."""
     both = [s for s in second if s in first]
-    right = (lambda v: int(v) == int(q.answer)) if q.answer is not None and q.kind != "number" else None
-    if right is None:
+    if q.answer is None or q.kind == "number":
         return {"both": len(both), "first_right": 0, "second_right": 0, "moved": 0, "left": 0}
+    model = int(q.answer)
+
+    def right(value: float | int) -> bool:
+        return int(value) == model
+
     return {
         "both": len(both),
         "first_right": sum(right(v) for v in first.values()),

@@ -303,3 +303,39 @@ def test_heads_offers_what_each_kind_can_ask_with_the_answer_its_grid_shows(mode
     if "output" in kinds:
         shown = lecturer.dataframe[0].value["output"].tolist()  # the page's prediction table
         assert offered[1].choices[: len(shown)] == shown
+
+
+def test_the_vision_page_asks_what_the_model_predicts_with_the_views_head_removed():
+    """On the Vision page, a head of the view (layer 11, head 1): "what will the model predict with it removed?",
+    made when asked, its answer the top class of the same model traced here with that one head zeroed."""
+    from tformer_app import caches, vision_inputs
+    from tformer_core.inputs.image_file import read_image
+    from tformer_core.interventions import Head, ablate_heads, intervene
+    from tformer_views.head_matters import display_token
+
+    lecturer = app()
+    lecturer.sidebar.button(key="_tformer.class.start").click().run()
+    source, _ = vision_inputs.available_default()
+    model = caches.cached_model(source)
+    layer = model.config.n_layers - 1
+    lecturer.query_params.update({"head": "1", "layer": str(layer)})
+    lecturer.switch_page("app_pages/vision.py").run()
+    ok(lecturer)
+    sid = lecturer.session_state[class_session.SID]
+    offered = lecturer.session_state[class_session.OFFER]
+    assert [q.kind for q in offered] == ["patch", "number", "output", "layer"]
+    assert offered[2].prompt.startswith(f"What will the model predict with encoder L{layer} H1 removed?")
+    ask(lecturer, "output")
+    q = open_store().current(sid)
+    name = lecturer.session_state["vit.sample"]
+    picture = model.preprocessing(read_image(vision_inputs.sample_pictures()[name], name).image)
+    top = [display_token(label) for label, _ in model.trace(picture).predictions(10)]
+    with intervene(ablate_heads([Head("encoder", layer, 1)])):
+        label, p = model.trace(picture).predictions(1)[0]
+    ablated = display_token(label)
+    assert q.kind == "output" and q.choices[: len(top)] == top and q.choices[q.answer] == ablated
+    assert q.effect["lines"][0].startswith(f"With encoder L{layer} H1 removed the model predicts: {ablated} ({p:.3f})")
+    ask(lecturer, "layer")
+    lens = open_store().current(sid)
+    assert lens.choices[0] == "the embedding" and len(lens.choices) == model.config.n_layers + 1
+    assert lens.prompt.endswith(f"rank “{top[0]}” first?")
