@@ -122,6 +122,11 @@ def guarded(action: Callable[..., Any]) -> Callable[..., Any]:
 def _leave_class() -> None:
     if attending() and TOKEN in st.session_state:  # a reload does not rejoin; a join by code is them again
         st.session_state[COOKIE_VALUE] = st.session_state[TOKEN] + AWAY
+    if attending():
+        try:  # the projector's count drops them now, not PRESENT_S later
+            store().left(st.session_state[SID], st.session_state[STUDENT])
+        except Exception as error:  # a class that is over, a store away a moment: nothing to count then
+            log.debug("class session: a student's leaving was not stamped: %s", error)
     for key in (SID, SECRET, STUDENT, FOLLOWING, APPLIED, FRESH, SEEN, SENT, ANSWERED, PAGE_FILES):
         st.session_state.pop(key, None)
 
@@ -304,7 +309,7 @@ def qr_svg(text: str, scale: int = 5) -> str:
 def _lecturer_sidebar() -> None:
     sid, secret = st.session_state[SID], st.session_state[SECRET]
     try:
-        code, students = store().code(sid), store().students(sid)
+        code, students = store().code(sid), present_count(sid)
     except ClassError as error:
         _say(str(error))
         _leave_class()

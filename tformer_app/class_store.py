@@ -625,6 +625,11 @@ class ClassStore:
             return  # not a student of this class: no field for just any id
         self.backend.hset(self._k(sid, "seen"), str(student), f"{self._clock():.1f}", self.settings.session_ttl_s)
 
+    def left(self, sid: str, student: str) -> None:
+        """A student left the class (its button): no longer present, at once (their stamp is kept, at 0)."""
+        if self.backend.hget(self._k(sid, "seen"), str(student)) is not None:
+            self.backend.hset(self._k(sid, "seen"), str(student), "0", self.settings.session_ttl_s)
+
     def present(self, sid: str, within_s: float = PRESENT_S) -> set[str]:
         """The students whose page was open within the last `within_s` seconds (those who left drop out)."""
         now = self._clock()

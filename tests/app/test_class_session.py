@@ -110,6 +110,14 @@ def test_a_token_question_is_answered_once_counted_and_revealed(room):
     values = {v["choice"].split(": ", 1)[1]: v["answers"] for v in projector(lecturer) if v["answers"]}
     assert values == {"animal": 1, "it": 1}
     assert "2 of 2 answered · open" in [m.value for m in lecturer.markdown]
+    extra = ok(app(**{"class": open_store().code(sid)}))  # a third student comes, and goes without answering
+    ok(lecturer.run())
+    assert "2 of 3 answered · open" in [m.value for m in lecturer.markdown] and "**3 students**" in [
+        m.value for m in lecturer.markdown
+    ]
+    extra.sidebar.button(key="_tformer.class.leave").click().run()
+    ok(lecturer.run())
+    assert "2 of 2 answered · open" in [m.value for m in lecturer.markdown]  # of those present, live
     lecturer.button(key=f"_tformer.class.reveal.{q.qid}").click().run()
     ok(lecturer)
     model = q.choices[q.answer]

@@ -279,6 +279,8 @@ def test_present_students_are_those_seen_lately(kind, request):
     clock.now += 2  # Bob's page said nothing for PRESENT_S + 1 s: he left
     assert store.present(lecture.sid) == {ada}
     assert len(store.backend.hgetall(store._k(lecture.sid, "seen"))) == 2  # one stamp per student, no more
+    store.left(lecture.sid, ada)  # "Leave the class": gone now, not PRESENT_S later
+    assert store.present(lecture.sid) == set()
 
 
 def test_codes_and_sessions_expire(kind, request):
