@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 
 import pytest
+from playwright.sync_api import expect
 
 from .helpers import TIMEOUT_S, assert_no_error, click, settle, wait_for_text, wait_for_url
 
@@ -51,7 +52,11 @@ def test_predict_reveal_and_vote_again_on_heads(server_url, browser, screenshots
         for s in students:
             wait_for_url(s, "/heads", "model=translator")
             wait_for_text(s, "Following the lecturer")
-        wait_for_text(lecturer, "2 students")  # live on the projector: the lecturer's page did nothing
+        banner = lecturer.locator(".st-key-tformer-class-banner")
+        expect(banner).to_contain_text("2 students", timeout=TIMEOUT_S * 1000)  # live: the lecturer did nothing
+        box = banner.bounding_box()
+        assert box["height"] <= 100, box  # one line: the view below it stays in the projector's first screen
+        lecturer.screenshot(path="/tmp/shots-q/projector-banner-1280x720.png")
 
         click(lecturer.get_by_role("button", name="Ask", exact=True).first)  # the head question comes first
         wait_for_text(lecturer, "0 of 2 answered")
@@ -93,6 +98,11 @@ def test_predict_reveal_and_vote_again_on_heads(server_url, browser, screenshots
         for page in (lecturer, *students):
             assert_no_error(page)
             assert "answered this question already" not in page.inner_text("body")
+    except Exception:  # what each page showed when it failed, to look at
+        for i, page in enumerate((lecturer, *students)):
+            page.screenshot(path=str(screenshots / f"class_vote_failed_{i}.png"))
+            print(f"page {i} at {page.url}")
+        raise
     finally:
         for c in (lecturer_context, *phones):
             c.close()
