@@ -126,6 +126,7 @@ def show(url: UrlState, source: str, study: hm.HeadStudy) -> None:
     intervention = class_session.Intervention(
         lambda layer, head: caches.result(caches.head_ablation(source, study, stack, layer, head)),
         study.importance.clean,
+        effects,
     )
     class_session.offer(lambda: class_questions.head_questions(study, stack, chosen), intervention)
     if study.lens is not None:

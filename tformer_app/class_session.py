@@ -39,6 +39,7 @@ from tformer_views.class_questions import (
     Question,
     ablation_effect,
     answer_chart,
+    effect_chart,
     patch_answer_picker,
 )
 
@@ -407,6 +408,7 @@ class Intervention:
 
     ablate: Callable[[int, int], Any]
     clean: float
+    grid: Any = None  # every head's drop [layers, heads] of the question's stack (the page's study), or None
 
 
 def offer(questions: Callable[[], Sequence[Question | Deferred]], intervention: Intervention | None = None) -> None:
@@ -663,7 +665,15 @@ def _projector(sid: str, qid: int) -> None:
         with right_column:
             _chart(q, counts, "Second vote", f"{qid}.2")
     else:
-        _chart(q, counts, "Class answers", str(qid))
+        model = effect_chart(q, presenter.scale()) if q.revealed else None
+        if model is None:
+            _chart(q, counts, "Class answers", str(qid))
+        else:  # the class's votes beside the model's own grid or lens
+            left, right_column = st.columns(2)
+            with left:
+                _chart(q, counts, "Class answers", str(qid))
+            with right_column:
+                st.vega_lite_chart(presenter.chart_fonts(model), key=f"_tformer.class.model.{qid}", width="content")
     if q.revealed:
         for text in q.effect.get("lines", []):
             st.markdown(f"- {escape(str(text))}")
@@ -703,7 +713,7 @@ def _reveal(qid: int) -> None:
         if q.action == "ablate" and intervention is not None:
             counts = [n for _, n in store().histogram(sid, qid, q.round)]
             try:
-                effect = ablation_effect(q, counts, intervention.clean, intervention.ablate)
+                effect = ablation_effect(q, counts, intervention.clean, intervention.ablate, intervention.grid)
             except InputError as error:  # the work refused (too long), the model gone: the answer is revealed
                 effect = {"lines": [f"The ablation could not run: {error}"]}
         elif q.action == "ablate":  # asked before this session (a reload of the lecturer's page lost it)

@@ -32,7 +32,7 @@ ROUNDS = (1, 2)  # peer instruction: a first vote, the class talks, a second vot
 ACTIONS = ("", "ablate")
 PICTURE_PREFIX = "data:image/jpeg;base64,"
 MAX_PICTURE = 48_000  # characters of a patch question's picture (a JPEG data URI): every student's page gets it
-MAX_EFFECT = 4_000  # characters of a reveal's effect (JSON): a few labels and numbers
+MAX_EFFECT = 12_000  # characters of a reveal's effect (JSON): a few lines, the grid of every head's effect
 
 
 class ClassError(ValueError):
@@ -283,7 +283,8 @@ def lens_question(lens: Any, page: str) -> Question:
     return Question("layer", f"From which layer on does the logit lens rank {_quoted(target)} first?",
                     choices=names, answer=first, page=page,
                     effect={"lines": [f"The lens ranks {target} first from {names[first]} on.",
-                                      f"Its rank after each: {ranks}"[:600]]})  # fmt: skip
+                                      f"Its rank after each: {ranks}"[:600]],
+                            "ranks": [int(r) + 1 for r in rank]})  # fmt: skip
 
 
 def view_questions(
@@ -323,11 +324,18 @@ def decimals(change: float) -> int:
     return min(8, 1 - math.floor(math.log10(abs(change))))
 
 
-def ablation_effect(q: Question, counts: Sequence[int], clean: float, ablate: Callable[[int, int], Ablation]) -> dict:
+def ablation_effect(
+    q: Question,
+    counts: Sequence[int],
+    clean: float,
+    ablate: Callable[[int, int], Ablation],
+    grid: np.ndarray | None = None,
+) -> dict:
     """What a head question's reveal shows: the head the class chose most ablated beside the model's answer
     ablated (one intervention each for the whole class; `ablate(layer, head)` runs or reads it, cached). clean:
-    the number without ablation. JSON for the store: the number measured with each head removed, its change,
-    and the top output then."""
+    the number without ablation; grid: every head's drop [layers, heads] (the page's study), drawn beside the
+    class's votes. JSON for the store: the number measured with each head removed, its change, the top output
+    then, and the grid (6 significant digits)."""
     if q.grid is None or q.answer is None:
         raise ValueError("a head question with a grid and the model's answer")
     heads = q.grid[1]
@@ -348,7 +356,45 @@ def ablation_effect(q: Question, counts: Sequence[int], clean: float, ablate: Ca
         lines.append(f"{name}, {q.choices[index]}{votes}, removed: {clean:.{d}f} → {value:.{d}f} "
                      f"({value - clean:+.{d}f}){shown}")  # fmt: skip
     effect["lines"] = lines
+    if grid is not None:
+        effect["grid"] = [[float(f"{v:.6g}") for v in row] for row in np.asarray(grid, dtype=np.float64)]
     return effect
+
+
+def effect_chart(q: Question, scale: float = 1.0) -> dict | None:
+    """The model's side of a revealed question, to draw beside the class's votes: the real ablation grid (every
+    head's drop, the model's head outlined as in the votes) or the lens's rank of the answer after each layer;
+    None for a question without one."""
+    from tformer_views.charts.spec import heatmap
+
+    font = {"labelFontSize": round(13 * scale), "titleFontSize": round(13 * scale)}
+    if "grid" in q.effect and q.grid is not None:
+        values = np.asarray(q.effect["grid"], dtype=np.float64)
+        layers, heads = values.shape
+        span = max(float(np.nanmax(np.abs(values))), 1e-12)
+        cell = max(8, min(round(36 * scale), 640 // max(heads, 1)))
+        return heatmap(values, [f"L{i}" for i in range(layers)], [f"H{j}" for j in range(heads)],
+                       ["The model: the drop with each head removed"], row_title="layer", col_title="head",
+                       diverging=True, domain=(-span, span), cell_size=cell)  # fmt: skip
+    if "ranks" in q.effect:
+        frame = pd.DataFrame({"after": q.choices, "rank": q.effect["ranks"]})
+        return {
+            "$schema": "https://vega.github.io/schema/vega-lite/v6.json",
+            "title": "The model: the answer's rank after each layer (1 = first)",
+            "data": {"name": "ranks"},
+            "datasets": {"ranks": frame},
+            "width": min(1100, max(240, round(40 * scale) * len(frame))),
+            "height": round(220 * scale),
+            "mark": {"type": "bar", "color": "#0066ff"},
+            "encoding": {
+                "x": {"field": "after", "type": "nominal", "sort": None, "title": None,
+                      "axis": {**font, "labelAngle": -40}},
+                "y": {"field": "rank", "type": "quantitative", "scale": {"type": "log"}, "title": "rank",
+                      "axis": font},
+                "tooltip": [{"field": "after"}, {"field": "rank"}],
+            },
+        }  # fmt: skip
+    return None
 
 
 def vote_shift(q: Question, first: dict[str, float | int], second: dict[str, float | int]) -> dict[str, int]:

@@ -262,6 +262,13 @@ def test_heads_predict_reveal_vote_again_on_the_translator():
     with intervene(ablate_heads([Head(q.stack, 1, 2)])):
         ids_, probs = model.trace(source, [start]).ranked(100_000)
     assert abs(effect["class"]["value"] - float(probs[np.flatnonzero(ids_ == output)[0]])) < 1e-6
+    # Beside the votes, the model's own grid: the page's ablation grid of the question's stack, cell for cell.
+    drawn = charts(lecturer)
+    page_grid = next(frames[0] for title, frames in drawn.items() if title.startswith("Drop in"))
+    model_grid = drawn["The model: the drop with each head removed"][0]
+    assert len(model_grid) == len(page_grid) == len(q.choices)
+    ordered = [g.sort_values(["row", "col"])["value"].to_numpy() for g in (model_grid, page_grid)]
+    np.testing.assert_allclose(*ordered, rtol=1e-5, atol=1e-12)
     ok(students[0].run())
     lines = [shown(m.value) for m in students[0].markdown]
     assert any(line.startswith("- The class's choice, L1 H2 (2 of 3 votes), removed:") for line in lines)

@@ -11,6 +11,7 @@ from tformer_views.class_questions import (
     Question,
     ablation_effect,
     answer_chart,
+    effect_chart,
     head_questions,
     histogram,
     key_token,
@@ -148,3 +149,10 @@ def test_head_questions_answer_from_the_study_and_the_reveal_ablates_the_class_c
     assert abs(effect["model"]["value"] - study.importance.scores["decoder"][divmod(head.answer, 4)]) < 1e-9
     assert effect["lines"][0].startswith("The class's choice, L0 H2 (3 of 4 votes), removed:")
     assert ablation_effect(head, [0] * 8, 0.5, ablate)["lines"][0].startswith("Nobody answered")
+    # Beside the votes once revealed: the study's own grid, and the lens's rank of the answer after each layer.
+    with_grid = Question(**{**head.__dict__, "effect": ablation_effect(head, counts, 0.5, ablate, effects)})
+    cells = effect_chart(with_grid)["datasets"]
+    values = next(iter(cells.values()))
+    np.testing.assert_allclose(values.sort_values(["row", "col"])["value"], effects.ravel(), rtol=1e-5)
+    assert effect_chart(layer)["datasets"]["ranks"]["rank"].tolist() == [int(r) + 1 for r in ranks]
+    assert effect_chart(output) is None
