@@ -371,11 +371,14 @@ def effect_chart(q: Question, scale: float = 1.0) -> dict | None:
     if "grid" in q.effect and q.grid is not None:
         values = np.asarray(q.effect["grid"], dtype=np.float64)
         layers, heads = values.shape
-        span = max(float(np.nanmax(np.abs(values))), 1e-12)
+        # At least ± a hundredth, as the /heads page's grid: a saturated answer (p = 0.99999) that no head moves by
+        # 1e-4 must not glow dark red over nothing, nor print 0.00 in every cell.
+        span = max(float(np.nanmax(np.abs(values))), 0.01)
         cell = max(8, min(round(36 * scale), 640 // max(heads, 1)))
         return heatmap(values, [f"L{i}" for i in range(layers)], [f"H{j}" for j in range(heads)],
                        ["The model: the drop with each head removed"], row_title="layer", col_title="head",
-                       diverging=True, domain=(-span, span), cell_size=cell)  # fmt: skip
+                       diverging=True, domain=(-span, span), cell_size=cell,
+                       annotate=None if float(np.nanmax(np.abs(values))) >= 0.005 else False)  # fmt: skip
     if "ranks" in q.effect:
         frame = pd.DataFrame({"after": q.choices, "rank": q.effect["ranks"]})
         return {
