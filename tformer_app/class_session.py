@@ -612,6 +612,10 @@ def _ask(asked: Question | Deferred, intervention: Intervention | None = None) -
     except (InputError, ValueError) as error:
         _say(f"This question could not be made: {error}")
         return
+    except Exception as error:  # not the store's: said as what it is, not as an unreachable class session
+        log.exception("class session: a question's model answer failed")
+        _say(f"This question could not be made ({type(error).__name__}); the server's log says why.")
+        return
     try:
         qid = store().ask(st.session_state[SID], st.session_state[SECRET], q)
     except ClassError as error:
@@ -716,6 +720,9 @@ def _reveal(qid: int) -> None:
                 effect = ablation_effect(q, counts, intervention.clean, intervention.ablate, intervention.grid)
             except InputError as error:  # the work refused (too long), the model gone: the answer is revealed
                 effect = {"lines": [f"The ablation could not run: {error}"]}
+            except Exception as error:  # a bug or the machine (out of memory): logged, and the answer revealed
+                log.exception("class session: the reveal's ablation failed")
+                effect = {"lines": [f"The ablation could not run ({type(error).__name__}); the server's log says why."]}
         elif q.action == "ablate":  # asked before this session (a reload of the lecturer's page lost it)
             effect = {"lines": ["The ablation is run by the lecturer's page that asked: ask again to run it."]}
         store().reveal(sid, secret, qid, effect=effect)

@@ -354,3 +354,38 @@ def test_the_vision_page_asks_what_the_model_predicts_with_the_views_head_remove
     lens = open_store().current(sid)
     assert lens.choices[0] == "the embedding" and len(lens.choices) == model.config.n_layers + 1
     assert lens.prompt.endswith(f"rank “{top[0]}” first?")
+
+
+def test_a_reveal_whose_ablation_fails_still_reveals_and_says_why(monkeypatch):
+    """The ablation fails at the reveal (a bug, the machine's memory): the model's answer is revealed all the same,
+    and the projector says the ablation could not run and why in one line (the server's log has the traceback)."""
+    from tformer_app import caches
+
+    lecturer = app()
+    lecturer.sidebar.button(key="_tformer.class.start").click().run()
+    lecturer.query_params["model"] = "translator"
+    lecturer.switch_page(HEADS).run()
+    ok(lecturer)
+    sid = lecturer.session_state[class_session.SID]
+    ask(lecturer, "head")
+    q = open_store().current(sid)
+    computed = caches.result
+
+    def failing(request):
+        if request.kind == "heads_ablation" and request.args[3:5] == (0, 0):
+            raise RuntimeError("out of memory")
+        return computed(request)
+
+    monkeypatch.setattr(caches, "result", failing)
+    student = ok(app(**{"class": open_store().code(sid)}))
+    open_store().answer(sid, q.qid, student.session_state[class_session.STUDENT], "0")  # L0 H0: its ablation fails
+    lecturer.button(key=f"_tformer.class.reveal.{q.qid}").click().run()
+    ok(lecturer)
+    revealed = open_store().question(sid, q.qid)
+    assert revealed.revealed and revealed.effect["lines"] == [
+        "The ablation could not run (RuntimeError); the server's log says why."
+    ]
+    assert "- The ablation could not run (RuntimeError); the server's log says why." in [
+        shown(m.value) for m in lecturer.markdown
+    ]
+    assert class_session.UNREACHABLE not in [w.value for w in lecturer.warning]  # not told as a store that failed
