@@ -240,7 +240,11 @@ def test_heads_predict_reveal_vote_again_on_the_translator():
     assert head_q.prompt.startswith(f"Which {head_q.stack} head, removed, changes p(")
     code = open_store().code(sid)
     students = [ok(app(**{"class": code})) for _ in range(3)]
+    asking = [e for e in lecturer.expander if e.label == "Ask the class about this view"]
+    assert asking[0].proto.expanded  # nothing asked yet: the list is open
     ask(lecturer, "head")
+    asked = [e for e in lecturer.expander if e.label == "Ask the class about this view"]
+    assert not asked[0].proto.expanded  # the question and its votes take the first screen
     q = open_store().current(sid)
     first = [q.choices.index("L1 H2"), q.choices.index("L1 H2"), q.choices.index("L0 H0")]
     ids = [s.session_state[class_session.STUDENT] for s in students]
@@ -318,6 +322,13 @@ def test_heads_offers_what_each_kind_can_ask_with_the_answer_its_grid_shows(mode
     if "output" in kinds:
         shown = lecturer.dataframe[0].value["output"].tolist()  # the page's prediction table
         assert offered[1].choices[: len(shown)] == shown
+    if model == "minilm":  # on the projector (presenter mode) the list stays closed, asked or not
+        from tformer_app import presenter
+
+        ok(lecturer.sidebar.toggle(key=presenter.SWITCH).set_value(True).run())
+        assert lecturer.session_state[presenter.PRESENT]
+        asking = [e for e in lecturer.expander if e.label == "Ask the class about this view"]
+        assert len(asking) == 1 and not asking[0].proto.expanded
 
 
 def test_the_vision_page_asks_what_the_model_predicts_with_the_views_head_removed():
