@@ -42,8 +42,8 @@ def test_predict_reveal_and_vote_again_on_heads(server_url, browser, screenshots
         students = [c.new_page() for c in phones]
         lecturer.goto(f"{server_url}/heads?model=translator")
         settle(lecturer)
-        # The link's model, not the page's default (SmolLM2): in one run of five on a busy machine the page was on
-        # its default after this address, before any class started, and the class followed it there; said here.
+        # The link's model, not the page's default (SmolLM2): in a few runs on a busy machine the lecturer's page
+        # was later found on its default, and the class followed it there; a failure here says it happened early.
         wait_for_text(lecturer, "Source (the model writes its first target word)")
         click(lecturer.get_by_test_id("stSidebar").get_by_text("Class session", exact=True))
         click(lecturer.get_by_role("button", name="Start a class session"))
