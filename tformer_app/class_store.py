@@ -10,6 +10,8 @@
     q = store.ask(sid, secret, Question(kind="token", prompt="...", choices=[...], answer=10))
     store.answer(sid, q, student, "10")                  # once per student per question, validated
     store.histogram(sid, q), store.reveal(sid, secret, q), store.export_csv(sid, secret)
+    store.vote_again(sid, secret, q)                     # peer instruction: a second vote, kept beside the first
+    store.here(sid, student), store.present(sid)         # who is in the room now (the projector's live count)
 
 Every session and replica of the server sees the same state when it lives in Redis (several replicas behind
 nginx); one process alone may keep it in memory (`MemoryBackend`, the default). Both backends offer the same

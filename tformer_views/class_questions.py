@@ -4,10 +4,17 @@ A question is tied to a view: its choices are what that view shows (the sentence
 patches, the model's heads) and the model's own answer is computed from the same trace, so the lecturer can
 reveal it beside the class's. The store (tformer_app.class_store) keeps questions and answers; the pages offer
 the questions their view can ask (`text_questions`, `vision_questions`); the projector draws `answer_chart`.
+
+Predict, intervene, reveal: "Does this head matter?" asks which head, removed, changes the answer most (the
+reveal ablates the head the class chose most, one intervention for the class, beside the model's answer:
+`ablation_effect`), what the model predicts with a head removed, and from which layer the logit lens ranks the
+answer first (`head_questions`); Text attention (a language model) and Vision ask the last two about the view's
+head (`view_questions`, made when asked). A question may be voted on twice (peer instruction: `vote_shift`).
 """
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Callable, Sequence
@@ -91,6 +98,8 @@ def check_question(q: Question) -> Question:
         raise ClassError("a question's round is 1 or 2, and only a head question's reveal ablates its choice")
     if q.picture and (not q.picture.startswith(PICTURE_PREFIX) or len(q.picture) > MAX_PICTURE):
         raise ClassError(f"a question's picture is a JPEG data URI of at most {MAX_PICTURE:,} characters")
+    if len(json.dumps(q.effect)) > MAX_EFFECT:
+        raise ClassError(f"a question's effect is at most {MAX_EFFECT:,} characters")
     choices = [str(c)[:80] for c in q.choices]
     return Question(**{**asdict(q), "prompt": prompt, "choices": choices, "stack": str(q.stack)[:20]})
 
