@@ -46,6 +46,7 @@ def test_predict_reveal_and_vote_again_on_heads(server_url, browser, screenshots
         # was later found on its default, and the class followed it there; a failure here says it happened early.
         wait_for_text(lecturer, "Source (the model writes its first target word)")
         click(lecturer.get_by_test_id("stSidebar").get_by_text("Class session", exact=True))
+        settle(lecturer)  # a click during a run (the page measuring its width) was lost: the class never started
         click(lecturer.get_by_role("button", name="Start a class session"))
         wait_for_text(lecturer, "0 students")
         code = re.search(r"Join code ([A-Z2-9]{6})", lecturer.inner_text("body")).group(1)
@@ -60,6 +61,9 @@ def test_predict_reveal_and_vote_again_on_heads(server_url, browser, screenshots
         box = banner.bounding_box()
         assert box["height"] <= 100, box  # one line: the view below it stays in the projector's first screen
         lecturer.screenshot(path="/tmp/shots-q/projector-banner-1280x720.png")
+        click(banner.get_by_role("button", name="Hide"))  # on the page: the projector's sidebar stays closed
+        wait_for_text(lecturer, "Show the join code")
+        expect(banner).to_have_count(0)
 
         click(lecturer.get_by_role("button", name="Ask", exact=True).first)  # the head question comes first
         wait_for_text(lecturer, "0 of 2 answered")
