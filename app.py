@@ -49,7 +49,8 @@ if admin.served():  # for whoever runs the server: not in the sidebar, and it as
 navigation = st.navigation(PAGES)
 BY_PATH = {page.url_path: page for section in PAGES.values() for page in section}
 presenter.keys(BY_PATH)  # a slide the keys or a button asked for opens here, before any page runs
-class_session.before(BY_PATH)  # a class session: a join link, or the lecturer's view opened on a student's page
+# A class session: a join link; the lecturer's change sent; the lecturer's view opened on a student's page.
+class_session.before(BY_PATH, navigation.url_path)
 count_visit(navigation.url_path)
 
 with st.sidebar:

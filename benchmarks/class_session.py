@@ -3,8 +3,9 @@
     python benchmarks/class_session.py                         # N = 40 and 100, 2 replicas, Redis (started here)
     python benchmarks/class_session.py --students 40 --changes 8
 
-Every session speaks Streamlit's websocket protocol as a browser does (benchmarks/stclient.py), the students'
-half-second poll included (the fragment's `run_every`, sent on the client's timer as the browser sends it):
+Every session speaks Streamlit's websocket protocol as a browser does (benchmarks/stclient.py): the runs the server
+starts by itself (a class's move wakes its students' polls) and the students' fallback poll (the fragment's
+`run_every`, sent on the client's timer as the browser sends it):
 
     the lecturer opens Text attention and starts a class session; N students open the join link (?class=CODE)
     --changes times: the lecturer picks another head; each student's page polls, opens the lecturer's view
@@ -16,7 +17,8 @@ and its heading), per student and change: p50, p95, max; the baseline, measured 
 lecturer's own page drawing the same change (one user, no class), and the ratio is follow p95 / baseline p50.
 Answers: from the last student's answer sent to the projector showing them all; answers lost = answers sent
 minus answers the projector counts. Goal (issue 25): follow p95 <= 1.5 s
-at 40 students on a 2-core machine. The machine's load is printed (others may share it).
+at 40 students on a 2-core machine; issue 35 kept it, with 3 browser students beside (benchmarks/class_follow.py).
+The machine's load is printed (others may share it).
 """
 
 from __future__ import annotations
@@ -73,12 +75,16 @@ def shows(session: Session, head: str) -> bool:
 
 
 async def student(i: int, s: Session, shared: Shared, rng: random.Random) -> None:
-    """A student's browser: the poll on its timer; a new view drawn is noted; a question is answered once."""
+    """A student's browser: the runs the server starts (the class's moves wake the student's poll), the poll on its
+    timer besides; a new view drawn is noted; a question is answered once."""
     interval, fragment = min((v, k) for k, v in s.auto_reruns.items())
+    next_poll = time.perf_counter() + interval
     while not shared.done:
-        started = time.perf_counter()
         try:
-            run = await s.fragment_rerun(fragment)
+            run = await s.next_run(max(0.0, next_poll - time.perf_counter()))
+            if run is None:  # the browser's timer
+                run = await s.fragment_rerun(fragment)
+                next_poll = time.perf_counter() + interval
             if run.status != FINISHED.FINISHED_FRAGMENT_RUN_SUCCESSFULLY and shows(s, shared.head):
                 shared.seen.setdefault(i, time.perf_counter())
             if shared.asking and i not in shared.tried:
@@ -93,7 +99,6 @@ async def student(i: int, s: Session, shared: Shared, rng: random.Random) -> Non
         except Exception as error:  # one student's failure is counted, the class goes on
             shared.errors.append(f"student {i}: {type(error).__name__}: {error}")
             await asyncio.sleep(interval)
-        await asyncio.sleep(max(0.0, interval - (time.perf_counter() - started)))
 
 
 async def open_students(url: str, code: str, n: int) -> list[Session]:

@@ -419,6 +419,7 @@ class Session:
         self._media_seen: set[str] = set()
         self._closed_reason = ""
         self.auto_reruns: dict[str, float] = {}  # fragment id -> its run_every interval (s), from the last full run
+        self._run_watchers: list[asyncio.Future[Run]] = []  # `next_run`: whoever waits for the next run to finish
 
     # -- opening and closing
     @classmethod
@@ -460,6 +461,20 @@ class Session:
         if self.fetch_media:
             await self._fetch_media(run)
         return run
+
+    async def next_run(self, timeout_s: float) -> Run | None:
+        """The next run of this session to finish, whoever started it (an action of this client, or the server by
+        itself: a class session's students are woken by the server when the lecturer moves); None after
+        timeout_s without one."""
+        future: asyncio.Future[Run] = asyncio.get_running_loop().create_future()
+        self._run_watchers.append(future)
+        try:
+            return await asyncio.wait_for(future, timeout_s)
+        except TimeoutError:
+            return None
+        finally:
+            if future in self._run_watchers:
+                self._run_watchers.remove(future)
 
     async def _open_socket(self, resume: bool = False) -> None:
         xsrf = self.http.cookie(XSRF_COOKIE) or "PLACEHOLDER_AUTH_TOKEN"  # what the browser sends without one
@@ -757,6 +772,7 @@ class Session:
             run.elapsed_s = time.perf_counter() - self._started
             if self._waiter is not None and not self._waiter.done():
                 self._waiter.set_result(run)
+            self._tell_watchers(run)
             return
         run.page_script_hash = self.page_script_hash
         run.query_string = self.query_string
@@ -766,6 +782,13 @@ class Session:
         self.last = run
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(run)
+        self._tell_watchers(run)
+
+    def _tell_watchers(self, run: Run) -> None:
+        watchers, self._run_watchers = self._run_watchers, []
+        for future in watchers:
+            if not future.done():
+                future.set_result(run)
 
     def _age_cache(self) -> None:
         self._run_count += 1

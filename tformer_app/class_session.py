@@ -7,15 +7,17 @@
     class_session.after(where, page_path)  # the shell, after the page: publish the lecturer's view; questions, answers
 
 State lives in the store (tformer_app.class_store: this process, or Redis shared by the replicas). A student's
-page polls one number, the session's version, about once a second (a fragment), and opens the lecturer's view
-when it moved, unless they forked (explored on their own; one click follows again). The lecturer's secret stays
-in the lecturer's session: students cannot change the view, ask, reveal or export. A student's own input
-never reaches the store: only the answer they click or type, checked, once per question.
+page polls one number, the session's version (a fragment), and opens the lecturer's view when it moved, unless
+they forked (explored on their own; one click follows again). The poll runs the moment the class moves (the store
+tells every server process, which wakes its students' polls: tformer_app.class_wake), and every POLL_S besides,
+for a wake that was missed; the lecturer's change is sent as their run starts, not after their page drew it.
+The lecturer's secret stays in the lecturer's session: students cannot change the view, ask, reveal or export.
+A student's own input never reaches the store: only the answer they click or type, checked, once per question.
 
 A student is one per browser, not per tab: the token the store signs when they join is kept in a cookie (`COOKIE`,
 written by a small element of the page), so a reload takes them back into the class as the same student, and a
 second join is the same student too. The end of a class (its lecturer's, its expiry, a store that lost it) is
-found by the same poll, and said on the page within a second, with what to do next.
+found by the same poll (woken by the end), and said on the page at once, with what to do next.
 """
 
 from __future__ import annotations
@@ -43,11 +45,11 @@ from tformer_views.class_questions import (
     patch_answer_picker,
 )
 
-from . import presenter
+from . import class_wake, presenter
 from .class_store import PRESENT_S, ClassEnded, ClassStore, Seat, View, open_store
 from .events import clicked_patch
 from .markdown import escape
-from .url import PRESENT_PARAM, forget_pages
+from .url import PRESENT_PARAM, WRITTEN, foreseen_link, forget_pages
 
 log = logging.getLogger("tformer_app")
 
@@ -70,8 +72,12 @@ TOKEN = "_tformer.class.token"  # the student's signed token in this tab (kept w
 COOKIE_VALUE = "_tformer.class.cookie"  # what the browser's cookie is to hold ("" to forget it); absent: leave it
 ENDED = "_tformer.class.ended"  # the notice of a class that ended under this student, until they dismiss it
 OPENED = "_tformer.class.opened"  # this session ran `before` once: a link's ?class= joins on the first run only
+FORESEEABLE = "_tformer.class.foreseeable"  # the lecturer's page whose link the last run wrote (url path)
+DRAWN = "_tformer.class.drawn"  # (page hash, url path, query) of the page the last whole run of this session drew
 CLASS_PARAM = "class"  # a join link: /?class=K7M2QX
-POLL_S = 0.5  # how often a student's page asks whether the lecturer moved (a follow within 1 s)
+LECTURE_PARAM = "lecture"  # the lecturer's own link, for another device of theirs: /?lecture=<sid>.<secret>
+SHOW_LECTURER_LINK = "_tformer.class.show_lecturer_link"
+POLL_S = 2.0  # how often a student's page asks whether the class moved, should a wake be missed (class_wake)
 COOKIE = "tformer_class"  # the browser's: "<token>" in a class, "<token>.away" after leaving it
 AWAY = ".away"
 NEXT = "Your page stays as it is; explore on your own or join another class."
@@ -84,7 +90,9 @@ NOTICES = {
 
 
 def store() -> ClassStore:
-    return open_store()
+    opened = open_store()
+    opened.on_move(class_wake.woken)  # a move runs this process's students' polls at once (idempotent)
+    return opened
 
 
 def lecturing() -> bool:
@@ -121,6 +129,7 @@ def guarded(action: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _leave_class() -> None:
+    class_wake.forget()
     if attending() and TOKEN in st.session_state:  # a reload does not rejoin; a join by code is them again
         st.session_state[COOKIE_VALUE] = st.session_state[TOKEN] + AWAY
     if attending():
@@ -158,12 +167,19 @@ def _browser_token() -> str:
 
 # ---- before the page ----------------------------------------------------------------------------------------
 @guarded
-def before(pages: dict[str, Any]) -> None:
-    """Join from a link's ?class=CODE, and open the lecturer's view on a following student's page when it moved.
-    Call it in the shell after st.navigation and before the page runs. pages: url path -> st.Page."""
+def before(pages: dict[str, Any], page_path: str = "") -> None:
+    """Join from a link's ?class=CODE, open the lecturer's view on a following student's page when it moved, and
+    send the lecturer's change to the class before their page draws it. Call it in the shell after st.navigation
+    and before the page runs. pages: url path -> st.Page; page_path: the page this run shows."""
     st.session_state.pop(OFFER, None)
+    st.session_state[DRAWN] = (_page_hash(), page_path, st.query_params.to_dict())
     first = OPENED not in st.session_state
     st.session_state[OPENED] = True
+    lecture = st.query_params.get(LECTURE_PARAM)
+    if lecture is not None:
+        del st.query_params[LECTURE_PARAM]  # the secret leaves the address bar (and a reload does not use it again)
+        if first:
+            _take_over(lecture, pages)
     code = st.query_params.get(CLASS_PARAM)
     if code is not None:
         del st.query_params[CLASS_PARAM]  # a reload must not join again
@@ -173,6 +189,8 @@ def before(pages: dict[str, Any]) -> None:
             _join(code, "")
     elif first and not lecturing() and not attending():
         _rejoin()
+    if lecturing():
+        _publish_early(page_path)
     if not attending():
         return
     try:
@@ -194,6 +212,14 @@ def before(pages: dict[str, Any]) -> None:
         _open(view, pages[view.page])
 
 
+def _page_hash() -> str:
+    """The page this run is for, as Streamlit names it (the hash of its script)."""
+    from streamlit.runtime.scriptrunner import get_script_run_ctx
+
+    ctx = get_script_run_ctx()
+    return str(ctx.page_script_hash) if ctx is not None else ""
+
+
 def _newer(view: View) -> bool:
     applied = st.session_state.get(APPLIED)
     return applied is None or view.version > applied.version
@@ -206,6 +232,25 @@ def _open(view: View, page: Any) -> None:
     forget_pages()  # the lecturer's link rules the page, as a deck's slide does
     params = dict(view.params) | ({PRESENT_PARAM: "1"} if presenter.presenting() else {})
     st.switch_page(page, query_params=params)
+
+
+@guarded
+def _take_over(link: str, pages: dict[str, Any]) -> None:
+    """The lecturer opened their own link on another device (the projector's laptop, a tablet): this session
+    lectures the same class, from the class's current view; the first device keeps lecturing too."""
+    sid, _, secret = str(link).partition(".")
+    try:
+        store().lecturer(sid, secret)
+        view = store().view(sid)
+    except ClassError as error:
+        _say(f"This lecturer link does not open a class: {error}.")
+        return
+    _leave_class()
+    st.session_state.update({SID: sid, SECRET: secret})
+    log.info("class %s: its lecturer continues on another device", sid)
+    if view is not None and view.page in pages:
+        st.session_state[SENT] = View(page=view.page, params=view.params, slide=view.slide)  # no second publish
+        st.switch_page(pages[view.page], query_params=dict(view.params))
 
 
 @guarded
@@ -299,6 +344,13 @@ def join_link(code: str) -> str:
     return f"{base}/?{CLASS_PARAM}={code}"
 
 
+def lecturer_link(sid: str, secret: str) -> str:
+    """The address that makes another device of the lecturer's lecture this class (`_take_over`)."""
+    parts = urlsplit(str(st.context.url or ""))
+    base = f"{parts.scheme}://{parts.netloc}" if parts.scheme in ("http", "https") and parts.netloc else ""
+    return f"{base}/?{LECTURE_PARAM}={sid}.{secret}"
+
+
 def qr_svg(text: str, scale: int = 5) -> str:
     """The QR code of `text` as inline SVG (segno: nothing but the modules, no text or script in it)."""
     import segno
@@ -320,6 +372,10 @@ def _lecturer_sidebar() -> None:
     st.code(link, language=None)
     st.image(qr_svg(link, 4), caption="Scan to join")
     st.checkbox("Show the join code above the page", value=True, key=SHOW_CODE)
+    if st.checkbox("Lecture from another device", key=SHOW_LECTURER_LINK):
+        st.caption("Open this link on your other device: it drives the class too. Whoever has it can, so keep it "
+                   "off the projector and untick the box once it is open.")  # fmt: skip
+        st.code(lecturer_link(sid, secret), language=None)
     st.caption("Your page and view are the class's. Questions and answers appear above your page.")
     names = st.checkbox("Students' chosen names in the export", key="_tformer.class.names")
     st.download_button(
@@ -378,8 +434,10 @@ def _follow() -> None:
 def _watch() -> None:
     """Once every POLL_S: has the session moved (a view, a question, a reveal)? A new view of the lecturer's opens at
     once from here (one run of the page, not the shell's run first); anything else runs the whole page again."""
+    _redraw_if_stale()
     try:
         sid = st.session_state[SID]
+        class_wake.watch(sid)
         version = store().poll(sid)
         if version == st.session_state.get(SEEN):
             return
@@ -397,6 +455,22 @@ def _watch() -> None:
         st.session_state[SEEN] = version
         _open(view, path)
     st.rerun(scope="app")
+
+
+def _redraw_if_stale() -> None:
+    """A poll asked for with another page than the one on screen draws that page again. A browser's request
+    carries the page it showed when it sent it: a poll sent before the lecturer's page opened here (the page's run
+    is long, a Vision Transformer's: the poll waits for it) ran for the old page, and Streamlit's browser then
+    cleared the page's area for it, which a poll does not draw: students following the lecturer to the Vision
+    Transformer saw an empty page until the lecturer's next change (7 of 16 arrivals)."""
+    drawn = st.session_state.get(DRAWN)
+    if drawn is None or _page_hash() == drawn[0]:
+        return
+    path = st.session_state.get(PAGE_FILES, {}).get(drawn[1])
+    if path is None:
+        return
+    log.info("a student's poll came for a page no longer on screen: %r drawn again", drawn[1])
+    st.switch_page(path, query_params=drawn[2])
 
 
 # ---- the page offers questions ------------------------------------------------------------------------------
@@ -454,6 +528,11 @@ def after(where: Any, status: Any, page_path: str) -> None:
     `where` (a container above the page): the lecturer's (ask, live answers, reveal) or a student's (answer).
     status: what `sidebar` returned (a student's follow / fork state, and the poll)."""
     if lecturing():
+        written = st.session_state.get(WRITTEN)  # this page's, if it wrote its link in this run (else an older page's)
+        mine = written is not None and _current_view(page_path).params == {
+            k: v for k, v in written["params"].items() if k != PRESENT_PARAM
+        }
+        st.session_state[FORESEEABLE] = page_path if mine else None
         _publish(page_path)
         with where:
             _lecturer_panel()
@@ -462,11 +541,22 @@ def after(where: Any, status: Any, page_path: str) -> None:
         with status:
             _student_status()
         with where:
+            _exploring_notice()
             _student_panel()
     with where:
         if ENDED in st.session_state:
             _ended_notice()
         _keep_cookie()
+
+
+def _exploring_notice() -> None:
+    """A student who left the lecturer's view (a click, a key: ← → change the head) is told so on the page, with
+    the way back: the sidebar that says it is hidden on a phone."""
+    if st.session_state.get(FOLLOWING, False):
+        return
+    with st.container(key="tformer-class-exploring", horizontal=True, vertical_alignment="center"):
+        st.info("You are exploring on your own: the lecturer's changes no longer reach your page.", icon="🧭")
+        st.button("Follow the lecturer", key="_tformer.class.follow.page", on_click=_follow, type="primary")
 
 
 def _ended_notice() -> None:
@@ -513,8 +603,22 @@ def _current_view(page_path: str) -> View:
     return View(page=page_path, params=params, slide=st.session_state.get(presenter.SHOWING))
 
 
-def _publish(page_path: str) -> None:
-    view = _current_view(page_path)
+def _publish_early(page_path: str) -> None:
+    """The lecturer's change (a head, a layer) sent to the class as this run starts, from the widget the click
+    changed (`foreseen_link`): the students' pages draw it beside the lecturer's own, not after it (a follow took
+    the lecturer's whole run more). What the page then writes is sent too, only if it differs (`_publish`)."""
+    sent = st.session_state.get(SENT)
+    if sent is None or sent.page != page_path or st.session_state.get(FORESEEABLE) != page_path:
+        return  # another page, or one that wrote no link last time: its settings are known once it ran
+    params = foreseen_link()
+    if params is None:
+        return
+    params.pop(PRESENT_PARAM, None)  # each student's own presenter mode stays theirs (as `_current_view`)
+    _publish(page_path, View(page=page_path, params=params, slide=st.session_state.get(presenter.SHOWING)))
+
+
+def _publish(page_path: str, view: View | None = None) -> None:
+    view = view or _current_view(page_path)
     if st.session_state.get(SENT) == view:
         return
     try:

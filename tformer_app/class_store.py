@@ -5,7 +5,7 @@
     seat = store.join("k7m2qx", client="10.0.0.7")       # a student: seat.sid, seat.student, seat.token
     store.rejoin(seat.token)                             # the same student (a reload): the token is signed
     store.set_view(sid, secret, View("text", {"layer": "3", "head": "1"}))   # version 1
-    store.poll(sid)                                      # what every student's page polls (twice a second):
+    store.poll(sid)                                      # what every student's page polls (woken by each move):
                                                          # the version, or ClassEnded (ended, expired, lost)
     q = store.ask(sid, secret, Question(kind="token", prompt="...", choices=[...], answer=10))
     store.answer(sid, q, student, "10")                  # once per student per question, validated
@@ -38,13 +38,21 @@ import re
 import secrets
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal, Protocol
 from urllib.parse import urlsplit
 
 from tformer_core import settings
-from tformer_views.class_questions import ClassError, Question, check_question, histogram, parse_answer, vote_shift
+from tformer_views.class_questions import (
+    MAX_EFFECT,
+    ClassError,
+    Question,
+    check_question,
+    histogram,
+    parse_answer,
+    vote_shift,
+)
 
 from .throttle import Guesses, Locked
 
@@ -55,12 +63,12 @@ CODE_LENGTH = 6
 PREFIX = "tformer:class:"
 MAX_NAME = 40  # characters of a student's chosen name
 MAX_QUESTIONS = 200  # per session
-MAX_EFFECT = 4000  # characters of a reveal's effect (JSON)
 MAX_PARAMS = 6000  # characters of a view's query parameters (a link's limit, tformer_app.url.MAX_LINK)
 ENDED_KEPT_S = 24 * 3600  # how long a session that ended is remembered as ended (for its students' pages)
 SID_FORM = re.compile(r"[A-Za-z0-9_-]{16}")  # secrets.token_urlsafe(12), as `create` makes them
 RETRY_S = (1, 2, 4, 8, 16, 32, 60)  # waits between tries of an unreachable Redis (then every 60 s)
 PRESENT_S = 30  # a student is present while their page said so within this long (`here`: every 10 s)
+MOVED = PREFIX + "moved"  # the channel that carries a session's id each time it moved (its version changed)
 
 
 __all__ = [
@@ -113,6 +121,10 @@ class Backend(Protocol):
     def hgetall(self, key: str) -> dict[str, str]: ...
     def expire(self, keys: Sequence[str], ttl_s: int) -> None: ...
     def delete(self, keys: Sequence[str]) -> None: ...
+    def publish(self, channel: str, message: str) -> bool:
+        """Send `message` to every process listening on `channel`; False: this backend has no other processes
+        (the store delivers it itself)."""
+        ...
 
 
 class MemoryBackend:
@@ -198,6 +210,9 @@ class MemoryBackend:
                 self._data.pop(key, None)
                 self._expires.pop(key, None)
 
+    def publish(self, channel: str, message: str) -> bool:
+        return False  # one process: the store tells its own listeners
+
 
 class RedisBackend:
     """The backend in Redis (several replicas of the server share it). One connection pool per process."""
@@ -250,6 +265,43 @@ class RedisBackend:
     def delete(self, keys: Sequence[str]) -> None:
         if keys:
             self._redis.delete(*keys)
+
+    def publish(self, channel: str, message: str) -> bool:
+        self._redis.publish(channel, message)
+        return True
+
+    def listen(self, channel: str, deliver: Callable[[str], None], stop: threading.Event) -> None:
+        """Call deliver(message) for every message on `channel`, in a thread of its own, until `stop` is set. A
+        connection that fails is opened again (after 1, 2, 4 ... 30 s); meanwhile the students' pages follow by
+        their poll. Its own connection: a subscribed connection can do nothing else, and waits without timeout."""
+        import redis
+
+        def run() -> None:
+            failures = 0
+            while not stop.is_set():
+                try:
+                    client = redis.Redis.from_url(
+                        self.url, decode_responses=True, socket_connect_timeout=2.0, health_check_interval=30
+                    )
+                    pubsub = client.pubsub(ignore_subscribe_messages=True)
+                    pubsub.subscribe(channel)
+                    if failures:
+                        log.warning("class sessions: Redis's messages are heard again (%s)", shown_url(self.url))
+                    failures = 0
+                    while not stop.is_set():
+                        message = pubsub.get_message(timeout=1.0)
+                        if message is not None and message.get("type") == "message":
+                            deliver(str(message["data"]))
+                    pubsub.close()
+                    client.close()
+                except Exception as error:
+                    failures += 1
+                    if failures == 1:
+                        log.warning("class sessions: Redis's messages cannot be heard (%s); students' pages follow "
+                                    "by their poll until they can", error)  # fmt: skip
+                    stop.wait(min(30.0, 2.0 ** (failures - 1)))
+
+        threading.Thread(target=run, name="tformer-class-moves", daemon=True).start()
 
 
 # ---- what a class session holds -------------------------------------------------------------------------------
@@ -316,6 +368,10 @@ class ClassStore:
         self.backend = backend  # replaced by Redis when it comes back (`open_store`)
         self.settings = settings or ClassSettings(redis_url=None)
         self._clock = clock
+        self._listeners: list[Callable[[str], None]] = []  # on_move
+        self._heard: Backend | None = None  # the backend whose moves reach the listeners
+        self._stop_hearing = threading.Event()
+        self._listeners_lock = threading.Lock()
         self.codes = Guesses(
             "wrong join codes",
             per_client=self.settings.code_guesses,
@@ -325,6 +381,47 @@ class ClassStore:
             fallback=MemoryBackend(),
             clock=clock,
         )
+
+    # moves: every process's listeners hear when a session moved
+    def on_move(self, listener: Callable[[str], None]) -> None:
+        """listener(sid) from now on, in every process (Redis's pub/sub), each time session `sid` moves: a view, a
+        question, a reveal, its end. Called once more with the same listener, nothing changes."""
+        with self._listeners_lock:
+            if listener not in self._listeners:
+                self._listeners.append(listener)
+        self._hear()
+
+    def _hear(self) -> None:
+        """The backend's moves reach the listeners: Redis's by a thread that listens (started again for a new
+        backend: Redis came back); the memory's directly (`_moved`)."""
+        backend = self.backend
+        if self._heard is backend or not self._listeners:
+            return
+        with self._listeners_lock:
+            if self._heard is backend:
+                return
+            self._stop_hearing.set()
+            self._stop_hearing = threading.Event()
+            listen = getattr(backend, "listen", None)
+            if listen is not None:
+                listen(MOVED, self._deliver, self._stop_hearing)
+            self._heard = backend
+
+    def _moved(self, sid: str) -> None:
+        self._hear()
+        try:
+            if self.backend.publish(MOVED, sid):
+                return
+        except Exception as error:  # the students' polls still find the move
+            log.warning("class %s: its move could not be sent to the other replicas (%s)", sid, error)
+        self._deliver(sid)
+
+    def _deliver(self, sid: str) -> None:
+        for listener in list(self._listeners):
+            try:
+                listener(sid)
+            except Exception:  # a listener's failure must not fail the lecturer's change
+                log.exception("class %s: a listener of its moves failed", sid)
 
     # keys
     def _k(self, sid: str, part: str) -> str:
@@ -407,6 +504,13 @@ class ClassStore:
         log.info("class %s: started (code %s)", sid, code)
         return Lecture(sid=sid, code=code, secret=secret)
 
+    def lecturer(self, sid: str, secret: str) -> str:
+        """The session's join code when `secret` is its lecturer's (another device of theirs takes the session
+        over), else ClassError (or ClassEnded: the session is over). The session id is input: checked first."""
+        if not SID_FORM.fullmatch(str(sid)):
+            raise ClassError("this lecturer link is not valid")
+        return str(self._lecturer(sid, secret)["code"])
+
     def renew_code(self, sid: str, secret: str) -> str:
         """Let students in for another code_ttl_s with the same code (or a new one if it was taken meanwhile)."""
         meta = self._lecturer(sid, secret)
@@ -435,6 +539,7 @@ class ClassStore:
         body = {"page": str(view.page)[:80], "params": params, "slide": view.slide, "version": version}
         self.backend.set(self._k(sid, "view"), json.dumps(body), ttl)
         self._touch(sid)
+        self._moved(sid)
         return version
 
     def ask(self, sid: str, secret: str, question: Question) -> int:
@@ -454,6 +559,7 @@ class ClassStore:
     def set_view_version_bump(self, sid: str) -> None:
         """Students poll one number (the version): a new question or a reveal moves it too."""
         self.backend.incr(self._k(sid, "version"), self.settings.session_ttl_s)
+        self._moved(sid)
 
     def _update(self, sid: str, secret: str, qid: int, **changes: Any) -> None:
         self._lecturer(sid, secret)
@@ -490,6 +596,7 @@ class ClassStore:
         self.backend.set(self._k(sid, "ended"), "1", ENDED_KEPT_S)  # first: a poll meanwhile reads "ended"
         self.backend.delete([f"{PREFIX}code:{meta['code']}", *self._keys(sid, count)])
         log.info("class %s: ended by the lecturer", sid)
+        self._moved(sid)
 
     # everyone
     def join(self, code: str, name: str = "", client: str | None = None, token: str | None = None) -> Seat:

@@ -28,6 +28,7 @@ PRESENT_PARAM = "present"  # the link's parameter for it
 CUT = "cut"  # the link's parameter naming the values too long for it (left out; `notices`)
 _KEYS = "_tformer.url_keys"  # every session-state key a page's UrlState manages, to forget them all at once
 STALE_CLICK = "_tformer.stale_click"  # session state: a callback of a page whose view was forgotten was dropped
+WRITTEN = "_tformer.url_written"  # session state: the link a page wrote last, and the widget keys behind it
 log = logging.getLogger("tformer_app")
 
 
@@ -215,6 +216,11 @@ class UrlState:
             st.query_params.from_dict(params)
         if not pending:
             st.session_state.pop(self._link_key, None)
+        st.session_state[WRITTEN] = {
+            "params": params,
+            "keys": {name: f"{self.page}.{name}" for name in self.names},
+            "omitted": dict(self.omitted),
+        }
 
     def wait_for(self, what: str) -> None:
         """The page stops before the settings that apply once `what` is there (an upload, which no link carries):
@@ -247,6 +253,28 @@ class UrlState:
         elif unknown:
             self._note(f"ignored {names} (not a setting of this page)")
         return {}
+
+
+def foreseen_link() -> dict[str, str] | None:
+    """The link the page on screen will write in this run, read at the run's start (before the page runs) from
+    the link it wrote last and its widgets' values now: a click changed a widget's value before the run
+    began. None when it cannot be told (no page wrote a link yet, a widget it drew is gone). A class session
+    sends the lecturer's new view to the students with it, without waiting for the page to draw; what the page
+    then writes is sent too if it differs (a change that moves other settings)."""
+    written = st.session_state.get(WRITTEN)
+    if not written:
+        return None
+    params = dict(written["params"])
+    left_out = set(params.get(CUT, "").split(","))
+    for name, key in written["keys"].items():
+        if key not in st.session_state:
+            return None
+        value = st.session_state[key]
+        if name in written["omitted"] and value == written["omitted"][name]:
+            params.pop(name, None)
+        elif name not in left_out and len(urllib.parse.quote_plus(text := _format(value))) <= MAX_LINK_VALUE:
+            params[name] = text
+    return params
 
 
 def _dropped(page: str, action: Callable, why: str) -> None:

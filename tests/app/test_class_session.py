@@ -18,6 +18,7 @@ from streamlit.testing.v1 import AppTest
 from tests.app.pages import app, charts, ok, shown
 from tformer_app import class_session
 from tformer_app.class_store import ClassError, open_store
+from tformer_app.url import UrlState
 
 APP = str(Path(__file__).resolve().parents[2] / "app.py")
 TEXT = "app_pages/text_attention.py"
@@ -76,6 +77,31 @@ def test_students_follow_fork_and_return(room):
     ada.sidebar.button(key="_tformer.class.follow").click().run()
     ok(ada.run())
     assert head_of(ada) == (2, 7)
+
+
+def test_the_lecturers_change_reaches_the_class_before_their_page_draws_it(room, monkeypatch):
+    """A follow waited for the lecturer's whole run (0.3-1 s) before the class heard of the change. Now the new view
+    is read off the widget the click changed as the lecturer's run starts (url.foreseen_link) and sent then: once,
+    before the page writes its link, and equal to that link; a change the page then moves further (a new model
+    resets the head) is sent again as the page wrote it."""
+    lecturer, (ada, _), sid = room
+    events: list[str] = []
+    store = open_store()
+    publish, set_view = UrlState.publish, store.set_view
+    monkeypatch.setattr(
+        UrlState, "publish", lambda self, drawn=True: (events.append("page wrote"), publish(self, drawn))[1]
+    )
+    monkeypatch.setattr(
+        store, "set_view", lambda *a: (events.append(f"sent head {a[2].params.get('head')}"), set_view(*a))[1]
+    )
+    ok(lecturer.selectbox(key="text.head").set_value(9).run())
+    assert events == ["sent head 9", "page wrote"]
+    assert store.view(sid).params == {k: v for k, v in lecturer.query_params.items() if k != "present"}
+    ok(ada.run())
+    assert head_of(ada)[1] == 9
+    monkeypatch.undo()
+    ok(lecturer.selectbox(key="text.head").set_value(7).run())  # the room as the next tests expect it
+    ok(ada.run())
 
 
 def projector(lecturer: AppTest) -> list[dict]:
@@ -165,6 +191,47 @@ def test_a_students_own_input_never_reaches_the_store(room):
     stored = json.dumps(open_store().backend._data, default=str)
     assert "private sentence" not in stored and class_session.SECRET not in bob.session_state
     assert open_store().view(sid).params["text"] != secret_sentence
+
+
+def test_a_lecturer_continues_on_another_device_with_their_link_and_only_with_it(room):
+    """The lecturer's own link (sidebar: "Lecture from another device") opens the class's current view on another
+    browser, which then drives the class; the secret leaves the address at once; a wrong secret is refused."""
+    lecturer, (ada, _), sid = room
+    secret = lecturer.session_state[class_session.SECRET]
+    lecturer.sidebar.checkbox(key=class_session.SHOW_LECTURER_LINK).check().run()
+    link = [c.value for c in lecturer.sidebar.code if "lecture=" in c.value]
+    assert len(link) == 1 and link[0].endswith(f"/?lecture={sid}.{secret}")
+    lecturer.sidebar.checkbox(key=class_session.SHOW_LECTURER_LINK).uncheck().run()
+
+    tablet = ok(app(lecture=f"{sid}.{secret}"))
+    assert tablet.session_state[class_session.SID] == sid and tablet.session_state[class_session.SECRET] == secret
+    assert "lecture" not in tablet.query_params
+    assert head_of(tablet) == head_of(lecturer)  # the class's view, where the lecturer left it
+    version = open_store().version(sid)
+    ok(tablet.selectbox(key="text.head").set_value(11).run())
+    assert open_store().view(sid).params["head"] == "11" and open_store().version(sid) == version + 1
+    ok(ada.run())
+    assert head_of(ada)[1] == 11
+
+    for wrong in (f"{sid}.not-the-secret", "nonsense", f"{'x' * 16}.{secret}"):
+        stranger = ok(app(lecture=wrong))
+        assert class_session.SECRET not in stranger.session_state
+        assert any("does not open a class" in w.value for w in stranger.sidebar.warning)
+    ok(tablet.selectbox(key="text.head").set_value(7).run())  # the room as the next tests expect it
+    ok(ada.run())
+
+
+def test_a_student_who_leaves_the_lecturers_view_is_told_on_the_page(room):
+    """A student's own change (here the layer; in a browser also ← →) forks them; the page says so above the
+    view, with the way back (the sidebar that says it too is hidden on a phone)."""
+    lecturer, (ada, _), _ = room
+    assert all("exploring on your own" not in i.value for i in ada.info)
+    ok(ada.selectbox(key="text.layer").set_value(4).run())
+    assert any("You are exploring on your own" in i.value for i in ada.info)
+    ada.button(key="_tformer.class.follow.page").click().run()
+    ok(ada.run())
+    assert ada.session_state[class_session.FOLLOWING] and head_of(ada) == head_of(lecturer)
+    assert all("exploring on your own" not in i.value for i in ada.info)
 
 
 def test_a_wrong_code_is_said_and_the_app_goes_on():

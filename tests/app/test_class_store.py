@@ -253,7 +253,7 @@ def test_a_second_vote_is_kept_beside_the_first_once_per_student_and_exported(st
     store.reveal(sid, secret, qid, effect=effect)
     assert store.question(sid, qid).effect == effect and store.question(sid, qid).revealed
     with pytest.raises(ClassError, match="effect is at most"):
-        store.reveal(sid, secret, qid, effect={"lines": ["x" * 5000]})
+        store.reveal(sid, secret, qid, effect={"lines": ["x" * 13_000]})
     rows = {r[4]: r[5:] for r in csv.reader(io.StringIO(store.export_csv(sid, secret)))}
     assert rows["student 1"] == ["it", "no", "animal", "yes"]
     assert rows["student 2"] == ["animal", "yes", "it", "no"]
@@ -557,3 +557,35 @@ def test_an_unreachable_redis_is_tried_again_until_it_answers(caplog):
                 store.poll(meanwhile.sid)  # the session made in memory is said lost to its students
     finally:
         open_store(ClassSettings(redis_url=None))
+
+
+def test_every_process_hears_each_move_of_a_session_once(kind, request):
+    """The students' pages are woken by the moves (tformer_app.class_wake): a view, a question, a reveal and the
+    end each reach every listener once, whichever process made them; with Redis, a listener of another process
+    (another store on the same Redis) hears them too, and nothing else does: a wrong secret moves nothing."""
+    here, _ = make(kind, request)
+    heard: dict[str, list[str]] = {"here": [], "there": []}
+    here.on_move(heard["here"].append)
+    here.on_move(heard["here"].append)  # the same listener twice: still heard once
+    stores = [here]
+    if kind == "redis":
+        there = ClassStore(RedisBackend(request.getfixturevalue("redis_url")), here.settings)
+        there.on_move(heard["there"].append)
+        stores.append(there)
+        time.sleep(0.2)  # the listening threads subscribe (a message sent before that is missed by design)
+    lecture = here.create()
+    other = here.create()
+    here.set_view(lecture.sid, lecture.secret, View("text", {"head": "3"}))
+    with pytest.raises(ClassError):
+        here.set_view(lecture.sid, "not the secret", View("text", {"head": "4"}))
+    qid = here.ask(lecture.sid, lecture.secret, token_question())
+    here.reveal(lecture.sid, lecture.secret, qid)
+    here.set_view(other.sid, other.secret, View("vision", {}))
+    here.end(lecture.sid, lecture.secret)
+    expected = [lecture.sid] * 3 + [other.sid, lecture.sid]
+    deadline = time.monotonic() + 10
+    names = ["here", "there"][: len(stores)]
+    while any(len(heard[n]) < len(expected) for n in names) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    for n in names:
+        assert heard[n] == expected, n

@@ -156,3 +156,21 @@ def test_head_questions_answer_from_the_study_and_the_reveal_ablates_the_class_c
     np.testing.assert_allclose(values.sort_values(["row", "col"])["value"], effects.ravel(), rtol=1e-5)
     assert effect_chart(layer)["datasets"]["ranks"]["rank"].tolist() == [int(r) + 1 for r in ranks]
     assert effect_chart(output) is None
+
+
+def test_a_reveal_of_the_largest_offline_grid_fits_the_store():
+    """SmolLM2's 30 x 9 heads, each drop to 6 significant digits, with the reveal's lines: within MAX_EFFECT (the
+    store refuses a larger effect), so its reveal is never refused for its size."""
+    import json
+
+    from tformer_views.class_questions import MAX_EFFECT
+
+    class Ablated:
+        value, prediction = 0.123456789, [("␣Paris", 0.123456789)]
+
+    grid = -np.random.default_rng(0).random((30, 9)) * 1e-3 - 1e-7  # the longest numbers: "-0.000123457"
+    q = Question("head", "Which head, removed?", choices=[f"L{i} H{j}" for i in range(30) for j in range(9)],
+                 answer=5, grid=(30, 9), action="ablate", stack="decoder")  # fmt: skip
+    effect = ablation_effect(q, [1] * 270, 0.773, lambda layer, head: Ablated(), grid)
+    assert len(effect["grid"]) == 30 and effect["grid"][0][0] == float(f"{grid[0, 0]:.6g}")
+    assert len(json.dumps(effect)) < MAX_EFFECT
