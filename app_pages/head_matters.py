@@ -14,12 +14,13 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from tformer_app import caches, downloads, presenter, vision_inputs
+from tformer_app import caches, class_session, downloads, presenter, vision_inputs
 from tformer_app.events import clicked_cell
 from tformer_app.markdown import escape
 from tformer_app.page import run_page, run_safely
 from tformer_app.url import UrlState
 from tformer_app.widgets import choose_model
+from tformer_views import class_questions
 from tformer_views import head_matters as hm
 from tformer_views import induction as iv
 from tformer_views.charts.spec import cell_px, heatmap
@@ -119,7 +120,15 @@ def show(url: UrlState, source: str, study: hm.HeadStudy) -> None:
             label = hm.display_token(study.attribution.label)
             attribution = hm.grid(study, stack, "attribution")
             _grid(url, attribution, ["Direct share of the logit", f"of {label}"], f"attr-{stack}", share)
-    _ablate_one(url, source, study, stack, (layer_key, head_key), effects.shape)
+    chosen = _ablate_one(url, source, study, stack, (layer_key, head_key), effects.shape)
+    # The class's questions about this study (a lecturer in a session only); a reveal ablates the class's head
+    # through the same cached request as the page's own ablation: one intervention for the whole class.
+    intervention = class_session.Intervention(
+        lambda layer, head: caches.result(caches.head_ablation(source, study, stack, layer, head)),
+        study.importance.clean,
+        effects,
+    )
+    class_session.offer(lambda: class_questions.head_questions(study, stack, chosen), intervention)
     if study.lens is not None:
         st.subheader("The logit lens: the prediction after every layer")
         table = hm.lens_table(study)
@@ -177,7 +186,8 @@ def _grid(
     downloads.chart(spec, key=chart_key, **selection)
 
 
-def _ablate_one(url: UrlState, source: str, study: hm.HeadStudy, stack: str, keys, shape) -> None:
+def _ablate_one(url: UrlState, source: str, study: hm.HeadStudy, stack: str, keys, shape) -> hm.Ablation | None:
+    """The chosen head ablated, drawn; returns its ablation (None when it could not run)."""
     st.subheader("Ablate a head yourself")
     c1, c2 = st.columns(2)
     layer = c1.selectbox("Layer", list(range(shape[0])), key=keys[0])
@@ -185,7 +195,7 @@ def _ablate_one(url: UrlState, source: str, study: hm.HeadStudy, stack: str, key
     request = caches.head_ablation(source, study, stack, int(layer), int(head))
     result = run_safely(lambda: caches.result(request), "Ablation")
     if result is None:
-        return
+        return None
     change = result.value - study.importance.clean
     digits = _decimals(change)
     st.metric(f"{study.what} with {result.head} ablated", f"{result.value:.{digits}f}", f"{change:+.{digits}f}")
@@ -201,7 +211,7 @@ def _ablate_one(url: UrlState, source: str, study: hm.HeadStudy, stack: str, key
         )
     if result.downstream is None:
         st.caption("No later head's attention changes: the ablated head is in the last layer, or nothing reads it.")
-        return
+        return result
     st.markdown(
         f"**The head whose attention changes most: {escape(str(result.downstream))}** (by {result.changed:.3f}, "
         "half the L1 distance summed over its rows)"
@@ -213,6 +223,7 @@ def _ablate_one(url: UrlState, source: str, study: hm.HeadStudy, stack: str, key
     with after:
         title = f"{result.downstream}, with {result.head} ablated"
         _attention(result.after, result.downstream, result, title, "after", most)
+    return result
 
 
 def _decimals(change: float) -> int:

@@ -159,6 +159,8 @@ def page(url: UrlState) -> None:
     if settings is None:
         say_the_lecture_head(found, trace, c, labels)
     class_session.offer(lambda: class_questions.from_trace(trace, c.stack, c.layer, c.head, c.query, labels))
+    if isinstance(model, tc.CausalLM) and trace.has_head and c.head is not None:
+        class_session.offer_interventions(source, "text", (fitted.text,), trace, (c.stack, c.layer, c.head), "text")
     if trace.kind == "decoder":
         box.caption(
             "Causal mask: each token attends only to itself and the tokens before it; "

@@ -185,6 +185,9 @@ def show_attention(url: UrlState, key: caches.Request[vv.VisionResult], result: 
     st.header("Attention over the picture")
     choice = attention_controls(url, result)
     show_query_picker(url, result, choice)
+    if result.trace.has_head and choice.head is not None:  # the class: predict the class with this head removed
+        head = (result.trace.main_stack, choice.layer, choice.head)
+        class_session.offer_interventions(key.source, "image", key.args, result.trace, head, "vision")
     who = describe_query(result, choice.patch)
     st.subheader(f"Every head of layer {choice.layer}")
     strip = vv.head_overlays(result, choice.layer, choice.patch, choice.alpha, choice.smooth)
@@ -201,7 +204,12 @@ def show_query_picker(url: UrlState, result: vv.VisionResult, choice: AttentionC
     grid = vv.attention_map(trace, choice.layer, choice.head, choice.patch)
     picture = overlay(result.image, grid, alpha=choice.alpha, smooth=choice.smooth)
     who = describe_query(result, choice.patch)
-    class_session.offer(lambda: class_questions.vision_questions(grid, choice.layer, choice.head, who))
+    # The students' patch picker lies over the picture the model saw (small: every student's page gets it).
+    class_session.offer(
+        lambda: class_questions.vision_questions(
+            grid, choice.layer, choice.head, who, picture=class_questions.question_picture(result.image)
+        )
+    )
     head_name = "mean of the heads" if choice.head is None else f"head {choice.head}"
     left, right = st.columns([1, 1])
     with left:

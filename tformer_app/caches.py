@@ -370,6 +370,7 @@ COMPUTATIONS: dict[str, Callable[..., Any]] = {
     "heads_ablation": lambda model, kind, output, stack, layer, head, *inputs: hm.ablation(
         model, kind, inputs, output, Head(stack, layer, head)
     ),
+    "heads_lens": lambda model, kind, output, *inputs: hm.lens_of(kind, model, inputs, output),
 }
 
 # The sessions' uploads and the pictures they were sent share this budget: while a class holds many photos,
@@ -471,7 +472,20 @@ def relevancy(source: str, data: bytes, name: str, class_id: int) -> Request[np.
 
 def head_ablation(source: str, study: hm.HeadStudy, stack: str, layer: int, head: int) -> Request[hm.Ablation]:
     """`study`'s input with one head ablated: the number measured, the prediction and the attention that changed."""
-    return Request("heads_ablation", source, (study.kind, study.output, stack, int(layer), int(head), *study.inputs))
+    return view_ablation(source, study.kind, study.inputs, study.output, stack, layer, head)
+
+
+def view_ablation(
+    source: str, kind: str, inputs: tuple, output: int | None, stack: str, layer: int, head: int
+) -> Request[hm.Ablation]:
+    """One head ablated in an input a study would read (`head_matters.study(kind, model, *inputs)`): the same
+    request, and so the same cached result, as /heads's `head_ablation` of that input's study."""
+    return Request("heads_ablation", source, (kind, output, stack, int(layer), int(head), *inputs))
+
+
+def view_lens(source: str, kind: str, inputs: tuple, output: int) -> Request[Any]:
+    """The logit lens of an input a study would read, following `output` (one traced pass, cached)."""
+    return Request("heads_lens", source, (kind, int(output), *inputs))
 
 
 def result(request: Request[ResultT]) -> ResultT:

@@ -3,6 +3,7 @@
     class_session.before(pages)            # the shell, before the page: join from a link, open the lecturer's view
     class_session.sidebar()                # the sidebar's "Class" panel: start / join, code, link, QR, follow / fork
     class_session.offer(questions)         # a page: the questions its view can ask (tformer_views.class_questions)
+    class_session.offer(questions, Intervention(ablate, clean))   # and what a head question's reveal ablates
     class_session.after(where, page_path)  # the shell, after the page: publish the lecturer's view; questions, answers
 
 State lives in the store (tformer_app.class_store: this process, or Redis shared by the replicas). A student's
@@ -24,17 +25,28 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 import streamlit as st
 import streamlit.components.v2 as components
 
-from tformer_views.class_questions import ClassError, Question, answer_chart, patch_answer_picker
+from tformer_core.errors import InputError
+from tformer_views import class_questions
+from tformer_views.class_questions import (
+    ClassError,
+    Deferred,
+    Question,
+    ablation_effect,
+    answer_chart,
+    effect_chart,
+    patch_answer_picker,
+)
 
 from . import class_wake, presenter
-from .class_store import ClassEnded, ClassStore, Seat, View, open_store
+from .class_store import PRESENT_S, ClassEnded, ClassStore, Seat, View, open_store
 from .events import clicked_patch
 from .markdown import escape
 from .url import PRESENT_PARAM, WRITTEN, foreseen_link, forget_pages
@@ -50,7 +62,9 @@ FRESH = "_tformer.class.fresh"  # this run opened the lecturer's view (its own p
 SEEN = "_tformer.class.seen"  # the session's version this page last drew
 SENT = "_tformer.class.sent"  # the lecturer's view last published
 OFFER = "_tformer.class.offer"  # the questions this run's page offered
-ANSWERED = "_tformer.class.answered"  # question id -> the student's answer (their own screen only)
+ANSWERED = "_tformer.class.answered"  # (question id, round) -> the student's answer (their own screen only)
+INTERVENTION = "_tformer.class.intervention"  # the offered questions' Intervention (the page's, this run)
+INTERVENTIONS = "_tformer.class.interventions"  # the lecturer's: question id -> the Intervention its reveal runs
 MESSAGE = "_tformer.class.message"  # a refusal to say once (a code that expired, a second answer)
 PAGE_FILES = "_tformer.class.pages"  # url path -> the page's file (st.switch_page takes it from a fragment)
 SHOW_CODE = "_tformer.class.show_code"  # the lecturer's: the join code and QR above the page, for the projector
@@ -118,6 +132,11 @@ def _leave_class() -> None:
     class_wake.forget()
     if attending() and TOKEN in st.session_state:  # a reload does not rejoin; a join by code is them again
         st.session_state[COOKIE_VALUE] = st.session_state[TOKEN] + AWAY
+    if attending():
+        try:  # the projector's count drops them now, not PRESENT_S later
+            store().left(st.session_state[SID], st.session_state[STUDENT])
+        except Exception as error:  # a class that is over, a store away a moment: nothing to count then
+            log.debug("class session: a student's leaving was not stamped: %s", error)
     for key in (SID, SECRET, STUDENT, FOLLOWING, APPLIED, FRESH, SEEN, SENT, ANSWERED, PAGE_FILES):
         st.session_state.pop(key, None)
 
@@ -343,7 +362,7 @@ def qr_svg(text: str, scale: int = 5) -> str:
 def _lecturer_sidebar() -> None:
     sid, secret = st.session_state[SID], st.session_state[SECRET]
     try:
-        code, students = store().code(sid), store().students(sid)
+        code, students = store().code(sid), present_count(sid)
     except ClassError as error:
         _say(str(error))
         _leave_class()
@@ -455,10 +474,51 @@ def _redraw_if_stale() -> None:
 
 
 # ---- the page offers questions ------------------------------------------------------------------------------
-def offer(questions: Callable[[], Sequence[Question]]) -> None:
-    """A page's questions about its view, computed only when a lecturer is in a session (they need every head)."""
+@dataclass(frozen=True)
+class Intervention:
+    """What a head question's reveal runs, once for the whole class: ablate(layer, head) -> the page's ablation of
+    that head (tformer_views.head_matters.Ablation, cached for the server: caches.head_ablation), and the number
+    it changes, unablated (`clean`). Kept in the lecturer's session only: the store keeps what it showed."""
+
+    ablate: Callable[[int, int], Any]
+    clean: float
+    grid: Any = None  # every head's drop [layers, heads] of the question's stack (the page's study), or None
+
+
+def offer(questions: Callable[[], Sequence[Question | Deferred]], intervention: Intervention | None = None) -> None:
+    """A page's questions about its view, computed only when a lecturer is in a session (they need every head);
+    a page may offer twice in a run (its attention view's, then its interventions'). `intervention`: what the
+    reveal of its head question ("which head, removed, ...") ablates. A Deferred question is made when asked."""
     if lecturing():
-        st.session_state[OFFER] = list(questions())
+        st.session_state[OFFER] = [*st.session_state.get(OFFER, []), *questions()]
+        if intervention is not None:
+            st.session_state[INTERVENTION] = intervention
+
+
+def offer_interventions(
+    source: str, kind: str, inputs: tuple, trace: Any, head: tuple[str, int, int], page: str
+) -> None:
+    """A view's predict-then-intervene questions about its head (stack, layer, head): what the model predicts with
+    it removed, and from which layer the lens ranks the answer first. Made when asked (one ablation, one lens
+    pass), as requests of "Does this head matter?" for the same input (`head_matters.study(kind, model,
+    *inputs)`): cached for the server and shared with that page."""
+    if not lecturing():
+        return
+    from . import caches  # the pages' computations (this module is imported before them, by the shell)
+
+    output = int(trace.ranked(1)[0][0])
+    stack, layer, index = head
+    ablate = caches.view_ablation(source, kind, inputs, output, stack, int(layer), int(index))
+    lens = caches.view_lens(source, kind, inputs, output)
+    offer(
+        lambda: class_questions.view_questions(
+            trace.predictions(10),
+            f"{stack} L{layer} H{index}",
+            lambda: caches.result(ablate),
+            lambda: caches.result(lens),
+            page,
+        )
+    )
 
 
 # ---- after the page -------------------------------------------------------------------------------------------
@@ -591,82 +651,193 @@ def _lecturer_panel() -> None:
         current = store().current(sid)
     except ClassError:
         return
-    offered: list[Question] = st.session_state.get(OFFER, [])
+    offered: list[Question | Deferred] = st.session_state.get(OFFER, [])
+    intervention = st.session_state.pop(INTERVENTION, None)  # this run's page's, never a page before it
     if st.session_state.get(SHOW_CODE, True):
         _join_banner(sid)
+    else:
+        with st.container(horizontal=True, gap="small", vertical_alignment="center"):
+            _count(sid)
+            st.button("Show the join code", key="_tformer.class.show", on_click=_show_code, args=(True,))
     if current is not None:
         _projector(sid, current.qid)
     if not offered:
-        st.caption("Class session on: this page has no questions to ask the class; the text and vision pages do.")
+        st.caption("Class session on: this page has no questions to ask the class; the text and vision pages and "
+                   "“Does this head matter?” do.")  # fmt: skip
         return
-    with st.expander("Ask the class about this view", expanded=current is None):
+    # Collapsed once a question was asked, and on the projector: the view, not the list, takes the first screen.
+    with st.expander("Ask the class about this view", expanded=current is None and not presenter.presenting()):
         for i, q in enumerate(offered):
             with st.container(horizontal=True, gap="small", vertical_alignment="center"):
                 st.markdown(f"**{q.kind}** · {escape(q.prompt)}")
-                st.button("Ask", key=f"_tformer.class.ask.{i}", on_click=_ask, args=(q,))
+                st.button("Ask", key=f"_tformer.class.ask.{i}", on_click=_ask, args=(q, intervention))
+
+
+def _show_code(show: bool) -> None:
+    st.session_state[SHOW_CODE] = show
 
 
 def _join_banner(sid: str) -> None:
-    """The join code in large type and the QR code, for the class to read off the projector."""
+    """The join code for the class to read off the projector, in one line with a small QR code and the live
+    count, so that the view stays in the first screen (1280 x 720); *Hide* needs no sidebar."""
     try:
         code = store().code(sid)
     except ClassError:
         return
-    left, right = st.columns([1, 4], vertical_alignment="center")
-    left.image(qr_svg(join_link(code), 6), caption="Scan to join")
-    right.markdown(f"## Join the class: code **{escape(code)}**")
-    right.markdown(f"Open {escape(join_link(code))} or type the code in the sidebar's *Class session*.")
+    link = join_link(code)
+    with st.container(key="tformer-class-banner", horizontal=True, gap="small", vertical_alignment="center"):
+        st.image(qr_svg(link, 2), width=72)
+        st.markdown(f"**Join the class: code {escape(code)}** · {escape(link)}", width="content")
+        _count(sid)
+        st.button("Hide", key="_tformer.class.hide", on_click=_show_code, args=(False,), help="Hide the join code")
+
+
+def present_count(sid: str) -> int:
+    """The students whose page is open now (`ClassStore.present`)."""
+    return len(store().present(sid))
+
+
+@st.fragment(run_every=2.0)
+@guarded
+def _count(sid: str) -> None:
+    """How many students are in the class now, live on the projector (students who left drop out)."""
+    try:
+        n = present_count(sid)
+    except ClassError:
+        return
+    st.markdown(f"**{n} student{'s' if n != 1 else ''}**", width="content")
 
 
 @guarded
-def _ask(q: Question) -> None:
+def _ask(asked: Question | Deferred, intervention: Intervention | None = None) -> None:
     st.session_state[SHOW_CODE] = False  # the question takes the projector's first screen (the box brings it back)
     try:
-        store().ask(st.session_state[SID], st.session_state[SECRET], q)
+        q = asked.make() if isinstance(asked, Deferred) else asked  # its model answer: an ablation, a lens (cached)
+    except (InputError, ValueError) as error:
+        _say(f"This question could not be made: {error}")
+        return
+    except Exception as error:  # not the store's: said as what it is, not as an unreachable class session
+        log.exception("class session: a question's model answer failed")
+        _say(f"This question could not be made ({type(error).__name__}); the server's log says why.")
+        return
+    try:
+        qid = store().ask(st.session_state[SID], st.session_state[SECRET], q)
     except ClassError as error:
         _say(str(error))
+        return
+    if q.action == "ablate" and intervention is not None:
+        st.session_state.setdefault(INTERVENTIONS, {})[qid] = intervention
+
+
+def _answered_line(q: Question, votes: dict[str, float | int], present: set[str]) -> str:
+    """ "3 of 40 answered": of the students present now (one who answered and left counts in neither)."""
+    answered = len(votes.keys() & present)
+    return f"{answered} of {len(present)} answered"
 
 
 @st.fragment(run_every=1.0)
 @guarded
 def _projector(sid: str, qid: int) -> None:
-    """The question and the class's answers, live: a histogram over the tokens, or a heat over the patches or
-    heads; the model's answer outlined beside them once revealed."""
+    """The question and the class's answers, live: a histogram over the choices, or a heat over the patches or
+    heads; after *Vote again*, the first vote beside the second. Once revealed: the model's answer outlined, and
+    what the reveal ran (the class's head ablated beside the model's)."""
     try:
         q = store().question(sid, qid)
-        counts = [n for _, n in store().histogram(sid, qid)]
-        students = store().students(sid)
+        first = store().answers(sid, qid, 1)
+        second = store().answers(sid, qid, 2) if q.round == 2 else {}
+        present = store().present(sid)
     except ClassError:
         return
+    votes = second if q.round == 2 else first
+    counts = [n for _, n in _histogram(q, votes)]
     total = sum(counts)
     st.subheader(f"Q{q.qid}. {escape(q.prompt)}")
     state = "revealed" if q.revealed else "closed" if q.closed else "open"
-    line = f"{total} of {students} answered · {state}"
+    vote = " (second vote)" if q.round == 2 else ""
+    line = f"{_answered_line(q, votes, present)}{vote} · {state}"
     if q.revealed and q.answer is not None:
         right = counts[int(q.answer)] if q.kind != "number" else None
         line += f" · the model: **{escape(q.label(q.answer))}**"
         line += f" ({right} of {total} chose it)" if right is not None else ""
     st.markdown(line)
-    st.vega_lite_chart(
-        presenter.chart_fonts(answer_chart(q, counts, q.revealed, presenter.scale())), key=f"_tformer.class.chart.{qid}"
-    )
+    if q.round == 2:
+        shift = store().shift(sid, qid)
+        if q.revealed and q.kind != "number":
+            st.markdown(
+                f"Right: {shift['first_right']} in the first vote, {shift['second_right']} in the second · "
+                f"**{shift['moved']} moved to the model's answer**, {shift['left']} away from it"
+            )
+        left, right_column = st.columns(2)
+        with left:
+            _chart(q, [n for _, n in _histogram(q, first)], "First vote", f"{qid}.1")
+        with right_column:
+            _chart(q, counts, "Second vote", f"{qid}.2")
+    else:
+        model = effect_chart(q, presenter.scale()) if q.revealed else None
+        if model is None:
+            _chart(q, counts, "Class answers", str(qid))
+        else:  # the class's votes beside the model's own grid or lens
+            left, right_column = st.columns(2)
+            with left:
+                _chart(q, counts, "Class answers", str(qid))
+            with right_column:
+                st.vega_lite_chart(presenter.chart_fonts(model), key=f"_tformer.class.model.{qid}", width="content")
+    if q.revealed:
+        for text in q.effect.get("lines", []):
+            st.markdown(f"- {escape(str(text))}")
     with st.container(horizontal=True, gap="small"):
         if not q.revealed:
-            st.button(
-                "Reveal the model's answer",
-                key=f"_tformer.class.reveal.{qid}",
-                on_click=_reveal,
-                args=(qid,),
-                type="primary",
-            )
+            what = "Reveal: remove the class's head" if q.action == "ablate" else "Reveal the model's answer"
+            st.button(what, key=f"_tformer.class.reveal.{qid}", on_click=_reveal, args=(qid,), type="primary")
+        if q.round == 1 and q.kind != "number":
+            st.button("Vote again", key=f"_tformer.class.again.{qid}", on_click=_vote_again, args=(qid,),
+                      help="After the class has talked: a second vote, shown beside the first")  # fmt: skip
         if not q.closed:
             st.button("Close answers", key=f"_tformer.class.close.{qid}", on_click=_close, args=(qid,))
 
 
+def _histogram(q: Question, votes: dict[str, float | int]) -> list[tuple[str, int]]:
+    from tformer_views.class_questions import histogram
+
+    return histogram(q, list(votes.values()))
+
+
+def _chart(q: Question, counts: list[int], title: str, key: str) -> None:
+    spec = answer_chart(q, counts, q.revealed, presenter.scale(), title=title)
+    # A grid at its cells' size; bars across the column.
+    width: Literal["content", "stretch"] = "content" if q.kind in ("patch", "head") else "stretch"
+    st.vega_lite_chart(presenter.chart_fonts(spec), key=f"_tformer.class.chart.{key}", width=width)
+
+
 @guarded
 def _reveal(qid: int) -> None:
+    """The model's answer to the class; a head question's reveal first ablates the head the class chose most (the
+    current vote's), one intervention for the whole class, and keeps what it changed beside the model's head."""
+    sid, secret = st.session_state[SID], st.session_state[SECRET]
     try:
-        store().reveal(st.session_state[SID], st.session_state[SECRET], qid)
+        q = store().question(sid, qid)
+        effect = None
+        intervention = st.session_state.get(INTERVENTIONS, {}).get(qid)
+        if q.action == "ablate" and intervention is not None:
+            counts = [n for _, n in store().histogram(sid, qid, q.round)]
+            try:
+                effect = ablation_effect(q, counts, intervention.clean, intervention.ablate, intervention.grid)
+            except InputError as error:  # the work refused (too long), the model gone: the answer is revealed
+                effect = {"lines": [f"The ablation could not run: {error}"]}
+            except Exception as error:  # a bug or the machine (out of memory): logged, and the answer revealed
+                log.exception("class session: the reveal's ablation failed")
+                effect = {"lines": [f"The ablation could not run ({type(error).__name__}); the server's log says why."]}
+        elif q.action == "ablate":  # asked before this session (a reload of the lecturer's page lost it)
+            effect = {"lines": ["The ablation is run by the lecturer's page that asked: ask again to run it."]}
+        store().reveal(sid, secret, qid, effect=effect)
+    except ClassError as error:
+        _say(str(error))
+
+
+@guarded
+def _vote_again(qid: int) -> None:
+    try:
+        store().vote_again(st.session_state[SID], st.session_state[SECRET], qid)
     except ClassError as error:
         _say(str(error))
 
@@ -681,6 +852,7 @@ def _close(qid: int) -> None:
 
 def _student_panel() -> None:
     sid = st.session_state[SID]
+    _here(sid, st.session_state[STUDENT])
     try:
         q = store().current(sid)
     except ClassError as error:
@@ -690,15 +862,19 @@ def _student_panel() -> None:
     if q is None:
         return
     with st.container(border=True, key="tformer-class-question"):
-        st.markdown(f"**Q{q.qid}. {escape(q.prompt)}**")
+        again = " (vote again)" if q.round == 2 else ""
+        st.markdown(f"**Q{q.qid}{again}. {escape(q.prompt)}**")
         answered = st.session_state.setdefault(ANSWERED, {})
-        if q.qid not in answered:  # answered before a reload, or in another tab of this browser: the same student
-            mine = store().answer_of(sid, q.qid, st.session_state[STUDENT])
-            if mine is not None:
-                answered[q.qid] = mine
-        mine = answered.get(q.qid)
+        for vote in range(1, q.round + 1):
+            if (q.qid, vote) not in answered:  # answered before a reload, or in another tab of this browser
+                mine = store().answer_of(sid, q.qid, st.session_state[STUDENT], round=vote)
+                if mine is not None:
+                    answered[(q.qid, vote)] = mine
+        first, mine = answered.get((q.qid, 1)), answered.get((q.qid, q.round))
+        if q.round == 2 and first is not None:
+            st.markdown(f"Your first answer: **{escape(q.label(first))}**")
         if mine is not None:
-            st.markdown(f"Your answer: **{escape(q.label(mine))}**")
+            st.markdown(f"Your {'second ' if q.round == 2 else ''}answer: **{escape(q.label(mine))}**")
         elif q.closed:
             st.caption("Answers are closed.")
         else:
@@ -706,6 +882,17 @@ def _student_panel() -> None:
         if q.revealed and q.answer is not None:
             verdict = "" if mine is None else (" · you chose it too" if _same(q, mine) else "")
             st.markdown(f"The model's answer: **{escape(q.label(q.answer))}**{verdict}")
+            for text in q.effect.get("lines", []):
+                st.markdown(f"- {escape(str(text))}")
+
+
+@st.fragment(run_every=PRESENT_S / 3)
+def _here(sid: str, student: str) -> None:
+    """Every 10 s while the page is open: this student is present (the projector's count; PRESENT_S)."""
+    try:
+        store().here(sid, student)
+    except Exception as error:  # the count is the lecturer's: a store that fails a moment only loses a stamp
+        log.debug("class session: a student's presence was not stamped: %s", error)
 
 
 def _same(q: Question, value: float | int) -> bool:
@@ -717,24 +904,30 @@ def _same(q: Question, value: float | int) -> bool:
 
 
 def _answer_widget(q: Question) -> None:
-    key = f"_tformer.class.answer.{q.qid}"
+    key = f"_tformer.class.answer.{q.qid}.{q.round}"
     if q.kind == "number":
         with st.form(key, border=False):
             st.number_input(
                 "Your answer", min_value=q.lo, max_value=q.hi, value=None, step=0.01, key=f"{key}.n", format="%.4f"
             )
-            st.form_submit_button("Answer", on_click=_submit_number, args=(q,))
+            st.form_submit_button("Answer", on_click=_submit_number, args=(q, f"{key}.n"))
         return
-    if q.kind == "patch" and q.grid:
-        st.caption("Click a patch of the picture on the projector (rows from the top, columns from the left).")
+    if q.kind in ("patch", "head") and q.grid:
+        where = "the picture's patches" if q.kind == "patch" else "the grid: layers down, heads across"
+        st.caption(f"Click a cell of {where}.")
         st.vega_lite_chart(
-            patch_answer_picker(q), key=key, on_select=lambda: _submit_patch(q, key), selection_mode="patch"
+            patch_answer_picker(q),
+            key=key,
+            width="content",  # its own cells' size, which fits a phone (not stretched over a laptop's column)
+            on_select=lambda: _submit_patch(q, key),
+            selection_mode="patch",
         )
         return
     options = list(range(len(q.choices)))
-    label = {"token": "Click a token", "head": "Click a head", "patch": "Click a patch"}[q.kind]
+    labels = {"token": "Click a token", "patch": "Click a patch", "head": "Click a head"}
+    labels |= {"output": "Click an output", "layer": "Click a layer"}
     shown = [escape(c) for c in q.choices]  # a pill's label is Markdown: a token such as "**" or "[x](y)" stays text
-    st.pills(label, options, key=key, format_func=shown.__getitem__, on_change=_submit_choice, args=(q, key))
+    st.pills(labels[q.kind], options, key=key, format_func=shown.__getitem__, on_change=_submit_choice, args=(q, key))
 
 
 @guarded
@@ -752,8 +945,8 @@ def _submit_patch(q: Question, key: str) -> None:
 
 
 @guarded
-def _submit_number(q: Question) -> None:
-    value = st.session_state.get(f"_tformer.class.answer.{q.qid}.n")
+def _submit_number(q: Question, key: str) -> None:
+    value = st.session_state.get(key)
     if value is None:
         _say("Type a number first.")
         return
@@ -762,7 +955,7 @@ def _submit_number(q: Question) -> None:
 
 @guarded
 def _submit(q: Question, raw: str) -> None:
-    if q.qid in st.session_state.get(ANSWERED, {}):
+    if (q.qid, q.round) in st.session_state.get(ANSWERED, {}):
         # The same click told twice: a poll of the fragment that ran while the click's own run was under way carries
         # the widget's new value too. The answer is in; a second "already answered" would only puzzle the student.
         return
@@ -771,4 +964,4 @@ def _submit(q: Question, raw: str) -> None:
     except ClassError as error:
         _say(str(error))
         return
-    st.session_state.setdefault(ANSWERED, {})[q.qid] = value
+    st.session_state.setdefault(ANSWERED, {})[(q.qid, q.round)] = value

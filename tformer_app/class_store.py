@@ -10,6 +10,8 @@
     q = store.ask(sid, secret, Question(kind="token", prompt="...", choices=[...], answer=10))
     store.answer(sid, q, student, "10")                  # once per student per question, validated
     store.histogram(sid, q), store.reveal(sid, secret, q), store.export_csv(sid, secret)
+    store.vote_again(sid, secret, q)                     # peer instruction: a second vote, kept beside the first
+    store.here(sid, student), store.present(sid)         # who is in the room now (the projector's live count)
 
 Every session and replica of the server sees the same state when it lives in Redis (several replicas behind
 nginx); one process alone may keep it in memory (`MemoryBackend`, the default). Both backends offer the same
@@ -42,7 +44,15 @@ from typing import Any, Literal, Protocol
 from urllib.parse import urlsplit
 
 from tformer_core import settings
-from tformer_views.class_questions import ClassError, Question, check_question, histogram, parse_answer
+from tformer_views.class_questions import (
+    MAX_EFFECT,
+    ClassError,
+    Question,
+    check_question,
+    histogram,
+    parse_answer,
+    vote_shift,
+)
 
 from .throttle import Guesses, Locked
 
@@ -57,6 +67,7 @@ MAX_PARAMS = 6000  # characters of a view's query parameters (a link's limit, tf
 ENDED_KEPT_S = 24 * 3600  # how long a session that ended is remembered as ended (for its students' pages)
 SID_FORM = re.compile(r"[A-Za-z0-9_-]{16}")  # secrets.token_urlsafe(12), as `create` makes them
 RETRY_S = (1, 2, 4, 8, 16, 32, 60)  # waits between tries of an unreachable Redis (then every 60 s)
+PRESENT_S = 30  # a student is present while their page said so within this long (`here`: every 10 s)
 MOVED = PREFIX + "moved"  # the channel that carries a session's id each time it moved (its version changed)
 
 
@@ -417,8 +428,13 @@ class ClassStore:
         return f"{PREFIX}{sid}:{part}"
 
     def _keys(self, sid: str, questions: int = 0) -> list[str]:
-        fixed = ["meta", "view", "version", "questions", "qcount", "current", "students"]
-        return [self._k(sid, p) for p in fixed] + [self._k(sid, f"answers:{i}") for i in range(1, questions + 1)]
+        fixed = ["meta", "view", "version", "questions", "qcount", "current", "students", "seen"]
+        answers = [self._answers_key(sid, i, r) for i in range(1, questions + 1) for r in (1, 2)]
+        return [self._k(sid, p) for p in fixed] + answers
+
+    def _answers_key(self, sid: str, qid: int, round: int) -> str:
+        """A question's answers in one vote: round 1 where answers always were, round 2 (*Vote again*) beside."""
+        return self._k(sid, f"answers:{qid}" if round == 1 else f"answers:{qid}:{round}")
 
     def _meta(self, sid: str) -> dict[str, Any]:
         raw = self.backend.get(self._k(sid, "meta"))
@@ -552,9 +568,23 @@ class ClassStore:
         self.backend.hset(self._k(sid, "questions"), str(qid), json.dumps(body), self.settings.session_ttl_s)
         self.set_view_version_bump(sid)
 
-    def reveal(self, sid: str, secret: str, qid: int) -> None:
-        """Show the model's answer to the class (answers are closed with it)."""
-        self._update(sid, secret, qid, revealed=True, closed=True)
+    def reveal(self, sid: str, secret: str, qid: int, effect: dict[str, Any] | None = None) -> None:
+        """Show the model's answer to the class (answers are closed with it), and what the reveal ran (`effect`,
+        tformer_views.class_questions.ablation_effect: the class's choice ablated beside the model's answer)."""
+        changes: dict[str, Any] = {"revealed": True, "closed": True}
+        if effect is not None:
+            text = json.dumps(effect)
+            if len(text) > MAX_EFFECT:
+                raise ClassError(f"a reveal's effect is at most {MAX_EFFECT:,} characters")
+            changes["effect"] = json.loads(text)
+        self._update(sid, secret, qid, **changes)
+
+    def vote_again(self, sid: str, secret: str, qid: int) -> None:
+        """Peer instruction: after the class has talked, a second vote on the same question (once); the first
+        vote's answers are kept beside it, and the model's answer is hidden again until the next reveal."""
+        if self.question(sid, qid).round != 1:
+            raise ClassError("this question was voted on twice already")
+        self._update(sid, secret, qid, round=2, closed=False, revealed=False)
 
     def close(self, sid: str, secret: str, qid: int) -> None:
         self._update(sid, secret, qid, closed=True)
@@ -657,7 +687,7 @@ class ClassStore:
         return [self.question(sid, int(k)) for k in sorted(table, key=int)]
 
     def answer(self, sid: str, qid: int, student: str, raw: str, client: str | None = None) -> float | int:
-        """A student's answer: checked, counted once (a second one is refused), while the question is open.
+        """A student's answer: checked, counted once per vote (a second one is refused), while the question is open.
         `client`: the address it came from (None: this machine), which may send `per_address` answers in 10 s."""
         if not self.alive(sid) or self.backend.hget(self._k(sid, "students"), str(student)) is None:
             raise ClassError("join the class first")
@@ -670,27 +700,49 @@ class ClassStore:
                         "too many answers from your address just now; try again in a few seconds")  # fmt: skip
         self._limit(sid, "answers", self.settings.answers_per_s, 1)
         body = json.dumps({"value": value, "at": round(self._clock(), 3)})
-        if not self.backend.hset(
-            self._k(sid, f"answers:{qid}"), str(student), body, self.settings.session_ttl_s, only_new=True
-        ):
-            raise ClassError("you have answered this question already")
+        key, ttl = self._answers_key(sid, qid, q.round), self.settings.session_ttl_s
+        if not self.backend.hset(key, str(student), body, ttl, only_new=True):
+            raise ClassError("you have answered this question already" + (" in this vote" if q.round > 1 else ""))
+        self.here(sid, str(student))
         return value
 
-    def answer_of(self, sid: str, qid: int, student: str) -> float | int | None:
-        """This student's answer to the question, or None (a reloaded page shows it again)."""
-        raw = self.backend.hget(self._k(sid, f"answers:{qid}"), str(student))
+    def answer_of(self, sid: str, qid: int, student: str, round: int | None = None) -> float | int | None:
+        """This student's answer in a vote (None: the question's current one), or None (a reloaded page shows it)."""
+        vote = self.question(sid, qid).round if round is None else round
+        raw = self.backend.hget(self._answers_key(sid, qid, vote), str(student))
         return None if raw is None else json.loads(raw)["value"]
 
-    def answers(self, sid: str, qid: int) -> dict[str, float | int]:
-        """student id -> answer (for the lecturer's counts; a student is never shown another's)."""
-        table = self.backend.hgetall(self._k(sid, f"answers:{qid}"))
+    def answers(self, sid: str, qid: int, round: int = 1) -> dict[str, float | int]:
+        """student id -> answer in one vote (for the lecturer's counts; a student is never shown another's)."""
+        table = self.backend.hgetall(self._answers_key(sid, qid, round))
         return {s: json.loads(v)["value"] for s, v in table.items()}
 
-    def histogram(self, sid: str, qid: int) -> list[tuple[str, int]]:
-        return histogram(self.question(sid, qid), list(self.answers(sid, qid).values()))
+    def histogram(self, sid: str, qid: int, round: int = 1) -> list[tuple[str, int]]:
+        return histogram(self.question(sid, qid), list(self.answers(sid, qid, round).values()))
+
+    def shift(self, sid: str, qid: int) -> dict[str, int]:
+        """How the second vote moved against the first (`class_questions.vote_shift`)."""
+        return vote_shift(self.question(sid, qid), self.answers(sid, qid, 1), self.answers(sid, qid, 2))
 
     def students(self, sid: str) -> int:
         return len(self.backend.hgetall(self._k(sid, "students")))
+
+    def here(self, sid: str, student: str) -> None:
+        """A student's page is open (it says so every 10 s, and with each answer): one field per student on the
+        roster, so the stamps are as many as the students, whoever leaves."""
+        if self.backend.hget(self._k(sid, "students"), str(student)) is None:
+            return  # not a student of this class: no field for just any id
+        self.backend.hset(self._k(sid, "seen"), str(student), f"{self._clock():.1f}", self.settings.session_ttl_s)
+
+    def left(self, sid: str, student: str) -> None:
+        """A student left the class (its button): no longer present, at once (their stamp is kept, at 0)."""
+        if self.backend.hget(self._k(sid, "seen"), str(student)) is not None:
+            self.backend.hset(self._k(sid, "seen"), str(student), "0", self.settings.session_ttl_s)
+
+    def present(self, sid: str, within_s: float = PRESENT_S) -> set[str]:
+        """The students whose page was open within the last `within_s` seconds (those who left drop out)."""
+        now = self._clock()
+        return {s for s, t in self.backend.hgetall(self._k(sid, "seen")).items() if now - float(t) <= within_s}
 
     def export_csv(self, sid: str, secret: str, names: bool = False) -> str:
         """Every question and answer as CSV: question, kind, prompt, the model's answer, student, answer, correct.
@@ -700,16 +752,21 @@ class ClassStore:
         order = {s: i + 1 for i, s in enumerate(roster)}
         out = io.StringIO()
         writer = csv.writer(out)
-        writer.writerow(["question", "kind", "prompt", "model_answer", "student", "answer", "correct"])
+        writer.writerow(
+            ["question", "kind", "prompt", "model_answer", "student", "answer", "correct", "answer_2", "correct_2"]
+        )
         for q in self.questions(sid):
             model = q.label(q.answer) if q.answer is not None else ""
-            for student, value in sorted(self.answers(sid, q.qid).items(), key=lambda kv: order.get(kv[0], 0)):
+            first, second = self.answers(sid, q.qid, 1), self.answers(sid, q.qid, 2)
+            for student in sorted(first.keys() | second.keys(), key=lambda s: order.get(s, 0)):
                 chosen = json.loads(roster.get(student, "{}")).get("name", "") if names else ""
                 who = chosen or f"student {order.get(student, 0)}"
-                right = "" if q.answer is None else _correct(q, value)
-                writer.writerow(
-                    [q.qid, q.kind, _cell(q.prompt), _cell(model), _cell(who), _cell(q.label(value)), right]
-                )
+                votes = []
+                for vote in (first, second):  # a vote they did not cast: two empty cells
+                    value = vote.get(student)
+                    shown = "" if value is None else _cell(q.label(value))
+                    votes += [shown, "" if value is None or q.answer is None else _correct(q, value)]
+                writer.writerow([q.qid, q.kind, _cell(q.prompt), _cell(model), _cell(who), *votes])
         return out.getvalue()
 
 

@@ -320,6 +320,11 @@ def ablation(model: TracedModel, kind: str, inputs: tuple, output: int | None, h
     return Ablation(head, value, prediction, _shown(clean, head), labels, later, before, after, changed)
 
 
+def lens_of(kind: str, model: TracedModel, inputs: tuple, output: int) -> lens_mod.LogitLens:
+    """The logit lens of a study's input (one traced pass with the residual stream), following `output`."""
+    return lens_mod.logit_lens(model, trace_of(kind, model, inputs), k=5, target=output)
+
+
 def ablated(model: TracedModel, study: HeadStudy, heads: list[Head]) -> float:
     """The study's number with `heads` ablated together (zero), one pass."""
     return float(probe_of(study.kind, model, study.inputs, study.output).measure(ablate_heads(heads))[0])

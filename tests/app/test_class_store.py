@@ -211,15 +211,76 @@ def test_export_has_questions_and_answers_and_names_only_when_asked(store):
     store.answer(sid, qid, ada, "2")
     store.answer(sid, qid, anonymous, "10")
     rows = list(csv.reader(io.StringIO(store.export_csv(sid, lecture.secret))))
-    assert rows[0] == ["question", "kind", "prompt", "model_answer", "student", "answer", "correct"]
+    assert rows[0] == [
+        "question", "kind", "prompt", "model_answer", "student", "answer", "correct", "answer_2", "correct_2"
+    ]  # fmt: skip
     assert sorted(rows[1:]) == [
-        ["1", "token", "Which word does 'it' attend to most?", "animal", "student 1", "animal", "yes"],
-        ["1", "token", "Which word does 'it' attend to most?", "animal", "student 2", "it", "no"],
+        ["1", "token", "Which word does 'it' attend to most?", "animal", "student 1", "animal", "yes", "", ""],
+        ["1", "token", "Which word does 'it' attend to most?", "animal", "student 2", "it", "no", "", ""],
     ]
     named = list(csv.reader(io.StringIO(store.export_csv(sid, lecture.secret, names=True))))
     assert sorted(r[4] for r in named[1:]) == ['\'=HYPERLINK("x") Ada', "student 2"]  # no formula in a sheet
     with pytest.raises(ClassError, match="only the lecturer"):
         store.export_csv(sid, "a student's guess")
+
+
+def test_a_second_vote_is_kept_beside_the_first_once_per_student_and_exported(store):
+    """Peer instruction: round 1, the class talks, *Vote again*: each student answers once per round, the rounds'
+    answers are kept apart, the shift counts who moved to the model's answer, and the CSV has both votes."""
+    lecture = store.create()
+    sid, secret = lecture.sid, lecture.secret
+    ada, bob, cy = (store.join(lecture.code).student for _ in range(3))
+    qid = store.ask(sid, secret, token_question(answer=2))  # the model: "animal"
+    for student, raw in ((ada, "10"), (bob, "2"), (cy, "10")):
+        store.answer(sid, qid, student, raw)
+    with pytest.raises(ClassError, match="only the lecturer"):
+        store.vote_again(sid, "a student's guess", qid)
+    store.close(sid, secret, qid)
+    store.vote_again(sid, secret, qid)
+    q = store.question(sid, qid)
+    assert (q.round, q.closed, q.revealed) == (2, False, False)
+    assert store.answer_of(sid, qid, ada) is None and store.answer_of(sid, qid, ada, round=1) == 10
+    for student, raw in ((ada, "2"), (bob, "10")):  # Ada moves to the model's answer, Bob away from it; Cy is away
+        store.answer(sid, qid, student, raw)
+    with pytest.raises(ClassError, match="already in this vote"):
+        store.answer(sid, qid, ada, "1")
+    assert store.answers(sid, qid, 1) == {ada: 10, bob: 2, cy: 10} and store.answers(sid, qid, 2) == {ada: 2, bob: 10}
+    assert {k: n for k, n in store.histogram(sid, qid, 2) if n} == {"animal": 1, "it": 1}
+    assert store.shift(sid, qid) == {"both": 2, "first_right": 1, "second_right": 1, "moved": 1, "left": 1}
+    with pytest.raises(ClassError, match="twice already"):
+        store.vote_again(sid, secret, qid)
+    effect = {"lines": ["The class's choice removed"], "class": {"choice": 2, "value": 0.5}}
+    store.reveal(sid, secret, qid, effect=effect)
+    assert store.question(sid, qid).effect == effect and store.question(sid, qid).revealed
+    with pytest.raises(ClassError, match="effect is at most"):
+        store.reveal(sid, secret, qid, effect={"lines": ["x" * 13_000]})
+    rows = {r[4]: r[5:] for r in csv.reader(io.StringIO(store.export_csv(sid, secret)))}
+    assert rows["student 1"] == ["it", "no", "animal", "yes"]
+    assert rows["student 2"] == ["animal", "yes", "it", "no"]
+    assert rows["student 3"] == ["it", "no", "", ""]  # no second vote: empty cells, not a guess
+
+
+def test_present_students_are_those_seen_lately(kind, request):
+    """ "3 of 40 answered" stays true when students leave: a student is present while their page says so (every
+    10 s, and with an answer); one who closed the page drops out after PRESENT_S, and nobody else gets a stamp."""
+    from tformer_app.class_store import PRESENT_S
+
+    store, clock = make(kind, request)
+    lecture = store.create()
+    ada, bob = (store.join(lecture.code).student for _ in range(2))
+    assert store.present(lecture.sid) == set()
+    store.here(lecture.sid, ada)
+    qid = store.ask(lecture.sid, lecture.secret, token_question())
+    store.answer(lecture.sid, qid, bob, "2")  # an answer says the page is there
+    store.here(lecture.sid, "made-up-student")
+    assert store.present(lecture.sid) == {ada, bob}
+    clock.now += PRESENT_S - 1
+    store.here(lecture.sid, ada)
+    clock.now += 2  # Bob's page said nothing for PRESENT_S + 1 s: he left
+    assert store.present(lecture.sid) == {ada}
+    assert len(store.backend.hgetall(store._k(lecture.sid, "seen"))) == 2  # one stamp per student, no more
+    store.left(lecture.sid, ada)  # "Leave the class": gone now, not PRESENT_S later
+    assert store.present(lecture.sid) == set()
 
 
 def test_codes_and_sessions_expire(kind, request):
