@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,6 +74,7 @@ COOKIE_VALUE = "_tformer.class.cookie"  # what the browser's cookie is to hold (
 ENDED = "_tformer.class.ended"  # the notice of a class that ended under this student, until they dismiss it
 OPENED = "_tformer.class.opened"  # this session ran `before` once: a link's ?class= joins on the first run only
 FORESEEABLE = "_tformer.class.foreseeable"  # the lecturer's page whose link the last run wrote (url path)
+STAMPED = "_tformer.class.stamped"  # when this student's presence was last told to the store (time.monotonic)
 DRAWN = "_tformer.class.drawn"  # (page hash, url path, query) of the page the last whole run of this session drew
 CLASS_PARAM = "class"  # a join link: /?class=K7M2QX
 LECTURE_PARAM = "lecture"  # the lecturer's own link, for another device of theirs: /?lecture=<sid>.<secret>
@@ -137,7 +139,7 @@ def _leave_class() -> None:
             store().left(st.session_state[SID], st.session_state[STUDENT])
         except Exception as error:  # a class that is over, a store away a moment: nothing to count then
             log.debug("class session: a student's leaving was not stamped: %s", error)
-    for key in (SID, SECRET, STUDENT, FOLLOWING, APPLIED, FRESH, SEEN, SENT, ANSWERED, PAGE_FILES):
+    for key in (SID, SECRET, STUDENT, FOLLOWING, APPLIED, FRESH, SEEN, SENT, ANSWERED, PAGE_FILES, STAMPED):
         st.session_state.pop(key, None)
 
 
@@ -438,6 +440,7 @@ def _watch() -> None:
     try:
         sid = st.session_state[SID]
         class_wake.watch(sid)
+        _here(sid, st.session_state[STUDENT])
         version = store().poll(sid)
         if version == st.session_state.get(SEEN):
             return
@@ -886,11 +889,15 @@ def _student_panel() -> None:
                 st.markdown(f"- {escape(str(text))}")
 
 
-@st.fragment(run_every=PRESENT_S / 3)
 def _here(sid: str, student: str) -> None:
-    """Every 10 s while the page is open: this student is present (the projector's count; PRESENT_S)."""
+    """This student is present (the projector's count; PRESENT_S): said by their page's runs and its poll, at most
+    every PRESENT_S / 3 (the poll runs every POLL_S anyway: no timer of its own for this)."""
+    now = time.monotonic()
+    if now - st.session_state.get(STAMPED, -PRESENT_S) < PRESENT_S / 3:
+        return
     try:
         store().here(sid, student)
+        st.session_state[STAMPED] = now
     except Exception as error:  # the count is the lecturer's: a store that fails a moment only loses a stamp
         log.debug("class session: a student's presence was not stamped: %s", error)
 
