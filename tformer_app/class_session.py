@@ -212,6 +212,13 @@ def before(pages: dict[str, Any], page_path: str = "") -> None:
     }
     if st.session_state.get(FOLLOWING, False) and view is not None and view.page in pages and _newer(view):
         _open(view, pages[view.page])
+    applied = st.session_state.get(APPLIED)
+    if st.session_state.get(FRESH) and applied is not None and page_path != applied.page and applied.page in pages:
+        # The run meant to draw the lecturer's page was cut short by a request the browser sent from the page it
+        # showed before (the page's width, measured after each run): that page ran instead, and the student stayed
+        # on it, "following", until the lecturer's next change. Not their choice: they never saw the new page.
+        log.info("a student's old page %r ran before the lecturer's %r: opened again", page_path, applied.page)
+        _open(applied, pages[applied.page])
 
 
 def _page_hash() -> str:
