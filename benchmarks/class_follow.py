@@ -186,7 +186,6 @@ def change(lecturer, students, act: Callable[[], str], page: str) -> Change:
     own, where, title = lecturer_settled(lecturer, t0)
     path, params = _params(where)
     record = Change(page=page, what=what, own_s=own - t0)
-    print(f"  {page}: {what}", flush=True)
     for i, s in enumerate(students):
         at = settled_at(s, path, params, title, t0, FOLLOW_TIMEOUT_S)
         record.follow_s.append(None if at is None else at - t0)
@@ -195,6 +194,8 @@ def change(lecturer, students, act: Callable[[], str], page: str) -> Change:
             side = s.get_by_test_id("stSidebar").inner_text()[-200:].replace("\n", " | ")
             record.missed.append(f"student {i} at {s.url}: main [{main}] sidebar [{side}]")
         record.address_s.append(address_at(s, path, params, t0))
+    follows = " ".join("missed" if f is None else f"{f:.2f}" for f in record.follow_s)
+    print(f"  {page}: {what}: the lecturer's own {record.own_s:.2f} s, the students' {follows}", flush=True)
     return record
 
 
