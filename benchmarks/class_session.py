@@ -114,7 +114,7 @@ async def open_students(url: str, code: str, n: int) -> list[Session]:
 async def one_class(url: str, n: int, changes: int, seed: int) -> dict:
     lecturer = await Session.open(url, "/text?layer=2&head=1", timeout_s=300, fetch_media=False)
     run = await lecturer.click("Start a class session")
-    code = next(m.group(1) for t in run.texts() if (m := re.search(r"code \*\*([A-Z0-9]{6})\*\*", t)))
+    code = next(m.group(1) for t in run.texts() if (m := re.search(r"code \**([A-Z0-9]{6})\*\*", t)))
     students = await open_students(url, code, n)
     shared = Shared()
     followed_at_join = sum(shows(s, "1") for s in students)

@@ -131,7 +131,7 @@ def test_a_class_session_follows_across_replicas(deployment):
         url = deployment.url
         lecturer = await stclient.Session.open(url, "/text?layer=2&head=1", timeout_s=TIMEOUT_S, fetch_media=False)
         run = await lecturer.click("Start a class session")
-        code = next(m.group(1) for t in run.texts() if (m := re.search(r"code \*\*([A-Z0-9]{6})\*\*", t)))
+        code = next(m.group(1) for t in run.texts() if (m := re.search(r"code \**([A-Z0-9]{6})\*\*", t)))
         students = [
             await stclient.Session.open(url, f"/?class={code}", timeout_s=TIMEOUT_S, fetch_media=False)
             for _ in range(2)
@@ -177,7 +177,7 @@ def test_class_limits_count_the_students_address_behind_nginx(deployment, monkey
         url = deployment.url
         lecturer = await stclient.Session.open(url, "/", timeout_s=TIMEOUT_S, fetch_media=False)
         run = await lecturer.click("Start a class session")
-        code = next(m.group(1) for t in run.texts() if (m := re.search(r"code \*\*([A-Z0-9]{6})\*\*", t)))
+        code = next(m.group(1) for t in run.texts() if (m := re.search(r"code \**([A-Z0-9]{6})\*\*", t)))
         seen = []
         for address in ("10.9.8.7", "10.9.8.7", "10.9.8.6", None, None):
             monkeypatch.setattr(stclient, "connect", from_address(address))
