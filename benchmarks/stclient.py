@@ -147,6 +147,7 @@ class Run:
     query_string: str = ""
     problems: list[str] = field(default_factory=list)  # page not found, compile errors, media failures
     elapsed_s: float = 0.0  # from the action's first byte sent to script_finished
+    finished_at: float = 0.0  # time.perf_counter() when its script_finished came (a run the server started too)
     media_s: float = 0.0  # media fetched after the run
     n_messages: int = 0
     n_bytes: int = 0  # websocket payload bytes received during the run (after decompression)
@@ -768,6 +769,7 @@ class Session:
             return  # another run follows (its new_session starts a fresh Run)
         self._building = None
         run.status = status
+        run.finished_at = time.perf_counter()
         if status == FINISHED.FINISHED_FRAGMENT_RUN_SUCCESSFULLY:  # a part of the page: the page's state stays
             run.elapsed_s = time.perf_counter() - self._started
             if self._waiter is not None and not self._waiter.done():
