@@ -281,12 +281,10 @@ def follow_pages(
 
 
 def percentile(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    k = (len(ordered) - 1) * q / 100
-    lo, hi = int(k), min(int(k) + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
+    """load.percentile (nearest rank, as every benchmark of the class reports it) of values in any order."""
+    from load import percentile as nearest_rank
+
+    return nearest_rank(sorted(values), q)
 
 
 def table(title: str, records: list[Change], goal: float | None) -> None:
@@ -366,10 +364,7 @@ class SimulatedStudents:
         next_poll = time.perf_counter() + interval
         while not self._stop.is_set():
             try:
-                run = await s.next_run(max(0.0, min(next_poll - time.perf_counter(), 1.0)))
-                if run is None and time.perf_counter() >= next_poll:
-                    await s.fragment_rerun(fragment)
-                    next_poll = time.perf_counter() + interval
+                _, next_poll = await s.follow(fragment, interval, next_poll, most_s=1.0)  # 1 s: the stop is seen
             except Exception as error:  # one student's failure is counted, the class goes on
                 self.errors.append(f"student {i}: {type(error).__name__}: {error}")
                 await asyncio.sleep(1.0)

@@ -81,10 +81,9 @@ async def student(i: int, s: Session, shared: Shared, rng: random.Random) -> Non
     next_poll = time.perf_counter() + interval
     while not shared.done:
         try:
-            run = await s.next_run(max(0.0, next_poll - time.perf_counter()))
-            if run is None:  # the browser's timer
-                run = await s.fragment_rerun(fragment)
-                next_poll = time.perf_counter() + interval
+            run, next_poll = await s.follow(fragment, interval, next_poll)
+            if run is None:
+                continue
             # The page's last whole run, whichever run came back here (the server's own run may have finished while
             # this student's poll was under way): timed when it finished.
             if s.last is not None and shows(s, shared.head):

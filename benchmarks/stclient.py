@@ -477,6 +477,19 @@ class Session:
             if future in self._run_watchers:
                 self._run_watchers.remove(future)
 
+    async def follow(
+        self, fragment: str, interval: float, next_poll: float, most_s: float = float("inf")
+    ) -> tuple[Run | None, float]:
+        """A page whose `fragment` runs on the browser's timer every `interval` s (a class's poll) and whenever the
+        server starts it: the next run the server starts by itself, or at `next_poll` (time.perf_counter()) the
+        fragment's run the timer sends; waits at most most_s. Returns (that run, or None; when the next poll is
+        due)."""
+        run = await self.next_run(max(0.0, min(next_poll - time.perf_counter(), most_s)))
+        if run is None and time.perf_counter() >= next_poll:
+            run = await self.fragment_rerun(fragment)
+            next_poll = time.perf_counter() + interval
+        return run, next_poll
+
     async def _open_socket(self, resume: bool = False) -> None:
         xsrf = self.http.cookie(XSRF_COOKIE) or "PLACEHOLDER_AUTH_TOKEN"  # what the browser sends without one
         ws_url = "ws" + self.base_url[len("http") :] + "/_stcore/stream"

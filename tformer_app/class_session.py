@@ -93,7 +93,7 @@ NOTICES = {
 
 def store() -> ClassStore:
     opened = open_store()
-    opened.on_move(class_wake.woken)  # a move runs this process's students' polls at once (idempotent)
+    opened.on_move(class_wake.wake)  # a move runs this process's students' polls at once (idempotent)
     return opened
 
 
@@ -346,18 +346,21 @@ def _start() -> None:
     st.session_state.update({SID: lecture.sid, SECRET: lecture.secret})
 
 
-def join_link(code: str) -> str:
-    """The address students open: this server's, with ?class=CODE (the QR code holds it)."""
+def _server_link(query: str) -> str:
+    """This server's address (as the browser opened it) with `query`; a relative link when it is not known."""
     parts = urlsplit(str(st.context.url or ""))
     base = f"{parts.scheme}://{parts.netloc}" if parts.scheme in ("http", "https") and parts.netloc else ""
-    return f"{base}/?{CLASS_PARAM}={code}"
+    return f"{base}/?{query}"
+
+
+def join_link(code: str) -> str:
+    """The address students open: this server's, with ?class=CODE (the QR code holds it)."""
+    return _server_link(f"{CLASS_PARAM}={code}")
 
 
 def lecturer_link(sid: str, secret: str) -> str:
     """The address that makes another device of the lecturer's lecture this class (`_take_over`)."""
-    parts = urlsplit(str(st.context.url or ""))
-    base = f"{parts.scheme}://{parts.netloc}" if parts.scheme in ("http", "https") and parts.netloc else ""
-    return f"{base}/?{LECTURE_PARAM}={sid}.{secret}"
+    return _server_link(f"{LECTURE_PARAM}={sid}.{secret}")
 
 
 def qr_svg(text: str, scale: int = 5) -> str:

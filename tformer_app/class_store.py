@@ -270,7 +270,7 @@ class RedisBackend:
         self._redis.publish(channel, message)
         return True
 
-    def listen(self, channel: str, deliver: Callable[[str], None], stop: threading.Event) -> None:
+    def listen(self, channel: str, deliver: Callable[[str], object], stop: threading.Event) -> None:
         """Call deliver(message) for every message on `channel`, in a thread of its own, until `stop` is set. A
         connection that fails is opened again (after 1, 2, 4 ... 30 s); meanwhile the students' pages follow by
         their poll. Its own connection: a subscribed connection can do nothing else, and waits without timeout."""
@@ -368,7 +368,7 @@ class ClassStore:
         self.backend = backend  # replaced by Redis when it comes back (`open_store`)
         self.settings = settings or ClassSettings(redis_url=None)
         self._clock = clock
-        self._listeners: list[Callable[[str], None]] = []  # on_move
+        self._listeners: list[Callable[[str], object]] = []  # on_move
         self._heard: Backend | None = None  # the backend whose moves reach the listeners
         self._stop_hearing = threading.Event()
         self._listeners_lock = threading.Lock()
@@ -383,7 +383,7 @@ class ClassStore:
         )
 
     # moves: every process's listeners hear when a session moved
-    def on_move(self, listener: Callable[[str], None]) -> None:
+    def on_move(self, listener: Callable[[str], object]) -> None:
         """listener(sid) from now on, in every process (Redis's pub/sub), each time session `sid` moves: a view, a
         question, a reveal, its end. Called once more with the same listener, nothing changes."""
         with self._listeners_lock:

@@ -74,11 +74,6 @@ def watched(sid: str) -> int:
         return len(_watching.get(sid, {}))
 
 
-def woken(sid: str) -> None:
-    """`wake`, as the store's listener of moves (tformer_app.class_store.ClassStore.on_move)."""
-    wake(sid)
-
-
 def wake(sid: str) -> int:
     """Run the poll fragment of every session of this process that watches class `sid`; returns how many were
     woken. A session that closed is forgotten here (its tab is gone; a resumed tab polls and watches again)."""
