@@ -66,7 +66,8 @@ OFFER = "_tformer.class.offer"  # the questions this run's page offered
 ANSWERED = "_tformer.class.answered"  # (question id, round) -> the student's answer (their own screen only)
 INTERVENTION = "_tformer.class.intervention"  # the offered questions' Intervention (the page's, this run)
 INTERVENTIONS = "_tformer.class.interventions"  # the lecturer's: question id -> the Intervention its reveal runs
-MESSAGE = "_tformer.class.message"  # a refusal to say once (a code that expired, a second answer)
+MESSAGE = "_tformer.class.message"  # a refusal to say: (text, when first shown) (a code that expired, a second answer)
+SAY_S = 3.0  # how long a refusal stays said over the runs that follow the one that said it (`sidebar`)
 PAGE_FILES = "_tformer.class.pages"  # url path -> the page's file (st.switch_page takes it from a fragment)
 SHOW_CODE = "_tformer.class.show_code"  # the lecturer's: the join code and QR above the page, for the projector
 TOKEN = "_tformer.class.token"  # the student's signed token in this tab (kept when they leave: a rejoin is them)
@@ -106,7 +107,7 @@ def attending() -> bool:
 
 
 def _say(text: str) -> None:
-    st.session_state[MESSAGE] = text
+    st.session_state[MESSAGE] = (text, None)
 
 
 UNREACHABLE = "The class session cannot be reached just now (the server's store); the page goes on and tries again."
@@ -307,12 +308,29 @@ def sidebar() -> Any:
     with st.expander("Class session", expanded=lecturing() or attending() or MESSAGE in st.session_state):
         if lecturing():
             _lecturer_sidebar()  # a session that is over is left here, and said below
-        message = st.session_state.pop(MESSAGE, None)
+        message = _message()
         if message:
             st.warning(escape(message))
         if not lecturing() and not attending():
             _start_or_join()
         return st.container()
+
+
+def _message() -> str | None:
+    """The refusal to say in this run. Said in every run of its first SAY_S seconds, not only in the run that made
+    it: that run is often cut short by the next one (the browser measures the page it opened, and the run that
+    follows draws the sidebar again), and a wrong link's message was gone before anyone saw it."""
+    said = st.session_state.get(MESSAGE)
+    if said is None:
+        return None
+    text, since = said
+    now = time.monotonic()
+    if since is None:
+        st.session_state[MESSAGE] = (text, now)
+    elif now - since > SAY_S:
+        del st.session_state[MESSAGE]
+        return None
+    return str(text)
 
 
 def _start_or_join() -> None:
