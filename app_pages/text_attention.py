@@ -156,8 +156,7 @@ def page(url: UrlState) -> None:
         default_views=("head", "heatmap", "search"),
         where=settings,
     )
-    if settings is None:
-        say_the_lecture_head(found, trace, c, labels)
+    say_the_lecture_head(found, trace, c, labels)
     class_session.offer(lambda: class_questions.from_trace(trace, c.stack, c.layer, c.head, c.query, labels))
     if isinstance(model, tc.CausalLM) and trace.has_head and c.head is not None:
         class_session.offer_interventions(source, "text", (fitted.text,), trace, (c.stack, c.layer, c.head), "text")
@@ -262,10 +261,18 @@ def lecture_head(key: caches.Request[tc.Trace], trace: tc.Trace, query: int | No
 
 def say_the_lecture_head(found: LectureHead | None, trace: tc.Trace, c: panel.Controls, labels: list[str]) -> None:
     """One line with the lecture's answer, while its head is the one shown: the page's key idea on its first
-    screen, before the views that show it."""
+    screen, before the views that show it (in presenter mode, on the line below the title; else the key idea of
+    any head)."""
     if found is None or (c.layer, c.head) != (found.layer, found.head) or c.query != found.query:
+        presenter.idea(f"Layer {c.layer}, head {c.head}: how much each token attends to every other (a row sums to 1).")
         return
     q, k = escape(labels[found.query]), escape(labels[found.key])
+    if presenter.presenting():
+        presenter.idea(
+            f"**{q} → {k}**: layer {found.layer}, head {found.head} gives “{k}” {found.weight:.2f} of “{q}”'s "
+            f"attention, the most of all {trace.n_layers * trace.n_heads} heads."
+        )
+        return
     st.markdown(
         f"**{q} → {k}**: in layer {found.layer}, head {found.head}, “{q}” gives “{k}” {found.weight:.2f} of its "
         f"attention, more than in any other of the {trace.n_layers * trace.n_heads} heads. The views below show "

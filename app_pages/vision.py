@@ -7,7 +7,9 @@ pictures from the cached trace. Pictures go to the browser as PNG or JPEG, never
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
+from typing import Any
 
 import pandas as pd
 import streamlit as st
@@ -28,6 +30,7 @@ from tformer_views.pictures import overlay, to_jpeg, to_png
 
 CLASS_TOKEN = -1  # the "query" URL value for the class token; patches are 0..N-1
 MEAN = -1  # the "head" value for the mean of the heads
+FIRST_SCREEN_PX = 420  # presenter mode: the picture's width (and height) that fits below a 720-px screen's top
 
 
 INTRO = (
@@ -42,11 +45,11 @@ def main() -> None:
 
 
 def page(url: UrlState) -> None:
-    source, model = vi.choose_vit(url)
-    if model is None:
-        return
-    picked = vi.choose_image(url, model)
-    if picked is None:
+    settings = presenter.settings_box("Model, picture, layer, head and overlay")
+    with settings if settings is not None else contextlib.nullcontext():
+        source, model = vi.choose_vit(url)
+        picked = None if model is None else vi.choose_image(url, model)
+    if model is None or picked is None:
         return
     name, data = picked
     key = caches.picture(source, data, name)
@@ -55,6 +58,12 @@ def page(url: UrlState) -> None:
         return
     for note in result.notes:
         st.info(f"{escape(name)}: {escape(note)}.")
+    if settings is not None:  # presenter mode: the attention the keys step on the first screen, the rest below
+        show_attention(url, key, result, settings)
+        show_patches(key, result, model)
+        patch_embedding.draw(url, result, model)
+        explain.show_figure_7(source, key, result)
+        return
     show_prediction(result.trace)
     show_patches(key, result, model)
     patch_embedding.draw(url, result, model)
@@ -62,10 +71,10 @@ def page(url: UrlState) -> None:
     explain.show_figure_7(source, key, result)
 
 
-def show_prediction(trace) -> None:
+def show_prediction(trace, title: str = "What the model sees: top 5") -> None:
     if not trace.has_head:
         return
-    st.subheader("What the model sees: top 5")
+    st.subheader(title)
     top = pd.DataFrame(trace.predictions(5), columns=["class", "probability"])
     st.dataframe(
         top,
@@ -126,11 +135,12 @@ def show_patches(key: caches.Request[vv.VisionResult], result: vv.VisionResult, 
     st.caption("Every number in the last column is the shape of a tensor the model computed for this picture.")
 
 
-def attention_controls(url: UrlState, result: vv.VisionResult) -> AttentionChoice:
+def attention_controls(url: UrlState, result: vv.VisionResult, where: Any = None) -> AttentionChoice:
+    """Layer, head, smoothing and heat (in `where`: presenter mode's settings), and the keys that step them."""
     trace = result.trace
     L, Hn = trace.n_layers, trace.n_heads
     n = result.grid_hw[0] * result.grid_hw[1]
-    c1, c2, c3, c4 = st.columns([1, 1, 1, 1])
+    c1, c2, c3, c4 = (where if where is not None else st).columns([1, 1, 1, 1])
     layer = c1.selectbox("Layer", list(range(L)), key=url.key("layer", L - 1, choices=range(L)))
     head = c2.selectbox(
         "Head",
@@ -171,6 +181,7 @@ def layer_keys(url: UrlState, n_layers: int, n_heads: int) -> None:
             presenter.Step("head", "Down", head(1), "The next head"),
         ],
         paging=(previous, following),
+        where=presenter.keys_place(),
     )
 
 
@@ -181,10 +192,13 @@ def describe_query(result: vv.VisionResult, patch: int | None) -> str:
     return f"patch {patch} (row {patch // cols}, column {patch % cols})"
 
 
-def show_attention(url: UrlState, key: caches.Request[vv.VisionResult], result: vv.VisionResult) -> None:
-    st.header("Attention over the picture")
-    choice = attention_controls(url, result)
-    show_query_picker(url, result, choice)
+def show_attention(
+    url: UrlState, key: caches.Request[vv.VisionResult], result: vv.VisionResult, settings: Any = None
+) -> None:
+    if settings is None:
+        st.header("Attention over the picture")
+    choice = attention_controls(url, result, settings)
+    show_query_picker(url, result, choice, settings is not None)
     if result.trace.has_head and choice.head is not None:  # the class: predict the class with this head removed
         head = (result.trace.main_stack, choice.layer, choice.head)
         class_session.offer_interventions(key.source, "image", key.args, result.trace, head, "vision")
@@ -197,8 +211,9 @@ def show_attention(url: UrlState, key: caches.Request[vv.VisionResult], result: 
         explain.show_class_explanations(url, key, result, choice, rolled)
 
 
-def show_query_picker(url: UrlState, result: vv.VisionResult, choice: AttentionChoice) -> None:
-    """The picture with the chosen head's attention over it; a click on a patch makes it the query."""
+def show_query_picker(url: UrlState, result: vv.VisionResult, choice: AttentionChoice, first: bool = False) -> None:
+    """The picture with the chosen head's attention over it; a click on a patch makes it the query. first: the
+    page's first screen (presenter mode): the key idea above it, the model's top 5 beside it."""
     trace = result.trace
     n = result.grid_hw[0] * result.grid_hw[1]
     grid = vv.attention_map(trace, choice.layer, choice.head, choice.patch)
@@ -211,6 +226,7 @@ def show_query_picker(url: UrlState, result: vv.VisionResult, choice: AttentionC
         )
     )
     head_name = "mean of the heads" if choice.head is None else f"head {choice.head}"
+    presenter.idea(f"**Layer {choice.layer}, {head_name}**: where {who} looks. Click a patch to ask where it looks.")
     left, right = st.columns([1, 1])
     with left:
 
@@ -219,8 +235,11 @@ def show_query_picker(url: UrlState, result: vv.VisionResult, choice: AttentionC
             if chosen is not None:
                 url.set("query", chosen)
 
-        # At most the picture's own size (larger in presenter mode), narrower to fit a narrower column.
+        # At most the picture's own size (larger in presenter mode, but within a 720-px projector's first screen),
+        # narrower to fit a narrower column.
         width = round(picture.width * presenter.scale())
+        if first:
+            width = min(width, FIRST_SCREEN_PX)
         downloads.chart(
             patch_picker(picture, result.grid_hw, choice.patch, title=f"query: {who}", width=width),
             key=f"{url.page}.picker",
@@ -229,7 +248,10 @@ def show_query_picker(url: UrlState, result: vv.VisionResult, choice: AttentionC
             selection_mode="patch",
         )
     with right:
-        st.markdown(f"**Layer {choice.layer}, {head_name}**: where {who} looks.")
+        if first:  # the line above the picture says which head this is
+            show_prediction(trace, "What the model sees")
+        else:
+            st.markdown(f"**Layer {choice.layer}, {head_name}**: where {who} looks.")
         prefix = "class token" if trace.n_prefix_tokens == 1 else "class and distillation tokens"
         st.caption(
             f"Brightest = the patch it attends to most ({grid.max():.3f} of its attention). "

@@ -146,6 +146,12 @@ def controls(
             key=url.key(f"{prefix}start", 0, choices=range(last_start + 1)),
         )
         window = token_window(len(shown), int(start))
+        if where is not None:  # the window's box is folded away: the views say what they leave out
+            first, last = window.indices(len(shown))[:2]
+            st.caption(
+                f"Tokens {first + 1}–{last} of {len(shown)} shown in the head view, heatmap and Q, K, V: the rest "
+                "are cut from these views (Settings: where the window starts)."
+            )
     return Controls(stack, prefix, int(layer), int(head), bool(hide), chosen, int(query), shown, window)
 
 
@@ -164,6 +170,7 @@ def head_keys(url: UrlState, prefix: str, n_layers: int, n_heads: int) -> None:
             presenter.Step("layer", "Down", presenter.cycle(url, layer, n_layers, 1), "The next layer"),
         ],
         paging=(previous, following),
+        where=presenter.keys_place(),
     )
 
 

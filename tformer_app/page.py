@@ -39,6 +39,7 @@ def run_page(title: str, intro: str, name: str, draw: Callable[[UrlState], None]
     the user chose; not when another run cut this one short (that run writes it).
     """
     st.html(LAYOUT_CSS)
+    presenter.new_page()
     if presenter.presenting():  # the first screen is the view's: the introduction behind the title's "?"
         st.title(title, help=intro)
     else:

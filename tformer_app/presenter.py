@@ -18,6 +18,7 @@ a change add up and the deck ends where the keys say.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -45,7 +46,9 @@ ROOM_COOKIES = {False: "tformer_room", True: "tformer_room_presenting"}  # the w
 JOIN_PARAM = "class"  # a class's join link (tformer_app.class_session.CLASS_PARAM): never opened by a slide
 FONT_SCALE = 1.5  # presenter type against the app's own
 HEATMAP_MARGIN_PX = 200  # beside a heatmap's cells: its token labels, axis titles, colour legend and padding
-# Short names of the pages for presenter mode's bar (url path -> label).
+# The groups of app.py's pages as presenter mode's bar names them (a group not named here, Home's, has no label).
+BAR_GROUPS = {"Learn": "Learn", "Explore": "Explore", "Interpret": "Interpret"}  # Train's one page says it
+# Short names of the pages for presenter mode's bar (url path -> label): every page fits one row at 1280 px.
 # Pages not named here (the operator's hidden page) are not in the bar.
 SHORT_TITLES = {
     "": "Home",
@@ -54,7 +57,7 @@ SHORT_TITLES = {
     "positional": "Positional",
     "block": "Block",
     "text": "Text",
-    "seq2seq": "Encoder-decoder",
+    "seq2seq": "Enc-dec",
     "vision": "Vision",
     "distance": "Distance",
     "shift": "Shift",
@@ -85,18 +88,33 @@ PRESENTER_CSS = """<style>
 [data-testid="stMain"] .katex { font-size: 1.6em; }
 [data-testid="stMain"] [data-testid="stWidgetLabel"] p { font-size: 14px; }
 [data-testid="stMain"] [data-testid="stTable"] :is(td, th) { font-size: 22px; }
-.st-key-tformer-bar { position: sticky; top: 0; z-index: 99; background: var(--st-background-color, #fff);
-  border-bottom: 1px solid rgba(49, 51, 63, 0.2); padding: 0.1rem 0 0.3rem; }
+/* The bar stays at the top as the page scrolls: Streamlit wraps it in a box of its own height, so that box
+   is what sticks (a sticky element moves only within its parent). */
+[data-testid="stLayoutWrapper"]:has(> .st-key-tformer-bar) { position: sticky; top: 0; z-index: 99; }
+.st-key-tformer-bar { background: var(--st-background-color, #fff);
+  border-bottom: 1px solid rgba(49, 51, 63, 0.2); padding: 0.1rem 0 0.3rem; gap: 0.4rem; }
 .st-key-tformer-bar p, .st-key-tformer-bar [data-testid="stMarkdownContainer"] p { font-size: 15px; line-height: 1.2; }
-.st-key-tformer-bar [data-testid="stPageLink"] a { padding: 0.1rem 0.35rem; }
-/* One row whatever the number of pages: the links scroll sideways in their own strip (Tab and a click bring a
-   link into view), the slide controls and the way out stay at the right; a second row would push the view
-   below a 720-px projector's first screen. */
+.st-key-tformer-bar [data-testid="stPageLink"] a { padding: 0.1rem 0.3rem; gap: 0; }
+.st-key-tformer-bar [data-testid="stPageLink"] a > span:has(> [data-testid^="stIcon"]) { display: none; }
+/* A group's name, small and grey, before its pages; the page on screen in a pill. */
+.st-key-tformer-bar [data-testid="stCaptionContainer"] p { font-size: 11px; text-transform: uppercase;
+  letter-spacing: 0.04em; margin: 0 0.1rem 0 0.6rem; }
+.st-key-tformer-bar-here { background: rgba(255, 75, 75, 0.12); border-radius: 0.5rem; padding: 0.15rem 0.4rem; }
+/* One row: every page fits at 1280 px (short names, no icons); on a narrower screen the links scroll sideways in
+   their own strip (Tab and a click bring a link into view), the slide controls and the way out stay at the
+   right; a second row would push the view below a 720-px projector's first screen. */
 .st-key-tformer-bar { flex-wrap: nowrap !important; }
 .st-key-tformer-bar-pages { flex-wrap: nowrap !important; overflow-x: auto; overflow-y: hidden; min-width: 0;
-  flex: 1 1 0 !important; min-height: 2.3rem; align-items: center; scrollbar-width: thin; }
+  flex: 1 1 0 !important; min-height: 2.3rem; align-items: center; scrollbar-width: thin; gap: 0.15rem; }
 .st-key-tformer-bar-pages > * { flex: 0 0 auto !important; width: auto !important; }
 .st-key-tformer-bar button { min-height: 1.9rem; padding: 0.1rem 0.5rem; }
+/* The line below the title: the key idea (20 px: one line at 1280 px), the keys, the settings' button. The
+   settings open over the view, wide enough for a model box beside a sentence. */
+.st-key-tformer-top [data-testid="stMarkdownContainer"] p { font-size: 20px; line-height: 1.3; }
+.st-key-tformer-top { min-height: 2.4rem; flex-wrap: nowrap !important; }
+.st-key-tformer-top > :first-child { flex: 1 1 0 !important; min-width: 0; }  /* a long idea wraps, not the row */
+.st-key-tformer-top button p, .st-key-tformer-top button { font-size: 16px !important; }
+[data-testid="stPopoverBody"] { min-width: min(760px, 92vw); }
 </style>"""
 # On every page: the keys' element draws nothing and takes no room; the page starts just below the header bar
 # (Streamlit leaves 6rem), so that a 720-px projector's first screen holds more than the controls.
@@ -157,6 +175,23 @@ export default function (component) {
     (t.tagName === "INPUT" && !["checkbox", "radio", "range", "button", "submit", "file"].includes(t.type)));
   const listOpen = () => document.querySelector('[data-baseweb="popover"], [role="listbox"], [role="dialog"]');
   const send = (what) => { k.seq += 1; Object.assign(k.pending, what); k.send({ seq: k.seq, ...k.pending }); };
+  // An arrow on a focused radio, checkbox or closed select of the page's settings would change that setting (an
+  // uploaded picture's "Upload" switched back to "Sample" and the upload lost): on a page with step keys, the
+  // arrows step the view instead. The setting loses the focus and the key goes to the page, as if pressed there.
+  const settingTarget = (t) => t && t !== document.body && !t.closest('[class*="-steps"]') && (
+    t.type === "radio" || t.type === "checkbox" || t.getAttribute("role") === "radio" ||
+    t.getAttribute("role") === "checkbox" || t.getAttribute("role") === "switch" ||
+    (t.getAttribute("role") === "combobox" && t.getAttribute("aria-expanded") !== "true"));
+  const ARROWS = ["ArrowLeft", "ArrowRight", "ArrowUp", "ArrowDown"];
+  document.addEventListener("keydown", (e) => {
+    if (!e.isTrusted || !ARROWS.includes(e.key) || e.ctrlKey || e.metaKey || e.altKey) return;
+    if (!settingTarget(e.target) || document.querySelector('[role="listbox"]')) return;  // a list open: its own
+    if (!document.querySelector('[class*="st-key-"][class*="-steps"]')) return;
+    e.preventDefault(); e.stopImmediatePropagation();
+    e.target.blur();
+    document.body.dispatchEvent(new KeyboardEvent("keydown", {
+      key: e.key, code: e.code, shiftKey: e.shiftKey, bubbles: true, cancelable: true }));
+  }, true);
   document.addEventListener("keydown", (e) => {
     const d = k.data;
     if (!d || e.defaultPrevented || e.ctrlKey || e.metaKey || e.altKey) return;
@@ -271,22 +306,30 @@ def _command() -> None:
         _go(command["slide"])
 
 
-def bar(page_path: str, pages: dict[str, Any]) -> None:
-    """Presenter mode's slim bar above the page: every page, the slides (◀ k of n ▶, or present them) and the
-    way out, by mouse or keyboard (Tab reaches them; Shift+P and Esc leave). Nothing outside presenter mode."""
+def bar(page_path: str, sections: dict[str, list[Any]]) -> None:
+    """Presenter mode's slim bar above the page: every page in its group (Learn, Explore, ...), the current one
+    marked, the slides (◀ k of n ▶, or present them) and the way out, by mouse or keyboard (Tab reaches them;
+    Shift+P and Esc leave). It stays at the top as the page scrolls. Nothing outside presenter mode.
+    sections: app.py's groups of st.Page (group name -> pages); pages not in SHORT_TITLES are left out."""
     if not presenting():
         return
     slides = st.session_state.get(DECK, [])
     showing = st.session_state.get(SHOWING)
-    with st.container(key="tformer-bar", horizontal=True, gap="small", vertical_alignment="center"):
-        with st.container(key="tformer-bar-pages", horizontal=True, gap="small", vertical_alignment="center"):
-            for path, page in pages.items():
-                if path not in SHORT_TITLES:
+    with st.container(key="tformer-bar", horizontal=True, gap=None, vertical_alignment="center"):
+        with st.container(key="tformer-bar-pages", horizontal=True, gap=None, vertical_alignment="center"):
+            for group, pages in sections.items():
+                shown = [p for p in pages if p.url_path in SHORT_TITLES]
+                if not shown:
                     continue
-                if path != page_path:
-                    st.page_link(page, label=SHORT_TITLES.get(path, getattr(page, "title", path)))
-                else:
-                    st.markdown(f"**{escape(SHORT_TITLES.get(path, path))}**")
+                if group in BAR_GROUPS:
+                    st.caption(BAR_GROUPS[group])
+                for page in shown:
+                    label = SHORT_TITLES[page.url_path]
+                    if page.url_path != page_path:
+                        st.page_link(page, label=label, help=page.title)
+                    else:
+                        with st.container(key="tformer-bar-here", width="content"):
+                            st.markdown(f"**{escape(label)}**")
         if slides and showing is None:
             st.button(f"Present the slides ({len(slides)})", key="_tformer.bar.start", on_click=_go, args=(0,))
         elif slides and isinstance(showing, int):
@@ -296,10 +339,10 @@ def bar(page_path: str, pages: dict[str, Any]) -> None:
             st.button("▶", key="_tformer.bar.next", on_click=_go, args=(showing + 1,), disabled=last)
             st.button("Stop", key="_tformer.bar.stop", on_click=_stop)
         st.button(
-            "Leave presenter mode",
+            "Leave",
             key="_tformer.bar.leave",
             on_click=_leave,
-            help="Esc or Shift+P. Shift+P turns it on again; the sidebar's switch too.",
+            help="Leave presenter mode (Esc or Shift+P). Shift+P turns it on again; the sidebar's switch too.",
         )
 
 
@@ -318,10 +361,55 @@ def _leave() -> None:
     st.session_state[PRESENT] = False
 
 
+TOP = "_tformer.top"  # session state: this run's top line (TopLine), or None; reset as each page starts
+
+
+@dataclass(frozen=True)
+class TopLine:
+    """Presenter mode's one line below a page's title: its key idea, its keys, its settings folded away."""
+
+    idea: Any  # st.empty(): the page's key idea in one line, once the page knows it
+    keys: Any  # a container for the page's step buttons (the keys a clicker or the arrows press)
+    settings: Any  # st.popover: the page's inputs and settings
+
+
+def new_page() -> None:
+    """A page's run starts (tformer_app.page.run_page): no top line yet."""
+    st.session_state[TOP] = None
+
+
 def settings_box(label: str) -> Any:
-    """Where a page's inputs and settings go: in presenter mode a closed expander (the first screen shows the
-    view, not the controls: the keys step it), else the page itself (None)."""
-    return st.expander(label, expanded=False) if presenting() else None
+    """Where a page's inputs and settings go: in presenter mode a "Settings" popover at the end of one line below
+    the title, with the page's key idea (`idea`) and its keys (`keys_place`) before it, so the first screen of a
+    projector shows the view the keys change, not the controls; else the page itself (None).
+    label: what the settings hold (the popover button's tooltip)."""
+    if not presenting():
+        return None
+    with st.container(horizontal=True, vertical_alignment="center", gap="small", key="tformer-top"):
+        idea = st.empty()
+        keys = st.container(horizontal=True, width="content", gap="small")
+        box = st.popover("Settings", icon=":material/tune:", help=label, key="_tformer.top.settings")
+    st.session_state[TOP] = TopLine(idea, keys, box)
+    return box
+
+
+def _top() -> TopLine | None:
+    top = st.session_state.get(TOP)
+    return top if presenting() and isinstance(top, TopLine) else None
+
+
+def idea(markdown: str) -> None:
+    """The page's key idea, in presenter mode, on the line below the title (markdown: escaped by the caller).
+    Elsewhere nothing: the page says it in its own words."""
+    top = _top()
+    if top is not None:
+        top.idea.markdown(markdown)
+
+
+def keys_place() -> Any:
+    """Where the page's main step buttons go: presenter mode's top line, else where the page draws (None)."""
+    top = _top()
+    return None if top is None else top.keys
 
 
 def sidebar_state() -> str:
@@ -399,10 +487,16 @@ class Step:
     help: str = ""
 
 
-def stepper(url: UrlState, name: str, steps: Sequence[Step], paging: tuple[Callable, Callable] | None = None) -> None:
+def stepper(
+    url: UrlState, name: str, steps: Sequence[Step], paging: tuple[Callable, Callable] | None = None, where: Any = None
+) -> None:
     """A row of step buttons with their keys, and, unless a deck is being presented (the clicker then moves
-    the slides), hidden Page Up / Page Down buttons doing `paging` (previous, next)."""
-    with st.container(horizontal=True, gap="small", key=f"{url.page}.{name}.steps", width="content"):
+    the slides), hidden Page Up / Page Down buttons doing `paging` (previous, next). where: a container to draw
+    them in (`keys_place()`: presenter mode's top line), else here."""
+    with (
+        where if where is not None else contextlib.nullcontext(),
+        st.container(horizontal=True, gap="small", key=f"{url.page}.{name}.steps", width="content"),
+    ):
         for step in steps:
             st.button(
                 step.label,
