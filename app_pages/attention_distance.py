@@ -8,6 +8,7 @@ the GPU when there is one) keeping only the attention weights; the result is com
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 
@@ -15,7 +16,7 @@ import numpy as np
 import streamlit as st
 
 import tformer_core as tc
-from tformer_app import caches, downloads
+from tformer_app import caches, downloads, presenter
 from tformer_app import vision_inputs as vi
 from tformer_app.markdown import escape
 from tformer_app.page import DEFAULT_TEXT_MODEL, TEXT_MODEL_SUGGESTIONS, run_page, run_safely
@@ -60,16 +61,23 @@ def main() -> None:
 
 
 def vision(url: UrlState) -> None:
-    st.header("Vision Transformers, in pixels")
-    source, model = vi.choose_vit(url)
+    settings = presenter.settings_box("Model, pictures and recipe")
+    presenter.idea("How far each head looks, in pixels: early layers mix near and far heads, late layers look far.")
+    if settings is None:
+        st.header("Vision Transformers, in pixels")
+    with settings if settings is not None else contextlib.nullcontext():
+        source, model = vi.choose_vit(url)
     if model is None:
         return
     # The figure first (the page's key idea on its first screen), the pictures it is made of under it.
     figure = st.container()
-    files = vi.choose_images(url, model)
-    renormalize = st.toggle(
-        "Renormalise each row over the patches", key=url.key("renorm", False), help="Off: the common recipe. See below."
-    )
+    with settings if settings is not None else contextlib.nullcontext():
+        files = vi.choose_images(url, model)
+        renormalize = st.toggle(
+            "Renormalise each row over the patches",
+            key=url.key("renorm", False),
+            help="Off: the common recipe. See below.",
+        )
     if not files:
         st.info("Choose sample pictures or upload some.")
         return

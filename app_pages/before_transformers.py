@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from tformer_app import caches, downloads, tables
+from tformer_app import caches, downloads, presenter, tables
 from tformer_app.markdown import escape
 from tformer_app.page import run_page, run_safely
 from tformer_app.url import UrlState
@@ -65,11 +65,16 @@ def _matrix_editor(label: str, default: np.ndarray, key: str) -> np.ndarray:
 
 def score_functions_section(url: UrlState) -> None:
     st.header("Score functions side by side")
-    st.caption(
-        "How much should query a attend to key b? Each function gives a number; a softmax over the keys "
-        "turns the numbers into weights. Edit the vectors and the learned parameters."
+    if not presenter.presenting():  # presenter mode says it on the line below the title
+        st.caption(
+            "How much should query a attend to key b? Each function gives a number; a softmax over the keys "
+            "turns the numbers into weights. Edit the vectors and the learned parameters."
+        )
+    settings = presenter.settings_box("The vectors a and b")
+    presenter.idea(
+        "How much should a query attend to a key? Five score functions; a softmax turns scores into weights."
     )
-    left, right = st.columns(2)
+    left, right = (settings if settings is not None else st).columns(2)
     a_text = left.text_input("a (the query, or the decoder's state)", key=url.key("a", "1, 2"))
     b_text = right.text_input("b (the key, or an encoder annotation)", key=url.key("b", "3, -1"))
     try:

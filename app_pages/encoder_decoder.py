@@ -7,6 +7,8 @@ The encoder's self-attention uses the Text attention page's views (tformer_app.a
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import pandas as pd
 import streamlit as st
@@ -24,6 +26,7 @@ from tformer_views.charts.spec import cell_px, heatmap
 from tformer_views.tokens import display_token, display_tokens
 
 DEFAULT_MODEL = "translator"
+FIRST_SCREEN_CHART_PX = 300  # presenter mode: the height a step's heatmap may take below the step line at 720 px
 SUGGESTIONS = ("translator", "Helsinki-NLP/opus-mt-en-de", "t5-small", "facebook/bart-base")
 
 
@@ -86,25 +89,33 @@ def translation_inputs(url: UrlState, source: str) -> caches.Request[sv.Translat
 
 
 def page(url: UrlState) -> None:
-    source, model = choose_seq2seq(url)
+    settings = presenter.settings_box("Model, sentence, target, decoder layer and head")
+    with settings if settings is not None else contextlib.nullcontext():
+        source, model = choose_seq2seq(url)
+        key = None if model is None else translation_inputs(url, source)
     if model is None:
         return
-    key = translation_inputs(url, source)
     translation = run_safely(lambda: caches.result(key), "Input") if key else None
     if key is None or translation is None:
         show_vocabulary(model, source)
         return
-    show_translation(key, translation)  # the translation first: the page's key idea on its first screen
-    show_vocabulary(model, source)
+    if settings is None:
+        show_translation(key, translation)  # the translation first: the page's key idea on its first screen
+        show_vocabulary(model, source)
+    else:  # presenter mode: the translation in one line above the steps the keys move through
+        presenter.idea(f"**{escape(translation.output_text or '(nothing)')}** ← “{escape(str(url.value('text')))}”")
     if translation.n_steps == 0:
         return
     trace = translation.trace
     L, H = trace.layers_in("decoder"), trace.n_heads
-    c1, c2, _ = st.columns([1, 1, 2])
+    c1, c2, _ = (settings if settings is not None else st).columns([1, 1, 2])
     layer = int(c1.selectbox("Decoder layer", list(range(L)), key=url.key("layer", L - 1, choices=range(L))))
     head = int(c2.selectbox("Head", list(range(H)), key=url.key("head", 0, choices=range(H))))
     step_keys(url, translation.n_steps, L, H)
     step_through(url, translation, layer, head)
+    if settings is not None:
+        show_translation(key, translation)
+        show_vocabulary(model, source)
     show_alignment(translation, layer, head)
     show_cross_attention(url, translation, layer, head)
     st.header("The encoder's self-attention")
@@ -192,6 +203,7 @@ def step_keys(url: UrlState, n_steps: int, n_layers: int, n_heads: int) -> None:
             presenter.Step("head", "Shift+Right", presenter.cycle(url, "head", n_heads, 1), "The next head"),
         ],
         paging=(before, after),
+        where=presenter.keys_place(),
     )
 
 
@@ -202,7 +214,8 @@ def current_step(url: UrlState, translation: sv.Translation) -> int:
 
 
 def step_through(url: UrlState, translation: sv.Translation, layer: int, head: int) -> None:
-    st.header("Step by step")
+    if not presenter.presenting():  # presenter mode: the line below the title says what the steps are
+        st.header("Step by step")
     n = translation.n_steps
     step_key = url.key("step", 1, choices=range(1, n + 1))
     play.play_through(
@@ -256,7 +269,7 @@ def draw_step(translation: sv.Translation, t: int, layer: int, head: int) -> Non
                 row_title="layer, head",
                 col_title="source",
                 title=f"cross-attention of the newest position ({display_token(step.input_tokens[-1])})",
-                cell_size=cell_px(len(translation.source_tokens), 320),
+                cell_size=first_screen_cell(cell_px(len(translation.source_tokens), 320), len(labels)),
             ),
             key="s2s.chart.step_cross",
             file_name=f"step{t + 1}_cross",
@@ -274,6 +287,14 @@ def draw_step(translation: sv.Translation, t: int, layer: int, head: int) -> Non
             "probability": st.column_config.ProgressColumn("probability", min_value=0.0, max_value=1.0, format="%.3f")
         },
     )
+
+
+def first_screen_cell(cell: int, n_rows: int) -> int:
+    """A heatmap's cell, small enough in presenter mode for its n_rows to fit a 720-px projector's first screen
+    below the step line (presenter mode draws it 1.5 times larger)."""
+    if not presenter.presenting():
+        return cell
+    return max(12, min(cell, int(FIRST_SCREEN_CHART_PX / presenter.scale() / max(n_rows, 1))))
 
 
 def show_alignment(translation: sv.Translation, layer: int, head: int) -> None:

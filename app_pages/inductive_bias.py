@@ -6,9 +6,11 @@ shift) -> draw the numbers and the pictures.
 
 from __future__ import annotations
 
+import contextlib
+
 import streamlit as st
 
-from tformer_app import caches, downloads
+from tformer_app import caches, downloads, presenter
 from tformer_app import vision_inputs as vi
 from tformer_app.markdown import escape
 from tformer_app.page import run_page, run_safely
@@ -29,13 +31,16 @@ def main() -> None:
 
 
 def page(url: UrlState) -> None:
-    source, model = vi.choose_vit(url)
-    if model is None:
-        return
-    picked = vi.choose_image(url, model)
-    if picked is None:
+    settings = presenter.settings_box("Model and picture")
+    with settings if settings is not None else contextlib.nullcontext():
+        source, model = vi.choose_vit(url)
+        picked = None if model is None else vi.choose_image(url, model)
+    if model is None or picked is None:
         return
     name, data = picked
+    presenter.idea(
+        "Shift the picture by whole patches and the patch embeddings only move; by part of a patch and they change."
+    )
     P = model.config.patch_size
     k = st.slider(
         f"Shift to the right, in pixels (one patch is {P} px; the picture wraps around)",

@@ -8,11 +8,12 @@ the block in float64 from the model's weights -> draw each step as formulas, tab
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import streamlit as st
 
-from tformer_app import block_walk, caches, downloads, layer_norm
+from tformer_app import block_walk, caches, downloads, layer_norm, presenter
 from tformer_app import vision_inputs as vi
 from tformer_app.markdown import escape
 from tformer_app.page import DEFAULT_TEXT_MODEL, run_page, run_safely
@@ -187,18 +188,23 @@ def show_across_layers(key: caches.Request[Any], stack: str, token: int, layout:
 
 
 def page(url: UrlState) -> None:
-    source, model = choose(url)
-    if model is not None:
-        picked = read_input(url, source, model)
-        if picked is not None:
-            key, result = picked
-            stack, layer, token, n_dims = position(url, model, result)
-            layout = lb.block_layout(model, stack)
-            show_flow(model, layout)
-            walk = run_safely(lambda: lb.block_walk(model, caches.trace_of(result), stack, layer, token), "Block")
-            if walk is not None:
-                block_walk.show_walk(walk, n_dims)
-            show_across_layers(key, stack, token, layout)
+    settings = presenter.settings_box("Model, sentence, layer, token and dimensions")
+    with settings if settings is not None else contextlib.nullcontext():
+        source, model = choose(url)
+        picked = None if model is None else read_input(url, source, model)
+        where = None if picked is None or model is None else position(url, model, picked[1])
+    if model is not None and picked is not None and where is not None:
+        key, result = picked
+        stack, layer, token, n_dims = where
+        presenter.idea(
+            f"Layer {layer}: one token's vector through attention, add & norm, the feed-forward network, add & norm."
+        )
+        layout = lb.block_layout(model, stack)
+        show_flow(model, layout)
+        walk = run_safely(lambda: lb.block_walk(model, caches.trace_of(result), stack, layer, token), "Block")
+        if walk is not None:
+            block_walk.show_walk(walk, n_dims)
+        show_across_layers(key, stack, token, layout)
     layer_norm.draw(url)
 
 

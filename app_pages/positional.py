@@ -13,7 +13,7 @@ import pandas as pd
 import streamlit as st
 
 import tformer_core as tc
-from tformer_app import caches, downloads, rope
+from tformer_app import caches, downloads, presenter, rope
 from tformer_app.page import DEFAULT_TEXT_MODEL, run_page, run_safely
 from tformer_app.url import UrlState, finite_float, int_key, int_list
 from tformer_views.charts.spec import line_chart, unique_labels
@@ -255,7 +255,12 @@ def show_learned_vs_sinusoidal(url: UrlState, model: tc.TracedModel, base: float
 
 
 def page(url: UrlState) -> None:
-    c = st.columns(3)
+    settings = presenter.settings_box("Positions, d_model and base")
+    presenter.idea(
+        "Each position gets its own pattern: sin and cos at wavelengths from 2π to base·2π, one pair per two "
+        "dimensions."
+    )
+    c = (settings if settings is not None else st).columns(3)
     n = c[0].number_input(
         "Positions",
         1,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from tformer_app import caches, steps_view
+from tformer_app import caches, presenter, steps_view
 from tformer_app import step_inputs as si
 from tformer_app.markdown import escape
 from tformer_app.page import DEFAULT_TEXT_MODEL, run_page, run_safely
@@ -90,8 +90,9 @@ def real_controls(url: UrlState, n_heads: int) -> tuple[ls.Example | None, tuple
 
 
 def settings(url: UrlState) -> tuple[str, int, str]:
-    """(preset, number of heads, edit mode) from the first row of widgets."""
-    c = st.columns([2, 1, 2])
+    """(preset, number of heads, edit mode) from the first row of widgets (presenter mode: in its settings)."""
+    box = presenter.settings_box("Numbers, heads and how to edit them")
+    c = (box if box is not None else st).columns([2, 1, 2])
     presets, modes = list(PRESETS), list(MODES)
     preset = c[0].selectbox(
         "Numbers", presets, format_func=lambda p: PRESETS[p], key=url.key("preset", "example", choices=presets)
@@ -135,6 +136,7 @@ def page(url: UrlState) -> None:
     if preset_example is None:
         return
     st.caption(preset_example.note)
+    presenter.idea("Z = softmax(QKᵀ/√d_k)·V, every intermediate number on screen: edit any cell and follow it.")
     # The lesson's point is one click away on the first screen: the softmax and Z are below the inputs.
     st.markdown(JUMPS)
     example, sig = si.link_edits(url, preset_example, sig)

@@ -20,6 +20,7 @@ from typing import Any, cast
 
 import streamlit as st
 
+from . import presenter
 from .url import UrlState
 
 PLAY_SECONDS = 1.2  # one step per this many seconds while playing
@@ -79,7 +80,8 @@ def play_through(url: UrlState, step_key: str, n_steps: int, draw: Callable[[int
     """
     timer = PlayTimer(cast(MutableMapping[str, Any], st.session_state), url.page, step_key, n_steps)
     playing = timer.playing
-    st.button(
+    keys = presenter.keys_place()  # presenter mode: beside the step keys, on the line below the title
+    (keys if keys is not None else st).button(
         "⏸ Pause" if playing else "▶ Play",
         key=f"{url.page}.play",
         on_click=url.callback(timer.toggle),

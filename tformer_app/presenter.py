@@ -112,7 +112,9 @@ PRESENTER_CSS = """<style>
    settings open over the view, wide enough for a model box beside a sentence. */
 .st-key-tformer-top [data-testid="stMarkdownContainer"] p { font-size: 20px; line-height: 1.3; }
 .st-key-tformer-top { min-height: 2.4rem; flex-wrap: nowrap !important; }
-.st-key-tformer-top > :first-child { flex: 1 1 0 !important; min-width: 0; }  /* a long idea wraps, not the row */
+/* The idea takes the room the keys leave and stays one line (a longer one ends in "…"), the row one row. */
+.st-key-tformer-top > :first-child { flex: 1 1 0 !important; min-width: 0; }
+.st-key-tformer-top > :first-child p { white-space: nowrap; overflow: hidden; text-overflow: ellipsis; }
 .st-key-tformer-top button p, .st-key-tformer-top button { font-size: 16px !important; }
 [data-testid="stPopoverBody"] { min-width: min(760px, 92vw); }
 </style>"""
