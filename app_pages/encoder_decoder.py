@@ -26,7 +26,7 @@ from tformer_views.charts.spec import cell_px, heatmap
 from tformer_views.tokens import display_token, display_tokens
 
 DEFAULT_MODEL = "translator"
-FIRST_SCREEN_CHART_PX = 300  # presenter mode: the height a step's heatmap may take below the step line at 720 px
+FIRST_SCREEN_CHART_PX = 260  # presenter mode: the height a step's heatmap may take below the step line at 720 px
 SUGGESTIONS = ("translator", "Helsinki-NLP/opus-mt-en-de", "t5-small", "facebook/bart-base")
 
 

@@ -94,11 +94,11 @@ PRESENTER_CSS = """<style>
 .st-key-tformer-bar { background: var(--st-background-color, #fff);
   border-bottom: 1px solid rgba(49, 51, 63, 0.2); padding: 0.1rem 0 0.3rem; gap: 0.4rem; }
 .st-key-tformer-bar p, .st-key-tformer-bar [data-testid="stMarkdownContainer"] p { font-size: 15px; line-height: 1.2; }
-.st-key-tformer-bar [data-testid="stPageLink"] a { padding: 0.1rem 0.3rem; gap: 0; }
+.st-key-tformer-bar [data-testid="stPageLink"] a { padding: 0.1rem 0.2rem; gap: 0; }
 .st-key-tformer-bar [data-testid="stPageLink"] a > span:has(> [data-testid^="stIcon"]) { display: none; }
 /* A group's name, small and grey, before its pages; the page on screen in a pill. */
 .st-key-tformer-bar [data-testid="stCaptionContainer"] p { font-size: 11px; text-transform: uppercase;
-  letter-spacing: 0.04em; margin: 0 0.1rem 0 0.6rem; }
+  letter-spacing: 0.04em; margin: 0 0 0 0.4rem; }
 .st-key-tformer-bar-here { background: rgba(255, 75, 75, 0.12); border-radius: 0.5rem; padding: 0.15rem 0.4rem; }
 /* One row: every page fits at 1280 px (short names, no icons); on a narrower screen the links scroll sideways in
    their own strip (Tab and a click bring a link into view), the slide controls and the way out stay at the
@@ -336,7 +336,7 @@ def bar(page_path: str, sections: dict[str, list[Any]]) -> None:
             st.button(f"Present the slides ({len(slides)})", key="_tformer.bar.start", on_click=_go, args=(0,))
         elif slides and isinstance(showing, int):
             st.button("◀", key="_tformer.bar.prev", on_click=_go, args=(showing - 1,), disabled=showing == 0)
-            st.markdown(f"Slide {showing + 1} of {len(slides)}")
+            st.markdown(f"Slide {showing + 1}/{len(slides)}")
             last = showing >= len(slides) - 1
             st.button("▶", key="_tformer.bar.next", on_click=_go, args=(showing + 1,), disabled=last)
             st.button("Stop", key="_tformer.bar.stop", on_click=_stop)
