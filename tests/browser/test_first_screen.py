@@ -158,7 +158,7 @@ def bar_fits(page) -> None:
         item = link if link.count() else strip.locator(".st-key-tformer-bar-here").get_by_text(label, exact=True)
         expect(item).to_be_visible()
         box = item.bounding_box()
-        assert 0 <= box["x"] and box["x"] + box["width"] <= WIDTH, (label, box)
+        assert box["x"] >= 0 and box["x"] + box["width"] <= WIDTH, (label, box)
 
 
 @pytest.mark.parametrize("path", ["heads", "train", "detr"])
