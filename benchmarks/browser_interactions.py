@@ -58,6 +58,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 ROOT = Path(__file__).resolve().parents[1]
+PROJECTOR = (1280, 720)  # a lecture's projector
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
@@ -119,6 +120,7 @@ class Interaction:
     before: float | None  # the figure measured before the work that set the budget (None: none was)
     act: Callable  # (page, i) -> None: the i-th change
     setup: Callable | None = None  # (page) -> None: after the page opened, before the warm-up
+    window: tuple[int, int] = (1400, 1000)  # the browser's window (the browser tests'; PROJECTOR for presenter keys)
     runs: list[Run] = field(default_factory=list)
 
 
@@ -291,8 +293,13 @@ def make_deck(page) -> None:
 def click_patch(page, i: int) -> Callable[[], None]:
     """The picture's patch picker: a click on the i-th of a few spots, each another patch."""
     spots = [(0.3, 0.6), (0.7, 0.35), (0.45, 0.8), (0.8, 0.7), (0.2, 0.3), (0.6, 0.55), (0.35, 0.4), (0.75, 0.85)]
-    picker = page.locator(
-        "xpath=//h2[contains(., 'Attention over the picture')]/following::*[@data-testid='stVegaLiteChart'][1]"
+    heading = page.locator("xpath=//h2[contains(., 'Attention over the picture')]")
+    picker = (
+        page.locator(
+            "xpath=//h2[contains(., 'Attention over the picture')]/following::*[@data-testid='stVegaLiteChart'][1]"
+        )
+        if heading.count()
+        else page.locator('[data-testid="stVegaLiteChart"]').first  # presenter mode: the first screen's picture
     )
     picker.evaluate("e => e.scrollIntoView({block: 'center'})")
     box = picker.bounding_box()
@@ -363,6 +370,52 @@ def interactions() -> list[Interaction]:
             None,
             press_key(lambda i: "ArrowRight"),
         ),
+        # Issue 36: every key of presenter mode, on the page's first screen at a projector's 1280 x 720.
+        Interaction(
+            "presenter-layer",
+            "Presenter mode: layer step (↓, head view)",
+            "/text?present=1",
+            0.6,
+            None,
+            press_key(lambda i: "ArrowDown"),
+            window=PROJECTOR,
+        ),
+        Interaction(
+            "presenter-vision-layer",
+            "Presenter mode: Vision layer step (←)",
+            f"/vision?present=1&model={quote(vision_model)}",
+            0.6,
+            None,
+            press_key(lambda i: "ArrowLeft"),
+            window=PROJECTOR,
+        ),
+        Interaction(
+            "presenter-vision-head",
+            "Presenter mode: Vision head step (↓)",
+            f"/vision?present=1&model={quote(vision_model)}",
+            0.6,
+            None,
+            press_key(lambda i: "ArrowDown"),
+            window=PROJECTOR,
+        ),
+        Interaction(
+            "presenter-patch",
+            "Presenter mode: Vision patch click",
+            f"/vision?present=1&model={quote(vision_model)}",
+            0.8,
+            None,
+            click_patch,
+            window=PROJECTOR,
+        ),
+        Interaction(
+            "presenter-step",
+            "Presenter mode: Encoder-decoder step (→ / ←)",
+            "/seq2seq?present=1",
+            0.8,
+            None,
+            press_key(lambda i: "ArrowLeft" if i % 2 else "ArrowRight"),
+            window=PROJECTOR,
+        ),
     ]
 
 
@@ -415,7 +468,7 @@ class Studies:
 
 def measure(chosen: list[Interaction], runs: int, url: str, browser, pass_file: Path) -> None:
     for it in chosen:
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page = browser.new_page(viewport={"width": it.window[0], "height": it.window[1]})
         wire = Wire()
         wire.attach(page)
         cdp = page.context.new_cdp_session(page)
