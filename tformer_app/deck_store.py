@@ -194,10 +194,7 @@ class FileBackend:
         with self._locked():  # a new deck (or one expired meanwhile): counted with every process's
             live = self._sweep(now, ttl_s, keep=path)
             if live >= most:
-                raise Refused(
-                    f"the server keeps at most {most:,} decks (TFORMER_DECKS) and has that many; none is deleted "
-                    f"before it expires ({_days(ttl_s)} after its last change): tell whoever runs the server"
-                )
+                raise Refused(_full(most, ttl_s))
             self._replace(path, body, now)
         log.info("deck %s: saved for the first time (%d decks kept)", shown_token(token), live + 1)
         return now
@@ -290,16 +287,20 @@ class RedisBackend:
         now = self._clock()
         token = checked_token(token)
         if not self._save(keys=[KEY + token, INDEX], args=[now, ttl_s, most, body, token]):
-            raise Refused(
-                f"the server keeps at most {most:,} decks (TFORMER_DECKS) and has that many; none is deleted before "
-                f"it expires ({_days(ttl_s)} after its last change): tell whoever runs the server"
-            )
+            raise Refused(_full(most, ttl_s))
         return now
 
 
 def _days(ttl_s: int) -> str:
     days = ttl_s / 86400
     return f"{days:g} days" if days >= 1 else f"{ttl_s / 3600:g} hours"
+
+
+def _full(most: int, ttl_s: int) -> str:
+    return (
+        f"the server keeps at most {most:,} deck{'s' if most != 1 else ''} (TFORMER_DECKS) and has that many; none is "
+        f"deleted before it expires ({_days(ttl_s)} after its last change): tell whoever runs the server"
+    )
 
 
 def _none_saved(ttl_s: int) -> str:
