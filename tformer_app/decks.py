@@ -240,9 +240,13 @@ def deck(page_path: str, title: str, pages: dict[str, object]) -> None:
 def _say(kind: str, text: str, link: str = "") -> None:
     with st.container(horizontal=True, gap="small", vertical_alignment="center"):
         (st.warning if kind == "warning" else st.info)(text)
-        st.button("OK", key="_tformer.deck.note.ok", on_click=st.session_state.pop, args=(NOTE, None))
+        st.button("OK", key="_tformer.deck.note.ok", on_click=_dismiss)
     if link:
         st.code(link, language=None, wrap_lines=True)
+
+
+def _dismiss() -> None:
+    st.session_state.pop(NOTE, None)
 
 
 def _kept_here() -> None:

@@ -120,6 +120,7 @@ def test_a_link_or_a_cookie_that_opens_no_deck_is_said_and_logged(store, monkeyp
         "digits, - or _)."
     ]
     assert bad.session_state[decks.DECK] == [] and "deck" not in bad.query_params
+    assert not notes(ok(bad.sidebar.button(key="_tformer.deck.note.ok").click().run()))  # OK puts it away
     unknown = ok(app(deck=new_token()))
     assert notes(unknown)[0].startswith("The deck link could not be opened: no deck is saved under this token on this")
     # A cookie whose deck expired, and one whose file was damaged on the disk: said once, the cookie forgotten.
