@@ -15,11 +15,11 @@ from collections.abc import Collection
 
 from tformer_core.errors import InputError
 
-from .url import MAX_LINK
-
 DECK_FORMAT = "tformer-deck"
 MAX_SLIDES = 50
-MAX_QUERY = MAX_LINK  # characters of a slide's query string: what a link carries
+# Characters of a slide's query string: what a link carries (tformer_app.url.MAX_LINK; a test checks they agree),
+# written here so that the deck store reads decks without importing Streamlit.
+MAX_QUERY = 6000
 MAX_TITLE = 80
 MAX_DECK_BYTES = MAX_SLIDES * (MAX_QUERY + 400) + 1000
 MAX_DEPTH = 8

@@ -205,7 +205,7 @@ def style() -> None:
 def keys(pages: dict[str, Any]) -> None:
     """The keys the browser keeps (KEYS_JS), and the slide they or a button asked for, opened before the page
     runs. Call it in the shell after st.navigation and before the page. pages: url path -> st.Page."""
-    slides = restore(pages)  # this browser's saved deck, on a session's first run: the bar below shows it
+    slides = restore(pages)  # this browser's saved deck, found on a session's first run: the bar, drawn next, shows it
     if st.session_state.pop(STALE_CLICK, False) and st.session_state.get(SHOWING) is not None:
         _go(st.session_state[SHOWING])  # a click on the page a slide replaced: the slide stays on screen
     cookie = ROOM_COOKIES[presenting()]

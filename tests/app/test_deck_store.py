@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 import logging
 import os
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -34,7 +36,9 @@ from tformer_app.deck_store import (
     new_token,
     open_backend,
 )
+from tformer_app.url import MAX_LINK
 
+ROOT = Path(__file__).resolve().parents[2]
 PAGES = ("", "text", "positional", "block")
 DAY = 86400
 SLIDES = [
@@ -283,3 +287,11 @@ def test_settings_choose_the_store_and_bad_values_are_logged(tmp_path, caplog):
         "TFORMER_DECKS='1.5' is refused (not a whole number); using 2000",
         "TFORMER_DECK_DAYS='4000' is refused (a number of days in (0, 3650]); using 30",
     ]
+
+
+def test_the_store_imports_no_streamlit_and_a_slide_holds_what_a_link_does():
+    """The store is read by whatever runs the server (no Streamlit in it, nor in the deck file's checks it uses)."""
+    code = "import sys, tformer_app.deck_store; print('streamlit' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+    assert MAX_QUERY == MAX_LINK
