@@ -7,7 +7,7 @@ own, without this shell (no sidebar, no page config), or show "Page not found" f
 
 import streamlit as st
 
-from tformer_app import admin, caches, class_session, logs, presenter
+from tformer_app import admin, caches, class_session, decks, logs, presenter
 from tformer_app.page import count_visit, device_summary, models_summary
 
 logs.configure()  # once per process: the log's handlers, and every setting checked (bad ones logged)
@@ -99,6 +99,6 @@ try:
 finally:
     models_line.caption(models_summary())
     with slides:
-        presenter.deck(navigation.url_path, navigation.title, BY_PATH)
+        decks.deck(navigation.url_path, navigation.title, BY_PATH)
     class_session.after(class_box, class_status, navigation.url_path)
     caches.run_ended()  # what the page freed as it drew (pictures, charts) goes back beyond caches.SLACK

@@ -15,11 +15,11 @@ from collections.abc import Collection
 
 from tformer_core.errors import InputError
 
-from .url import MAX_LINK
-
 DECK_FORMAT = "tformer-deck"
 MAX_SLIDES = 50
-MAX_QUERY = MAX_LINK  # characters of a slide's query string: what a link carries
+# Characters of a slide's query string: what a link carries (tformer_app.url.MAX_LINK; a test checks they agree),
+# written here so that the deck store reads decks without importing Streamlit.
+MAX_QUERY = 6000
 MAX_TITLE = 80
 MAX_DECK_BYTES = MAX_SLIDES * (MAX_QUERY + 400) + 1000
 MAX_DEPTH = 8
@@ -55,9 +55,10 @@ def nesting_depth(text: str, limit: int) -> int:
     return deepest
 
 
-def read_deck(data: bytes, pages: Collection[str]) -> list[dict[str, str]]:
+def read_deck(data: bytes, pages: Collection[str], allow_empty: bool = False) -> list[dict[str, str]]:
     """The slides of an exported deck, each {"page", "title", "query"}, every one checked: a page of this app
-    (`pages`: their URL paths), a query short enough for a link, a short title. DeckError otherwise."""
+    (`pages`: their URL paths), a query short enough for a link, a short title. DeckError otherwise.
+    allow_empty: a deck without slides is one too (a saved deck its lecturer emptied; a file to open is not)."""
     if len(data) > MAX_DECK_BYTES:
         raise DeckError(
             f"the file is {len(data) / 1e3:,.0f} kB; a deck of {MAX_SLIDES} slides takes at most "
@@ -74,7 +75,7 @@ def read_deck(data: bytes, pages: Collection[str]) -> list[dict[str, str]]:
     except (json.JSONDecodeError, RecursionError) as error:
         raise DeckError(f"it is not valid JSON ({getattr(error, 'msg', 'nested too deeply')})") from None
     slides = loaded.get("slides") if isinstance(loaded, dict) and loaded.get("format") == DECK_FORMAT else None
-    if not isinstance(slides, list) or not slides:
+    if not isinstance(slides, list) or not (slides or allow_empty):
         raise DeckError("it is not a tformer deck (an exported deck names its format and lists its slides)")
     if len(slides) > MAX_SLIDES:
         raise DeckError(f"it has {len(slides)} slides; a deck holds at most {MAX_SLIDES}")

@@ -124,6 +124,13 @@ def _hours(text: str) -> float:
     return hours
 
 
+def _days(text: str) -> float:
+    days = _positive(text)
+    if days > 3650:
+        raise ValueError("a number of days in (0, 3650]")
+    return days
+
+
 # ---- the settings -----------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Setting:
@@ -191,6 +198,15 @@ SETTINGS: dict[str, Setting] = {
             default_text="none (class sessions in this process)",
         ),
         Setting("TFORMER_CLASS_HOURS", 6.0, _hours, "a class session ends this long after the lecturer's last change"),
+        Setting(
+            "TFORMER_DECK_DIR",
+            None,
+            _folder,
+            "the folder lecturers' decks are saved in (files; it wins over TFORMER_REDIS_URL)",
+            default_text="Redis when TFORMER_REDIS_URL is set, else TFORMER_CACHE_DIR/decks",
+        ),
+        Setting("TFORMER_DECK_DAYS", 30.0, _days, "a saved deck is deleted this many days after its last change"),
+        Setting("TFORMER_DECKS", 2000, _whole, "the most decks the server keeps (a new one past them is refused)"),
         Setting(
             "TFORMER_CLASS_PER_ADDRESS",
             150,

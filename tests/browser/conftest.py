@@ -29,10 +29,10 @@ CHROMIUM_ARGS = [
 
 @pytest.fixture(scope="session")
 def server_url(tmp_path_factory):
-    """One server for the browser tests (sessions of its own for each page)."""
-    extra = {}
+    """One server for the browser tests (sessions of its own for each page), its decks in a folder of its own."""
+    extra = {"TFORMER_DECK_DIR": str(tmp_path_factory.mktemp("decks"))}
     if DEIT.is_dir():  # CI has ../shared: the real DeiT-Tiny and the photos are offered by the vision pages
-        extra = {"TFORMER_MODEL_DIRS": str(DEIT.parent), "TFORMER_IMAGE_DIRS": str(IMAGES)}
+        extra |= {"TFORMER_MODEL_DIRS": str(DEIT.parent), "TFORMER_IMAGE_DIRS": str(IMAGES)}
     with streamlit_server(tmp_path_factory.mktemp("server") / "streamlit.log", **extra) as url:
         yield url
 
