@@ -47,12 +47,12 @@ def deck_in_the_sidebar(page, n: int) -> None:
 def present_from_the_bar(page) -> None:
     """The bar offers the deck of two; presented, its first slide opens, and the clicker reaches the second."""
     click(page.locator(BAR).get_by_role("button", name="Present the slides (2)"))
-    wait_for_text(page, "Slide 1 of 2")
+    wait_for_text(page, "Slide 1/2")  # the bar's
     wait_for_url(page, "/text", "head=3")
     settle(page)
     page.locator('[data-testid="stMain"] h1').first.click()  # the keyboard on the page, as a clicker's
     page.keyboard.press("PageDown")
-    wait_for_text(page, "Slide 2 of 2")
+    wait_for_text(page, "Slide 2/2")
     wait_for_url(page, "/positional")
     settle(page)
 
