@@ -108,6 +108,11 @@ PRESENTER_CSS = """<style>
 /* The idea takes the room the keys leave and stays one line (a longer one ends in "…"), the row one row. */
 .st-key-tformer-top > :first-child { flex: 1 1 0 !important; min-width: 0; }
 .st-key-tformer-top > :first-child p { white-space: nowrap; overflow: hidden; text-overflow: ellipsis; }
+@media (max-width: 700px) {  /* a phone: the idea on a line of its own, the keys and settings under it */
+  .st-key-tformer-top { flex-wrap: wrap !important; }
+  .st-key-tformer-top > :first-child { flex: 1 1 100% !important; }
+  .st-key-tformer-top > :first-child p { white-space: normal; }
+}
 .st-key-tformer-top button p, .st-key-tformer-top button { font-size: 16px !important; }
 [data-testid="stPopoverBody"] { min-width: min(760px, 92vw); }
 </style>"""
