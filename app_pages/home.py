@@ -175,7 +175,10 @@ HOME_PRESENTER_CSS = """<style>
 def picture(key: str) -> None:
     """One of Home's screenshots at its width (larger in presenter mode, as the type is)."""
     shown: Picture = PICTURES[key]
-    st.image(str(shown.path), width=round(shown.width * presenter.scale()), alt=shown.alt)
+    # The PNG goes as it is (no width given to st.image, which would scale it down and encode it again): its box
+    # sets the width, and a 2x screen gets every pixel.
+    with st.container(width=round(shown.width * presenter.scale())):
+        st.image(str(shown.path), width="stretch", output_format="PNG", alt=shown.alt)
 
 
 def lecturer() -> None:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 PICTURES_DIR = Path(__file__).resolve().parents[1] / "assets" / "home"
-MAX_PICTURE_BYTES = 60_000  # one picture, as stored (WebP)
+MAX_PICTURE_BYTES = 60_000  # one picture, as stored (PNG, sent as it is)
 MAX_PICTURES_BYTES = 400_000  # all of them: Home is the first page every student's browser loads
 
 
@@ -20,7 +20,7 @@ class Picture:
 
     file: str  # under assets/home/
     alt: str  # what it shows, for a screen reader
-    width: int  # on Home, in CSS pixels (1.5 times that in presenter mode); stored at twice that for sharp screens
+    width: int  # on Home, in CSS pixels (1.5 times that in presenter mode); stored twice as wide, for sharp screens
 
     @property
     def path(self) -> Path:
@@ -29,13 +29,13 @@ class Picture:
 
 PICTURES = {
     "present": Picture(
-        "present.webp", "Presenter mode on Text attention: the bar of pages, large type, the keys' buttons", 190
+        "present.png", "Presenter mode on Text attention: the bar of pages, large type, the keys' buttons", 190
     ),
-    "deck": Picture("deck.webp", "The sidebar's Slides box: Add this view, and two slides added", 140),
-    "class": Picture("class.webp", "Above the lecturer's page once a class session started: its QR and join code", 260),
-    "step": Picture("step.webp", "Attention, step by step: Q = XW^Q as a heatmap", 96),
-    "text": Picture("text.webp", "Text attention's head view: lines from each token to the tokens it attends to", 96),
-    "vision": Picture("vision.webp", "Vision Transformer: the class token's attention as heat over a photo", 96),
+    "deck": Picture("deck.png", "The sidebar's Slides box: Add this view, and two slides added", 140),
+    "class": Picture("class.png", "Above the lecturer's page once a class session started: its QR and join code", 260),
+    "step": Picture("step.png", "Attention, step by step: Q = XW^Q as a heatmap", 96),
+    "text": Picture("text.png", "Text attention's head view: lines from each token to the tokens it attends to", 96),
+    "vision": Picture("vision.png", "Vision Transformer: the class token's attention as heat over a photo", 96),
 }
 
 

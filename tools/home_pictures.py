@@ -1,4 +1,4 @@
-"""The Home page's pictures (assets/home/*.webp): cropped screenshots of the running app. This is their recipe.
+"""The Home page's pictures (assets/home/*.png): cropped screenshots of the running app. This is their recipe.
 
     .venv/bin/python tools/home_pictures.py                # all of them, then their sizes
     .venv/bin/python tools/home_pictures.py present deck   # only these (names: tformer_app.home.PICTURES)
@@ -20,8 +20,11 @@ What it does, in order:
    - step: Attention, step by step, Q = XW^Q's heatmap; text: Text attention's head view (the lecture's sentence,
      layer 3); vision: Vision Transformer's attention over the picture (the class token, the last layer, the
      heads' mean): each the middle 4:3 of it.
-4. Scales each to twice its width on Home (tformer_app.home.PICTURES: sharp on a 2x screen) and writes it as WebP,
-   lowering the quality until it is within MAX_PICTURE_BYTES; then checks all of them against MAX_PICTURES_BYTES.
+4. Scales each to twice its width on Home (tformer_app.home.PICTURES: sharp on a 2x screen) and writes it as PNG,
+   in a palette of 256 colours (fewer until it is within MAX_PICTURE_BYTES); then checks all of them against
+   MAX_PICTURES_BYTES.
+   PNG, not WebP: st.image sends a PNG as it is (output_format="PNG", no resizing: Home draws it in a box of its
+   width), where it would decode a WebP and encode it again as JPEG on every run of every student's Home.
 
 Chromium here has no emoji font: it would draw the pages' icons (the sidebar's, the presenter bar's) as empty
 boxes, so the script hides them when `fc-list` finds no emoji font (install fonts-noto-color-emoji to keep them).
@@ -56,7 +59,7 @@ from tformer_app.home import MAX_PICTURE_BYTES, MAX_PICTURES_BYTES, PICTURES, PI
 WINDOW = {"width": 1280, "height": 720}
 TALL = {"width": 1280, "height": 1400}  # the sidebar's boxes whole, without scrolling the sidebar
 SCALE = 2  # device pixels per CSS pixel
-QUALITIES = (82, 75, 68, 60, 52, 45)
+COLOURS = (256, 128, 64)  # a palette of so many colours (UI and a thumbnail need no more), fewer until it fits
 SIDEBAR = '[data-testid="stSidebar"]'
 MAIN = '[data-testid="stMain"]'
 NO_EMOJI_CSS = '[data-testid="stIconEmoji"] { visibility: hidden; }'
@@ -191,17 +194,19 @@ SHOTS: dict[str, Callable[[Page, str], Image.Image]] = {
 
 
 def save(name: str, image: Image.Image) -> int:
-    """The picture at twice its width on Home, as WebP within MAX_PICTURE_BYTES; returns its size in bytes."""
+    """The picture at twice its width on Home, as PNG within MAX_PICTURE_BYTES (fewer colours until it fits);
+    returns its size in bytes."""
     width = 2 * PICTURES[name].width
     if image.width > width:
         image = image.resize((width, round(image.height * width / image.width)), Image.Resampling.LANCZOS)
-    for quality in QUALITIES:
+    for colours in COLOURS:
+        shown = image.quantize(colours, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE)
         data = io.BytesIO()
-        image.save(data, "WEBP", quality=quality, method=6)
+        shown.save(data, "PNG", optimize=True)
         if data.tell() <= MAX_PICTURE_BYTES:
             break
     else:
-        raise SystemExit(f"{name}: {data.tell()} bytes at quality {quality}, over {MAX_PICTURE_BYTES}: cut it smaller")
+        raise SystemExit(f"{name}: {data.tell()} bytes in {colours} colours, over {MAX_PICTURE_BYTES}: cut it smaller")
     PICTURES[name].path.write_bytes(data.getvalue())
     return data.tell()
 
