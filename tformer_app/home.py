@@ -43,7 +43,7 @@ PICTURES = {
 class StartPage:
     """One of the three pages to start with: its file (as app.py registers it), its title and what it opens on."""
 
-    path: str  # "app_pages/xxx.py": st.page_link takes the file, whatever section app.py puts the page in
+    path: str  # "app_pages/<page>.py": st.page_link takes the file, whatever section app.py puts the page in
     title: str
     picture: str  # a key of PICTURES
     opens_on: str

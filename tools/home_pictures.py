@@ -36,6 +36,7 @@ Needs requirements-dev.txt (Playwright) and chromium. Takes about a minute on 2 
 from __future__ import annotations
 
 import argparse
+import functools
 import io
 import shutil
 import subprocess
@@ -48,7 +49,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from PIL import Image  # noqa: E402
-from playwright.sync_api import Locator, Page, sync_playwright  # noqa: E402
+from playwright.sync_api import FloatRect, Locator, Page, ViewportSize, sync_playwright  # noqa: E402
 
 from tests.browser.conftest import CHROMIUM, CHROMIUM_ARGS  # noqa: E402
 from tests.browser.helpers import centre, settle, wait_for_text  # noqa: E402
@@ -56,8 +57,8 @@ from tests.browser.server import streamlit_server  # noqa: E402
 from tests.core.hf_helpers import DEIT, IMAGES  # noqa: E402
 from tformer_app.home import MAX_PICTURE_BYTES, MAX_PICTURES_BYTES, PICTURES, PICTURES_DIR  # noqa: E402
 
-WINDOW = {"width": 1280, "height": 720}
-TALL = {"width": 1280, "height": 1400}  # the sidebar's boxes whole, without scrolling the sidebar
+WINDOW = ViewportSize(width=1280, height=720)
+TALL = ViewportSize(width=1280, height=1400)  # the sidebar's boxes whole, without scrolling the sidebar
 SCALE = 2  # device pixels per CSS pixel
 COLOURS = (256, 128, 64)  # a palette of so many colours (UI and a thumbnail need no more), fewer until it fits
 SIDEBAR = '[data-testid="stSidebar"]'
@@ -65,9 +66,9 @@ MAIN = '[data-testid="stMain"]'
 NO_EMOJI_CSS = '[data-testid="stIconEmoji"] { visibility: hidden; }'
 # The sidebar as a lecturer widens it by dragging its edge: a slide's row (its title, ↑ ↓ ✕) on one line.
 WIDE_SIDEBAR_CSS = '[data-testid="stSidebar"] { width: 380px !important; min-width: 380px !important; }'
-Box = dict[str, float]
 
 
+@functools.cache
 def has_emoji_font() -> bool:
     fc_list = shutil.which("fc-list")
     if fc_list is None:
@@ -84,17 +85,25 @@ def open_page(page: Page, url: str, text: str) -> None:
         page.add_style_tag(content=NO_EMOJI_CSS)
 
 
-def union(*boxes: Box | None, pad: float = 8) -> Box:
+def region(left: float, top: float, right: float, bottom: float) -> FloatRect:
+    """A region of the window in CSS px, by its edges (none outside the window's top left)."""
+    left, top = max(left, 0), max(top, 0)
+    return FloatRect(x=left, y=top, width=right - left, height=bottom - top)
+
+
+def union(*boxes: FloatRect | None, pad: float = 8) -> FloatRect:
     """The smallest region holding every box, `pad` CSS px wider on each side."""
     found = [b for b in boxes if b is not None]
     assert found, "nothing to cut out: the page did not draw what the picture shows"
-    x0, y0 = min(b["x"] for b in found) - pad, min(b["y"] for b in found) - pad
-    x1 = max(b["x"] + b["width"] for b in found) + pad
-    y1 = max(b["y"] + b["height"] for b in found) + pad
-    return {"x": max(x0, 0), "y": max(y0, 0), "width": x1 - max(x0, 0), "height": y1 - max(y0, 0)}
+    return region(
+        min(b["x"] for b in found) - pad,
+        min(b["y"] for b in found) - pad,
+        max(b["x"] + b["width"] for b in found) + pad,
+        max(b["y"] + b["height"] for b in found) + pad,
+    )
 
 
-def shoot(page: Page, clip: Box, aspect: float | None = None) -> Image.Image:
+def shoot(page: Page, clip: FloatRect, aspect: float | None = None) -> Image.Image:
     """The region of the window (CSS px), its middle cut to `aspect` (width / height) when given. The mouse is
     moved off the page first: a control it last clicked would show its hover state."""
     page.mouse.move(WINDOW["width"] - 1, 1)
@@ -117,7 +126,7 @@ def present(page: Page, url: str) -> Image.Image:
     open_page(page, f"{url}/text?present=1", "Head view · layer 3, head 1")
     heading = page.locator(f"{MAIN} h3", has_text="Head view").first.bounding_box()
     assert heading is not None
-    return shoot(page, {"x": 0, "y": 0, "width": 640, "height": heading["y"] + heading["height"] + 12})
+    return shoot(page, region(0, 0, 640, heading["y"] + heading["height"] + 12))
 
 
 def deck(page: Page, url: str) -> Image.Image:
@@ -139,7 +148,7 @@ def deck(page: Page, url: str) -> Image.Image:
     box = sidebar.locator('[data-testid="stExpander"]', has_text="Slides (2)").bounding_box()
     second = sidebar.get_by_role("button", name="✕").nth(1).bounding_box()  # slide 2's row
     assert box is not None and second is not None
-    return shoot(page, {**box, "height": second["y"] + second["height"] + 8 - box["y"]})
+    return shoot(page, region(box["x"], box["y"], box["x"] + box["width"], second["y"] + second["height"] + 8))
 
 
 def class_banner(page: Page, url: str) -> Image.Image:
@@ -153,7 +162,8 @@ def class_banner(page: Page, url: str) -> Image.Image:
     banner = page.locator(".st-key-tformer-class-banner").bounding_box()
     code = page.locator(".st-key-tformer-class-banner strong").first.bounding_box()
     assert banner is not None and code is not None
-    return shoot(page, {**banner, "width": code["x"] + code["width"] + 2 - banner["x"]})
+    right = code["x"] + code["width"] + 2  # the QR code and "Join the class: code K7M2QX"
+    return shoot(page, region(banner["x"], banner["y"], right, banner["y"] + banner["height"]))
 
 
 def step(page: Page, url: str) -> Image.Image:
