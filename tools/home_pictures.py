@@ -15,11 +15,13 @@ What it does, in order:
    the page to settle (tests/browser/helpers.py: conditions, never sleeps), and cuts out a region of the window:
    - present: Text attention in presenter mode (?present=1), its top left: the bar, the title, the keys' buttons;
    - deck: the sidebar's Slides box after "Add this view" on Text attention and on Vision Transformer, down to
-     the second slide;
+     the second slide (the sidebar widened to 380 px, as dragging its edge does: at its own width a slide's
+     ↑ ↓ ✕ wrap under its title);
    - class: after the sidebar's "Start a class session", the line above the page: the QR code and the join code;
-   - step: Attention, step by step, Q = XW^Q's heatmap; text: Text attention's head view (the lecture's sentence,
-     layer 3); vision: Vision Transformer's attention over the picture (the class token, the last layer, the
-     heads' mean): each the middle 4:3 of it.
+   - step: Attention, step by step, Q = XW^Q's heatmap;
+   - text: Text attention's head view (the lecture's sentence, layer 3), the middle 4:3 of it;
+   - vision: Vision Transformer's attention over the picture (the class token, the last layer, the heads' mean),
+     the middle 4:3 of it.
 4. Scales each to twice its width on Home (tformer_app.home.PICTURES: sharp on a 2x screen) and writes it as PNG,
    in a palette of 256 colours (fewer until it is within MAX_PICTURE_BYTES); then checks all of them against
    MAX_PICTURES_BYTES.
