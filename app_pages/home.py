@@ -233,6 +233,12 @@ def first_screen() -> None:
 
 
 def every_page() -> None:
+    st.markdown(
+        "Type a sentence or upload a photo and watch a real model work: the **Q, K, V** of every head, attention "
+        "weights per head and layer, positional encodings, Vision Transformer patches and how far each head looks. "
+        "Every number on these pages is read from an actual forward pass. Every view can be shared: its settings "
+        "are in the page's address."
+    )
     st.caption(NUMBERING)
     for page, title, teaches in GUIDE:
         with st.container(border=True):
@@ -249,12 +255,6 @@ def every_page() -> None:
 
 
 def worked_example() -> None:
-    st.markdown(
-        "Type a sentence or upload a photo and watch a real model work: the **Q, K, V** of every head, attention "
-        "weights per head and layer, positional encodings, Vision Transformer patches and how far each head looks. "
-        "Every number on these pages is read from an actual forward pass. Every view can be shared: its settings "
-        "are in the page's address."
-    )
     st.latex(
         r"Z = \operatorname{softmax}\!\left(\frac{QK^\top}{\sqrt{d_k}}\right)V,\quad Q = XW^Q,\ K = XW^K,\ V = XW^V"
     )
