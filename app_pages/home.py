@@ -1,25 +1,38 @@
-"""Home: what each page teaches, with a link to it, and the smallest worked example computed live."""
+"""Home: how to start, for a lecturer (present, a deck, a class session), a student (join, a sentence, a photo) and
+a notebook (the core in three lines), with the three pages to start with, all on the first screen of a 1280 x 720
+projector; below it, one click away, what every page teaches and the smallest worked example computed live.
+
+Nothing here loads a model (Home is the page a whole class opens at once). The pictures are screenshots of the app
+(assets/home/, made by tools/home_pictures.py); the labels quoted are the sidebar's own (a test checks them).
+"""
 
 import numpy as np
 import pandas as pd
 import streamlit as st
 
 import tformer_core as tc
+from tformer_app import presenter
+from tformer_app.home import INSTALL, PICTURES, SNIPPET, START, Picture
 
-st.title("tformer: see inside Transformers")
-st.markdown(
-    "Type a sentence or upload a photo and watch a real model work: the **Q, K, V** of every head, "
-    "attention weights per head and layer, positional encodings, Vision Transformer patches and how far "
-    "each head looks. Every number on these pages is read from an actual forward pass. "
-    "Every view can be shared: its settings are in the page's address."
-)
 NUMBERING = (
     "**Numbering, on every page:** tokens, layers and heads count from 0, as in the code and the trace "
     "(token 0 is [CLS], layer 0 the first layer, head 0 the first head); the components of a vector count "
     "from 1, as in the lecture's formulas (x₁, q₁, z₁)."
 )
-st.caption(NUMBERING)
-
+# The lecturer's three steps: (picture, what to do). The words in italics are the sidebar's own labels.
+LECTURER = (
+    (
+        "present",
+        "**Present:** **Shift+P** or the sidebar's *Presenter mode*. **← → ↑ ↓** step the view, "
+        "**Page Up / Down** the slides.",
+    ),
+    ("deck", "**Build a deck:** the sidebar's *Slides* → *Add this view* on each view, then *Present from slide 1*."),
+    (
+        "class",
+        "**Start a class:** the sidebar's *Class session* → *Start a class session*: a code and QR for the room.",
+    ),
+)
+STUDENT_JOIN = "**Join:** scan the QR on the projector, or type its code in the sidebar's *Class session*."
 # Each entry: page file, what it teaches, in the README's words (its table of pages; a test keeps them equal).
 # Links go through st.page_link so they follow the app's routing.
 GUIDE = [
@@ -140,29 +153,126 @@ GUIDE = [
     ),
 ]
 
-for page, title, teaches in GUIDE:
-    with st.container(border=True):
-        st.page_link(page, label=f"**{title}**")
-        st.caption(teaches)
 
-st.subheader("What attention does not tell you")
-st.markdown(
-    "A head's weights say where it looks, not whether the prediction needs what it finds there: a head may look "
-    "hard at a token and change nothing (its output may be small, cancelled later, or unused by the head), while "
-    "another with diffuse weights carries the answer. Ask the model instead: switch the head off and see what "
-    "changes (**Does this head matter?**), or follow the gradient through the attention (relevancy) rather than "
-    "the raw weights (rollout)."
-)
+# The first screen's spacing a little tighter than a page's, so that all of it fits a 1280 x 720 projector.
+HOME_CSS = """<style>
+.st-key-home-first, .st-key-home-first [data-testid="stVerticalBlock"] { gap: 0.6rem; }
+.st-key-home-first h1 { font-size: 2.25rem; padding-bottom: 0; }
+.st-key-home-first h5 { padding: 0.5rem 0 0.15rem; }
+.st-key-home-first [data-testid="stCode"] pre { margin: 0; }
+.st-key-home-first [data-testid="stCode"] code { font-size: 0.8rem; }
+.st-key-home-first [data-testid="stPageLink"] a { padding-left: 0; }
+.st-key-home-first [data-testid="stPageLink"] * { white-space: normal; line-height: 1.35; }
+</style>"""
+# Presenter mode's large type (tformer_app.presenter) for what it leaves at its own size: the labels, links, code.
+HOME_PRESENTER_CSS = """<style>
+.st-key-home-first h5 { font-size: 30px; }
+.st-key-home-first [data-testid="stPageLink"] p { font-size: 22px; }
+.st-key-home-first [data-testid="stCode"] code { font-size: 20px; }
+</style>"""
 
-st.subheader("Attention in one example")
-st.latex(r"Z = \operatorname{softmax}\!\left(\frac{QK^\top}{\sqrt{d_k}}\right)V,\quad Q = XW^Q,\ K = XW^K,\ V = XW^V")
-tokens = ["I", "love", "tea"]
-X = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
-steps = tc.attention_steps(X, np.eye(2), np.eye(2), np.array([[1.0, 2.0], [3.0, 4.0]]))
-left, middle, right = st.columns(3)
-left.caption("Embeddings X (W^Q = W^K = I)")
-left.dataframe(pd.DataFrame(X, index=tokens, columns=["x₁", "x₂"]))
-middle.caption("Weights: softmax of each row of QKᵀ/√2")
-middle.dataframe(pd.DataFrame(steps.weights, index=tokens, columns=tokens).style.format("{:.3f}"))
-right.caption("Output Z = weights · V")
-right.dataframe(pd.DataFrame(steps.output, index=tokens, columns=["z₁", "z₂"]).style.format("{:.3f}"))
+
+def picture(key: str) -> None:
+    """One of Home's screenshots at its width (larger in presenter mode, as the type is)."""
+    shown: Picture = PICTURES[key]
+    # The PNG goes as it is (no width given to st.image, which would scale it down and encode it again): its box
+    # sets the width, and a 2x screen gets every pixel.
+    with st.container(width=round(shown.width * presenter.scale())):
+        st.image(str(shown.path), width="stretch", output_format="PNG", alt=shown.alt)
+
+
+def lecturer() -> None:
+    st.markdown("##### :material/co_present: Lecturing")
+    for column, (key, text) in zip(st.columns(len(LECTURER), gap="medium"), LECTURER):
+        with column:
+            st.markdown(text)
+            picture(key)
+
+
+def start_with() -> None:
+    st.markdown("##### :material/flag: Start with")
+    for column, page in zip(st.columns(len(START), gap="medium"), START):
+        with column, st.container(horizontal=True, wrap=False, gap="small", vertical_alignment="center"):
+            picture(page.picture)
+            with st.container(gap=None):
+                st.page_link(page.path, label=f"**{page.title}**")
+                st.caption(page.opens_on)
+
+
+def student() -> None:
+    st.markdown("##### :material/school: In class")
+    st.markdown(STUDENT_JOIN)
+    st.page_link("app_pages/text_attention.py", label="Type a sentence: Text attention", icon=":material/keyboard:")
+    st.page_link(
+        "app_pages/vision.py",
+        label="Upload a photo: Vision Transformer",
+        icon=":material/add_photo_alternate:",
+        query_params={"from": "upload"},
+    )
+
+
+def notebook() -> None:
+    st.markdown("##### :material/terminal: From a notebook")
+    st.caption("In the project's folder (the README's *Run the app*), then in Python:")
+    st.code(INSTALL, language="bash", wrap_lines=True)
+    st.code(SNIPPET, language="python", wrap_lines=True)
+
+
+def first_screen() -> None:
+    """What a lecturer, a student and a notebook user need first, and where to start: one 1280 x 720 screen."""
+    st.html(HOME_CSS + (HOME_PRESENTER_CSS if presenter.presenting() else ""))
+    with st.container(key="home-first"):
+        st.title("tformer: see inside Transformers", anchor=False)
+        lecturer()
+        start_with()
+        attend, code = st.columns([5, 7], gap="medium")
+        with attend:
+            student()
+        with code:
+            notebook()
+
+
+def every_page() -> None:
+    st.markdown(
+        "Type a sentence or upload a photo and watch a real model work: the **Q, K, V** of every head, attention "
+        "weights per head and layer, positional encodings, Vision Transformer patches and how far each head looks. "
+        "Every number on these pages is read from an actual forward pass. Every view can be shared: its settings "
+        "are in the page's address."
+    )
+    st.caption(NUMBERING)
+    for page, title, teaches in GUIDE:
+        with st.container(border=True):
+            st.page_link(page, label=f"**{title}**")
+            st.caption(teaches)
+    st.subheader("What attention does not tell you", anchor=False)
+    st.markdown(
+        "A head's weights say where it looks, not whether the prediction needs what it finds there: a head may look "
+        "hard at a token and change nothing (its output may be small, cancelled later, or unused by the head), "
+        "while another with diffuse weights carries the answer. Ask the model instead: switch the head off and see "
+        "what changes (**Does this head matter?**), or follow the gradient through the attention (relevancy) rather "
+        "than the raw weights (rollout)."
+    )
+
+
+def worked_example() -> None:
+    st.latex(
+        r"Z = \operatorname{softmax}\!\left(\frac{QK^\top}{\sqrt{d_k}}\right)V,\quad Q = XW^Q,\ K = XW^K,\ V = XW^V"
+    )
+    tokens = ["I", "love", "tea"]
+    X = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+    steps = tc.attention_steps(X, np.eye(2), np.eye(2), np.array([[1.0, 2.0], [3.0, 4.0]]))
+    left, middle, right = st.columns(3)
+    left.caption("Embeddings X (W^Q = W^K = I)")
+    left.dataframe(pd.DataFrame(X, index=tokens, columns=["x₁", "x₂"]))
+    middle.caption("Weights: softmax of each row of QKᵀ/√2")
+    middle.dataframe(pd.DataFrame(steps.weights, index=tokens, columns=tokens).style.format("{:.3f}"))
+    right.caption("Output Z = weights · V")
+    right.dataframe(pd.DataFrame(steps.output, index=tokens, columns=["z₁", "z₂"]).style.format("{:.3f}"))
+
+
+first_screen()
+pages_tab, example_tab = st.tabs(["Every page, and what it teaches", "Attention in one example"])
+with pages_tab:
+    every_page()
+with example_tab:
+    worked_example()

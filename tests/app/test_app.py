@@ -36,14 +36,16 @@ def test_the_sidebar_lists_the_model_the_page_just_loaded():
 
 
 def test_home_describes_each_page_in_the_readmes_words():
-    """The README's table of pages and the Home page's guide say the same thing about every page."""
+    """The README's table of pages and the Home page's guide (the tab below its first screen) say the same thing
+    about every page."""
     import re
 
     readme = (Path(APP).parent / "README.md").read_text(encoding="utf-8")
     table = dict(re.findall(r"^\| ([A-Z][^|]+?) \| (.+) \|$", readme.split("### The pages")[1].split("\n\n")[1], re.M))
     at = AppTest.from_file(APP, default_timeout=60).run()  # Home, in the app's shell
     assert not at.exception
-    links = [p.proto.label.strip("*") for p in at.main.get("page_link")]
-    captions = [c.value for c in at.main.caption][1:]  # after the numbering note: one per page
-    assert links == [name for name in table if name != "page"] and len(links) == 13  # every page but Home
-    assert dict(zip(links, captions[: len(links)])) == {name: table[name] for name in links}
+    guide = [p.proto.label.strip("*") for p in at.main.get("page_link")][-13:]  # after the first screen's links
+    captions = [c.value for c in at.main.caption]
+    numbering = next(i for i, c in enumerate(captions) if "layers and heads count from 0" in c)
+    assert guide == [name for name in table if name != "page"]  # every page but Home
+    assert dict(zip(guide, captions[numbering + 1 :])) == {name: table[name] for name in guide}

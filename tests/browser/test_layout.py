@@ -36,6 +36,7 @@ VISION = (
 # name -> (address, a text the page shows once it has drawn its views)
 PAGES = {
     "home": ("/", "Attention in one example"),
+    "home-presenter": ("/?present=1", "Start a class session"),
     "text": ("/text?views=head,heatmap,search,overview,qkv", "All layers × heads"),
     "text-decoder": ("/text?arch=decoder&views=head,heatmap,qkv", "Q, K and V · layer"),
     "seq2seq": ("/seq2seq", "Alignment: the whole cross-attention"),
