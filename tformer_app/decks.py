@@ -286,9 +286,10 @@ def _remove(slides: list[dict], i: int) -> None:
 
 
 def _slide_row(i: int, slide: dict, n: int, pages: tuple[str, ...]) -> None:
-    with st.container(horizontal=True, gap="small"):
+    with st.container(horizontal=True, gap="small", key=f"tformer-slide-{i}"):  # one line (presenter.ALWAYS_CSS)
         showing = st.session_state.get(SHOWING) == i
-        st.markdown(f"{'**' if showing else ''}{i + 1}. {escape(slide['title'])}{'**' if showing else ''}")
+        # "1\." : a paragraph, not a Markdown list (whose number a one-line cut would hide)
+        st.markdown(f"{'**' if showing else ''}{i + 1}\\. {escape(slide['title'])}{'**' if showing else ''}")
         up, down, remove = (_move, pages, i, -1), (_move, pages, i, 1), (_remove, pages, i)
         st.button("↑", key=f"_tformer.deck.up.{i}", on_click=_change, args=up, disabled=i == 0, type="tertiary")
         st.button("↓", key=f"_tformer.deck.down.{i}", on_click=_change, args=down, disabled=i == n - 1, type="tertiary")

@@ -120,7 +120,13 @@ PRESENTER_CSS = """<style>
 # (Streamlit leaves 6rem), so that a 720-px projector's first screen holds more than the controls.
 ALWAYS_CSS = """<style>.st-key-tformer-keys { display: none; }
 [data-testid="stMain"] [data-testid="stMainBlockContainer"] { padding-top: 3.75rem; }
-[data-testid="stMain"] h1 { padding-top: 0.25rem; }</style>"""
+[data-testid="stMain"] h1 { padding-top: 0.25rem; }
+/* A slide's row in the sidebar: its title (cut with "…" when long) and its ↑ ↓ ✕ on one line. */
+[class*="st-key-tformer-slide-"] { flex-wrap: nowrap !important; align-items: center; }
+[class*="st-key-tformer-slide-"] > :first-child { flex: 1 1 0 !important; min-width: 0; }
+[class*="st-key-tformer-slide-"] > :first-child p { white-space: nowrap; overflow: hidden; text-overflow: ellipsis; }
+[class*="st-key-tformer-slide-"] > :not(:first-child) { flex: 0 0 auto !important; width: auto !important; }
+</style>"""
 # Buttons whose keys act without being seen (Page Up / Page Down: what a presentation clicker sends).
 HIDDEN_KEY_CSS = "<style>%s { display: none; }</style>"
 
