@@ -18,6 +18,7 @@ a change add up and the deck ends where the keys say.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -546,3 +547,30 @@ def _import(data: bytes, pages: dict[str, object]) -> None:
         st.session_state["_tformer.deck.imported"] = hash(data)
         st.session_state[SHOWING] = None
         st.rerun()
+
+
+# ---- a page's first screen on a projector -----------------------------------------------------------------
+SCREEN_PAD_PX = 88  # the main column's padding in presenter mode (PRESENTER_CSS): 1280 px leave a room of 1192
+
+
+def first_line(label: str) -> tuple[Any, Any]:
+    """Presenter mode's one line under a page's title: (an empty slot for the page's key idea, the page's closed
+    settings (`settings_box(label)`)) side by side; (None, None) outside presenter mode."""
+    if not presenting():
+        return None, None
+    idea, box = st.columns([3, 1], vertical_alignment="center")
+    with box:
+        settings = settings_box(label)
+    return idea.empty(), settings
+
+
+def folded(settings: Any) -> Any:
+    """A `with` block for a page's inputs: inside `settings_box`'s closed expander when it gave one, else on the
+    page."""
+    return settings if settings is not None else contextlib.nullcontext()
+
+
+def screen_height() -> int:
+    """The window's height in CSS px, as a 16:9 screen as wide as the room has it (a projector; the browser sends
+    only the main column's width): 720 for a room of 1192 px."""
+    return round((room() + SCREEN_PAD_PX) * 9 / 16)
