@@ -693,6 +693,11 @@ def sample_pictures() -> dict[str, bytes]:
     return _results.get_or_compute(("samples", dirs), samples.samples)
 
 
+def digit_pictures() -> dict[str, bytes]:
+    """A test picture of each digit (tformer_views.samples.digit_samples), made once per server."""
+    return cast(dict[str, bytes], _results.get_or_compute(("digit-samples",), samples.digit_samples))
+
+
 # ---- long work, in its own queue, with a progress bar ------------------------------------------------
 SESSION_ID = "_tformer.session_id"  # session state: this browser session's id (its long work, its training)
 
