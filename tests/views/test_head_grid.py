@@ -13,7 +13,7 @@ from tformer_views.charts.head_grid import MIN_CELL_PX, chrome, grid_look, head_
     [
         ((30, 9), (560, 510), 14, False),  # SmolLM2 on a 720-px projector: rows of 13 px hold no 14-px number
         ((4, 4), (560, 510), 14, True),  # vit-tiny
-        ((6, 12), (680, 510), 14, True),  # MiniLM, its column widened for its 12 heads
+        ((6, 12), (700, 510), 14, True),  # MiniLM, its column widened for its 12 heads
         ((6, 12), (560, 510), 14, False),  # ... not in half of it
         ((30, 9), (430, 640), 9, True),  # SmolLM2 on a page of its own: 9-px numbers
     ],

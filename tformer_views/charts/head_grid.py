@@ -47,7 +47,8 @@ def chrome(label_font: int, title_lines: int = 2) -> tuple[int, int]:
     title_font = round(label_font * 13 / 11)
     width = round(3 * CHAR_EM * label_font) + 8  # the layer labels ("L29")
     width += label_font + 6  # the y axis's title
-    width += 16 + 8 + round(5 * CHAR_EM * label_font) + 10  # the colour legend: its gradient and its labels ("-0.25")
+    # The colour legend: its gradient, its labels ("−0.025": Vega's minus sign is wider than a hyphen), its offset.
+    width += 16 + 8 + round(6 * CHAR_EM * label_font) + 18
     height = title_lines * (title_font + 4) + 2 * (label_font + 8)  # the title, the head labels and their title
     return width + 10, height + 10  # Vega's padding
 
