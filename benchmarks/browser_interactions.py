@@ -46,7 +46,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import itertools
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -304,13 +306,18 @@ def click_patch(page, i: int) -> Callable[[], None]:
     return lambda: page.mouse.click(box["x"] + box["width"] * fx, box["y"] + box["height"] * fy)
 
 
-HEAD_CELLS = ((12, 3), (20, 7), (5, 1), (27, 4), (16, 8), (9, 0), (24, 6), (2, 5))  # SmolLM2's 30 layers x 9 heads
+_head_clicks = itertools.count()  # every click of a run of this script another cell: none of them cached yet
 
 
 def click_head(page, i: int) -> Callable[[], None]:
-    """The ablation grid of "Does this head matter?": a click in the middle of the i-th of a few cells (Vega names
-    each cell's mark by its axes), each another head."""
-    layer, head = HEAD_CELLS[i % len(HEAD_CELLS)]
+    """The ablation grid of "Does this head matter?" (SmolLM2: 30 layers x 9 heads): a click in the middle of a cell
+    (Vega names each cell's mark by its axes) this script has not clicked before, nor the one chosen now: its head's
+    ablation is computed for the click, as for a student's first click on it."""
+    chosen = re.search(r"layer=(\d+)&head=(\d+)", page.url)
+    while True:
+        layer, head = divmod(next(_head_clicks) * 37 % 270, 9)  # 37 and 270 coprime: every cell once
+        if not chosen or (layer, head) != (int(chosen.group(1)), int(chosen.group(2))):
+            break
     cell = page.locator('[data-testid="stVegaLiteChart"]').first.locator(
         f'.cells_marks path[aria-label^="head: H{head}; layer: L{layer};"]'
     )
