@@ -558,7 +558,7 @@ def first_line(label: str) -> tuple[Any, Any]:
     settings (`settings_box(label)`)) side by side; (None, None) outside presenter mode."""
     if not presenting():
         return None, None
-    idea, box = st.columns([3, 1], vertical_alignment="center")
+    idea, box = st.columns([3, 1], vertical_alignment="top")
     with box:
         settings = settings_box(label)
     return idea.empty(), settings
