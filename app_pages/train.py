@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from tformer_app import caches, downloads, session_models
+from tformer_app import caches, downloads, presenter, session_models
 from tformer_app.markdown import escape
 from tformer_app.page import device_summary, run_page
 from tformer_app.training import QUEUE, QueueFull, Ticket
@@ -30,6 +30,10 @@ OPENS_IN = {
     "image": ("app_pages/vision.py", "vit", "Vision Transformer"),
 }
 _RESULTS = "train.results"  # kind -> (classroom.Result, the model's session name)
+KEY_IDEA = "Watch it learn: the loss falls, the accuracy rises, the attention takes shape."
+# Presenter mode: what stands above the attention snapshot on a 720-px screen (the bar, the title, the key idea,
+# the button, the result's line, the keys) and around its cells (its title, token labels and legend).
+ABOVE_SNAPSHOT_PX, AROUND_SNAPSHOT_PX = 300, 140
 
 
 def main() -> None:
@@ -70,8 +74,12 @@ def choose_job(url: UrlState) -> classroom.Job | None:
 
 
 def page(url: UrlState) -> None:
-    job = choose_job(url)
-    st.caption(f"{device_summary()} · one training at a time on this server; others wait their turn.")
+    idea, settings = presenter.first_line("What to train, its sizes and seed")
+    if idea is not None:
+        idea.markdown(KEY_IDEA)
+    with presenter.folded(settings):
+        job = choose_job(url)
+        st.caption(f"{device_summary()} · one training at a time on this server; others wait their turn.")
     sid = caches.session_id()
     ticket = QUEUE.ticket(sid)
     if ticket is not None and ticket.active:
@@ -87,8 +95,9 @@ def page(url: UrlState) -> None:
             else:
                 st.rerun()
     results = st.session_state.get(_RESULTS, {})
-    for kind in [k for k in KINDS if k in results]:
-        show_result(url, kind, *results[kind])
+    for i, kind in enumerate([k for k in KINDS if k in results]):
+        result, name = results[kind]
+        show_result(url, kind, result, name, keys=i == 0)  # one set of keys on a page
 
 
 def take_result(sid: str, ticket: Ticket | None) -> None:
@@ -134,34 +143,36 @@ def live(sid: str) -> None:
             downloads.chart(tv.curves_chart(epochs, 480), "train.live_curves", "training_curves")
         with right:
             last = epochs[-1]
-            layers = last.attention.shape[0]
-            downloads.chart(
-                tv.snapshot_chart(last, layers - 1, 0, ticket.job.kind == "image"),
-                "train.live_attention",
-                "attention_snapshot",
-            )
+            image = ticket.job.kind == "image"
+            spec = tv.snapshot_chart(last, last.attention.shape[0] - 1, 0, image, snapshot_cell(last, image))
+            downloads.chart(sized(spec), "train.live_attention", "attention_snapshot")
 
 
-def show_result(url: UrlState, kind: str, result: classroom.Result, name: str) -> None:
-    """A finished model: test accuracy, curves, the attention after any epoch, and where to open it."""
+def show_result(url: UrlState, kind: str, result: classroom.Result, name: str, keys: bool = True) -> None:
+    """A finished model: test accuracy, curves, the attention after any epoch, and where to open it. keys: the
+    arrow keys step its epochs and heads."""
     image = kind == "image"
-    st.header(f"Your {'tiny ViT' if image else 'text classifier'}")
     job = result.job
-    st.metric(
-        f"Test accuracy ({result.test_items} {'pictures' if image else 'sentences'} never trained on)",
-        f"{result.test_accuracy:.1%}",
-    )
-    st.caption(
-        f"{job.n_layers} layers, {job.n_heads} heads, d_model {job.d_model}, {job.epochs} epochs, seed "
-        f"{job.seed}; trained in {result.seconds:.1f} s. Chance would score "
-        f"{'10 %' if image else 'about 50 %'}."
-    )
+    what = f"{result.test_items} {'pictures' if image else 'sentences'} never trained on"
+    chance = "10 %" if image else "about 50 %"
+    shape = f"{job.n_layers} layers, {job.n_heads} heads, d_model {job.d_model}, {job.epochs} epochs, seed {job.seed}"
+    if presenter.presenting():  # one line: the curves and the attention on the first screen
+        st.markdown(
+            f"**Your {'tiny ViT' if image else 'text classifier'}: {result.test_accuracy:.1%}** right on {what} "
+            f"(chance: {chance})"
+        )
+    else:
+        st.header(f"Your {'tiny ViT' if image else 'text classifier'}")
+        st.metric(f"Test accuracy ({what})", f"{result.test_accuracy:.1%}")
+        st.caption(f"{shape}; trained in {result.seconds:.1f} s. Chance would score {chance}.")
     left, right = st.columns(2)
     with left:
         downloads.chart(tv.curves_chart(result.history, 480), f"train.{kind}.curves", f"{kind}_training_curves")
+        if presenter.presenting():
+            st.caption(f"{shape}; trained in {result.seconds:.1f} s.")
         downloads.table(tv.summary(result), key=f"train.{kind}.summary")
     with right:
-        show_snapshots(url, kind, result, image)
+        show_snapshots(url, kind, result, image, keys)
     page_path, page_name, title = OPENS_IN[kind]
     if st.button(f"Open {name} in {title}", key=f"train.{kind}.open"):
         st.session_state[f"{page_name}.model"] = name
@@ -173,25 +184,74 @@ def show_result(url: UrlState, kind: str, result: classroom.Result, name: str) -
     )
 
 
-def show_snapshots(url: UrlState, kind: str, result: classroom.Result, image: bool) -> None:
-    """The fixed input's attention after the chosen epoch: watch the heads form."""
+def show_snapshots(url: UrlState, kind: str, result: classroom.Result, image: bool, keys: bool) -> None:
+    """The fixed input's attention after the chosen epoch: watch the heads form (← → the epochs, ↑ ↓ the heads;
+    in presenter mode the boxes are folded under the chart)."""
     history = result.history
     L, H = history[-1].attention.shape[:2]
-    epoch = 0  # a one-epoch run has one snapshot (a slider needs two values)
-    if len(history) > 1:
-        epoch = st.slider("After epoch", 1, len(history), len(history), key=f"train.{kind}.epoch") - 1
-    c1, c2 = st.columns(2)
-    layer = c1.selectbox("Layer", list(range(L)), index=L - 1, key=f"train.{kind}.layer")
-    head = c2.selectbox("Head", list(range(H)), key=f"train.{kind}.head")
+    epoch_key, layer_key, head_key = (f"train.{kind}.{name}" for name in ("epoch", "layer", "head"))
+    if st.session_state.get(f"train.{kind}.shown") != id(result):  # a new model opens on its last epoch and layer
+        st.session_state.update(
+            {epoch_key: len(history), layer_key: L - 1, head_key: 0, f"train.{kind}.shown": id(result)}
+        )
+    for key, low, high in ((epoch_key, 1, len(history)), (layer_key, 0, L - 1), (head_key, 0, H - 1)):
+        st.session_state[key] = min(max(int(st.session_state[key]), low), high)
+    if keys:
+        presenter.stepper(url, f"{kind}.keys", snapshot_steps(epoch_key, len(history), layer_key, L, head_key, H))
+    epoch = int(st.session_state[epoch_key]) - 1
+    layer, head = int(st.session_state[layer_key]), int(st.session_state[head_key])
+    spec = tv.snapshot_chart(history[epoch], layer, head, image, snapshot_cell(history[epoch], image))
     if image:
-        st.image(tv.fixed_digit(), caption="the fixed picture (a test digit), as the model reads it")
+        picture, chart = st.columns([1, 3])
+        picture.image(tv.fixed_digit(8 if presenter.presenting() else 12), caption="the fixed test digit, as read")
     else:
+        chart = st.container()
         st.caption(f"The fixed sentence: “{escape(classroom.FIXED_SENTENCE)}”")
-    downloads.chart(
-        tv.snapshot_chart(history[epoch], layer, head, image),
-        f"train.{kind}.snapshot",
-        f"{kind}_attention_epoch_{epoch + 1}",
-    )
+    with chart:
+        downloads.chart(sized(spec), f"train.{kind}.snapshot", f"{kind}_attention_epoch_{epoch + 1}")
+    with presenter.folded(presenter.settings_box("Epoch, layer and head")):
+        if len(history) > 1:  # a one-epoch run has one snapshot (a slider needs two values)
+            st.slider("After epoch", 1, len(history), key=epoch_key)
+        c1, c2 = st.columns(2)
+        c1.selectbox("Layer", list(range(L)), key=layer_key)
+        c2.selectbox("Head", list(range(H)), key=head_key)
+
+
+def snapshot_steps(epoch: str, epochs: int, layer: str, layers: int, head: str, heads: int) -> list[presenter.Step]:
+    """The keys of the attention snapshot: ← → the epoch before / after, ↑ ↓ the head before / after (past a
+    layer's last head, the next layer's first)."""
+
+    def move(name: str, by: int, low: int, high: int) -> None:
+        st.session_state[name] = min(max(int(st.session_state[name]) + by, low), high)
+
+    def step_head(by: int) -> None:
+        value = int(st.session_state[head]) + by
+        if not 0 <= value < heads:
+            st.session_state[layer] = (int(st.session_state[layer]) + (1 if value >= heads else -1)) % layers
+        st.session_state[head] = value % heads
+
+    return [
+        presenter.Step("epoch", "Left", lambda: move(epoch, -1, 1, epochs), "The epoch before"),
+        presenter.Step("epoch", "Right", lambda: move(epoch, 1, 1, epochs), "The epoch after"),
+        presenter.Step("head", "Up", lambda: step_head(-1), "The head before (after head 0: the layer before)"),
+        presenter.Step("head", "Down", lambda: step_head(1), "The head after (after the last: the next layer)"),
+    ]
+
+
+def snapshot_cell(epoch: classroom.Epoch, image: bool) -> int:
+    """Pixels per cell of the attention snapshot in half the main column (its labels and legend beside it); in
+    presenter mode low enough for the first screen too."""
+    n = epoch.attention.shape[-1]
+    side = tv.grid_side(n) if image else n
+    cell = presenter.cell_size(side, share=0.5)
+    if presenter.presenting():
+        cell = min(cell, max(12, (presenter.screen_height() - ABOVE_SNAPSHOT_PX - AROUND_SNAPSHOT_PX) // side))
+    return cell
+
+
+def sized(spec: dict) -> dict:
+    """A chart drawn at the size its cells were given for the room and presenter mode (not enlarged again)."""
+    return {**spec, "usermeta": {"scale": presenter.scale()}}
 
 
 main()

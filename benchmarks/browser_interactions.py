@@ -5,7 +5,8 @@
 
 A real server (`streamlit run app.py`, offline, on the CPU, as tests/browser/server.py starts it; DeiT-Tiny
 from ../shared/models where it is there) and Debian's Chromium driven by Playwright, with the browser
-tests' window (1400 x 1000) and flags. Interactions, each on its page with its defaults:
+tests' window (1400 x 1000; --window 1280x720 a projector's, --present in presenter mode) and flags.
+Interactions, each on its page with its defaults:
 
     text-head          Text attention (MiniLM, the lecture's sentence, default views): choose another head
     text-layer         the same page: choose another layer
@@ -17,6 +18,8 @@ tests' window (1400 x 1000) and flags. Interactions, each on its page with its d
     deck-slide         a deck of two slides (Text attention on layer 2, head 3; Attention, step by step) presented
                        in presenter mode: Page Down / Page Up, as a clicker sends them
     presenter-head     Text attention in presenter mode (the head view): the → key, the next head
+    heads-click        Does this head matter? (SmolLM2, "The capital of France is"): click another cell of the
+                       layers x heads grid (its head ablated: the number, the prediction, its attention)
 
 Each run is a real change (another head, layer or patch than the run before); one warm-up run first.
 A run is timed from the click or the key (the pointer or the key going down, as the page records it) to the
@@ -43,7 +46,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import itertools
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -58,7 +63,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 ROOT = Path(__file__).resolve().parents[1]
-PROJECTOR = (1280, 720)  # a lecture's projector
+PROJECTOR = {"width": 1280, "height": 720}  # a lecture's projector
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
@@ -67,6 +72,7 @@ from tests.browser.helpers import settle
 from tests.browser.server import streamlit_server
 from tests.core.hf_helpers import DEIT, IMAGES
 
+WINDOW = {"width": 1400, "height": 1000}  # the browser tests' window; --window 1280x720 for a projector's
 QUIET_S = 1.0  # settled: quiet for this long (as helpers.settle)
 POLL_S = 0.02
 
@@ -120,7 +126,7 @@ class Interaction:
     before: float | None  # the figure measured before the work that set the budget (None: none was)
     act: Callable  # (page, i) -> None: the i-th change
     setup: Callable | None = None  # (page) -> None: after the page opened, before the warm-up
-    window: tuple[int, int] = (1400, 1000)  # the browser's window (the browser tests'; PROJECTOR for presenter keys)
+    window: dict[str, int] | None = None  # its own browser window (PROJECTOR for presenter keys), else WINDOW
     runs: list[Run] = field(default_factory=list)
 
 
@@ -307,6 +313,26 @@ def click_patch(page, i: int) -> Callable[[], None]:
     return lambda: page.mouse.click(box["x"] + box["width"] * fx, box["y"] + box["height"] * fy)
 
 
+_head_clicks = itertools.count()  # every click of a run of this script another cell: none of them cached yet
+
+
+def click_head(page, i: int) -> Callable[[], None]:
+    """The ablation grid of "Does this head matter?" (SmolLM2: 30 layers x 9 heads): a click in the middle of a cell
+    (Vega names each cell's mark by its axes) this script has not clicked before, nor the one chosen now: its head's
+    ablation is computed for the click, as for a student's first click on it."""
+    chosen = re.search(r"layer=(\d+)&head=(\d+)", page.url)
+    while True:
+        layer, head = divmod(next(_head_clicks) * 37 % 270, 9)  # 37 and 270 coprime: every cell once
+        if not chosen or (layer, head) != (int(chosen.group(1)), int(chosen.group(2))):
+            break
+    cell = page.locator('[data-testid="stVegaLiteChart"]').first.locator(
+        f'.cells_marks path[aria-label^="head: H{head}; layer: L{layer};"]'
+    )
+    cell.evaluate("e => e.scrollIntoView({block: 'center'})")
+    box = cell.bounding_box()
+    return lambda: page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+
+
 def interactions() -> list[Interaction]:
     vision_model = str(DEIT) if DEIT.is_dir() else "vit-tiny"
     return [
@@ -416,6 +442,8 @@ def interactions() -> list[Interaction]:
             press_key(lambda i: "ArrowLeft" if i % 2 else "ArrowRight"),
             window=PROJECTOR,
         ),
+        # Issue 36: 0.6 s on a quiet machine, 6.6 s under load, before its work (measured by a lecturer).
+        Interaction("heads-click", "Does this head matter?: grid click (SmolLM2)", "/heads", None, 0.6, click_head),
     ]
 
 
@@ -468,7 +496,7 @@ class Studies:
 
 def measure(chosen: list[Interaction], runs: int, url: str, browser, pass_file: Path) -> None:
     for it in chosen:
-        page = browser.new_page(viewport={"width": it.window[0], "height": it.window[1]})
+        page = browser.new_page(viewport=it.window or WINDOW)
         wire = Wire()
         wire.attach(page)
         cdp = page.context.new_cdp_session(page)
@@ -555,7 +583,7 @@ def profile(it: Interaction, runs: int, url: str, browser, pass_file: Path, out:
     sampled: where the server's Python time goes); prints the heaviest functions."""
     pid = int(Path(str(pass_file) + ".pid").read_text())
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
-    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page = browser.new_page(viewport=WINDOW)
     wire = Wire()
     wire.attach(page)
     cdp = page.context.new_cdp_session(page)
@@ -599,6 +627,14 @@ def summarise(folded: Path, out: Path, top: int = 30) -> None:
     print(f"(profile: {out})")
 
 
+def chosen_interactions(only: list[str] | None, present: bool) -> list[Interaction]:
+    """The interactions named (all when none is), each page in presenter mode when `present`."""
+    chosen = [it for it in interactions() if not only or it.name in only]
+    for it in chosen if present else []:
+        it.path += ("&" if "?" in it.path else "?") + "present=1"
+    return chosen
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=7)
@@ -609,10 +645,16 @@ def main() -> None:
         action="store_true",
         help="measure again while another browser session studies heads without pause (issue 34), and compare",
     )
+    parser.add_argument(
+        "--window", default="1400x1000", help="the browser window, WIDTHxHEIGHT (a projector's: 1280x720)"
+    )
+    parser.add_argument("--present", action="store_true", help="every page in presenter mode (?present=1)")
     args = parser.parse_args()
+    width, height = (int(n) for n in args.window.lower().split("x"))
+    WINDOW.update(width=width, height=height)
     from playwright.sync_api import sync_playwright
 
-    chosen = [it for it in interactions() if not args.only or it.name in args.only]
+    chosen = chosen_interactions(args.only, args.present)
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         (folder / "sitecustomize.py").write_text(SITECUSTOMIZE)
@@ -628,7 +670,7 @@ def main() -> None:
             loads.append(f"end: {load()}")
             report(chosen, loads)
             if args.beside_studies:
-                beside = [it for it in interactions() if it.name in {c.name for c in chosen}]
+                beside = chosen_interactions(args.only, args.present)
                 print(f"\nThe same, while another student studies heads on SmolLM2 without pause ({load()})")
                 with Studies(url) as studies:
                     measure(beside, args.runs, url, browser, pass_file)

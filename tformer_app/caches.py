@@ -29,6 +29,7 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Generic, TypeVar, cast
@@ -66,6 +67,9 @@ from .work import POLL_S, Busy, Job, WorkQueue
 
 Progress = Callable[[float, str], None]
 ResultT = TypeVar("ResultT")
+PROGRESS_AFTER_S = 0.5  # `result`'s bar: drawn once a computation has taken this long
+BAR_EVERY_S = 0.1  # and redrawn at most this often
+_REPORT: ContextVar[Progress | None] = ContextVar("tformer_report", default=None)  # `reporting`
 RETRY_AFTER_S = 300.0  # a failed load is not tried again for this long (an unreachable hub costs seconds a try)
 # Freed memory the process may keep for reuse before it is handed back to the OS: more saves page faults on the
 # next pass (a few percent of a BERT-base pass), less keeps the resident size closer to what the caches hold.
@@ -212,17 +216,25 @@ def cached_model(source: str, progress: Progress | None = None) -> tc.TracedMode
 
 
 @contextlib.contextmanager
-def progress_bar() -> Iterator[Progress]:
+def progress_bar(after_s: float = 0.0) -> Iterator[Progress]:
     """A progress bar in the page for work other sessions may be waiting on (a model load, many pictures),
     removed afterwards. A rerun asked for meanwhile (a click, a key) reaches the script where the bar is drawn:
     it is held until the work is done and raised then, so the work is not thrown away, for this session or
-    for the others waiting on it."""
+    for the others waiting on it.
+
+    after_s: drawn only once the work has taken this long (a click's ablation: a bar that came and went within
+    half a second would only flicker), then at most every BAR_EVERY_S (a report per layer)."""
     slot = st.empty()
     held: list[ScriptControlException] = []
+    started, drawn = time.monotonic(), [0.0]
 
     def progress(fraction: float, message: str) -> None:
         if held:
             return
+        now = time.monotonic()
+        if after_s and (now - started < after_s or now - drawn[0] < BAR_EVERY_S):
+            return
+        drawn[0] = now
         try:
             slot.progress(min(max(fraction, 0.0), 1.0), text=escape(message))
         except ScriptControlException as stop:
@@ -341,6 +353,15 @@ def _token_distance(model: tc.TracedModel, text: str) -> tuple[Any, float]:
     return distance.token_distances(trace), distance.uniform_token_distance(trace)
 
 
+def _head_ablation(model: tc.TracedModel, kind: str, output: int | None, head: Head, inputs: tuple) -> hm.Ablation:
+    """One head ablated (hm.ablation), reading the clean trace of the input's study when this server holds it (the
+    page that asks has drawn its grid from it): a click on the grid costs one pass, not two. Its progress goes to
+    the page that asked (`reporting`)."""
+    study = _results.peek(_study_key(kind, model.source, inputs))
+    clean = study.trace if isinstance(study, hm.HeadStudy) and study.output == output else None
+    return hm.ablation(model, kind, inputs, output, head, clean=clean, progress=reporting())
+
+
 # kind -> function(model, *args).
 COMPUTATIONS: dict[str, Callable[..., Any]] = {
     "text": _trace_text,  # (text, second segment or None) -> Trace
@@ -367,8 +388,8 @@ COMPUTATIONS: dict[str, Callable[..., Any]] = {
     "detr": dv.analyse,
     # Does this head matter?: (study kind, output id or None, stack, layer, head, *the study's inputs) ->
     # hm.Ablation, one head ablated. (The studies, patching grids and induction heads are long work: `computed`.)
-    "heads_ablation": lambda model, kind, output, stack, layer, head, *inputs: hm.ablation(
-        model, kind, inputs, output, Head(stack, layer, head)
+    "heads_ablation": lambda model, kind, output, stack, layer, head, *inputs: _head_ablation(
+        model, kind, output, Head(stack, layer, head), inputs
     ),
     "heads_lens": lambda model, kind, output, *inputs: hm.lens_of(kind, model, inputs, output),
 }
@@ -488,9 +509,30 @@ def view_lens(source: str, kind: str, inputs: tuple, output: int) -> Request[Any
     return Request("heads_lens", source, (kind, int(output), *inputs))
 
 
-def result(request: Request[ResultT]) -> ResultT:
-    """What `request` computes, once per request for the whole server (a pass waits for a free slot)."""
-    return cast(ResultT, cached(request.kind, request.source, *request.args))
+def result(request: Request[ResultT], label: str | None = None) -> ResultT:
+    """What `request` computes, once per request for the whole server (a pass waits for a free slot).
+
+    label: while this page computes it, a progress bar saying so once it has taken PROGRESS_AFTER_S (a quicker
+    one draws nothing), moved by what the computation reports (`reporting`: a head ablation, layer by layer)."""
+    if label is None or _results.peek(_request_key(request)) is not None:
+        return cast(ResultT, cached(request.kind, request.source, *request.args))
+    with progress_bar(after_s=PROGRESS_AFTER_S) as progress:
+        token = _REPORT.set(lambda fraction, message: progress(fraction, f"{label} {message}".strip()))
+        try:
+            progress(0.0, "")  # said once the bar shows: the work may wait for a pass slot first
+            return cast(ResultT, cached(request.kind, request.source, *request.args))
+        finally:
+            _REPORT.reset(token)
+
+
+def reporting() -> Progress | None:
+    """Where a computation that `result(request, label)` runs reports (fraction, message): the page's bar; None
+    when nobody shows its progress (another caller, a test)."""
+    return _REPORT.get()
+
+
+def _request_key(request: Request[Any]) -> tuple:
+    return ("result", request.kind, request.source, *_key(request.args))
 
 
 def _key(args: tuple) -> tuple:
@@ -524,7 +566,7 @@ def cached(kind: str, source: str, *args: Any) -> Any:
         model = cached_model(source)  # a load waits for no pass slot
         return in_turn(lambda: COMPUTATIONS[kind](model, *args))
 
-    return _results.get_or_compute(("result", kind, source, *_key(args)), compute)
+    return _results.get_or_compute(_request_key(Request(kind, source, args)), compute)
 
 
 # ---- what a view derives from a computed result --------------------------------------------------------
@@ -651,6 +693,11 @@ def sample_pictures() -> dict[str, bytes]:
     return _results.get_or_compute(("samples", dirs), samples.samples)
 
 
+def digit_pictures() -> dict[str, bytes]:
+    """A test picture of each digit (tformer_views.samples.digit_samples), made once per server."""
+    return cast(dict[str, bytes], _results.get_or_compute(("digit-samples",), samples.digit_samples))
+
+
 # ---- long work, in its own queue, with a progress bar ------------------------------------------------
 SESSION_ID = "_tformer.session_id"  # session state: this browser session's id (its long work, its training)
 
@@ -691,10 +738,19 @@ def computed(
 
 def head_study(source: str, model: tc.TracedModel, kind: str, inputs: tuple) -> hm.HeadStudy:
     """Every head of `model` ablated on one input (tformer_views.head_matters.study), as long work: refused before
-    it runs when it would compute more than TFORMER_REQUEST_GFLOP (a 120-word text on SmolLM2: 4.9 TFLOP)."""
+    it runs when it would compute more than TFORMER_REQUEST_GFLOP (a 120-word text on SmolLM2: 4.9 TFLOP).
+
+    Once per (kind, model, input) for the whole server: a class opening the lecturer's link runs one study, and
+    every student after the first gets it at once, from the results' cache."""
     cost = lambda: hm.study_cost(kind, model, inputs, SETTINGS.request_flops)  # noqa: E731
     compute = lambda progress: hm.study(kind, model, *inputs, progress=progress)  # noqa: E731
-    return computed(("heads", kind, source, *inputs), compute, "Ablating every head, one batch row each…", cost)
+    label = "Ablating every head, one batch row each…"
+    return cast(hm.HeadStudy, computed(_study_key(kind, source, inputs)[1:], compute, label, cost))
+
+
+def _study_key(kind: str, source: str, inputs: tuple) -> tuple:
+    """The results cache's key of a head study (`computed`'s)."""
+    return ("computed", "heads", kind, source, *_key(inputs))
 
 
 def head_patching(source: str, model: tc.TracedModel, a: str, b: str) -> Any:
@@ -740,6 +796,8 @@ def _waited(job: Job, session: str, label: str) -> Any:
             line = f"{label} Waiting: {place - 1} long computation(s) of other users before yours."
         elif place == 1:
             line = f"{label} Next in line."
+        elif job.message.startswith(label.rstrip("…. ")):  # the work says what the label says, and more
+            line = job.message
         else:
             line = f"{label} {job.message}".strip()
         # Sent when the bar moved, else twice a second: a rerun the student asked for meanwhile (a click) is raised

@@ -535,3 +535,26 @@ def cycle(url: UrlState, name: str, n: int, step: int, carry: tuple[str, int] | 
         url.set(name, value % n)
 
     return url.callback(act)
+
+
+# ---- a page's first screen on a projector -----------------------------------------------------------------
+SCREEN_PAD_PX = 88  # the main column's padding in presenter mode (PRESENTER_CSS): 1280 px leave a room of 1192
+
+
+def first_line(label: str) -> tuple[Any, Any]:
+    """Presenter mode's one line under a page's title: (the slot for the page's key idea, the page's settings
+    (`settings_box(label)`)); (None, None) outside presenter mode."""
+    settings = settings_box(label)
+    top = _top()
+    return (None, None) if top is None else (top.idea, settings)
+
+
+def folded(settings: Any) -> Any:
+    """A `with` block for a page's inputs: inside `settings_box`'s popover when it gave one, else on the page."""
+    return settings if settings is not None else contextlib.nullcontext()
+
+
+def screen_height() -> int:
+    """The window's height in CSS px, as a 16:9 screen as wide as the room has it (a projector; the browser sends
+    only the main column's width): 720 for a room of 1192 px."""
+    return round((room() + SCREEN_PAD_PX) * 9 / 16)

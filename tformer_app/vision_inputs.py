@@ -18,8 +18,9 @@ from tformer_core.checkpoints.hfconfig import read_json
 from tformer_core.checkpoints.sources import local_models
 from tformer_core.inputs.image_file import MAX_BYTES
 from tformer_core.models.base import TracedModel
+from tformer_views import samples
 
-from .caches import load_model, sample_pictures
+from .caches import digit_pictures, load_model, sample_pictures
 from .markdown import escape
 from .page import once_per_session
 from .url import UrlState
@@ -100,9 +101,17 @@ def choose_vit(url: UrlState) -> tuple[str, ViT | None]:
 
 
 def _default_sample(model: TracedModel, names: list[str]) -> str:
-    """A shape for the shape model, a photo for the others."""
+    """A shape for the shape model, the Train page's fixed digit for a ViT trained there, a photo for the others."""
+    if samples.reads_digits(model) and samples.first_digit() in names:
+        return samples.first_digit()
     prefix = "shapes:" if model.source == FALLBACK_VIT else "photo:"
     return next((n for n in names if n.startswith(prefix)), names[0])
+
+
+def _samples(model: TracedModel) -> dict[str, bytes]:
+    """The sample pictures (name -> file bytes); for a ViT trained on the digits, their test pictures first."""
+    files = sample_pictures()
+    return {**digit_pictures(), **files} if samples.reads_digits(model) else files
 
 
 def choose_image(url: UrlState, model: TracedModel) -> tuple[str, bytes] | None:
@@ -116,7 +125,7 @@ def choose_image(url: UrlState, model: TracedModel) -> tuple[str, bytes] | None:
         key=url.key("from", "sample", choices=list(SOURCES)),
     )
     if kind == "sample":
-        files = sample_pictures()
+        files = _samples(model)
         names = list(files)
         name = st.selectbox("Sample", names, key=url.key("sample", _default_sample(model, names), choices=names))
         return name, files[name]
@@ -141,7 +150,7 @@ def choose_image(url: UrlState, model: TracedModel) -> tuple[str, bytes] | None:
 
 def choose_images(url: UrlState, model: TracedModel) -> list[tuple[str, bytes]]:
     """Several pictures: samples chosen by name (in the link), and any uploads."""
-    files = sample_pictures()
+    files = _samples(model)
     names = list(files)
     default = [n for n in names if n.startswith("photo:")] + [n for n in names if n.startswith("shapes:")]
     chosen_key = url.key("samples", default, choices=names)  # a link's unknown names are left out, and said

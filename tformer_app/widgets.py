@@ -29,6 +29,7 @@ KINDS = {
     "vit": vit.MODEL_TYPES,
 }
 NEEDS_INTERNET = " (needs the internet)"
+TRAINED_HERE = " (trained in this session)"
 
 
 def local_model_names_of(kinds: Sequence[str] | None) -> list[str]:
@@ -62,6 +63,8 @@ def needs_internet(source: str) -> bool:
     """True for a hub id this server cannot load now: the hub is off or unreachable and its files are not in
     the hub's local cache (a bundled model or a local folder never needs it)."""
     if source in BUNDLED_TEXT or source in BUNDLED_MODELS or source == OTHER or looks_like_path(source):
+        return False
+    if session_models.is_session_name(source):  # trained on the Train page: in this session's memory
         return False
     if not hub_unreachable():
         return False
@@ -130,7 +133,7 @@ def choose_model(
         options,
         key=choice_key,
         help=help,
-        format_func=lambda o: "Another hub id or local folder…" if o == OTHER else o + NEEDS_INTERNET * offline(o),
+        format_func=lambda o: "Another hub id or local folder…" if o == OTHER else o + _note(o, offline(o)),
     )
     source = choice
     if choice == OTHER:
@@ -138,6 +141,13 @@ def choose_model(
         source = typed.strip() or default
     url.set("model", source)
     return source
+
+
+def _note(option: str, offline: bool) -> str:
+    """What the model list says after a model's name: trained in this session, or that it needs the internet."""
+    if session_models.is_session_name(option):
+        return TRAINED_HERE
+    return NEEDS_INTERNET if offline else ""
 
 
 def following_choice(

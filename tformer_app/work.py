@@ -220,11 +220,15 @@ class WorkQueue:
         while True:
             job = self._next()
             state = self._run(job)
-            with self._lock:
-                self._running.remove(job)
-                self._finish(job, state)
-            if state == "done" and self.on_done is not None:
-                self.on_done(job.key, job.value)
+            try:
+                # Stored before its waiters wake: what their page asks next may read it (the click's ablation on
+                # /heads reads the study's clean trace from the cache; stored after, the first one ran it again).
+                if state == "done" and self.on_done is not None:
+                    self.on_done(job.key, job.value)
+            finally:
+                with self._lock:
+                    self._running.remove(job)
+                    self._finish(job, state)
 
     def _run(self, job: Job) -> str:
         looked = [time.monotonic()]

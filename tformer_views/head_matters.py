@@ -10,7 +10,8 @@
 
 One study per kind: next-token (CausalLM), translation's next target word (EncoderDecoderModel), class (ViT),
 two sentences' similarity (an encoder without a head, e.g. MiniLM). Each is computed once per input (the page
-caches it); ablating a chosen head is three more passes. A study keeps arrays and labels, not the model.
+caches it); ablating a chosen head is one more pass (a similarity's two, and the clean one when the caller has
+no clean trace). A study keeps arrays and labels, not the model.
 """
 
 from __future__ import annotations
@@ -21,13 +22,14 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import torch
 from PIL import Image
 
 from tformer_core import lens as lens_mod
 from tformer_core import probes, workload
 from tformer_core.errors import InputError
 from tformer_core.inputs.image_file import read_image
-from tformer_core.interventions import Head, ablate_heads, intervene
+from tformer_core.interventions import Edit, Head, ablate_heads, intervene
 from tformer_core.models.base import TracedModel
 from tformer_core.models.kinds import CausalLM, EncoderDecoderModel, EncoderModel, VisionModel
 from tformer_core.patching import ResidualPatching, UnequalInputs, residual_patching, unequal_inputs_message
@@ -300,24 +302,75 @@ def _display(tokens: tuple[tuple[str, ...], tuple[str, ...]]) -> tuple[tuple[str
     return tuple(display_token(t) for t in tokens[0]), tuple(display_token(t) for t in tokens[1])
 
 
-def ablation(model: TracedModel, kind: str, inputs: tuple, output: int | None, head: Head) -> Ablation:
+def ablation(
+    model: TracedModel,
+    kind: str,
+    inputs: tuple,
+    output: int | None,
+    head: Head,
+    clean: Trace | None = None,
+    progress: Progress | None = None,
+) -> Ablation:
     """`head` ablated in a study's input (`study.kind, study.inputs, study.output`): the number measured, the
-    prediction, and the attention of the head and of the head that changed most (three passes: the probe, a
-    traced one under the ablation, the clean trace)."""
+    prediction, and the attention of the head and of the head that changed most.
+
+    One traced pass under the ablation: the number is read off its output as the study's probe reads it (a
+    similarity's cosine needs the probe's own pass of both sentences: one more). clean: the input's clean trace
+    when the caller has it (the study's, compact: a page's click costs one pass), else traced here (one more).
+    progress(fraction, message): as each layer of each pass runs."""
     edits = ablate_heads([head])
-    value = float(probe_of(kind, model, inputs, output).measure(edits)[0])
-    with intervene(edits):
+    passes = 1 + (output is None) + (clean is None)
+    ticks, step = _layer_ticks(model, passes, progress)
+    step("the pass without it")
+    with intervene([*edits, *ticks]):
         ablated_trace = trace_of(kind, model, inputs)
-    clean = trace_of(kind, model, inputs)
     if output is None:
+        step("the two sentences' cosine without it")
+        value = float(probe_of(kind, model, inputs, output).measure([*edits, *ticks])[0])
         prediction = [("cosine similarity", value)]
     else:
+        value = _probability(ablated_trace, output)
         prediction = [(display_token(label), p) for label, p in ablated_trace.predictions(5)]
+    if clean is None:
+        step("the pass with every head, to compare")
+        with intervene(ticks):
+            clean = trace_of(kind, model, inputs)
     labels = {} if clean.kind == "vit" else {s: _display(clean.tokens_for(s)) for s in clean.attention_stacks}
     later, changed = _most_changed(clean, ablated_trace, head)
     before = None if later is None else _shown(clean, later)
     after = None if later is None else _shown(ablated_trace, later)
     return Ablation(head, value, prediction, _shown(clean, head), labels, later, before, after, changed)
+
+
+def _probability(trace: Trace, output: int) -> float:
+    """The softmax probability of `output` at the trace's last position (a ViT: of its class), in float64 as the
+    probes compute it: the same number as the study's probe under the same edits."""
+    logits = trace.activations["head.logits"]
+    row = logits if logits.ndim == 1 else logits[-1]
+    return float(torch.softmax(row.double(), dim=-1)[int(output)])
+
+
+def _layer_ticks(
+    model: TracedModel, passes: int, progress: Progress | None
+) -> tuple[list[Edit], Callable[[str], None]]:
+    """(identity edits at each layer's input that report the layers run so far over `passes` passes, step(message):
+    call before each pass, it says what the pass is for). No edits without `progress`."""
+    if progress is None:
+        return [], lambda message: None
+    layers = {s: n for s, (n, _) in probes.study_heads(model).items() if s != "cross"}  # cross: in decoder layers
+    total = max(passes * sum(layers.values()), 1)
+    done, said = [0], [""]
+
+    def tick(x: torch.Tensor) -> torch.Tensor:
+        done[0] += 1  # a sentence pair's probe runs each layer twice: the fraction stops at 1
+        progress(min(done[0] / total, 1.0), said[0])
+        return x
+
+    def step(message: str) -> None:
+        said[0] = message
+        progress(min(done[0] / total, 1.0), message)
+
+    return [Edit(f"{s}.{layer}.resid_pre", tick) for s, n in layers.items() for layer in range(n)], step
 
 
 def lens_of(kind: str, model: TracedModel, inputs: tuple, output: int) -> lens_mod.LogitLens:

@@ -1,6 +1,7 @@
 """Sample pictures the vision pages offer, the same on every machine, and any configured image folders.
 
     samples()   # {"photo: cat": bytes, "photo: coffee": bytes, "shapes: circle": bytes, ..., "<folder>/<file>": bytes}
+    digit_samples()   # {"digit: 0": bytes, ...}: for a ViT trained on the Train page's digits (`reads_digits`)
 
 Photos: `assets/samples/` (public-domain / CC0, see its README). Shapes: one generated scene per class
 of the bundled vit-tiny, the kind of picture it was trained on. Folders: TFORMER_IMAGE_DIRS.
@@ -13,10 +14,12 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from tformer_core import settings
+from tformer_core import classroom, settings
+from tformer_core.bundled import corpora
 from tformer_core.bundled.data import SHAPE_CLASSES, make_scenes
 from tformer_core.bundled.loading import ASSETS_DIR
 from tformer_core.inputs.image_file import MAX_BYTES
+from tformer_core.models.base import TracedModel
 
 from .pictures import to_png
 
@@ -64,3 +67,28 @@ def _folder_samples() -> list[tuple[str, bytes]]:
 def samples() -> dict[str, bytes]:
     """Sample pictures by name: the bundled photos, the generated shapes, then any configured image folders."""
     return dict(_photos() + _shape_samples() + _folder_samples())
+
+
+def reads_digits(model: TracedModel) -> bool:
+    """True for a ViT trained on the Train page's handwritten digits (8 x 8 pictures, its own preprocessing)."""
+    return getattr(model, "preprocessing", None) == classroom.DIGIT_PREPROCESSING
+
+
+def digit_samples() -> dict[str, bytes]:
+    """The first test picture of each digit of the Train page's data set, as such a model reads it: 8 x 8 PNG, ink
+    white on black (grey value ink / 16), "digit: 0" to "digit: 9". The first of the test split (the picture the
+    Train page follows while it trains) is among them: `first_digit` names it."""
+    images, labels = corpora.digits("test")
+    out = {}
+    for digit in range(10):
+        found = (labels == digit).nonzero()[0]
+        if len(found):
+            grey = (images[found[0]].astype(np.float32) * (255 / 16)).round().clip(0, 255).astype(np.uint8)
+            out[f"digit: {digit}"] = to_png(Image.fromarray(grey, "L"))
+    return out
+
+
+def first_digit() -> str:
+    """The name in `digit_samples` of the first test picture: the one the Train page kept the attention for."""
+    _, labels = corpora.digits("test")
+    return f"digit: {int(labels[0])}"

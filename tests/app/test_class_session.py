@@ -449,10 +449,10 @@ def test_a_reveal_whose_ablation_fails_still_reveals_and_says_why(monkeypatch):
     q = open_store().current(sid)
     computed = caches.result
 
-    def failing(request):
+    def failing(request, label=None):
         if request.kind == "heads_ablation" and request.args[3:5] == (0, 0):
             raise RuntimeError("out of memory")
-        return computed(request)
+        return computed(request, label)
 
     monkeypatch.setattr(caches, "result", failing)
     student = ok(app(**{"class": open_store().code(sid)}))

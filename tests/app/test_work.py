@@ -169,3 +169,16 @@ def test_a_failure_is_the_inputs_or_a_bug_logged_once_with_an_id():
     assert a.done.wait(WAIT_S) and b.done.wait(WAIT_S)
     assert a.state == "failed" and isinstance(a.error, InputError) and a.bug is None
     assert b.state == "failed" and b.bug == "abc12345" and [w for w, _ in logged] == ["another study"]
+
+
+def test_a_result_is_stored_before_the_pages_waiting_for_it_wake():
+    """The page that waited reads what the job stored at once (the first ablation after a study of every head reads
+    the study's clean trace from the results cache): on_done runs before the job is done."""
+    seen: list[bool] = []
+    submitted = threading.Event()
+    jobs = []
+    queue = WorkQueue(PassGate(threading.BoundedSemaphore(1)), threads=1)
+    queue.on_done = lambda key, value: seen.append(jobs[0].done.is_set())
+    jobs.append(queue.submit("study", "s1", "a study", lambda progress: submitted.wait(WAIT_S) and 42))
+    submitted.set()
+    assert jobs[0].done.wait(WAIT_S) and jobs[0].value == 42 and seen == [False]

@@ -50,6 +50,11 @@ def test_a_training_is_followed_live_and_opens_in_the_text_page(server_url, page
     settle(page)
     wait_for_text(page, "Test accuracy (1035 sentences never trained on)")
     wait_for_count(page, CHART, 2)  # the curves and the attention snapshot
+    # The snapshot whole in its half of the page (its chart box scrolls what does not fit: 523 px in a 402-px column).
+    snapshot = page.locator(CHART).filter(has=page.locator("svg, canvas")).nth(1)
+    assert snapshot.evaluate("e => e.scrollWidth <= e.clientWidth + 1"), snapshot.evaluate(
+        "e => [e.scrollWidth, e.clientWidth]"
+    )
     assert_no_error(page)
     screenshot(page, screenshots / "train_done.png")
     click(page.get_by_role("button", name="in Text attention"))

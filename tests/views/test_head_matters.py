@@ -47,6 +47,34 @@ def test_ablating_a_head_gives_the_grids_value_and_the_attention_it_changes():
     assert hm.ablation(model, "text", (A,), study.output, Head("decoder", 1, 0)).downstream is None
 
 
+def test_an_ablation_given_the_clean_trace_runs_one_pass_and_reports_it_layer_by_layer():
+    """A page's click: the study's (compact) clean trace is reused, one pass runs under the ablation, and its
+    progress comes layer by layer up to done; without the clean trace, two passes, the same answer."""
+    model = tiny_llama().double()
+    study = hm.study("text", model, A)
+    head = Head("decoder", 0, 1)
+    seen: list[tuple[float, str]] = []
+    passes = []
+    handle = model.register_forward_pre_hook(lambda module, args: passes.append(1))
+    try:
+        quick = hm.ablation(
+            model, "text", study.inputs, study.output, head, clean=study.trace, progress=lambda *a: seen.append(a)
+        )
+        assert len(passes) == 1
+        full = hm.ablation(model, "text", study.inputs, study.output, head)
+        assert len(passes) == 3
+    finally:
+        handle.remove()
+    fractions = [f for f, _ in seen]
+    assert fractions == sorted(fractions) and fractions[-1] == pytest.approx(1.0)
+    assert len(seen) == 1 + 2  # the pass said, then each of the 2 layers
+    assert (
+        quick.value == pytest.approx(full.value, abs=1e-12) == pytest.approx(study.importance.scores["decoder"][0, 1])
+    )
+    np.testing.assert_allclose(quick.own, full.own, atol=1e-12)
+    assert quick.downstream == full.downstream and quick.changed == pytest.approx(full.changed, abs=1e-12)
+
+
 def test_an_encoder_head_ablated_changes_the_cross_attention_of_a_translator():
     model = tiny_seq2seq().double()
     study = hm.study("translation", model, A)
