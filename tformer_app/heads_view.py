@@ -209,7 +209,8 @@ def effect(
         return None
     change = result.value - study.importance.clean
     digits = decimals(change)
-    st.metric(f"{study.what} with {result.head} ablated", f"{result.value:.{digits}f}", f"{change:+.{digits}f}")
+    label = f"{escape(study.what)} with {escape(str(result.head))} ablated"  # Markdown: a token may hold * or _
+    st.metric(label, f"{result.value:.{digits}f}", f"{change:+.{digits}f}")
     head_keys(url, "", *shape)
     st.markdown(f"**The prediction with {escape(str(result.head))} ablated**")
     prediction(study, result.prediction)
