@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from tformer_app import caches, heads_experiments, heads_view, vision_inputs
+from tformer_app import caches, heads_experiments, heads_view, presenter, vision_inputs
 from tformer_app.markdown import escape
 from tformer_app.page import run_page, run_safely
 from tformer_app.url import UrlState
@@ -36,7 +36,7 @@ def main() -> None:
 
 def page(url: UrlState) -> None:
     top = heads_view.top()
-    with heads_view.folded(top.settings):
+    with presenter.folded(top.settings):
         source = choose_model(
             url,
             SUGGESTIONS,
@@ -51,7 +51,7 @@ def page(url: UrlState) -> None:
     if model.path != "tformer" or model.kind not in ("decoder", "encoder-decoder", "vit", "encoder"):
         st.warning(f"**{escape(source)}** cannot be intervened on here: choose one of {', '.join(SUGGESTIONS)}.")
         return
-    with heads_view.folded(top.settings):
+    with presenter.folded(top.settings):
         asked = _inputs(url, model)
     if asked is None:
         return

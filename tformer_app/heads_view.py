@@ -4,7 +4,7 @@ each head's direct share of the logit and the logit lens. Streamlit drawing only
 tformer_views.head_matters, computed through tformer_app.caches (once per input for the whole server).
 
     top = heads_view.top()                          # presenter mode: the key idea's line and the folded settings
-    with heads_view.folded(top.settings): ...       # a page's inputs: in the settings, or on the page
+    with presenter.folded(top.settings): ...        # a page's inputs: in the settings, or on the page
     heads_view.show(url, source, study, top)        # everything else
 
 On a projector (presenter mode) the first screen holds the title, one line with the key idea and the closed
@@ -68,11 +68,6 @@ def top() -> Top:
     return Top(*presenter.first_line("Model, input and head"))
 
 
-def folded(settings: Any) -> Any:
-    """A `with` block for widgets: inside presenter mode's closed settings, else on the page."""
-    return presenter.folded(settings)
-
-
 def key_idea(what: str) -> str:
     """The page's key idea in one line (Markdown, escaped), for the number the study measures."""
     return f"Each head switched off in turn: the colour is how far **{escape(what)}** drops."
@@ -85,7 +80,7 @@ def show(url: UrlState, source: str, study: hm.HeadStudy, top: Top) -> None:
         prediction(study)
     stacks = list(study.importance.effects)
     first = study.importance.ranked()[0][0]  # the page opens on the head that matters most, in its stack
-    with folded(top.settings):
+    with presenter.folded(top.settings):
         stack = st.radio("Attention", stacks, horizontal=True, key=url.key("stack", first.stack, choices=stacks))
     effects = hm.grid(study, stack, "ablation")
     layers, heads = effects.shape
@@ -118,7 +113,7 @@ def show(url: UrlState, source: str, study: hm.HeadStudy, top: Top) -> None:
         downstream(chosen)
     if presenting:
         prediction(study)
-    attribution_and_lens(url, study, stack)
+    attribution_and_lens(study, stack)
 
 
 def _head_boxes(keys: tuple[str, str], shape: tuple[int, int]) -> None:
@@ -163,8 +158,8 @@ def look_of(layers: int, heads: int, box: tuple[int, int], presenting: bool) -> 
 
 def draw_grid(
     url: UrlState, study: hm.HeadStudy, stack: str, effects: np.ndarray, chosen: tuple[int, int], share: float
-) -> dict:
-    """The ablation grid, clickable (a click chooses that head), the chosen head outlined; returns its spec."""
+) -> None:
+    """The ablation grid in `share` of the main column, clickable (a click chooses that head), `chosen` outlined."""
     presenting = presenter.presenting()
     screen = presenter.screen_height() if presenting else None
     layers, heads = effects.shape
@@ -185,7 +180,6 @@ def draw_grid(
     downloads.chart(spec, key=chart_key, on_select=url.callback(pick), selection_mode="pair")
     if not look.numbers:
         st.caption("Each head's number: hover over its cell; the chosen head's is beside the grid.")
-    return spec
 
 
 def effect(
@@ -209,7 +203,8 @@ def effect(
         return None
     change = result.value - study.importance.clean
     digits = decimals(change)
-    st.metric(f"{study.what} with {result.head} ablated", f"{result.value:.{digits}f}", f"{change:+.{digits}f}")
+    label = f"{escape(study.what)} with {escape(str(result.head))} ablated"  # Markdown: a token may hold * or _
+    st.metric(label, f"{result.value:.{digits}f}", f"{change:+.{digits}f}")
     head_keys(url, "", *shape)
     st.markdown(f"**The prediction with {escape(str(result.head))} ablated**")
     prediction(study, result.prediction)
@@ -264,7 +259,7 @@ def prediction(study: hm.HeadStudy, ablated: list[tuple[str, float]] | None = No
     )
 
 
-def attribution_and_lens(url: UrlState, study: hm.HeadStudy, stack: str) -> None:
+def attribution_and_lens(study: hm.HeadStudy, stack: str) -> None:
     """Each head's direct share of the winning logit beside the logit lens (both read from the clean pass)."""
     if study.attribution is None and study.lens is None:
         st.info(f"Direct attribution: {escape(study.note)}")

@@ -220,15 +220,16 @@ class WorkQueue:
         while True:
             job = self._next()
             state = self._run(job)
-            try:
-                # Stored before its waiters wake: what their page asks next may read it (the click's ablation on
-                # /heads reads the study's clean trace from the cache; stored after, the first one ran it again).
-                if state == "done" and self.on_done is not None:
+            # Stored before its waiters wake: what their page asks next may read it (the click's ablation on /heads
+            # reads the study's clean trace from the cache; stored after, the first one ran the clean pass again).
+            if state == "done" and self.on_done is not None:
+                try:
                     self.on_done(job.key, job.value)
-            finally:
-                with self._lock:
-                    self._running.remove(job)
-                    self._finish(job, state)
+                except Exception:  # its waiters still get the result; only the cache missed it
+                    log.exception("long work's result could not be stored: %s", job.label)
+            with self._lock:
+                self._running.remove(job)
+                self._finish(job, state)
 
     def _run(self, job: Job) -> str:
         looked = [time.monotonic()]
