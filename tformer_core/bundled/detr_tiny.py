@@ -59,7 +59,7 @@ DETR_PREPROCESSING = {
     "pixel = (value / 255 - mean) / std, per channel, RGB, (3, H, W)",
 }
 DETR_RECIPE = Recipe(
-    steps=6000, batch_size=32, lr=5e-4, warmup=300, weight_decay=1e-4, betas=(0.9, 0.999), grad_clip=0.1
+    steps=7000, batch_size=32, lr=5e-4, warmup=300, weight_decay=1e-4, betas=(0.9, 0.999), grad_clip=0.1
 )
 # DETR's weights: of the class, L1 and GIoU terms, in the matching cost and in the loss alike; "no object"
 # counts a tenth (most queries have no object: unweighted, they would teach every query to say none).
