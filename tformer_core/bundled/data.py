@@ -446,10 +446,9 @@ def _boxes(coverage: torch.Tensor) -> torch.Tensor:
     """(n, S, S) coverage of one shape per image -> (n, 4) x0, y0, x1, y1 in pixels (x1, y1 exclusive)."""
     on = coverage >= _BOX_COVERAGE
     S = coverage.shape[-1]
-    cols, rows = on.any(1), on.any(2)  # (n, S): some pixel of that column / row is covered
-    first = lambda m: m.float().argmax(1).float()  # noqa: E731 - index of the first True
-    x0, y0 = first(cols), first(rows)
-    x1, y1 = S - first(cols.flip(1)), S - first(rows.flip(1))
+    cols, rows = on.any(1).float(), on.any(2).float()  # (n, S): some pixel of that column / row is covered
+    x0, y0 = cols.argmax(1).float(), rows.argmax(1).float()  # argmax: the first 1
+    x1, y1 = S - cols.flip(1).argmax(1).float(), S - rows.flip(1).argmax(1).float()
     return torch.stack([x0, y0, x1, y1], dim=1)
 
 
