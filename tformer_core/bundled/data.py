@@ -452,6 +452,30 @@ def _boxes(coverage: torch.Tensor) -> torch.Tensor:
     return torch.stack([x0, y0, x1, y1], dim=1)
 
 
+def _place(
+    wanted: torch.Tensor, extent: torch.Tensor, size: int, uniform: Uniform
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Centres (cx, cy (n, K)) for the first wanted[i] shapes of each picture, each shape's square of half-side
+    extent (n, K) inside the picture and apart from the squares placed before it; placed (n, K) says which
+    found room in _PLACEMENT_TRIES draws."""
+    n, K = extent.shape
+    cx, cy = torch.zeros(n, K), torch.zeros(n, K)
+    placed = torch.zeros(n, K, dtype=torch.bool)
+    for k in range(K):
+        e, todo = extent[:, k], wanted > k
+        for _ in range(_PLACEMENT_TRIES):
+            x, y = uniform(n) * (size - 2 * e) + e, uniform(n) * (size - 2 * e) + e
+            apart = ((x[:, None] - cx).abs() >= e[:, None] + extent + _GAP) | (
+                (y[:, None] - cy).abs() >= e[:, None] + extent + _GAP
+            )  # (n, K): this candidate's square and shape j's do not meet
+            ok = todo & ~placed[:, k] & (apart | ~placed).all(1)
+            cx[ok, k], cy[ok, k] = x[ok], y[ok]
+            placed[ok, k] = True
+            if bool((placed[:, k] | ~todo).all()):
+                break
+    return cx, cy, placed
+
+
 def make_detection_scenes(n: int, seed: int, generator: torch.Generator | None = None) -> DetectionScenes:
     """`n` 64 x 64 scenes of 1 to 4 shapes each (reproducible from `seed`, or drawn from `generator`).
 
@@ -470,21 +494,7 @@ def make_detection_scenes(n: int, seed: int, generator: torch.Generator | None =
     labels = torch.randint(len(SHAPE_CLASSES), (n, K), generator=g)
     r = uniform(n, K, low=_DETECTION_HALF_SIZE[0], high=_DETECTION_HALF_SIZE[1])
     extent = _EXTENT_SCALE * r + _EXTENT_PAD  # (n, K): half the side of a square holding the shape
-    cx, cy = torch.zeros(n, K), torch.zeros(n, K)
-    placed = torch.zeros(n, K, dtype=torch.bool)
-    for k in range(K):
-        e, todo = extent[:, k], wanted > k
-        for _ in range(_PLACEMENT_TRIES):
-            x, y = uniform(n) * (S - 2 * e) + e, uniform(n) * (S - 2 * e) + e
-            apart = ((x[:, None] - cx).abs() >= e[:, None] + extent + _GAP) | (
-                (y[:, None] - cy).abs() >= e[:, None] + extent + _GAP
-            )  # (n, K): this candidate's square and shape j's do not meet
-            ok = todo & ~placed[:, k] & (apart | ~placed).all(1)
-            cx[ok, k], cy[ok, k] = x[ok], y[ok]
-            placed[ok, k] = True
-            if bool((placed[:, k] | ~todo).all()):
-                break
-
+    cx, cy, placed = _place(wanted, extent, S, uniform)
     background, base = _background(n, S, uniform, g)
     images = background
     boxes = torch.zeros(n, K, 4)
