@@ -117,16 +117,18 @@ GUIDE = [
     (
         "app_pages/mae.py",
         "Masked autoencoder",
-        "a random 75 % of the patches masked on your picture (a seed chooses which; offline too); with a "
-        "ViT-MAE checkpoint (facebook/vit-mae-base online, or a local folder) the decoder's reconstruction "
-        "and the squared error per masked patch",
+        "opens offline on the bundled mae-tiny and a generated shape: a random 75 % of the patches masked (a "
+        "seed chooses which), the decoder's reconstruction and the squared error per masked patch, the model's "
+        "measured quality in one line; facebook/vit-mae-base online, or a local ViT-MAE folder, on any picture "
+        "(a hub model that cannot be had: the masking alone)",
     ),
     (
         "app_pages/detr.py",
         "DETR: detection",
-        "with a DETR checkpoint (facebook/detr-resnet-50 online, or a local folder; offline the page says "
-        "what it needs): the object queries' boxes and classes, each query's cross-attention over the "
-        "picture, the decoder's self-attention between the queries",
+        "opens offline on the bundled detr-tiny and a generated scene of shapes; facebook/detr-resnet-50 "
+        "online, or a local DETR folder: the object queries' boxes and classes, each query's cross-attention "
+        "over the picture, the decoder's self-attention between the queries, the bundled model's measured "
+        "quality in one line",
     ),
     (
         "app_pages/head_matters.py",

@@ -100,12 +100,19 @@ def choose_vit(url: UrlState) -> tuple[str, ViT | None]:
     return source, model
 
 
+# The sample each bundled model opens on: the kind of picture it was trained on.
+BUNDLED_SAMPLES = {FALLBACK_VIT: "shapes: circle", "mae-tiny": "shapes: circle", "detr-tiny": "scene: 3 shapes"}
+
+
 def _default_sample(model: TracedModel, names: list[str]) -> str:
-    """A shape for the shape model, the Train page's fixed digit for a ViT trained there, a photo for the others."""
+    """The bundled models' own kind of picture (a shape, a scene of shapes), the Train page's fixed digit for a ViT
+    trained there, a photo for the others."""
     if samples.reads_digits(model) and samples.first_digit() in names:
         return samples.first_digit()
-    prefix = "shapes:" if model.source == FALLBACK_VIT else "photo:"
-    return next((n for n in names if n.startswith(prefix)), names[0])
+    own = BUNDLED_SAMPLES.get(model.source)
+    if own in names:
+        return str(own)
+    return next((n for n in names if n.startswith("photo:")), names[0])
 
 
 def _samples(model: TracedModel) -> dict[str, bytes]:

@@ -22,7 +22,7 @@ from tformer_core.models.detr import DETR
 from tformer_core.numerics import softmax
 from tformer_core.trace import Trace, to_host
 
-from .pictures import label_font
+from .pictures import enlarged, label_font
 
 COLOURS = (
     (230, 25, 75),
@@ -94,14 +94,17 @@ def detections(r: DetrResult, threshold: float) -> list[Detection]:
 
 
 def boxes_picture(r: DetrResult, found: list[Detection], chosen: int | None = None) -> Image.Image:
-    """The picture with a box per detection (the chosen query's drawn thicker), labelled query: class."""
-    image = r.image.convert("RGB").copy()
+    """The picture with a box per detection (the chosen query's drawn thicker), labelled query: class. A small
+    picture (the bundled DETR's 64 px) is enlarged first, pixel-exact, so that lines and labels stay thin."""
+    image = enlarged(r.image.convert("RGB"))  # convert: a new picture (the cached result's is shared, never drawn on)
+    k = image.width / r.image.width
     draw, font = ImageDraw.Draw(image), label_font(max(12, image.width // 60))
     for i, d in enumerate(found):
         colour = COLOURS[i % len(COLOURS)]
-        draw.rectangle(d.box, outline=colour, width=6 if d.query == chosen else 3)
+        box = tuple(v * k for v in d.box)
+        draw.rectangle(box, outline=colour, width=6 if d.query == chosen else 3)
         text = f"q{d.query}: {d.label} {d.probability:.2f}"
-        draw.text((d.box[0] + 4, d.box[1] + 2), text, fill=colour, font=font, stroke_width=2, stroke_fill="white")
+        draw.text((box[0] + 4, box[1] + 2), text, fill=colour, font=font, stroke_width=2, stroke_fill="white")
     return image
 
 

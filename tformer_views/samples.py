@@ -1,10 +1,12 @@
 """Sample pictures the vision pages offer, the same on every machine, and any configured image folders.
 
-    samples()   # {"photo: cat": bytes, "photo: coffee": bytes, "shapes: circle": bytes, ..., "<folder>/<file>": bytes}
+    samples()   # {"photo: cat": bytes, ..., "shapes: circle": bytes, ..., "scene: 3 shapes": bytes, ...,
+                #  "<folder>/<file>": bytes}
     digit_samples()   # {"digit: 0": bytes, ...}: for a ViT trained on the Train page's digits (`reads_digits`)
 
 Photos: `assets/samples/` (public-domain / CC0, see its README). Shapes: one generated scene per class
-of the bundled vit-tiny, the kind of picture it was trained on. Folders: TFORMER_IMAGE_DIRS.
+of the bundled vit-tiny (and mae-tiny), the kind of picture they were trained on. Scenes: generated scenes of
+2, 3 and 4 shapes, the kind the bundled detr-tiny was trained on. Folders: TFORMER_IMAGE_DIRS.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from PIL import Image
 
 from tformer_core import classroom, settings
 from tformer_core.bundled import corpora
-from tformer_core.bundled.data import SHAPE_CLASSES, make_scenes
+from tformer_core.bundled.data import SHAPE_CLASSES, make_detection_scenes, make_scenes
 from tformer_core.bundled.loading import ASSETS_DIR
 from tformer_core.inputs.image_file import MAX_BYTES
 from tformer_core.models.base import TracedModel
@@ -48,6 +50,22 @@ def _shape_samples() -> list[tuple[str, bytes]]:
     return out
 
 
+def _detection_samples() -> list[tuple[str, bytes]]:
+    """Scenes of 3, 4 and 2 shapes of different classes (the kind of picture the bundled detr-tiny was trained on):
+    for each count, the first such scene of a fixed draw."""
+    scenes = make_detection_scenes(32, seed=2024)
+    out = []
+    for count in (3, 4, 2):
+        index = next(
+            i
+            for i in range(len(scenes.counts))
+            if int(scenes.counts[i]) == count and len(set(scenes.objects(i)[0].tolist())) == count
+        )
+        pixels = (scenes.images[index].permute(1, 2, 0).numpy() * 255).round().astype(np.uint8)
+        out.append((f"scene: {count} shapes", to_png(Image.fromarray(pixels))))
+    return out
+
+
 def _folder_samples() -> list[tuple[str, bytes]]:
     out: list[tuple[str, bytes]] = []
     for folder in image_dirs():
@@ -65,8 +83,9 @@ def _folder_samples() -> list[tuple[str, bytes]]:
 
 
 def samples() -> dict[str, bytes]:
-    """Sample pictures by name: the bundled photos, the generated shapes, then any configured image folders."""
-    return dict(_photos() + _shape_samples() + _folder_samples())
+    """Sample pictures by name: the bundled photos, the generated shapes and scenes, then any configured image
+    folders."""
+    return dict(_photos() + _shape_samples() + _detection_samples() + _folder_samples())
 
 
 def reads_digits(model: TracedModel) -> bool:

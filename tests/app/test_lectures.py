@@ -1,5 +1,6 @@
 """The pages of issue 26 through AppTest: Attention before Transformers, Inductive bias, Masked autoencoder,
-DETR and Train (its queue, its session models), with the numbers each shows checked against the core."""
+DETR and Train (its queue, its session models), with the numbers each shows checked against the core. The MAE
+and DETR pages open offline on the bundled mae-tiny and detr-tiny (issue 36)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,11 @@ from tests.app.pages import PAGES, charts, messages, no_exception, run
 from tests.core.hf_helpers import DEIT
 from tests.core.test_mae_detr import save_tiny_detr, save_tiny_mae
 from tformer_app import training
-from tformer_core import classroom
+from tformer_app.presenter import PRESENT
+from tformer_core import bundled, classroom
+from tformer_views import detection as dv
+from tformer_views import mae as mv
+from tformer_views import samples
 
 needs_deit = pytest.mark.skipif(
     not DEIT.is_dir(), reason=f"the shared DeiT-Tiny is not at {DEIT} (only CI has ../shared)"
@@ -89,10 +94,28 @@ def test_shifting_by_whole_patches_moves_the_embeddings_and_still_changes_the_pr
 
 
 # ---- MAE and DETR ----------------------------------------------------------------------------------------
-def test_mae_offline_says_what_it_needs_and_still_masks_the_picture():
+def test_mae_opens_offline_on_the_bundled_model_and_rebuilds_the_sample_shape():
     at = run("mae", timeout=120)
     no_exception(at)
-    assert any("needs a ViT-MAE checkpoint" in m for m in messages(at, "info"))
+    assert not at.error and not at.warning
+    assert at.query_params["model"] == "mae-tiny" and at.query_params["sample"] == "shapes: circle"
+    assert any("48 of 64 patches masked (75%); the encoder sees 16" in m.value for m in at.subheader)
+    assert len(at.get("image")) == 5  # the picture, what the encoder sees, two rebuilds, the error
+    caption = next(c for c in messages(at, "caption") if "Mean squared error over the masked patches" in c)
+    model = tc.load_model("mae-tiny", device="cpu")
+    result = mv.analyse(model, samples.samples()["shapes: circle"], "circle.png", seed=0)
+    assert f"**{np.nanmean(mv.patch_errors(result)):.3f}** (normalised pixels" in caption
+    figures = bundled.recorded("mae-tiny")["evaluation"]["masked"]
+    quality = next(c for c in messages(at, "caption") if "trained by this project" in c)
+    assert f"{figures['mean_colour_ratio']:.1f} times smaller" in quality
+    assert any("mae-tiny: a masked autoencoder" in m for m in messages(at, "markdown"))  # the model card
+
+
+def test_mae_with_a_hub_model_that_cannot_be_had_says_what_it_needs_and_still_masks_the_picture():
+    at = run("mae", model="facebook/vit-mae-base", timeout=120)  # tests run with HF_HUB_OFFLINE=1
+    no_exception(at)
+    assert any("Could not load" in e and "facebook/vit-mae-base" in e for e in messages(at, "error"))
+    assert any("needs a masked autoencoder" in m for m in messages(at, "info"))
     assert any("147 of 196 patches masked" in m.value for m in at.subheader)
     assert len(at.get("image")) >= 1
 
@@ -104,12 +127,35 @@ def test_mae_with_a_checkpoint_shows_the_reconstruction_and_its_error(monkeypatc
     assert any("12 of 16 patches masked" in m.value for m in at.subheader)
     caption = next(c.value for c in at.caption if "Mean squared error over the masked patches" in c.value)
     assert "per-patch normalised" in caption  # the tiny model was saved with norm_pix_loss
+    assert not any("trained by this project" in c for c in messages(at, "caption"))  # a user's model: no card
 
 
-def test_detr_offline_says_what_it_needs_and_with_a_checkpoint_shows_queries(monkeypatch, model_folder):
+def test_detr_opens_offline_on_the_bundled_model_and_finds_the_sample_scenes_shapes():
     at = run("detr", timeout=120)
     no_exception(at)
-    assert any("needs a DETR checkpoint" in m for m in messages(at, "info"))
+    assert not at.error and not at.warning
+    assert at.query_params["model"] == "detr-tiny" and at.query_params["sample"] == "scene: 3 shapes"
+    model = tc.load_model("detr-tiny", device="cpu")
+    found = dv.detections(dv.analyse(model, samples.samples()["scene: 3 shapes"], "scene.png"), 0.7)
+    assert len(found) == 3
+    listed = ", ".join(f"q{d.query} {d.label} ({d.probability:.2f})" for d in found)
+    assert any(c == f"3 of 10 object queries found an object: {listed}" for c in messages(at, "caption"))
+    matrix = charts(at)["self-attention between these queries, decoder layer 1"][0]
+    rows = matrix.pivot(index="row", columns="col", values="value").to_numpy()
+    assert rows.shape == (3, 3)
+    np.testing.assert_allclose(rows.sum(-1), 1.0, rtol=1e-5)
+    figures = bundled.recorded("detr-tiny")["evaluation"]
+    quality = next(c for c in messages(at, "caption") if "trained by this project" in c)
+    assert f"{figures['precision']:.1%} of its detections" in quality and f"{figures['recall']:.1%}" in quality
+
+
+def test_detr_with_a_hub_model_that_cannot_be_had_says_what_it_needs_and_with_a_checkpoint_shows_queries(
+    monkeypatch, model_folder
+):
+    at = run("detr", model="facebook/detr-resnet-50", timeout=120)  # tests run with HF_HUB_OFFLINE=1
+    no_exception(at)
+    assert any("Could not load" in e and "facebook/detr-resnet-50" in e for e in messages(at, "error"))
+    assert any("needs a DETR model" in m for m in messages(at, "info"))
     monkeypatch.setenv("TFORMER_MODEL_DIRS", str(model_folder))
     at = run("detr", model=f"{model_folder.name}/tiny-detr", threshold="0.05", query="2", timeout=120)
     no_exception(at)
@@ -117,6 +163,24 @@ def test_detr_offline_says_what_it_needs_and_with_a_checkpoint_shows_queries(mon
     rows = matrix.pivot(index="row", columns="col", values="value").to_numpy()
     np.testing.assert_allclose(rows.sum(-1), 1.0, rtol=1e-5)
     assert any("object queries found an object" in c.value for c in at.caption)
+
+
+@pytest.mark.parametrize(
+    "page, settings, idea, pictures",
+    [
+        ("mae", "Model, picture and masking seed", "The encoder sees only a quarter of the patches", 4),
+        ("detr", "Model, picture, threshold", "Each object query ends as one box and one class", 2),
+    ],
+)
+def test_in_presenter_mode_the_settings_fold_away_and_the_key_idea_leads(page, settings, idea, pictures):
+    at = AppTest.from_file(str(PAGES / f"{page}.py"), default_timeout=120)
+    at.session_state[PRESENT] = True
+    at.run()
+    no_exception(at)
+    assert at.expander[0].label.startswith(settings)  # a closed expander: the first screen is the view's
+    assert any(w.key == f"{page}.model_choice" for w in at.expander[0].selectbox)
+    assert any(m.startswith(f"**{idea}") for m in messages(at, "markdown"))
+    assert len(at.get("image")) == pictures  # in one row (the model card's expander holds none)
 
 
 # ---- Train ---------------------------------------------------------------------------------------------

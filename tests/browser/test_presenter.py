@@ -10,7 +10,17 @@ import json
 import pytest
 from playwright.sync_api import expect
 
-from .helpers import CHART, assert_no_error, click, screenshot, settle, wait_for_count, wait_for_text, wait_for_url
+from .helpers import (
+    CHART,
+    IMAGE,
+    assert_no_error,
+    click,
+    screenshot,
+    settle,
+    wait_for_count,
+    wait_for_text,
+    wait_for_url,
+)
 
 pytestmark = pytest.mark.browser
 
@@ -109,6 +119,26 @@ def test_presenter_mode_opens_on_the_head_view_and_a_key_shows_the_next_head(ser
     page.wait_for_function(f"() => document.querySelector('{CHART} canvas, {CHART} svg')")
     assert chart_picture(page) != before
     screenshot(page, screenshots / "presenter-text-1280.png", width=1280)
+    assert_no_error(page)
+
+
+@pytest.mark.parametrize(
+    "path, pictures, idea",
+    [("mae", 4, "The encoder sees only a quarter of the patches"), ("detr", 2, "Each object query ends as one box")],
+)
+def test_the_mae_and_detr_views_are_whole_on_a_projectors_first_screen(
+    server_url, projector, screenshots, path, pictures, idea
+):
+    """The bundled models offline: the settings folded away, the key idea in one line, then the pictures."""
+    page = projector
+    page.goto(f"{server_url}/{path}?present=1")
+    settle(page)
+    wait_for_count(page, IMAGE, pictures)
+    expect(page.get_by_text(idea, exact=False)).to_be_visible()
+    for i in range(pictures):
+        box = page.locator(IMAGE).nth(i).bounding_box()
+        assert box["y"] >= 0 and box["y"] + box["height"] <= 720, box
+    page.screenshot(path=str(screenshots / f"presenter-{path}-1280x720.png"))
     assert_no_error(page)
 
 

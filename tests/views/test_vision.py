@@ -197,6 +197,7 @@ def test_mean_attention_distances_batch_by_batch_equal_one_trace_each(vit, resul
 def test_samples_are_all_readable_and_folders_can_add_more(tmp_path, monkeypatch):
     names = list(samples.samples())
     assert sum(n.startswith("shapes:") for n in names) == 8
+    assert [n for n in names if n.startswith("scene:")] == ["scene: 3 shapes", "scene: 4 shapes", "scene: 2 shapes"]
     assert names[:2] == ["photo: cat", "photo: coffee"]  # shipped in assets/samples: the same on every machine
     red = (255, 0, 0)
     Image.new("RGB", (8, 8), red).save(tmp_path / "red.png")

@@ -6,7 +6,8 @@
 
 loading (assets/ -> models), tokenizer (the translator's word tokenizer), data (the generated
 languages and shape scenes), train (reproducible training, `python -m tformer_core.bundled.train`),
-evaluation (what the model cards report), cards (the model cards, from the recorded figures).
+evaluation (what the model cards report), cards (the model cards, from the recorded figures),
+mae_tiny and detr_tiny (training and measuring the masked autoencoder and the DETR), boxes (their box maths).
 """
 
 from . import evaluation

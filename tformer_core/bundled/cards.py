@@ -119,7 +119,55 @@ def _rnn_fields(meta: dict) -> dict:
     }
 
 
-FIELDS = {"translator": _translator_fields, "vit-tiny": _vit_fields, "sentiment": _sentiment_fields, "rnn": _rnn_fields}
+def _mae_fields(meta: dict) -> dict:
+    c, m, pre = meta["config"], meta["evaluation"], meta["preprocessing"]
+    n_patches = (c["image_size"] // c["patch_size"]) ** 2
+    return {
+        "classes": ", ".join(td.SHAPE_CLASSES),
+        "train_stream_offset": td.TRAIN_STREAM_OFFSET,
+        "n_patches": n_patches,
+        "n_kept": int(n_patches * (1 - c["mask_ratio"])),
+        "pixels_per_patch": c["patch_size"] ** 2 * c["n_channels"],
+        "mean": str(tuple(pre["mean"])),
+        "std": str(tuple(pre["std"])),
+        "a": m["masked"],
+        "s": m["masked_on_shape"],
+    }
+
+
+def _detr_fields(meta: dict) -> dict:
+    c, m, pre = meta["config"], meta["evaluation"], meta["preprocessing"]
+    stages = len(c["backbone_depths"])
+    # The ResNet's stem halves the picture twice (a stride-2 convolution and a max pool); every stage after
+    # the first halves it again.
+    cell = 4 * 2 ** (stages - 1)
+    return {
+        "classes": ", ".join(c["labels"]),
+        "train_stream_offset": td.TRAIN_STREAM_OFFSET,
+        "stages": stages,
+        "widths": ", ".join(str(w) for w in c["backbone_hidden_sizes"]),
+        "depths": ", ".join(str(d) for d in c["backbone_depths"]),
+        "cell": cell,
+        "grid": pre["shortest_edge"] // cell,
+        "n_logits": c["n_classes"] + 1,
+        "pre": pre,
+        "mean": str(tuple(pre["mean"])),
+        "std": str(tuple(pre["std"])),
+        "w": meta["training"]["loss_weights"],
+        "by_count": ", ".join(
+            f"{k} shape{'s' * (k != '1')} {v:.1%}" for k, v in m["recall_by_objects_in_scene"].items()
+        ),
+    }
+
+
+FIELDS = {
+    "translator": _translator_fields,
+    "vit-tiny": _vit_fields,
+    "sentiment": _sentiment_fields,
+    "rnn": _rnn_fields,
+    "mae-tiny": _mae_fields,
+    "detr-tiny": _detr_fields,
+}
 
 
 def render(folder: str | Path) -> str:

@@ -33,6 +33,7 @@ every pixel is returned with the image, so attention on the shape can be measure
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -306,39 +307,51 @@ def _inside(shape: str, dx: torch.Tensor, dy: torch.Tensor, r: torch.Tensor) -> 
     raise ValueError(f"unknown shape {shape!r}: use one of {SHAPE_CLASSES}")
 
 
-def make_scenes(n: int, seed: int, generator: torch.Generator | None = None) -> Scenes:
-    """`n` scenes, reproducible from `seed` (or drawn from `generator` when given, for training streams).
+Uniform = Callable[..., torch.Tensor]
 
-    Shape half-size 5..10 px, centred so the whole shape is inside the image; the foreground
-    colour differs from the background's mean colour by at least 0.45 (RGB distance), so the
-    class is always visible, but the background has stripes and gradients of its own.
-    """
-    if n < 1:
-        raise ValueError(f"n must be >= 1, got {n}")
-    g = generator if generator is not None else torch.Generator().manual_seed(seed)
-    S, k = IMAGE_SIZE, _SUPERSAMPLE
+
+def _uniform(g: torch.Generator) -> Uniform:
+    """uniform(*shape, low=, high=): numbers drawn from `g`, in the order the calls are made."""
 
     def uniform(*shape: int, low: float = 0.0, high: float = 1.0) -> torch.Tensor:
         return low + (high - low) * torch.rand(*shape, generator=g)
 
-    labels = torch.randint(len(SHAPE_CLASSES), (n,), generator=g)
-    r = uniform(n, low=5.0, high=10.0)
-    cx = uniform(n) * (S - 2 * r - 2) + r + 1
-    cy = uniform(n) * (S - 2 * r - 2) + r + 1
+    return uniform
 
-    # Shape coverage: the mean of k*k sub-pixel tests per pixel.
-    fine = (torch.arange(S * k, dtype=torch.float32) + 0.5) / k  # sub-pixel centres, in pixels
-    dx = fine.view(1, 1, -1) - cx.view(-1, 1, 1)  # (n, 1, S*k)
-    dy = fine.view(1, -1, 1) - cy.view(-1, 1, 1)  # (n, S*k, 1)
-    inside = torch.zeros(n, S * k, S * k)
+
+def _coverage(labels: torch.Tensor, r: torch.Tensor, cx: torch.Tensor, cy: torch.Tensor, size: int) -> torch.Tensor:
+    """(n, size, size) fraction of each pixel covered by shape `labels[i]` of half-size r[i] at (cx[i], cy[i]):
+    the mean of k*k sub-pixel tests per pixel."""
+    zero = torch.zeros(labels.shape[0], dtype=torch.long)
+    return _window_coverage(labels, r, cx, cy, zero, zero, size)
+
+
+def _window_coverage(
+    labels: torch.Tensor,
+    r: torch.Tensor,
+    cx: torch.Tensor,
+    cy: torch.Tensor,
+    x0: torch.Tensor,
+    y0: torch.Tensor,
+    size: int,
+) -> torch.Tensor:
+    """Coverage (as `_coverage`) of the size x size window whose top-left pixel is (x0[i], y0[i]) (long, (n,))."""
+    n, k = labels.shape[0], _SUPERSAMPLE
+    fine = (torch.arange(size * k, dtype=torch.float32) + 0.5) / k  # sub-pixel centres, in pixels
+    dx = fine.view(1, 1, -1) + x0.view(-1, 1, 1) - cx.view(-1, 1, 1)  # (n, 1, S*k)
+    dy = fine.view(1, -1, 1) + y0.view(-1, 1, 1) - cy.view(-1, 1, 1)  # (n, S*k, 1)
+    inside = torch.zeros(n, size * k, size * k)
     for c, shape in enumerate(SHAPE_CLASSES):
         idx = (labels == c).nonzero().flatten()
         if len(idx):
             inside[idx] = _inside(shape, dx[idx], dy[idx], r[idx].view(-1, 1, 1)).float()
-    coverage = torch.nn.functional.avg_pool2d(inside.unsqueeze(1), k).squeeze(1)  # (n, S, S)
+    return torch.nn.functional.avg_pool2d(inside.unsqueeze(1), k).squeeze(1)  # (n, S, S)
 
-    # Background: a base colour, a linear gradient, stripes at a random angle, pixel noise.
-    pix = torch.arange(S, dtype=torch.float32) / (S - 1)
+
+def _background(n: int, size: int, uniform: Uniform, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """(backgrounds (n, 3, S, S), their base colours (n, 3, 1, 1)): a base colour, a linear gradient, stripes
+    at a random angle, pixel noise."""
+    pix = torch.arange(size, dtype=torch.float32) / (size - 1)
     yy, xx = torch.meshgrid(pix, pix, indexing="ij")  # (S, S)
     base = uniform(n, 3, 1, 1)
     angle = uniform(n, 1, 1, 1, high=2 * torch.pi)
@@ -349,18 +362,41 @@ def make_scenes(n: int, seed: int, generator: torch.Generator | None = None) -> 
     phase = uniform(n, 1, 1, 1, high=2 * torch.pi)
     stripes = torch.sin(freq * 2 * torch.pi * (xx * torch.cos(stripe_angle) + yy * torch.sin(stripe_angle)) + phase)
     stripes = stripes * uniform(n, 3, 1, 1, low=0.0, high=0.12)
-    background = base + gradient + stripes + 0.04 * torch.randn(n, 3, S, S, generator=g)
+    return base + gradient + stripes + 0.04 * torch.randn(n, 3, size, size, generator=g), base
 
-    # Foreground colour: redraw until far enough from the background's base colour.
+
+def _contrasting(base: torch.Tensor, uniform: Uniform) -> torch.Tensor:
+    """(n, 3, 1, 1) colours at least 0.45 (RGB distance) from `base`: redrawn until far enough."""
+    n = base.shape[0]
     fg = uniform(n, 3, 1, 1)
     for _ in range(100):
         close = (fg - base).flatten(1).norm(dim=1) < 0.45
         if not bool(close.any()):
-            break
+            return fg
         fg = torch.where(close.view(-1, 1, 1, 1), uniform(n, 3, 1, 1), fg)
-    else:  # pragma: no cover - probability ~ 0.5**100
-        raise RuntimeError("could not draw contrasting colours")
-    foreground = fg + 0.04 * torch.randn(n, 3, S, S, generator=g)
+    raise RuntimeError("could not draw contrasting colours")  # pragma: no cover - probability ~ 0.5**100
+
+
+def make_scenes(n: int, seed: int, generator: torch.Generator | None = None) -> Scenes:
+    """`n` scenes, reproducible from `seed` (or drawn from `generator` when given, for training streams).
+
+    Shape half-size 5..10 px, centred so the whole shape is inside the image; the foreground
+    colour differs from the background's mean colour by at least 0.45 (RGB distance), so the
+    class is always visible, but the background has stripes and gradients of its own.
+    """
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    g = generator if generator is not None else torch.Generator().manual_seed(seed)
+    S = IMAGE_SIZE
+    uniform = _uniform(g)
+
+    labels = torch.randint(len(SHAPE_CLASSES), (n,), generator=g)
+    r = uniform(n, low=5.0, high=10.0)
+    cx = uniform(n) * (S - 2 * r - 2) + r + 1
+    cy = uniform(n) * (S - 2 * r - 2) + r + 1
+    coverage = _coverage(labels, r, cx, cy, S)
+    background, base = _background(n, S, uniform, g)
+    foreground = _contrasting(base, uniform) + 0.04 * torch.randn(n, 3, S, S, generator=g)
 
     alpha = coverage.unsqueeze(1)  # (n, 1, S, S)
     images = (background * (1 - alpha) + foreground * alpha).clamp(0.0, 1.0)
@@ -371,3 +407,119 @@ def patch_coverage(coverage: torch.Tensor, patch_size: int) -> torch.Tensor:
     """(B, H, W) pixel coverage -> (B, N) mean coverage of each patch, row-major like the ViT's patches."""
     pooled = torch.nn.functional.avg_pool2d(coverage.unsqueeze(1).float(), patch_size)  # (B, 1, rows, cols)
     return pooled.flatten(1)
+
+
+# ---- detection scenes ------------------------------------------------------------------------
+DETECTION_IMAGE_SIZE = 64
+MAX_OBJECTS = 4
+# The widest shape (the diamond) reaches 1.15 r from its centre; one more pixel for the anti-aliased edge.
+_EXTENT_SCALE, _EXTENT_PAD = 1.15, 1.0
+_GAP = 2.0  # px between two shapes' extents: no shape touches another, so each box can be checked by eye
+_PLACEMENT_TRIES = 50
+_BOX_COVERAGE = 0.25  # a pixel belongs to a shape's box when at least a quarter of it is covered
+# Half-sizes a little smaller than make_scenes' 5..10, so that four shapes apart fit a 64-px picture nearly always.
+_DETECTION_HALF_SIZE = (5.0, 8.0)
+_WINDOW = 24  # px: 2 * (1.15 * 8 + 1) rounded up, plus a pixel either side for a centre between pixels
+
+
+@dataclass(frozen=True)
+class DetectionScenes:
+    """A batch of scenes with several shapes, for detection.
+
+    images: (B, 3, S, S) float32 in [0, 1]; counts: (B,) long, the shapes in each image (1..MAX_OBJECTS);
+    labels: (B, MAX_OBJECTS) long, indices into SHAPE_CLASSES, -1 past counts; boxes: (B, MAX_OBJECTS, 4)
+    float32 (x0, y0, x1, y1) in pixels, the tight box of the pixels each shape covers (zeros past counts).
+    """
+
+    images: torch.Tensor
+    counts: torch.Tensor
+    labels: torch.Tensor
+    boxes: torch.Tensor
+
+    def objects(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(labels (k,), boxes (k, 4) x0, y0, x1, y1 in pixels) of image i's k shapes."""
+        k = int(self.counts[i])
+        return self.labels[i, :k], self.boxes[i, :k]
+
+
+def _boxes(coverage: torch.Tensor) -> torch.Tensor:
+    """(n, S, S) coverage of one shape per image -> (n, 4) x0, y0, x1, y1 in pixels (x1, y1 exclusive)."""
+    on = coverage >= _BOX_COVERAGE
+    S = coverage.shape[-1]
+    cols, rows = on.any(1).float(), on.any(2).float()  # (n, S): some pixel of that column / row is covered
+    x0, y0 = cols.argmax(1).float(), rows.argmax(1).float()  # argmax: the first 1
+    x1, y1 = S - cols.flip(1).argmax(1).float(), S - rows.flip(1).argmax(1).float()
+    return torch.stack([x0, y0, x1, y1], dim=1)
+
+
+def _place(
+    wanted: torch.Tensor, extent: torch.Tensor, size: int, uniform: Uniform
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Centres (cx, cy (n, K)) for the first wanted[i] shapes of each picture, each shape's square of half-side
+    extent (n, K) inside the picture and apart from the squares placed before it; placed (n, K) says which
+    found room in _PLACEMENT_TRIES draws."""
+    n, K = extent.shape
+    cx, cy = torch.zeros(n, K), torch.zeros(n, K)
+    placed = torch.zeros(n, K, dtype=torch.bool)
+    for k in range(K):
+        e, todo = extent[:, k], wanted > k
+        for _ in range(_PLACEMENT_TRIES):
+            x, y = uniform(n) * (size - 2 * e) + e, uniform(n) * (size - 2 * e) + e
+            apart = ((x[:, None] - cx).abs() >= e[:, None] + extent + _GAP) | (
+                (y[:, None] - cy).abs() >= e[:, None] + extent + _GAP
+            )  # (n, K): this candidate's square and shape j's do not meet
+            ok = todo & ~placed[:, k] & (apart | ~placed).all(1)
+            cx[ok, k], cy[ok, k] = x[ok], y[ok]
+            placed[ok, k] = True
+            if bool((placed[:, k] | ~todo).all()):
+                break
+    return cx, cy, placed
+
+
+def make_detection_scenes(n: int, seed: int, generator: torch.Generator | None = None) -> DetectionScenes:
+    """`n` 64 x 64 scenes of 1 to 4 shapes each (reproducible from `seed`, or drawn from `generator`).
+
+    The shapes of `make_scenes` (half-size 5..8 px, any of the eight classes, each its own colour at least
+    0.45 from the background's base colour) on the same kind of background, placed apart: their extents
+    never meet, so no shape hides another. A shape that finds no room in 50 tries is left out (rare: the
+    count then is one less).
+    """
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    g = generator if generator is not None else torch.Generator().manual_seed(seed)
+    S, K = DETECTION_IMAGE_SIZE, MAX_OBJECTS
+    uniform = _uniform(g)
+
+    wanted = torch.randint(1, K + 1, (n,), generator=g)
+    labels = torch.randint(len(SHAPE_CLASSES), (n, K), generator=g)
+    r = uniform(n, K, low=_DETECTION_HALF_SIZE[0], high=_DETECTION_HALF_SIZE[1])
+    extent = _EXTENT_SCALE * r + _EXTENT_PAD  # (n, K): half the side of a square holding the shape
+    cx, cy, placed = _place(wanted, extent, S, uniform)
+    background, base = _background(n, S, uniform, g)
+    images = background
+    boxes = torch.zeros(n, K, 4)
+    batch = torch.arange(n).view(-1, 1, 1)
+    span = torch.arange(_WINDOW)
+    for k in range(K):
+        # Sub-pixel tests in a window around the shape only (a 24-px square holds any shape of half-size 8 or
+        # less): a sixth of the work of the whole picture, the same numbers.
+        x0 = (cx[:, k] - _WINDOW / 2).floor().clamp(0, S - _WINDOW).long()
+        y0 = (cy[:, k] - _WINDOW / 2).floor().clamp(0, S - _WINDOW).long()
+        local = _window_coverage(labels[:, k], r[:, k], cx[:, k], cy[:, k], x0, y0, _WINDOW)
+        coverage = torch.zeros(n, S, S)
+        coverage[batch, (y0.view(-1, 1) + span).view(-1, _WINDOW, 1), (x0.view(-1, 1) + span).view(-1, 1, _WINDOW)] = (
+            local * placed[:, k].view(-1, 1, 1)
+        )
+        foreground = _contrasting(base, uniform) + 0.04 * torch.randn(n, 3, S, S, generator=g)
+        alpha = coverage.unsqueeze(1)  # (n, 1, S, S)
+        images = images * (1 - alpha) + foreground * alpha
+        boxes[:, k] = _boxes(coverage)
+
+    # The placed shapes first, in the order they were placed; the rest is padding.
+    order = torch.argsort((~placed).to(torch.int8), dim=1, stable=True)
+    placed = torch.gather(placed, 1, order)
+    labels = torch.where(placed, torch.gather(labels, 1, order), -1)
+    boxes = torch.gather(boxes, 1, order[..., None].expand(-1, -1, 4)) * placed[..., None]
+    return DetectionScenes(
+        images=images.clamp(0.0, 1.0).contiguous(), counts=placed.sum(1), labels=labels, boxes=boxes.contiguous()
+    )

@@ -23,6 +23,8 @@ from ..checkpoints.hfconfig import read_json
 from ..generation import GenerationSettings
 from ..inputs.preprocessing import ImagePreprocessing
 from ..models.base import TracedModel
+from ..models.detr import DETR, DETRConfig, DetrPreprocessing
+from ..models.mae import MAE, MAEConfig
 from ..models.pooling import PoolingClassifier, PoolingConfig
 from ..models.rnn import RNNConfig, RNNSeq2Seq
 from ..models.seq2seq import EncoderDecoder, Seq2SeqConfig
@@ -42,6 +44,8 @@ BUNDLED_MODELS: dict[str, str] = {
         "rnn-additive",
         "rnn-dot",
         "rnn-bilinear",
+        "mae-tiny",
+        "detr-tiny",
     )
 }
 FAMILIES = {
@@ -49,6 +53,8 @@ FAMILIES = {
     "vit": (ViT, ViTConfig),
     "pooling": (PoolingClassifier, PoolingConfig),
     "rnn-seq2seq": (RNNSeq2Seq, RNNConfig),
+    "mae": (MAE, MAEConfig),
+    "detr": (DETR, DETRConfig),
 }
 
 CONFIG_FILE, WEIGHTS_FILE, CARD_FILE = "config.json", "model.safetensors", "MODEL_CARD.md"
@@ -63,6 +69,17 @@ def preprocessing_from_meta(pre: dict) -> ImagePreprocessing:
         crop=None,
         resample=2,
         rescale=1 / 255,
+        mean=tuple(pre["mean"]),
+        std=tuple(pre["std"]),
+    )
+
+
+def detr_preprocessing_from_meta(pre: dict) -> DetrPreprocessing:
+    """The bundled DETR's preprocessing from its config.json: DETR's own (the shorter side resized to
+    `shortest_edge`, the longer at most `longest_edge`, aspect kept), with the stored mean and std."""
+    return DetrPreprocessing(
+        shortest=int(pre["shortest_edge"]),
+        longest=int(pre["longest_edge"]),
         mean=tuple(pre["mean"]),
         std=tuple(pre["std"]),
     )
@@ -122,10 +139,8 @@ def load_from_dir(
         raise CheckpointError(f"{shown}/{CONFIG_FILE}: unknown family {family!r}, expected one of {sorted(FAMILIES)}")
     model_cls, config_cls = FAMILIES[family]
     try:
-        fields = dict(meta["config"])
-        for key in ("image_size", "labels"):  # JSON lists; the frozen configs hold tuples (hashable)
-            if isinstance(fields.get(key), list):
-                fields[key] = tuple(fields[key])
+        # JSON lists (image_size, labels, a backbone's widths); the frozen configs hold tuples (hashable).
+        fields = {k: tuple(v) if isinstance(v, list) else v for k, v in dict(meta["config"]).items()}
         model = model_cls(config_cls(**fields))
     except Exception as error:  # a missing "config", unknown or mistyped fields: the constructors' own errors
         raise CheckpointError(
@@ -184,7 +199,8 @@ def _attach_seq2seq_vocabularies(
 
 
 def _attach_inputs(model: TracedModel[Any], meta: dict, folder: Path, shown: str) -> None:
-    """Tokenizers, generation rules and labels (text families), or labels and preprocessing (ViT)."""
+    """Tokenizers, generation rules and labels (text families), labels and preprocessing (ViT, DETR), or
+    preprocessing (MAE)."""
     if isinstance(model, PoolingClassifier):
         tokenizer = SentenceTokenizer(read_lines(_listed_file(folder, meta, "vocab", shown)))
         _check_special({"sentence": tokenizer}, meta, shown)
@@ -209,6 +225,12 @@ def _attach_inputs(model: TracedModel[Any], meta: dict, folder: Path, shown: str
             raise CheckpointError(f"{shown}: {len(names)} labels for {model.config.n_classes} classes")
         model.class_names = names
         model.preprocessing = preprocessing_from_meta(meta["preprocessing"])
+    elif isinstance(model, MAE):
+        model.preprocessing = preprocessing_from_meta(meta["preprocessing"])
+    elif isinstance(model, DETR):
+        if len(model.config.labels) != model.config.n_classes:
+            raise CheckpointError(f"{shown}: {len(model.config.labels)} labels for {model.config.n_classes} classes")
+        model.preprocessing = detr_preprocessing_from_meta(meta["preprocessing"])
     else:
         raise CheckpointError(f"{shown}: a {model.kind} model is not one the bundled format holds")
 
@@ -216,7 +238,7 @@ def _attach_inputs(model: TracedModel[Any], meta: dict, folder: Path, shown: str
 def load_bundled(
     name: str, device: str | torch.device | None = None, dtype: str | torch.dtype | None = None
 ) -> TracedModel:
-    """Load a bundled model by name ("translator", "vit-tiny") from assets/, offline, in eval mode."""
+    """Load a bundled model by name ("translator", "vit-tiny", "mae-tiny", ...) from assets/, offline, in eval mode."""
     return load_from_dir(asset_dir(name), device, dtype)
 
 

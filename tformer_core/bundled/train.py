@@ -2,6 +2,7 @@
 
     python -m tformer_core.bundled.train translator            # -> ./trained/translator/
     python -m tformer_core.bundled.train vit-tiny              # -> ./trained/vit-tiny/
+    python -m tformer_core.bundled.train mae-tiny              # -> ./trained/mae-tiny/ (also detr-tiny)
     python -m tformer_core.bundled.train vit-tiny --steps 50 --seed 1 --out /tmp/vit
 
 The shipped models in assets/ are never overwritten by default: to replace one deliberately, train
@@ -379,10 +380,14 @@ TRAINERS = {"translator": train_translator, "vit-tiny": train_vit}
 
 
 def all_trainers() -> dict[str, Callable[..., RunResult]]:
-    """Every bundled model's training run: these two, and the models of attention before Transformers."""
-    from .early_attention import TRAINERS as EARLY  # imports this module: not at the top
+    """Every bundled model's training run: these two, the models of attention before Transformers, the masked
+    autoencoder and the DETR."""
+    # These modules import this one: not at the top.
+    from .detr_tiny import train_detr
+    from .early_attention import TRAINERS as EARLY
+    from .mae_tiny import train_mae
 
-    return {**TRAINERS, **EARLY}
+    return {**TRAINERS, **EARLY, "mae-tiny": train_mae, "detr-tiny": train_detr}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -299,9 +299,12 @@ class DetrPreprocessing:
         image = image.convert("RGB")
         return image.resize(self.size(*image.size), resample=Image.Resampling.BILINEAR)
 
+    def normalise(self, pixels: torch.Tensor) -> torch.Tensor:
+        """(pixels - mean) / std per channel: pixels (..., C, H, W) in [0, 1] (a batch of generated scenes)."""
+        mean = torch.tensor(self.mean, dtype=pixels.dtype, device=pixels.device).view(-1, 1, 1)
+        std = torch.tensor(self.std, dtype=pixels.dtype, device=pixels.device).view(-1, 1, 1)
+        return (pixels - mean) / std
+
     def __call__(self, image: Image.Image) -> torch.Tensor:
         pixels = np.asarray(self.resized(image), dtype=np.float32) / 255.0
-        t = torch.from_numpy(np.ascontiguousarray(pixels.transpose(2, 0, 1)))
-        mean = torch.tensor(self.mean).view(-1, 1, 1)
-        std = torch.tensor(self.std).view(-1, 1, 1)
-        return (t - mean) / std
+        return self.normalise(torch.from_numpy(np.ascontiguousarray(pixels.transpose(2, 0, 1))))

@@ -90,6 +90,15 @@ def sincos_positions(grid_hw: tuple[int, int], dim: int) -> torch.Tensor:
     return torch.cat([torch.zeros(1, dim, dtype=torch.float64), table]).float()
 
 
+def pixel_patches(images: torch.Tensor, patch_size: int) -> torch.Tensor:
+    """(B, C, H, W) -> (B, N, P*P*C): each patch's pixels in the order the MAE's head predicts them (row,
+    column, channel; not `patchify`'s channel-first order), patches row-major. The loss's targets."""
+    B, C, H, W = images.shape
+    P = patch_size
+    x = images.reshape(B, C, H // P, P, W // P, P).permute(0, 2, 4, 3, 5, 1)  # (B, rows, cols, P, P, C)
+    return x.reshape(B, (H // P) * (W // P), P * P * C)
+
+
 def masking_noise(n_patches: int, seed: int) -> torch.Tensor:
     """(1, n_patches) uniform numbers drawn from `seed`: the patches with the smallest are kept."""
     return torch.rand(1, n_patches, generator=torch.Generator().manual_seed(int(seed)))
