@@ -33,7 +33,7 @@ INTRO = (
     "cross-attention shows where in the picture a query looked; its self-attention, how the queries share out "
     "the objects."
 )
-KEY_IDEA = "**Each object query ends as one box and one class; its cross-attention shows where it looked.**"
+KEY_IDEA = "Each object query ends as one box and one class; its cross-attention shows where it looked."
 NEEDS = (
     "This page needs a DETR model: the bundled **detr-tiny** (offline), or a DETR checkpoint "
     "(DetrForObjectDetection) such as **facebook/detr-resnet-50** from the Hugging Face hub when this server is "
@@ -70,8 +70,7 @@ def page(url: UrlState) -> None:
         )
         found = dv.detections(result, float(threshold))
         layer, head, query, queries = choose_query(url, result, found)
-    if settings is not None:
-        st.markdown(KEY_IDEA)
+    presenter.idea(KEY_IDEA)  # presenter mode: on the line below the title, beside the settings
     show_queries(result, found, layer, head, query, queries, presenting=settings is not None)
     if source in BUNDLED_MODELS:
         say_quality(source)

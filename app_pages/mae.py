@@ -31,7 +31,7 @@ INTRO = (
     "visible quarter of the patches (no mask tokens at all); a small decoder gets the encoder's output, puts a "
     "learned mask token at every hidden patch, and predicts their pixels."
 )
-KEY_IDEA = "**The encoder sees only a quarter of the patches; the decoder rebuilds the other three quarters.**"
+KEY_IDEA = "The encoder sees only a quarter of the patches; the decoder rebuilds the other three quarters."
 NEEDS = (
     "The reconstruction needs a masked autoencoder: the bundled **mae-tiny** (offline), or a ViT-MAE checkpoint "
     "(ViTMAEForPreTraining) such as **facebook/vit-mae-base** from the Hugging Face hub when this server is online "
@@ -60,8 +60,7 @@ def page(url: UrlState) -> None:
     if picked is None or seed is None:
         return
     name, data = picked
-    if settings is not None:
-        st.markdown(KEY_IDEA)
+    presenter.idea(KEY_IDEA)  # presenter mode: on the line below the title, beside the settings
     if model is None:
         shown = run_safely(lambda: mv.mask_only(data, name, int(seed)), "Picture")
         if shown is not None:

@@ -177,9 +177,10 @@ def test_in_presenter_mode_the_settings_fold_away_and_the_key_idea_leads(page, s
     at.session_state[PRESENT] = True
     at.run()
     no_exception(at)
-    assert at.expander[0].label.startswith(settings)  # a closed expander: the first screen is the view's
-    assert any(w.key == f"{page}.model_choice" for w in at.expander[0].selectbox)
-    assert any(m.startswith(f"**{idea}") for m in messages(at, "markdown"))
+    box = at.get("popover")[0]  # the top line's closed Settings: the first screen is the view's
+    assert box.proto.popover.label == "Settings" and box.proto.popover.help.startswith(settings)
+    assert any(w.key == f"{page}.model_choice" for w in box.selectbox)
+    assert any(m.startswith(idea) for m in messages(at, "markdown"))
     assert len(at.get("image")) == pictures  # in one row (the model card's expander holds none)
 
 
