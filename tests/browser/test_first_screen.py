@@ -120,6 +120,20 @@ def test_encoder_decoder_keys_step_the_decoding_on_the_first_screen(server_url, 
     assert_no_error(page)
 
 
+def test_does_this_head_matter_keys_step_the_head_beside_the_grid_on_the_first_screen(server_url, projector):
+    page = projector
+    page.goto(f"{server_url}/heads?present=1")
+    settle(page, timeout=300)  # a fresh server studies SmolLM2's 270 heads first
+    metric = page.locator('[data-testid="stMetric"]').first
+    label = metric.locator('[data-testid="stMetricLabel"]').inner_text()
+    press(page, "ArrowRight")  # the next head: its ablation runs (one pass)
+    expect(metric.locator('[data-testid="stMetricLabel"]')).not_to_have_text(label, timeout=120_000)
+    settle(page)
+    on_first_screen(metric)  # the chosen head's effect, beside the grid
+    on_first_screen(page.locator(CHART).first)  # the layers x heads grid, the chosen head outlined
+    assert_no_error(page)
+
+
 @pytest.mark.skipif(not IMAGES.is_dir(), reason="needs the photos in ../shared/images")
 def test_an_uploaded_picture_survives_the_arrow_keys(server_url, projector):
     page = projector
