@@ -663,6 +663,8 @@ def _publish(page_path: str, view: View | None = None) -> None:
 def _notice_fork(page_path: str) -> None:
     """A following student who changed the page or a setting explores on their own from now on (the next move of
     the lecturer must not undo it); the sidebar's button follows again."""
+    if presenter.measure_run():  # the browser measured the page it shows (perhaps the one it is leaving): no choice
+        return
     if st.session_state.pop(FRESH, False) or not st.session_state.get(FOLLOWING):
         return
     applied = st.session_state.get(APPLIED)

@@ -34,6 +34,8 @@ PRESENT = PRESENT_STATE  # session state; "present=1" in links
 SWITCH = "_tformer.present.switch"  # the sidebar's switch (a widget: it shows PRESENT, and sets it)
 KEYS_SEQ = "_tformer.keys.seq"  # session state: the last key command the server acted on
 ROOM = "_tformer.room"  # session state: the main column's width in CSS pixels, as the browser measured it
+MEASURED = "_tformer.room.measured"  # session state: set by the width's callback, for the run it starts
+MEASURE_RUN = "_tformer.room.measure_run"  # session state: True during a run the width's measure asked for
 DEFAULT_ROOM = 900  # the main column of a 1280-px window with the sidebar open, until the browser says
 MIN_ROOM, MAX_ROOM = 200, 6000
 ROOM_COOKIES = {False: "tformer_room", True: "tformer_room_presenting"}  # the width last measured, per mode
@@ -254,6 +256,7 @@ def keys(pages: dict[str, Any]) -> None:
     """The keys the browser keeps (KEYS_JS), and the slide they or a button asked for, opened before the page
     runs. Call it in the shell after st.navigation and before the page. pages: url path -> st.Page."""
     slides = restore(pages)  # this browser's saved deck, found on a session's first run: the bar, drawn next, shows it
+    st.session_state[MEASURE_RUN] = st.session_state.pop(MEASURED, False)  # this run's, read by `measure_run`
     if st.session_state.pop(STALE_CLICK, False) and st.session_state.get(SHOWING) is not None:
         _go(st.session_state[SHOWING])  # a click on the page a slide replaced: the slide stays on screen
     cookie = ROOM_COOKIES[presenting()]
@@ -269,7 +272,7 @@ def keys(pages: dict[str, Any]) -> None:
     }
     with st.container(key="tformer-keys"):  # hidden: it draws nothing
         result = _keys_component(
-            key="_tformer.keys", data=data, on_command_change=_command, on_room_change=_ignore, height=0
+            key="_tformer.keys", data=data, on_command_change=_command, on_room_change=_measured, height=0
         )
     _store_room(result.get("room") if hasattr(result, "get") else None)
     target = st.session_state.pop(GOTO, None)
@@ -287,8 +290,17 @@ def _store_room(px: Any) -> None:
         st.session_state[ROOM] = value
 
 
-def _ignore() -> None:
-    """The room's callback: none needed (a callback names the state values the element keeps)."""
+def _measured() -> None:
+    """The room's callback: this run was asked for by the browser's measure of the main column, not by the user
+    (`measure_run`)."""
+    st.session_state[MEASURED] = True
+
+
+def measure_run() -> bool:
+    """True when this run came from the browser's measure of the page's width alone (KEYS_JS), sent by whatever page
+    that browser shows: it may be the page a student's browser is leaving as the class moves on, and it is not the
+    user's choice of that page (tformer_app.class_session's fork check leaves it alone)."""
+    return bool(st.session_state.get(MEASURE_RUN, False))
 
 
 def room() -> int:

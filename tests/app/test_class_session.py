@@ -16,7 +16,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from tests.app.pages import app, charts, ok, shown
-from tformer_app import class_session
+from tformer_app import class_session, presenter
 from tformer_app.class_store import ClassError, open_store
 from tformer_app.url import UrlState
 
@@ -503,3 +503,17 @@ def test_text_attention_asks_what_a_language_model_predicts_with_the_views_head_
     ranks = np.asarray(lens.effect["ranks"])
     assert ranks[lens.answer :].max() == 1 and (lens.answer == 0 or ranks[lens.answer - 1] > 1)
     assert len(lens.choices) == model.config.n_layers + 1
+
+
+def test_a_run_the_browsers_width_measure_asked_for_is_no_fork(room):
+    """The browser sends the page's width once a page has drawn (presenter.KEYS_JS), from whatever page it shows:
+    as the class moves on, that can be the page a student is leaving. That run is not the student's choice: a
+    following student stays following; opening another page herself still forks."""
+    _, (ada, _), _ = room
+    ada.switch_page("app_pages/home.py")  # the page her browser was leaving
+    ada.session_state[presenter.MEASURED] = True  # as the width's callback sets it for the run it starts
+    ok(ada.run())
+    assert ada.session_state[class_session.FOLLOWING]
+    ada.switch_page("app_pages/home.py")
+    ok(ada.run())  # the same page opened in a run of her own: a fork
+    assert not ada.session_state[class_session.FOLLOWING]
