@@ -135,24 +135,31 @@ def controls(
         chosen = _views(url, prefix, views, default_views)
     shown = visible_positions(q_tokens, hide)
     query = _query(url, prefix, shown, display_tokens(q_tokens), default_query, c_query)
-    window = slice(None)
-    if len(shown) > MAX_DETAIL_TOKENS:
-        last_start = len(shown) - MAX_DETAIL_TOKENS
-        start = box.number_input(
-            f"Long input: the head view, heatmap and Q/K/V show {MAX_DETAIL_TOKENS} tokens from this one",
-            min_value=0,
-            max_value=last_start,
-            step=8,
-            key=url.key(f"{prefix}start", 0, choices=range(last_start + 1)),
-        )
-        window = token_window(len(shown), int(start))
-        if where is not None:  # the window's box is folded away: the views say what they leave out
-            first, last = window.indices(len(shown))[:2]
-            st.caption(
-                f"Tokens {first + 1}–{last} of {len(shown)} shown in the head view, heatmap and Q, K, V: the rest "
-                "are cut from these views (Settings: where the window starts)."
-            )
+    window = _window(url, prefix, len(shown), box, folded=where is not None)
     return Controls(stack, prefix, int(layer), int(head), bool(hide), chosen, int(query), shown, window)
+
+
+def _window(url: UrlState, prefix: str, n: int, box: Any, folded: bool) -> slice:
+    """The tokens the detail views show of n: all, or (a long input) a window whose start is chosen in `box`;
+    folded (presenter mode's settings): the views say what they leave out, as the box is out of sight."""
+    if n <= MAX_DETAIL_TOKENS:
+        return slice(None)
+    last_start = n - MAX_DETAIL_TOKENS
+    start = box.number_input(
+        f"Long input: the head view, heatmap and Q/K/V show {MAX_DETAIL_TOKENS} tokens from this one",
+        min_value=0,
+        max_value=last_start,
+        step=8,
+        key=url.key(f"{prefix}start", 0, choices=range(last_start + 1)),
+    )
+    window = token_window(n, int(start))
+    if folded:
+        first, last = window.indices(n)[:2]
+        st.caption(
+            f"Tokens {first + 1}–{last} of {n} shown in the head view, heatmap and Q, K, V: the rest are cut from "
+            "these views (Settings: where the window starts)."
+        )
+    return window
 
 
 def head_keys(url: UrlState, prefix: str, n_layers: int, n_heads: int) -> None:

@@ -392,6 +392,8 @@ def settings_box(label: str) -> Any:
     label: what the settings hold (the popover button's tooltip)."""
     if not presenting():
         return None
+    if isinstance(st.session_state.get(TOP), TopLine):  # asked again in this run: the one line's settings
+        return st.session_state[TOP].settings
     with st.container(horizontal=True, vertical_alignment="center", gap="small", key="tformer-top"):
         idea = st.empty()
         keys = st.container(horizontal=True, width="content", gap="small")

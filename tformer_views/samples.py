@@ -22,6 +22,7 @@ from tformer_core.bundled.data import SHAPE_CLASSES, make_detection_scenes, make
 from tformer_core.bundled.loading import ASSETS_DIR
 from tformer_core.inputs.image_file import MAX_BYTES
 from tformer_core.models.base import TracedModel
+from tformer_core.models.kinds import VisionModel
 
 from .pictures import to_png
 
@@ -90,7 +91,7 @@ def samples() -> dict[str, bytes]:
 
 def reads_digits(model: TracedModel) -> bool:
     """True for a ViT trained on the Train page's handwritten digits (8 x 8 pictures, its own preprocessing)."""
-    return getattr(model, "preprocessing", None) == classroom.DIGIT_PREPROCESSING
+    return isinstance(model, VisionModel) and model.preprocessing == classroom.DIGIT_PREPROCESSING
 
 
 def digit_samples() -> dict[str, bytes]:

@@ -28,6 +28,11 @@ TEXT = "app_pages/text_attention.py"
 def room():
     """A lecturer on the Text attention page (layer 2, head 1) with a class session, and two students who joined
     by the link's code."""
+    return open_room()
+
+
+def open_room():
+    """The `room` fixture's class, for a test that needs one of its own."""
     lecturer = app(layer="2")
     lecturer.sidebar.button(key="_tformer.class.start").click().run()
     lecturer.switch_page(TEXT).run()
@@ -505,11 +510,11 @@ def test_text_attention_asks_what_a_language_model_predicts_with_the_views_head_
     assert len(lens.choices) == model.config.n_layers + 1
 
 
-def test_a_run_the_browsers_width_measure_asked_for_is_no_fork(room):
+def test_a_run_the_browsers_width_measure_asked_for_is_no_fork():
     """The browser sends the page's width once a page has drawn (presenter.KEYS_JS), from whatever page it shows:
     as the class moves on, that can be the page a student is leaving. That run is not the student's choice: a
     following student stays following; opening another page herself still forks."""
-    _, (ada, _), _ = room
+    _, (ada, _), _ = open_room()
     ada.switch_page("app_pages/home.py")  # the page her browser was leaving
     ada.session_state[presenter.MEASURED] = True  # as the width's callback sets it for the run it starts
     ok(ada.run())

@@ -228,8 +228,9 @@ def _presenting(model: str, **params: str) -> AppTest:
 
 
 def _expander_holds(at, label: str, key: str) -> bool:
-    expander = next(e for e in at.expander if e.label == label)
-    return any(getattr(w, "key", None) == key for w in expander)
+    """The presenter's folded settings (the top line's popover, its tooltip naming what it holds) hold `key`."""
+    box = next(b for b in at.get("popover") if b.proto.popover.help == label)
+    return any(getattr(w, "key", None) == key for w in box)
 
 
 @pytest.mark.parametrize("model", ["vit-tiny", "translator", "minilm"])

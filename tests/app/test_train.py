@@ -66,12 +66,12 @@ def test_the_trained_models_attention_fits_its_column_and_loss_and_accuracy_have
 def test_in_presenter_mode_the_settings_are_folded_and_the_result_is_one_line(trained):
     at = _train_page({"text": trained["text"]}, 1192, True)
     no_exception(at)
-    settings = next(e for e in at.expander if e.label == "What to train, its sizes and seed")
+    # The top line's one Settings popover holds what to train and, once trained, the epoch, layer and head.
+    settings = next(b for b in at.get("popover") if b.proto.popover.help == "What to train, its sizes and seed")
     assert any(getattr(w, "key", None) == "train.kind" for w in settings)
     assert any(m.value.startswith("Watch it learn") for m in at.markdown)  # the key idea
     assert not at.metric and any("right on 1035 sentences never trained on" in m.value for m in at.markdown)
-    boxes = next(e for e in at.expander if e.label == "Epoch, layer and head")
-    assert {getattr(w, "key", None) for w in boxes} >= {"train.text.epoch", "train.text.layer", "train.text.head"}
+    assert {getattr(w, "key", None) for w in settings} >= {"train.text.epoch", "train.text.layer", "train.text.head"}
     assert at.button(key="train.text.keys.Left")  # ← → the epochs
     at.button(key="train.text.keys.Left").click().run()
     assert at.session_state["train.text.epoch"] == 1
