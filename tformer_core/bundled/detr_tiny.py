@@ -131,7 +131,7 @@ def train_detr(
     log: Log = print,
 ) -> RunResult:
     """Train the small DETR on generated scenes of shapes and write it to `out` (default ./trained/detr-tiny)."""
-    recipe = DETR_RECIPE if steps is None else Recipe(**{**asdict(DETR_RECIPE), "steps": steps})
+    recipe = DETR_RECIPE.with_steps(steps)
     out = Path(out) if out is not None else DEFAULT_OUT / NAME
     preprocessing = detr_preprocessing_from_meta(DETR_PREPROCESSING)
     with deterministic(seed, threads):

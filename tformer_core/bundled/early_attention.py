@@ -247,10 +247,6 @@ RNN_RECIPE = Recipe(steps=1500, batch_size=64, lr=3e-3, warmup=100)
 RNN_UNK_RATE = 0.03
 
 
-def _recipe(default: Recipe, steps: int | None) -> Recipe:
-    return default if steps is None else Recipe(**{**asdict(default), "steps": steps})
-
-
 def _run(model, recipe: Recipe, loss: Callable, seed: int, threads: int, log: Log, name: str, command: str):
     """Optimise under `deterministic`; returns the meta record of the run."""
     start = time.perf_counter()
@@ -276,7 +272,7 @@ def train_sentiment(
 ) -> RunResult:
     """Train the attention-pooling (or mean-pooling) sentiment classifier on the movie snippets."""
     name = f"sentiment-{pooling}"
-    recipe = _recipe(SENTIMENT_RECIPE, steps)
+    recipe = SENTIMENT_RECIPE.with_steps(steps)
     with deterministic(seed, threads):
         model, tokenizer = sentiment_model(pooling)
         batches = sentiment_batches(tokenizer, recipe.batch_size, seed, model.config.max_positions)
@@ -308,7 +304,7 @@ def train_rnn(
 ) -> RunResult:
     """Train the GRU encoder-decoder with `score` attention on the translator's sentence pairs."""
     name = f"rnn-{score}"
-    recipe = _recipe(RNN_RECIPE, steps)
+    recipe = RNN_RECIPE.with_steps(steps)
     with deterministic(seed, threads):
         model = RNNSeq2Seq(rnn_config(score))
         loss = rnn_loss(model, recipe.batch_size, seed, RNN_UNK_RATE)

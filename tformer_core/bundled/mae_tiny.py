@@ -179,7 +179,7 @@ def train_mae(
     log: Log = print,
 ) -> RunResult:
     """Train the small MAE on generated shape scenes and write it to `out` (default ./trained/mae-tiny)."""
-    recipe = MAE_RECIPE if steps is None else Recipe(**{**asdict(MAE_RECIPE), "steps": steps})
+    recipe = MAE_RECIPE.with_steps(steps)
     out = Path(out) if out is not None else DEFAULT_OUT / NAME
     preprocessing = preprocessing_from_meta(MAE_PREPROCESSING)
     with deterministic(seed, threads):

@@ -30,7 +30,7 @@ import random
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +74,10 @@ class Recipe:
     betas: tuple[float, float] = (0.9, 0.98)
     final_lr_ratio: float = 0.05
     grad_clip: float = 1.0
+
+    def with_steps(self, steps: int | None) -> Recipe:
+        """This recipe, or the same with another number of steps (a trainer's `steps` argument, None: as it is)."""
+        return self if steps is None else replace(self, steps=steps)
 
     def lr_at(self, step: int) -> float:
         """Learning rate for optimizer step `step` (0-based)."""
@@ -248,7 +252,7 @@ def train_translator(
     log: Log = print,
 ) -> RunResult:
     """Train the toy SVO -> SOV translator and write it to `out` (default ./trained/translator)."""
-    recipe = TRANSLATOR_RECIPE if steps is None else Recipe(**{**asdict(TRANSLATOR_RECIPE), "steps": steps})
+    recipe = TRANSLATOR_RECIPE.with_steps(steps)
     out = Path(out) if out is not None else DEFAULT_OUT / "translator"
     src_tok = WordTokenizer(td.SOURCE_VOCAB)
     tgt_tok = WordTokenizer(td.TARGET_VOCAB, prepend_bos=True)
@@ -303,7 +307,7 @@ def train_vit(
     log: Log = print,
 ) -> RunResult:
     """Train the tiny ViT on generated shape scenes and write it to `out` (default ./trained/vit-tiny)."""
-    recipe = VIT_RECIPE if steps is None else Recipe(**{**asdict(VIT_RECIPE), "steps": steps})
+    recipe = VIT_RECIPE.with_steps(steps)
     out = Path(out) if out is not None else DEFAULT_OUT / "vit-tiny"
     command = _command("vit-tiny", steps, seed, threads)
     preprocessing = preprocessing_from_meta(VIT_PREPROCESSING)
