@@ -3,7 +3,8 @@ the learned position embeddings of a real model beside it, and rotary position e
 model's frequencies (smollm2's, else the default base and a chosen d_head).
 
 Read widgets -> ask the core (tc.sinusoidal_encoding, tc.rope_frequencies, tc.rope_scores) and the views
-(tformer_views.lessons.positional, tformer_views.charts.rotary) -> draw.
+(tformer_views.lessons.positional, tformer_views.charts.rotary) -> draw. The real model's part and the rotary part
+are drawn by tformer_app.real_positions and tformer_app.rope.
 """
 
 from __future__ import annotations
