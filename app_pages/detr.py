@@ -9,7 +9,7 @@ Read widgets -> one cached traced pass per picture (caches.detr) -> the views
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+from typing import Any, Literal
 
 import streamlit as st
 
@@ -126,7 +126,7 @@ def show_queries(
         f"{len(found)} of {result.n_queries} object queries found an object: "
         + escape(", ".join(f"q{d.query} {d.label} ({d.probability:.2f})" for d in found) or "none")
     )
-    width: int | str = PRESENTED_PX if presenting else "stretch"
+    width: int | Literal["stretch"] = PRESENTED_PX if presenting else "stretch"
     left, right = st.columns(2)
     left.image(to_jpeg(dv.boxes_picture(result, found, query)), caption="boxes of the queries shown", width=width)
     heat = dv.cross_map(result, query, layer, None if head < 0 else head)

@@ -22,7 +22,7 @@ from tformer_app.markdown import escape
 from tformer_app.page import run_page, run_safely
 from tformer_app.url import UrlState
 from tformer_app.vision_explain import AttentionChoice
-from tformer_core.models.base import TracedModel
+from tformer_core.models.vit import ViT
 from tformer_views import class_questions
 from tformer_views import vision as vv
 from tformer_views.charts.pickers import patch_picker
@@ -85,7 +85,7 @@ def show_prediction(trace, title: str = "What the model sees: top 5") -> None:
     )
 
 
-def show_patches(key: caches.Request[vv.VisionResult], result: vv.VisionResult, model: TracedModel) -> None:
+def show_patches(key: caches.Request[vv.VisionResult], result: vv.VisionResult, model: ViT) -> None:
     trace, image = result.trace, result.image
     P, (rows, cols) = result.patch_size, result.grid_hw
     H, W = image.height, image.width
@@ -98,7 +98,7 @@ def show_patches(key: caches.Request[vv.VisionResult], result: vv.VisionResult, 
     st.header("Patches")
     ow, oh = result.original_size
     st.markdown(
-        f"The picture ({ow:,} × {oh:,} pixels) is resized{' and cropped' if model.preprocessing.crop else ''} as this "
+        f"The picture ({ow:,} × {oh:,} pixels) is resized{' and cropped' if result.preprocessing.crop else ''} as this "
         f"checkpoint's preprocessing does, to **H × W = {H} × {W}**, then cut into patches of **P × P = {P} × {P}** "
         f"pixels: **N = HW / P² = {H} · {W} / {P}² = {rows * cols}** patches, {rows} rows × {cols} columns."
     )

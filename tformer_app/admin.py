@@ -18,8 +18,7 @@ import logging
 
 import streamlit as st
 
-from tformer_core import settings
-
+from . import settings
 from .class_session import client_address
 from .class_store import MemoryBackend, open_store
 from .throttle import Guesses, Locked

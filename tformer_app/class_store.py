@@ -43,7 +43,6 @@ from dataclasses import asdict, dataclass
 from typing import Any, Literal, Protocol
 from urllib.parse import urlsplit
 
-from tformer_core import settings
 from tformer_views.class_questions import (
     MAX_EFFECT,
     ClassError,
@@ -54,6 +53,7 @@ from tformer_views.class_questions import (
     vote_shift,
 )
 
+from . import settings
 from .throttle import Guesses, Locked
 
 log = logging.getLogger("tformer_app")

@@ -42,9 +42,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from tformer_core import settings
 from tformer_core.errors import InputError
 
+from . import settings
 from .deck_file import DECK_FORMAT, MAX_DECK_BYTES, DeckError, read_deck
 
 log = logging.getLogger("tformer_app")

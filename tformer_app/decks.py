@@ -200,9 +200,9 @@ def _date(when: float | None) -> str:
 
 
 # ---- the sidebar's panel -----------------------------------------------------------------------------------------
-def deck(page_path: str, title: str, pages: dict[str, object]) -> None:
+def deck(page_path: str, title: str, pages: Collection[str]) -> None:
     """The sidebar's slides: add this view, reorder, remove, present (◀ ▶ and Page Up / Page Down), export
-    and import; the deck's link. pages: url path -> st.Page, the pages a slide may open."""
+    and import; the deck's link. pages: the url paths a slide may open (the keys of url path -> st.Page will do)."""
     slides: list[dict] = st.session_state.setdefault(DECK, [])
     paths = tuple(pages)
     note = st.session_state.get(NOTE)

@@ -23,8 +23,7 @@ from pathlib import Path
 
 import torch
 
-from tformer_core import settings
-
+from . import settings
 from .slots import DeviceSlots, Slots
 
 log = logging.getLogger("tformer_app")

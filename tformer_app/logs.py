@@ -19,8 +19,7 @@ import sys
 import threading
 import uuid
 
-from tformer_core import settings
-
+from . import settings
 from .markdown import escape
 
 PACKAGES = ("tformer_core", "tformer_views", "tformer_app")

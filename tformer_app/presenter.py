@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import streamlit as st
 import streamlit.components.v2 as components
@@ -421,7 +421,7 @@ def keys_place() -> Any:
     return None if top is None else top.keys
 
 
-def sidebar_state() -> str:
+def sidebar_state() -> Literal["collapsed", "auto"]:
     """The sidebar as a page opens: collapsed on a projector (its ">" opens it), else Streamlit's choice."""
     if PRESENT not in st.session_state:
         st.session_state[PRESENT] = st.query_params.get("present") == "1"

@@ -1,4 +1,4 @@
-"""Every TFORMER_* setting, read from the environment and checked in this one module.
+"""Every TFORMER_* setting is a `Setting` in one registry, read from the environment and checked by this module.
 
 A bad value is written to the server's log once (logger "tformer_core": the setting, the value, why it was
 refused, the default used instead) and its default is used: a typo must not take a class's server down. A
@@ -7,11 +7,13 @@ name that starts with TFORMER_ and is not a setting is reported too (`check_envi
 The settings are read when asked for, so a notebook or a test that changes the environment sees the change:
 
     settings.device()          # TFORMER_DEVICE: torch.device, CUDA when there is one
-    settings.value("TFORMER_CACHE_MB")
+    settings.value("TFORMER_MAX_PARAMS")
     settings.SETTINGS          # name -> Setting (default, meaning): the README's table
 
-The core uses some of them (devices, model folders, limits, caches on disk); the app reads its own (memory
-budgets, the admin page) here too, so that every one is validated the same way and in one place.
+The core declares the settings it reads itself (devices, model and picture folders, model limits, caches on
+disk); the app declares its own (memory budgets, class sessions, decks, the admin page, the log) in
+tformer_app.settings, into this registry, so that every one is read, validated and reported the same way and a
+notebook that imports only the core needs nothing of the app.
 """
 
 from __future__ import annotations
@@ -31,11 +33,10 @@ import torch
 log = logging.getLogger("tformer_core")
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-MIN_TOKEN_CHARS = 16  # an admin token shorter than this is refused (it could be guessed)
 
 
-# ---- parsers: text -> value, ValueError with the reason ------------------------------------------------
-def _positive(text: str) -> float:
+# ---- parsers: text -> value, ValueError with the reason (the app's declarations use the public ones) --------
+def positive(text: str) -> float:
     """A positive finite number, plain or scientific ("400e6", "1_500")."""
     try:
         value = float(text.replace("_", ""))
@@ -46,8 +47,9 @@ def _positive(text: str) -> float:
     return value
 
 
-def _whole(text: str) -> int:
-    value = _positive(text)
+def whole(text: str) -> int:
+    """A positive whole number (\"2\", \"1e3\")."""
+    value = positive(text)
     if not value.is_integer():
         raise ValueError("not a whole number")
     return int(value)
@@ -64,7 +66,8 @@ def _folders(text: str) -> tuple[Path, ...]:
     return tuple(dict.fromkeys(Path(os.path.normpath(os.path.abspath(os.path.expanduser(p)))) for p in parts))
 
 
-def _folder(text: str) -> Path:
+def folder(text: str) -> Path:
+    """One folder, absolute and normalised (as `_folders`)."""
     if os.pathsep in text:
         raise ValueError("one folder, not a list")
     return _folders(text)[0]
@@ -91,46 +94,6 @@ def _device(text: str) -> torch.device:
     return torch.device(text.lower())
 
 
-def _flag(text: str) -> bool:
-    lowered = text.lower()
-    if lowered not in ("1", "0", "true", "false", "yes", "no", "on", "off"):
-        raise ValueError("use 1 or 0")
-    return lowered in ("1", "true", "yes", "on")
-
-
-def _token(text: str) -> str:
-    if len(text) < MIN_TOKEN_CHARS:
-        raise ValueError(f"shorter than {MIN_TOKEN_CHARS} characters: easy to guess")
-    return text
-
-
-def _log_level(text: str) -> int:
-    level = logging.getLevelName(text.upper())
-    if not isinstance(level, int):
-        raise ValueError("use DEBUG, INFO, WARNING or ERROR")
-    return level
-
-
-def _redis_url(text: str) -> str:
-    if not text.startswith(("redis://", "rediss://", "unix://")):
-        raise ValueError("not a redis://, rediss:// or unix:// address")
-    return text
-
-
-def _hours(text: str) -> float:
-    hours = float(text)
-    if not 0 < hours <= 7 * 24:
-        raise ValueError("a number of hours in (0, 168]")
-    return hours
-
-
-def _days(text: str) -> float:
-    days = _positive(text)
-    if days > 3650:
-        raise ValueError("a number of days in (0, 3650]")
-    return days
-
-
 # ---- the settings -----------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Setting:
@@ -145,84 +108,37 @@ class Setting:
     default_text: str = ""  # the default in words, when it is not a value ("a GPU if there is one")
 
 
-SETTINGS: dict[str, Setting] = {
-    s.name: s
-    for s in (
-        Setting("TFORMER_MODEL_DIRS", (REPO_ROOT / "models",), _folders, "folders local models are read from"),
-        Setting("TFORMER_IMAGE_DIRS", (), _folders, "folders whose pictures are offered as samples"),
-        Setting(
-            "TFORMER_DEVICE",
-            None,
-            _device,
-            "where models run: cpu, cuda, cuda:N or mps",
-            default_text="a GPU if there is one, else the CPU",
-        ),
-        Setting("TFORMER_CACHE_MB", 768.0, _positive, "MB of results kept for reuse, and what sessions hold"),
-        Setting("TFORMER_MODELS_MB", 1536.0, _positive, "MB of model weights kept loaded"),
-        Setting("TFORMER_PASSES", 1, _whole, "forward passes run at once (on a GPU: counted for all its processes)"),
-        Setting(
-            "TFORMER_GPU_MB",
-            None,
-            _positive,
-            "MB of GPU memory one server process may use (deploy/: 90 % of the GPU / replicas)",
-            default_text="no cap",
-        ),
-        Setting("TFORMER_MAX_PARAMS", 250e6, _positive, "the most parameters a model may have"),
-        Setting("TFORMER_PASS_MB", 672.0, _positive, "MB of working memory one forward pass of a model may take"),
-        Setting(
-            "TFORMER_REQUEST_GFLOP",
-            1000.0,
-            _positive,
-            "GFLOP one request may compute (a study, a patching grid), estimated before it runs",
-        ),
-        Setting("TFORMER_STUDIES", 1, _whole, "long computations (studies, grids, many pictures) run at once"),
-        Setting("TFORMER_HUB_MAX_MB", 2000.0, _positive, "MB a hub model's files may take"),
-        Setting("TFORMER_HUB_DISK_MB", 10000.0, _positive, "MB all downloaded hub models may take on disk"),
-        Setting("TFORMER_CACHE_DIR", Path.home() / ".cache" / "tformer", _folder, "where smollm2 is converted to"),
-        Setting("TFORMER_ADMIN", False, _flag, "1: serve the Memory and caches page (with TFORMER_ADMIN_TOKEN)"),
-        Setting(
-            "TFORMER_ADMIN_TOKEN",
-            None,
-            _token,
-            "the secret the Memory and caches page asks for",
-            secret=True,
-            default_text="none (the page is not served)",
-        ),
-        Setting("TFORMER_LOG_LEVEL", logging.INFO, _log_level, "the server log's level (DEBUG adds tracebacks)"),
-        Setting(
-            "TFORMER_REDIS_URL",
-            None,
-            _redis_url,
-            "the Redis that class sessions live in, shared by replicas",
-            secret=True,  # an address may carry a password
-            default_text="none (class sessions in this process)",
-        ),
-        Setting("TFORMER_CLASS_HOURS", 6.0, _hours, "a class session ends this long after the lecturer's last change"),
-        Setting(
-            "TFORMER_DECK_DIR",
-            None,
-            _folder,
-            "the folder lecturers' decks are saved in (files; it wins over TFORMER_REDIS_URL)",
-            default_text="Redis when TFORMER_REDIS_URL is set, else TFORMER_CACHE_DIR/decks",
-        ),
-        Setting("TFORMER_DECK_DAYS", 30.0, _days, "a saved deck is deleted this many days after its last change"),
-        Setting("TFORMER_DECKS", 2000, _whole, "the most decks the server keeps (a new one past them is refused)"),
-        Setting(
-            "TFORMER_CLASS_PER_ADDRESS",
-            150,
-            _whole,
-            "new students one client address may add to a class a minute (and answers it may send in 10 s)",
-        ),
-        # Read by deploy/run.sh (a shell script), listed here so that setting it is not reported as a typo.
-        Setting(
-            "TFORMER_PYTHON",
-            None,
-            str,
-            "the Python deploy/run.sh runs the replicas with",
-            default_text=".venv/bin/python",
-        ),
-    )
-}
+SETTINGS: dict[str, Setting] = {}  # name -> Setting: the core's, declared below, and the app's (tformer_app.settings)
+
+
+def declare(*settings: Setting) -> None:
+    """Add settings to the registry: from then on `value` reads them and `check_environment` knows their names.
+    The same declaration again changes nothing; a name declared twice with another declaration is a bug (two
+    meanings for one variable): ValueError."""
+    for setting in settings:
+        declared = SETTINGS.setdefault(setting.name, setting)
+        if declared != setting:
+            raise ValueError(f"{setting.name} is declared twice, differently: {declared} and {setting}")
+
+
+# The settings the core reads itself (the models' device, the model loaders' folders, limits and disk caches,
+# the sample pictures' folders); the server's and the class's are the app's.
+declare(
+    Setting("TFORMER_MODEL_DIRS", (REPO_ROOT / "models",), _folders, "folders local models are read from"),
+    Setting("TFORMER_IMAGE_DIRS", (), _folders, "folders whose pictures are offered as samples"),
+    Setting(
+        "TFORMER_DEVICE",
+        None,
+        _device,
+        "where models run: cpu, cuda, cuda:N or mps",
+        default_text="a GPU if there is one, else the CPU",
+    ),
+    Setting("TFORMER_MAX_PARAMS", 250e6, positive, "the most parameters a model may have"),
+    Setting("TFORMER_PASS_MB", 672.0, positive, "MB of working memory one forward pass of a model may take"),
+    Setting("TFORMER_HUB_MAX_MB", 2000.0, positive, "MB a hub model's files may take"),
+    Setting("TFORMER_HUB_DISK_MB", 10000.0, positive, "MB all downloaded hub models may take on disk"),
+    Setting("TFORMER_CACHE_DIR", Path.home() / ".cache" / "tformer", folder, "where smollm2 is converted to"),
+)
 
 _reported: set[tuple[str, str]] = set()
 _reported_lock = threading.Lock()
@@ -238,8 +154,10 @@ def _report_once(key: tuple[str, str], message: str, *args: Any) -> None:
 
 def value(name: str, environ: Mapping[str, str] | None = None) -> Any:
     """The setting `name` as the environment gives it now (or `environ`, standing for it), checked; its default
-    when unset or bad (a bad value is logged once)."""
-    setting = SETTINGS[name]
+    when unset or bad (a bad value is logged once). KeyError for a name nobody declared."""
+    setting = SETTINGS.get(name)
+    if setting is None:  # an app setting read before tformer_app.settings declared it, or a misspelt name
+        raise KeyError(f"{name} is not a declared setting (the app's are declared by importing tformer_app.settings)")
     raw = (os.environ if environ is None else environ).get(name, "").strip()
     if not raw:
         return setting.default
@@ -255,8 +173,6 @@ def value(name: str, environ: Mapping[str, str] | None = None) -> Any:
 def _shown(setting: Setting) -> str:
     """A setting's default as it would be written in the environment."""
     default = setting.default
-    if setting.parse is _log_level:
-        return logging.getLevelName(default)
     if isinstance(default, tuple):
         return os.pathsep.join(str(p) for p in default)
     if isinstance(default, bool):
@@ -300,14 +216,3 @@ def megabytes(name: str) -> int:
     """A *_MB setting in bytes (MB = 2**20 bytes for memory, 10**6 for files on disk, as their meanings say)."""
     scale = 10**6 if name.startswith("TFORMER_HUB") else 2**20
     return int(value(name) * scale)
-
-
-def gpu_bytes() -> int | None:
-    """TFORMER_GPU_MB in bytes: the GPU memory this process may use; None when unset (no cap)."""
-    mb = value("TFORMER_GPU_MB")
-    return None if mb is None else int(mb * 2**20)
-
-
-def request_flops() -> float:
-    """TFORMER_REQUEST_GFLOP in floating-point operations: what one request may compute (tformer_core.workload)."""
-    return float(value("TFORMER_REQUEST_GFLOP")) * 1e9

@@ -19,6 +19,7 @@ from PIL import Image
 
 from tformer_core.errors import InputError
 from tformer_core.inputs.image_file import ImageError, read_image
+from tformer_core.inputs.preprocessing import ImagePreprocessing
 from tformer_core.models.base import TracedModel
 from tformer_core.models.vit import ViT
 from tformer_core.probes import class_probe
@@ -45,7 +46,8 @@ class VisionResult:
     """A picture and what the model computed for it.
 
     image: RGB as the model sees it (resized, cropped), before normalisation; trace: its trace;
-    original_size: (width, height) as uploaded; notes: what reading it changed (rotation, modes, size).
+    original_size: (width, height) as uploaded; preprocessing: what made `image` of it (the page says whether
+    it cropped); notes: what reading it changed (rotation, modes, size).
     The uploaded picture itself is not kept (a cached result holds the model's 224-px view of a
     56-megapixel photo, not the photo).
     """
@@ -53,6 +55,7 @@ class VisionResult:
     image: Image.Image
     trace: Trace
     original_size: tuple[int, int]
+    preprocessing: ImagePreprocessing
     notes: tuple[str, ...] = ()
 
     @property
@@ -72,7 +75,7 @@ def analyse(model: TracedModel, data: bytes, name: str = "") -> VisionResult:
     loaded = read_image(data, name)
     seen = preprocessing.resized(loaded.image)
     trace = vit.trace(preprocessing(loaded.image))
-    return VisionResult(seen, trace, loaded.original_size, loaded.notes)
+    return VisionResult(seen, trace, loaded.original_size, preprocessing, loaded.notes)
 
 
 def query_token(trace: Trace, patch: int | None) -> int:

@@ -15,8 +15,7 @@ import urllib.parse
 import pytest
 
 from tests.app.pages import messages, no_exception, run, widget
-from tformer_app import caches
-from tformer_core import settings
+from tformer_app import caches, settings
 from tformer_core.probes import ROW_TOKENS
 from tformer_views import head_matters as hm
 

@@ -95,6 +95,11 @@ def test_switching_model_keeps_the_layer_only_when_the_new_model_has_it():
         "The model's own pictures (ViT paper, Fig. 7)",
     ]
     assert any("N = HW / P² = 32 · 32 / 4² = 64" in m for m in messages(at, "markdown"))
+    # vit-tiny's preprocessing resizes to 32 x 32 and crops nothing: the page says what the picture went through.
+    assert any(
+        "is resized as this checkpoint's preprocessing does, to **H × W = 32 × 32**" in m
+        for m in messages(at, "markdown")
+    )
 
 
 @pytest.mark.parametrize("shape", ["square", "triangle", "ring"])
@@ -215,6 +220,8 @@ def test_real_deit_top1_on_the_shared_photos_matches_transformers(shared_models)
         assert table["class"].iloc[0] == hf.config.id2label[int(logits.argmax())], path.name
         np.testing.assert_allclose(table["probability"].iloc[0], float(logits.softmax(-1).max()), atol=1e-4)
     assert any("N = HW / P² = 224 · 224 / 16² = 196" in m for m in messages(at, "markdown"))
+    # DeiT's preprocessor_config.json resizes the shorter side to 256 and crops the centre 224 x 224.
+    assert any("is resized and cropped as this checkpoint's preprocessing does" in m for m in messages(at, "markdown"))
 
 
 def test_mad_page_over_samples_and_the_recipe_switch():

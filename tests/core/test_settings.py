@@ -1,11 +1,14 @@
 """Every TFORMER_* setting is read and checked in tformer_core.settings: a bad value costs one log line and its
 default, never a page (TFORMER_DEVICE=gpu raised on every page; TFORMER_DEVICE=cuda on a CPU-only torch raised
-AssertionError; a bad TFORMER_MAX_PARAMS broke every load)."""
+AssertionError; a bad TFORMER_MAX_PARAMS broke every load). The core declares the settings it reads; a notebook
+that imports only the core has those and needs nothing of the app (whose own are tested in tests/app)."""
 
 from __future__ import annotations
 
-import ast
+import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -39,46 +42,55 @@ def test_a_device_the_machine_cannot_use_is_logged_once_and_the_default_used(mon
     assert len(lines) == 1 and why in lines[0] and "a GPU if there is one, else the CPU" in lines[0], lines
 
 
-def test_memory_settings_and_unknown_names(monkeypatch, caplog):
-    monkeypatch.setenv("TFORMER_CACHE_MB", "-5")
-    monkeypatch.setenv("TFORMER_PASSES", "1.5")
-    monkeypatch.setenv("TFORMER_HUB_DISK_MB", "1e3")
-    monkeypatch.setenv("TFORMER_CACHEMB", "512")  # a typo: it would otherwise be ignored silently
-    monkeypatch.setenv("TFORMER_ADMIN_TOKEN", "s3cr3t")
-    with caplog.at_level("WARNING", logger="tformer_core"):
-        assert settings.megabytes("TFORMER_CACHE_MB") == 768 * 2**20
-        assert settings.value("TFORMER_PASSES") == 1
-        assert settings.megabytes("TFORMER_HUB_DISK_MB") == 1000 * 10**6  # disk: decimal megabytes
-        assert settings.value("TFORMER_ADMIN_TOKEN") is None
-        settings.check_environment()
-    assert warnings_about(caplog, "TFORMER_CACHE_MB=") == [
-        "TFORMER_CACHE_MB='-5' is refused (not a positive number); using 768"
-    ]
-    assert warnings_about(caplog, "TFORMER_PASSES=") == [
-        "TFORMER_PASSES='1.5' is refused (not a whole number); using 1"
-    ]
-    assert warnings_about(caplog, "TFORMER_CACHEMB") == [
-        "TFORMER_CACHEMB is not a tformer setting (a typo?); it is ignored"
-    ]
-    token = warnings_about(caplog, "TFORMER_ADMIN_TOKEN")
-    assert len(token) == 1 and "s3cr3t" not in token[0] and "(hidden)" in token[0]  # a secret never reaches the log
+# What the core reads itself: the models' device, the loaders' folders, limits and disk caches, the sample pictures.
+CORE_SETTINGS = {
+    "TFORMER_MODEL_DIRS",
+    "TFORMER_IMAGE_DIRS",
+    "TFORMER_DEVICE",
+    "TFORMER_MAX_PARAMS",
+    "TFORMER_PASS_MB",
+    "TFORMER_HUB_MAX_MB",
+    "TFORMER_HUB_DISK_MB",
+    "TFORMER_CACHE_DIR",
+}
 
 
-def test_no_module_but_settings_reads_a_tformer_variable_and_the_readme_lists_them_all():
-    """One module reads the environment's TFORMER_* names; each name the code mentions is one of its settings,
-    and the README's settings table lists every setting."""
-    readers = []
-    for folder in ("tformer_core", "tformer_views", "tformer_app", "app_pages"):
+def test_a_notebook_that_imports_only_the_core_has_every_setting_the_core_and_the_views_read():
+    """In a fresh interpreter (as a notebook): `import tformer_core` declares exactly the core's settings, loads
+    nothing of the app, and reading an app setting there says where it is declared."""
+    code = (
+        "import json, sys\n"
+        "import tformer_core\n"
+        "from tformer_core import settings\n"
+        "try:\n"
+        "    settings.value('TFORMER_CACHE_MB')\n"
+        "    missing = ''\n"
+        "except KeyError as e:\n"
+        "    missing = e.args[0]\n"
+        "print(json.dumps([sorted(settings.SETTINGS), 'tformer_app' in sys.modules, missing]))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    declared, app_loaded, missing = json.loads(out.stdout.splitlines()[-1])
+    assert set(declared) == CORE_SETTINGS and not app_loaded
+    assert missing == (
+        "TFORMER_CACHE_MB is not a declared setting (the app's are declared by importing tformer_app.settings)"
+    )
+    # Every name the core's and the views' code reads is one of those (the views cannot import the app).
+    read = set()
+    for folder in ("tformer_core", "tformer_views"):
         for path in (ROOT / folder).rglob("*.py"):
-            source = path.read_text()
-            if path.name == "settings.py" and folder == "tformer_core":
-                continue
-            for node in ast.walk(ast.parse(source)):  # os.environ.get("TFORMER_..."), os.environ[...], os.getenv(...)
-                text = ast.unparse(node) if isinstance(node, (ast.Call, ast.Subscript)) else ""
-                if re.match(r"^os\.(environ|getenv)\b.*TFORMER_", text):
-                    readers.append(f"{path.relative_to(ROOT)}:{node.lineno}")
-            for name in re.findall(r"TFORMER_[A-Z_]+[A-Z]", source):
-                assert name in settings.SETTINGS, f"{path.relative_to(ROOT)} names {name}, which is not a setting"
-    assert not readers, f"the environment is read outside tformer_core/settings.py: {readers}"
-    table = (ROOT / "README.md").read_text().split("Settings (environment variables", 1)[1].split("\n\n")[1]
-    assert set(re.findall(r"`(TFORMER_[A-Z_]+)`", table)) == set(settings.SETTINGS)
+            read |= set(re.findall(r"\b(?:value|megabytes)\(\s*\"(TFORMER_[A-Z_]+)\"", path.read_text()))
+    assert "TFORMER_MAX_PARAMS" in read and "TFORMER_HUB_DISK_MB" in read  # the pattern finds the readers
+    assert read <= CORE_SETTINGS, f"read by the core or the views but declared by the app: {read - CORE_SETTINGS}"
+
+
+def test_a_setting_declared_twice_differently_is_refused(monkeypatch):
+    monkeypatch.setattr(settings, "SETTINGS", dict(settings.SETTINGS))  # the registry as it was, after the test
+    once = settings.Setting("TFORMER_EXAMPLE", 2, settings.whole, "an example")
+    settings.declare(once)
+    settings.declare(settings.Setting("TFORMER_EXAMPLE", 2, settings.whole, "an example"))  # the same: kept
+    monkeypatch.setenv("TFORMER_EXAMPLE", "3")
+    assert settings.value("TFORMER_EXAMPLE") == 3
+    with pytest.raises(ValueError, match=r"^TFORMER_EXAMPLE is declared twice, differently: "):
+        settings.declare(settings.Setting("TFORMER_EXAMPLE", 5, settings.whole, "another meaning"))
+    assert settings.SETTINGS["TFORMER_EXAMPLE"] is once

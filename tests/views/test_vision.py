@@ -57,6 +57,7 @@ def test_analyse_traces_the_picture_as_the_model_sees_it(vit, result):
     expected = vit.trace(vit.preprocessing(picture))
     np.testing.assert_array_equal(result.trace.output, expected.output)
     assert result.original_size == (40, 30) and result.notes == ()
+    assert result.preprocessing is vit.preprocessing  # what the page describes is what made result.image
     with pytest.raises(ImageError, match="SVG"):
         vv.analyse(vit, b"<svg></svg>")
     with pytest.raises(ValueError, match="Vision Transformers"):
