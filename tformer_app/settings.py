@@ -11,7 +11,7 @@ every TFORMER_* variable: a bad value is logged once and its default used).
 
 The defaults fit a 4 GB server: about 0.5 GB for Python, torch and Streamlit, 1.5 GB of models (MiniLM,
 DeiT-Tiny, the translator and a GPT-2 or BERT-base together), 0.75 GB of results, and the working memory of
-the passes under way (WORKING_MB each; see the README's "Running for a class").
+the passes under way (WORKING_MB each; see docs/in-class.md, "Running for a class").
 """
 
 from __future__ import annotations

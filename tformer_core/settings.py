@@ -8,7 +8,7 @@ The settings are read when asked for, so a notebook or a test that changes the e
 
     settings.device()          # TFORMER_DEVICE: torch.device, CUDA when there is one
     settings.value("TFORMER_CACHE_MB")
-    settings.SETTINGS          # name -> Setting (default, meaning): the README's table
+    settings.SETTINGS          # name -> Setting (default, meaning): docs/settings.md's table
 
 The core uses some of them (devices, model folders, limits, caches on disk); the app reads its own (memory
 budgets, the admin page) here too, so that every one is validated the same way and in one place.
@@ -135,7 +135,7 @@ def _days(text: str) -> float:
 @dataclass(frozen=True)
 class Setting:
     """One environment variable: its default (None: unset means "none" or "automatic"), how its text is read,
-    and what it means (one line, as the README's table says it)."""
+    and what it means (one line, as docs/settings.md's table says it)."""
 
     name: str
     default: Any

@@ -64,9 +64,9 @@ def test_memory_settings_and_unknown_names(monkeypatch, caplog):
     assert len(token) == 1 and "s3cr3t" not in token[0] and "(hidden)" in token[0]  # a secret never reaches the log
 
 
-def test_no_module_but_settings_reads_a_tformer_variable_and_the_readme_lists_them_all():
+def test_no_module_but_settings_reads_a_tformer_variable_and_the_docs_list_them_all():
     """One module reads the environment's TFORMER_* names; each name the code mentions is one of its settings,
-    and the README's settings table lists every setting."""
+    and docs/settings.md's table lists every setting."""
     readers = []
     for folder in ("tformer_core", "tformer_views", "tformer_app", "app_pages"):
         for path in (ROOT / folder).rglob("*.py"):
@@ -80,5 +80,5 @@ def test_no_module_but_settings_reads_a_tformer_variable_and_the_readme_lists_th
             for name in re.findall(r"TFORMER_[A-Z_]+[A-Z]", source):
                 assert name in settings.SETTINGS, f"{path.relative_to(ROOT)} names {name}, which is not a setting"
     assert not readers, f"the environment is read outside tformer_core/settings.py: {readers}"
-    table = (ROOT / "README.md").read_text().split("Settings (environment variables", 1)[1].split("\n\n")[1]
+    table = (ROOT / "docs" / "settings.md").read_text().split("Settings (environment variables", 1)[1].split("\n\n")[1]
     assert set(re.findall(r"`(TFORMER_[A-Z_]+)`", table)) == set(settings.SETTINGS)
