@@ -7,10 +7,10 @@ value is one of these shows the chart under it.
     notebook.Chart(spec)                              # any Vega-Lite chart of tformer_views.charts
 
 A `Chart` hands a notebook two forms of itself (IPython's `_repr_mimebundle_`): the Vega-Lite specification, which
-a front end with a Vega-Lite 6 renderer draws live (hover a query token, click a head in the legend), and the same
-chart as SVG, rendered here by vl-convert (no browser, no network), which every other front end shows (VS Code,
-Colab, nbconvert's HTML, GitHub's page of a notebook). Nothing is loaded from a CDN, unlike Altair's default
-renderer, so a notebook works offline and shows the same picture in a year.
+a front end with a Vega-Lite renderer draws live with its own bundled copy of Vega (JupyterLab, Notebook 7, VS Code,
+nteract: hover a query token, click a head in the legend), and the same chart as SVG, rendered here by vl-convert
+(no browser, no network), which every other front end shows (Colab, nbconvert's HTML, GitHub's page of a notebook).
+Nothing is loaded from a CDN, unlike Altair's default renderer, so a notebook works offline.
 
 No `_repr_html_`: IPython would add it to the bundle as text/html, which front ends rank above Vega-Lite, and the
 live chart would never be drawn.
@@ -31,9 +31,13 @@ from .charts.spec import heatmap as heatmap_spec
 
 __all__ = ["VEGA_LITE_MIME", "Chart", "head_view", "heatmap"]
 
-# The MIME type Altair 6 gives a Vega-Lite 6 chart (altair.vegalite.v6.display.VEGALITE_MIME_TYPE): the key a
-# front end's Vega-Lite renderer looks for. Our specs declare Vega-Lite 6 (charts.spec.VEGA_LITE_SCHEMA).
-VEGA_LITE_MIME = "application/vnd.vegalite.v6.json"
+# The live chart goes out as Vega-Lite 5: the version notebook front ends draw (JupyterLab's vega5 extension, VS
+# Code's and nteract's renderers key on this MIME type). None draws Vega-Lite 6 yet, and Altair 6's own
+# "application/vnd.vegalite.v6.json" is not even valid in a notebook file (nbformat takes JSON data only under a
+# type ending in +json). The charts here use nothing Vega-Lite 6 added: tests/views/test_notebook.py draws them
+# with Vega-Lite 5.8 and gets the same picture as the app's Vega-Lite 6 (charts.spec.VEGA_LITE_SCHEMA).
+VEGA_LITE_MIME = "application/vnd.vegalite.v5+json"
+VEGA_LITE_5_SCHEMA = "https://vega.github.io/schema/vega-lite/v5.json"
 
 
 @dataclass(frozen=True, eq=False)
@@ -43,8 +47,9 @@ class Chart:
     spec: dict
 
     def to_dict(self) -> dict:
-        """The specification as plain JSON data (datasets as lists of records), as a Vega-Lite renderer takes it."""
-        return json_spec(self.spec)
+        """The specification as plain JSON data (datasets as lists of records), declared Vega-Lite 5, as a notebook's
+        Vega-Lite renderer takes it (see VEGA_LITE_MIME)."""
+        return json_spec(self.spec) | {"$schema": VEGA_LITE_5_SCHEMA}
 
     def to_svg(self) -> str:
         """The chart as an SVG document, drawn here (vl-convert): what a front end without Vega-Lite shows."""

@@ -1,6 +1,7 @@
 """The views a notebook draws inline (tformer_views.notebook): what IPython is handed, checked against the trace."""
 
 import json
+import re
 import xml.etree.ElementTree as ET
 
 import numpy as np
@@ -10,7 +11,7 @@ import pytest
 from tests.core.tiny_models import tiny_decoder, tiny_encoder
 from tformer_core.lens import LogitLens
 from tformer_views import head_matters, notebook
-from tformer_views.charts.export import validate
+from tformer_views.charts.export import json_spec, validate
 from tformer_views.text import HEAD_VIEW_MIN_WEIGHT
 
 IDS = [2, 17, 33, 8, 21, 5, 39, 3]
@@ -35,6 +36,7 @@ def test_a_chart_hands_ipython_the_live_chart_its_svg_and_a_line_of_text(enc_tra
     chart = notebook.head_view(enc_trace, 1, heads=[2])
     bundle = chart._repr_mimebundle_()
     assert set(bundle) == {notebook.VEGA_LITE_MIME, "image/svg+xml", "text/plain"}
+    assert notebook.VEGA_LITE_MIME.endswith("+json")  # nbformat stores JSON data only under such a type
     live = bundle[notebook.VEGA_LITE_MIME]
     validate(live)
     json.dumps(live, allow_nan=False)  # plain JSON: a front end receives it as the kernel sends it
@@ -43,6 +45,22 @@ def test_a_chart_hands_ipython_the_live_chart_its_svg_and_a_line_of_text(enc_tra
     title = "layer 1, head 2: queries (left) → keys (right)"
     assert bundle["text/plain"] == f"<Chart: {title} (Vega-Lite; a notebook draws it)>"
     assert not hasattr(chart, "_repr_html_")  # IPython would rank its text/html above the live chart
+
+
+@pytest.mark.parametrize("which", ["head view", "heatmap"])
+def test_the_live_chart_is_drawn_by_vega_lite_5_as_the_app_draws_it(which, enc_trace, dec_trace):
+    """Notebook front ends draw Vega-Lite 5 (JupyterLab's vega5 extension); the app draws Vega-Lite 6. The chart a
+    notebook gets, drawn by Vega-Lite 5.8, is the picture the app's spec gives with Vega-Lite 6."""
+    import vl_convert
+
+    chart = notebook.head_view(enc_trace, 1) if which == "head view" else notebook.heatmap(dec_trace, 1, 2)
+    live = chart._repr_mimebundle_()[notebook.VEGA_LITE_MIME]
+    assert live["$schema"] == "https://vega.github.io/schema/vega-lite/v5.json"
+    by_five = vl_convert.vegalite_to_svg(live, vl_version="5.8")
+    by_six = vl_convert.vegalite_to_svg(json_spec(chart.spec), vl_version="6.4")
+    same_ids = re.compile(r"gradient_\d+")  # each render numbers its colour gradients afresh
+    assert same_ids.sub("gradient", by_five) == same_ids.sub("gradient", by_six)
+    assert len(by_five) > 10_000  # a drawn chart, not an empty frame
 
 
 def test_the_head_view_of_one_head_draws_that_heads_weights(enc_trace):
