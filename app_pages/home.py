@@ -33,7 +33,7 @@ LECTURER = (
     ),
 )
 STUDENT_JOIN = "**Join:** scan the QR on the projector, or type its code in the sidebar's *Class session*."
-# Each entry: page file, what it teaches, in the README's words (its table of pages; a test keeps them equal).
+# Each entry: page file, what it teaches, in the words of docs/pages.md (its table of pages; a test keeps them equal).
 # Links go through st.page_link so they follow the app's routing.
 GUIDE = [
     (

@@ -13,8 +13,8 @@ this module (`settings.value(name)`, re-exported), so that importing it is what 
 
 The defaults fit a 4 GB server: about 0.5 GB for Python, torch and Streamlit, 1.5 GB of models (MiniLM,
 DeiT-Tiny, the translator and a GPT-2 or BERT-base together), 0.75 GB of results, and the working memory of
-the passes under way (WORKING_MB each; see the README's "Running for a class"). TFORMER_PASS_MB, what one pass
-may take, is the core's (its loaders refuse a model whose pass would take more).
+the passes under way (WORKING_MB each; see docs/in-class.md, "Running for a class"). TFORMER_PASS_MB, what one
+pass may take, is the core's (its loaders refuse a model whose pass would take more).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ The settings are read when asked for, so a notebook or a test that changes the e
 
     settings.device()          # TFORMER_DEVICE: torch.device, CUDA when there is one
     settings.value("TFORMER_MAX_PARAMS")
-    settings.SETTINGS          # name -> Setting (default, meaning): the README's table
+    settings.SETTINGS          # name -> Setting (default, meaning): docs/settings.md's table
 
 The core declares the settings it reads itself (devices, model and picture folders, model limits, caches on
 disk); the app declares its own (memory budgets, class sessions, decks, the admin page, the log) in
@@ -98,7 +98,7 @@ def _device(text: str) -> torch.device:
 @dataclass(frozen=True)
 class Setting:
     """One environment variable: its default (None: unset means "none" or "automatic"), how its text is read,
-    and what it means (one line, as the README's table says it)."""
+    and what it means (one line, as docs/settings.md's table says it)."""
 
     name: str
     default: Any

@@ -40,9 +40,10 @@ from tformer_core.workload import Workload
 from .pictures import to_jpeg
 from .tokens import display_token, display_tokens
 
-__all__ = ["Ablation", "HeadStudy", "ablated", "ablation", "display_token", "grid", "image_study", "lens_table"]
+__all__ = ["Ablation", "HeadStudy", "ablated", "ablation", "display_token", "grid", "image_study", "lens_frame"]
 __all__ += [
     "PAIRS",
+    "lens_table",
     "patching",
     "patching_axes",
     "patching_cost",
@@ -426,9 +427,14 @@ def grid(study: HeadStudy, stack: str, part: str) -> np.ndarray:
 
 def lens_table(study: HeadStudy) -> pd.DataFrame:
     """One row per layer: the top output read there, its probability, and the final prediction's rank."""
-    lens = study.lens
-    if lens is None:
+    if study.lens is None:
         raise ValueError("this model has no head: there is no prediction to read along the way")
+    return lens_frame(study.lens)
+
+
+def lens_frame(lens: lens_mod.LogitLens) -> pd.DataFrame:
+    """A logit lens as a table (what the page shows, and a notebook cell draws): one row per layer, the top output
+    read there, its probability, and the followed output's rank and probability."""
     return pd.DataFrame(
         {
             "after layer": list(lens.layers),

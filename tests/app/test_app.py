@@ -35,13 +35,14 @@ def test_the_sidebar_lists_the_model_the_page_just_loaded():
     assert any(c.value.startswith("Models loaded:") and "minilm" in c.value for c in at.sidebar.caption)
 
 
-def test_home_describes_each_page_in_the_readmes_words():
-    """The README's table of pages and the Home page's guide (the tab below its first screen) say the same thing
+def test_home_describes_each_page_in_the_words_of_the_docs():
+    """docs/pages.md's table of pages and the Home page's guide (the tab below its first screen) say the same thing
     about every page."""
     import re
 
-    readme = (Path(APP).parent / "README.md").read_text(encoding="utf-8")
-    table = dict(re.findall(r"^\| ([A-Z][^|]+?) \| (.+) \|$", readme.split("### The pages")[1].split("\n\n")[1], re.M))
+    pages = (Path(APP).parent / "docs" / "pages.md").read_text(encoding="utf-8")
+    block = next(part for part in pages.split("\n\n") if part.startswith("| page | what it shows |"))
+    table = dict(re.findall(r"^\| ([A-Z][^|]+?) \| (.+) \|$", block, re.M))
     at = AppTest.from_file(APP, default_timeout=60).run()  # Home, in the app's shell
     assert not at.exception
     guide = [p.proto.label.strip("*") for p in at.main.get("page_link")][-13:]  # after the first screen's links

@@ -1,6 +1,6 @@
 """The app's own TFORMER_* settings (tformer_app.settings), declared into the core's one registry: read and checked
 like the core's (a bad value costs one log line and its default), a name nobody declared is reported as a typo, and
-the README's settings table lists every setting of both."""
+docs/settings.md's table lists every setting of both."""
 
 from __future__ import annotations
 
@@ -77,7 +77,7 @@ def test_memory_settings_and_unknown_names(monkeypatch, caplog):
 
 def test_no_module_but_settings_reads_a_tformer_variable_and_the_readme_lists_them_all():
     """One module reads the environment's TFORMER_* names; each name the code mentions is one of its settings,
-    and the README's settings table lists every setting."""
+    and docs/settings.md's table lists every setting."""
     readers = []
     for folder in ("tformer_core", "tformer_views", "tformer_app", "app_pages"):
         for path in (ROOT / folder).rglob("*.py"):
@@ -91,7 +91,7 @@ def test_no_module_but_settings_reads_a_tformer_variable_and_the_readme_lists_th
             for name in re.findall(r"TFORMER_[A-Z_]+[A-Z]", source):
                 assert name in SETTINGS, f"{path.relative_to(ROOT)} names {name}, which is not a setting"
     assert not readers, f"the environment is read outside tformer_core/settings.py: {readers}"
-    table = (ROOT / "README.md").read_text().split("Settings (environment variables", 1)[1].split("\n\n")[1]
+    table = (ROOT / "docs" / "settings.md").read_text().split("Settings (environment variables", 1)[1].split("\n\n")[1]
     assert set(re.findall(r"`(TFORMER_[A-Z_]+)`", table)) == set(SETTINGS)
 
 

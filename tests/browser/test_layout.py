@@ -61,7 +61,7 @@ GROW = {
     }
 }
 GROWTH = 1.05
-# Each page's key idea (README, "Using it in class"), on the first screen of a 1280 x 720 projector as the page
+# Each page's key idea (docs/in-class.md), on the first screen of a 1280 x 720 projector as the page
 # opens: the element's top edge above the fold.
 MAIN = '[data-testid="stMain"]'
 FIRST_SCREEN = {

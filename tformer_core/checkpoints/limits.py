@@ -13,7 +13,7 @@ opus-mt about 75 M) and refuses the "large" sizes (BERT-large 335 M, GPT-2 mediu
 TFORMER_PASS_MB (default 672): the most working memory one forward pass may take, beyond the weights. The
 parameter limit bounds what a model holds; a pass over a large input holds more (a ViT whose config asks for
 1536-pixel pictures: 9,217 tokens, a 340 MB attention matrix per head and layer). 672 MB is what the server's
-memory budget reserves per pass (tformer_app.settings.WORKING_MB, the README's TFORMER_PASSES). It admits
+memory budget reserves per pass (tformer_app.settings.WORKING_MB, docs/settings.md's TFORMER_PASSES). It admits
 the pages' models at their own inputs: a default trace of BERT-base at 512 tokens took 512 MB, GPT-2 575 MB,
 ViT-B/16 at 384 pixels 517 MB, DETR-R50 at 832 x 1386 pixels 463 MB (benchmarks/memory.py --largest-configs).
 `passes.check` estimates a pass from the config before any weight is read.
