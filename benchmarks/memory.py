@@ -324,13 +324,12 @@ async def write(session: Session, prompt: str) -> None:
 
 FOOTPRINT = """
 import gc, sys
-import tformer_core as tc
-from tformer_app import caches
-tc.release_freed_memory()
+from tformer_app import caches, memory
+memory.release_freed_memory()
 before = caches.rss_bytes()
 model = caches.cached_model(sys.argv[1])
 gc.collect()
-tc.release_freed_memory()
+memory.release_freed_memory()
 print((caches.rss_bytes() - before) / 2**20)
 """
 
@@ -453,6 +452,7 @@ from pathlib import Path
 import numpy as np, torch
 from PIL import Image
 import tformer_core as tc
+from tformer_app import memory
 from tformer_core import pass_memory
 
 def rss():
@@ -477,7 +477,7 @@ else:
 estimate = pass_memory.pass_cost(model.config, pre, tokens=model.pass_tokens)
 with torch.inference_mode():
     warm()
-    gc.collect(); tc.release_freed_memory()
+    gc.collect(); memory.release_freed_memory()
     Path("/proc/self/clear_refs").write_text("5")
     before = rss()[0]
     trace = run()

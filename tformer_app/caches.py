@@ -58,7 +58,7 @@ from tformer_views import seq2seq as sv
 from tformer_views import vision as vv
 from tformer_views.lessons import block as lb
 
-from . import gpu, logs, session_models, sessions
+from . import gpu, logs, memory, session_models, sessions
 from .budget import MB, ByteBudgetCache, CacheStats
 from .markdown import escape
 from .settings import server_settings
@@ -79,9 +79,9 @@ SETTINGS = server_settings()
 
 # Once per server process (this module is imported once; app.py runs on every rerun). Traces allocate and
 # free hundreds of MB per request: keep that memory for reuse, in few heaps, and give it back when the
-# caches drop entries (`_freed`). See tformer_core/runtime.py.
-tc.limit_malloc_arenas(2)
-tc.retain_freed_memory()
+# caches drop entries (`_GiveBack`). See tformer_app/memory.py.
+memory.limit_malloc_arenas(2)
+memory.retain_freed_memory()
 DEVICE = gpu.server_device()  # where this process runs its models
 gpu.limit_gpu_memory(SETTINGS.gpu_bytes, DEVICE)  # TFORMER_GPU_MB: this replica's share of a shared GPU
 
@@ -128,7 +128,7 @@ class _GiveBack:
             if self.level is not None and beyond <= self.level + SLACK:
                 self.level = min(self.level, beyond)
                 return
-            tc.release_freed_memory()
+            memory.release_freed_memory()
             after = rss_bytes()
             measured = (after if after is not None else rss) - _held()
             self.level = measured if self.level is None else min(self.level, measured)

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from tformer_app import caches, sessions
+from tformer_app import caches, memory, sessions
 
 PAGES_ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "a-test-token-of-24-chars"
@@ -151,7 +151,7 @@ def memory_readings(monkeypatch):
     trims: list[int] = []
     monkeypatch.setattr(caches, "rss_bytes", lambda: readings.pop(0) * mb)
     monkeypatch.setattr(caches, "_held", lambda: 0)
-    monkeypatch.setattr(caches.tc, "release_freed_memory", lambda: trims.append(1) or True)
+    monkeypatch.setattr(memory, "release_freed_memory", lambda: trims.append(1) or True)
     return readings, trims
 
 
