@@ -3,9 +3,9 @@
 - Models (`cached_model`, `load_model`): one object per source for the whole server, shared by every
   session (the core's capture is per call, so sharing is safe); at most TFORMER_MODELS_MB of weights,
   least recently used dropped first. A failed load is remembered for RETRY_AFTER_S.
-- Results (`cached`): what a model computes for an input (a trace, a translation, a continuation, a
-  picture's trace), per (kind, model, input), stored compactly (`Trace.compact`: attention weights recomputed
-  from Q and K when read; only what the views read). Changing only the view (layer, head, token,
+- Results (`result` of a typed `Request`): what a model computes for an input (a trace, a translation, a
+  continuation, a picture's trace), per (kind, model, input), stored compactly (`Trace.compact`: attention weights
+  recomputed from Q and K when read; only what the views read). Changing only the view (layer, head, token,
   step, colours) reads the cached result and runs no model.
 - Derived views (`derived`, `from_model`): what a view computes once from a result (the overview
   picture, the distance grid, a picture's patch grid) or from a model alone (its filters).
@@ -30,9 +30,9 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Generic, TypeVar, cast
+from typing import Any, Generic, TypeVar, TypeVarTuple
 
 import numpy as np
 import pandas as pd
@@ -46,6 +46,8 @@ from tformer_core.capture import matching
 from tformer_core.checkpoints import BUNDLED_TEXT, gguf
 from tformer_core.checkpoints.sources import looks_like_path
 from tformer_core.interventions import Head
+from tformer_core.lens import LogitLens
+from tformer_core.patching import ResidualPatching
 from tformer_core.trace import lean
 from tformer_views import detection as dv
 from tformer_views import distance, overview, pictures, samples, search
@@ -67,6 +69,9 @@ from .work import POLL_S, Busy, Job, WorkQueue
 
 Progress = Callable[[float, str], None]
 ResultT = TypeVar("ResultT")
+ResultT_co = TypeVar("ResultT_co", covariant=True)
+ViewT = TypeVar("ViewT")
+Args = TypeVarTuple("Args")
 PROGRESS_AFTER_S = 0.5  # `result`'s bar: drawn once a computation has taken this long
 BAR_EVERY_S = 0.1  # and redrawn at most this often
 _REPORT: ContextVar[Progress | None] = ContextVar("tformer_report", default=None)  # `reporting`
@@ -346,53 +351,39 @@ def _analyse_image(model: tc.TracedModel, data: bytes, name: str) -> vv.VisionRe
     return replace(result, trace=result.trace.compact(views_read))
 
 
-def _token_distance(model: tc.TracedModel, text: str) -> tuple[Any, float]:
+def _token_distance(model: tc.TracedModel, text: str) -> tuple[np.ndarray, float]:
     """(mean attention distance [layers, heads] in tokens, uniform baseline) of one sentence; the
     trace is dropped as soon as its figures are computed (a batch of 64 sentences keeps 64 small grids)."""
     trace = _text_model(model).trace(text, keep=matching("**.attn.q", "**.attn.k", "**.attn.mask"))
     return distance.token_distances(trace), distance.uniform_token_distance(trace)
 
 
-def _head_ablation(model: tc.TracedModel, kind: str, output: int | None, head: Head, inputs: tuple) -> hm.Ablation:
+def _small_trace(model: tc.TracedModel, text: str) -> tc.Trace:
+    """The whole trace of a small model of attention before Transformers (a sentiment model, an RNN
+    encoder-decoder): a few KB, no [heads, n, n] parts to drop."""
+    if not isinstance(model, (tc.PoolingModel, tc.RecurrentSeq2Seq)):
+        raise tc.InputError(f"this reads text with the small models before Transformers, not a {model.kind} model")
+    return model.trace(text)
+
+
+def _shift_sweep(model: tc.TracedModel, data: bytes, name: str, shifts: tuple[int, ...]) -> pd.DataFrame:
+    return ib.sweep(model, data, name, list(shifts))
+
+
+def _head_ablation(
+    model: tc.TracedModel, kind: str, output: int | None, stack: str, layer: int, head: int, *inputs: Any
+) -> hm.Ablation:
     """One head ablated (hm.ablation), reading the clean trace of the input's study when this server holds it (the
     page that asks has drawn its grid from it): a click on the grid costs one pass, not two. Its progress goes to
     the page that asked (`reporting`)."""
     study = _results.peek(_study_key(kind, model.source, inputs))
     clean = study.trace if isinstance(study, hm.HeadStudy) and study.output == output else None
-    return hm.ablation(model, kind, inputs, output, head, clean=clean, progress=reporting())
+    return hm.ablation(model, kind, inputs, output, Head(stack, layer, head), clean=clean, progress=reporting())
 
 
-# kind -> function(model, *args).
-COMPUTATIONS: dict[str, Callable[..., Any]] = {
-    "text": _trace_text,  # (text, second segment or None) -> Trace
-    "translate": _translate,  # (source, max new tokens) -> Translation (greedy, every step traced)
-    "teacher": _teacher,  # (source, target) -> Translation (teacher forcing)
-    # (prompt, max new tokens, temperature (0: greedy), top-k or None, seed) -> Continuation: each step's
-    # attention rows and top-k, not its trace (a decoder-only model continuing a text)
-    "generate": _generate,
-    "image": _analyse_image,  # (image file bytes, file name) -> VisionResult
-    "relevancy": vv.relevancy_map,  # (image file bytes, file name, class id) -> [rows, cols] (Chefer et al.)
-    "token_distance": _token_distance,  # (text) -> ([layers, heads] tokens, uniform baseline)
-    # Inside a block: the residual stream, norms and sub-layer outputs (lb.block_read), no attention internals.
-    "block_text": lb.trace_text,  # (text) -> Trace of an encoder or decoder-only model
-    "block_translation": lb.trace_translation,  # (source) -> Translation (greedy, no step traces)
-    "block_image": lb.trace_image,  # (image file bytes, file name) -> VisionResult
-    # The small models of attention before Transformers (a sentiment model, an RNN encoder-decoder): their
-    # whole trace, a few KB (no [heads, n, n] parts to drop). (text) -> Trace
-    "small_trace": lambda model, text: model.trace(text),
-    # Inductive bias: (image bytes, file name, shift in px) -> ShiftStudy; (bytes, name, shifts) -> DataFrame
-    "shift": ib.shift_study,
-    "shift_sweep": lambda model, data, name, shifts: ib.sweep(model, data, name, list(shifts)),
-    # Masked autoencoder: (image bytes, file name, masking seed) -> MAEResult; DETR: (bytes, name) -> DetrResult
-    "mae": mv.analyse,
-    "detr": dv.analyse,
-    # Does this head matter?: (study kind, output id or None, stack, layer, head, *the study's inputs) ->
-    # hm.Ablation, one head ablated. (The studies, patching grids and induction heads are long work: `computed`.)
-    "heads_ablation": lambda model, kind, output, stack, layer, head, *inputs: _head_ablation(
-        model, kind, output, Head(stack, layer, head), inputs
-    ),
-    "heads_lens": lambda model, kind, output, *inputs: hm.lens_of(kind, model, inputs, output),
-}
+def _head_lens(model: tc.TracedModel, kind: str, output: int, *inputs: Any) -> LogitLens:
+    return hm.lens_of(kind, model, inputs, output)
+
 
 # The sessions' uploads and the pictures they were sent share this budget: while a class holds many photos,
 # fewer results are kept (tformer_app.sessions); so does the freed memory the process cannot hand back
@@ -416,79 +407,94 @@ WORK = WorkQueue(
 
 
 @dataclass(frozen=True)
-class Request(Generic[ResultT]):
-    """One cached computation, typed by what it gives: COMPUTATIONS[kind](the model for `source`, *args).
+class Request(Generic[ResultT_co]):
+    """One cached computation, typed by what it gives: compute(the model for `source`, *args).
 
     Pages build one with the functions below (`text_trace(...)`, `picture(...)`, ...), read it with `result`,
-    and hand it to the derived views (`overview`, `query_rows`, ...), so the type checker knows what each
-    returns; equal requests share one cached result for the whole server."""
+    and hand it to the derived views (`overview_picture`, `query_rows`, ...), so the type checker knows what each
+    returns. `kind` names the computation in the cache's keys, one name per computation: equal requests (same
+    kind, source and args) share one cached result for the whole server."""
 
     kind: str
     source: str
-    args: tuple[Any, ...] = ()
+    args: tuple[Any, ...]
+    compute: Callable[..., ResultT_co] = field(compare=False, repr=False)
+
+    @staticmethod
+    def of(
+        kind: str, compute: Callable[[tc.TracedModel, *Args], ResultT], source: str, *args: *Args
+    ) -> Request[ResultT]:
+        """compute(the model for `source`, *args), its arguments checked against `compute`'s by the type checker."""
+        return Request(kind, source, args, compute)
 
 
 def text_trace(source: str, text: str, pair: str | None = None) -> Request[tc.Trace]:
-    return Request("text", source, (text, pair))
+    return Request.of("text", _trace_text, source, text, pair)
 
 
 def translation(source: str, sentence: str, max_new_tokens: int) -> Request[sv.Translation]:
-    return Request("translate", source, (sentence, int(max_new_tokens)))
+    """A greedy translation, every step traced."""
+    return Request.of("translate", _translate, source, sentence, int(max_new_tokens))
 
 
 def teacher_forced(source: str, sentence: str, target: str) -> Request[sv.Translation]:
-    return Request("teacher", source, (sentence, target))
+    return Request.of("teacher", _teacher, source, sentence, target)
 
 
 def continuation(
     source: str, prompt: str, max_new_tokens: int, temperature: float, top_k: int | None, seed: int
 ) -> Request[gen.Continuation]:
-    return Request("generate", source, (prompt, max_new_tokens, temperature, top_k, seed))
+    """A decoder-only model continuing a text (temperature 0: greedy): each step's attention rows and top-k,
+    not its trace."""
+    return Request.of("generate", _generate, source, prompt, max_new_tokens, temperature, top_k, seed)
 
 
 def picture(source: str, data: bytes, name: str) -> Request[vv.VisionResult]:
-    return Request("image", source, (data, name))
+    return Request.of("image", _analyse_image, source, data, name)
 
 
 def token_distance(source: str, text: str) -> Request[tuple[np.ndarray, float]]:
-    return Request("token_distance", source, (text,))
+    return Request.of("token_distance", _token_distance, source, text)
 
 
+# Inside a block: the residual stream, norms and sub-layer outputs (lb.block_read), no attention internals.
 def block_text(source: str, text: str) -> Request[tc.Trace]:
-    return Request("block_text", source, (text,))
+    """An encoder's or decoder-only model's trace."""
+    return Request.of("block_text", lb.trace_text, source, text)
 
 
 def block_translation(source: str, sentence: str) -> Request[sv.Translation]:
-    return Request("block_translation", source, (sentence,))
+    """A greedy translation, no step traces."""
+    return Request.of("block_translation", lb.trace_translation, source, sentence)
 
 
 def block_image(source: str, data: bytes, name: str) -> Request[vv.VisionResult]:
-    return Request("block_image", source, (data, name))
+    return Request.of("block_image", lb.trace_image, source, data, name)
 
 
 def small_trace(source: str, text: str) -> Request[tc.Trace]:
-    return Request("small_trace", source, (text,))
+    return Request.of("small_trace", _small_trace, source, text)
 
 
 def shift(source: str, data: bytes, name: str, k: int) -> Request[ib.ShiftStudy]:
-    return Request("shift", source, (data, name, int(k)))
+    return Request.of("shift", ib.shift_study, source, data, name, int(k))
 
 
 def shift_sweep(source: str, data: bytes, name: str, shifts: tuple[int, ...]) -> Request[pd.DataFrame]:
-    return Request("shift_sweep", source, (data, name, tuple(shifts)))
+    return Request.of("shift_sweep", _shift_sweep, source, data, name, tuple(shifts))
 
 
 def mae(source: str, data: bytes, name: str, seed: int) -> Request[mv.MAEResult]:
-    return Request("mae", source, (data, name, int(seed)))
+    return Request.of("mae", mv.analyse, source, data, name, int(seed))
 
 
 def detr(source: str, data: bytes, name: str) -> Request[dv.DetrResult]:
-    return Request("detr", source, (data, name))
+    return Request.of("detr", dv.analyse, source, data, name)
 
 
 def relevancy(source: str, data: bytes, name: str, class_id: int) -> Request[np.ndarray]:
     """A picture's gradient-weighted relevancy [rows, cols] for class `class_id` (Chefer et al. 2021)."""
-    return Request("relevancy", source, (data, name, int(class_id)))
+    return Request.of("relevancy", vv.relevancy_map, source, data, name, int(class_id))
 
 
 def head_ablation(source: str, study: hm.HeadStudy, stack: str, layer: int, head: int) -> Request[hm.Ablation]:
@@ -501,12 +507,12 @@ def view_ablation(
 ) -> Request[hm.Ablation]:
     """One head ablated in an input a study would read (`head_matters.study(kind, model, *inputs)`): the same
     request, and so the same cached result, as /heads's `head_ablation` of that input's study."""
-    return Request("heads_ablation", source, (kind, output, stack, int(layer), int(head), *inputs))
+    return Request.of("heads_ablation", _head_ablation, source, kind, output, stack, int(layer), int(head), *inputs)
 
 
-def view_lens(source: str, kind: str, inputs: tuple, output: int) -> Request[Any]:
+def view_lens(source: str, kind: str, inputs: tuple, output: int) -> Request[LogitLens]:
     """The logit lens of an input a study would read, following `output` (one traced pass, cached)."""
-    return Request("heads_lens", source, (kind, int(output), *inputs))
+    return Request.of("heads_lens", _head_lens, source, kind, int(output), *inputs)
 
 
 def result(request: Request[ResultT], label: str | None = None) -> ResultT:
@@ -515,12 +521,12 @@ def result(request: Request[ResultT], label: str | None = None) -> ResultT:
     label: while this page computes it, a progress bar saying so once it has taken PROGRESS_AFTER_S (a quicker
     one draws nothing), moved by what the computation reports (`reporting`: a head ablation, layer by layer)."""
     if label is None or _results.peek(_request_key(request)) is not None:
-        return cast(ResultT, cached(request.kind, request.source, *request.args))
+        return _cached(request)
     with progress_bar(after_s=PROGRESS_AFTER_S) as progress:
         token = _REPORT.set(lambda fraction, message: progress(fraction, f"{label} {message}".strip()))
         try:
             progress(0.0, "")  # said once the bar shows: the work may wait for a pass slot first
-            return cast(ResultT, cached(request.kind, request.source, *request.args))
+            return _cached(request)
         finally:
             _REPORT.reset(token)
 
@@ -549,115 +555,130 @@ def _owned(source: object) -> None:
         session_models.get(source)
 
 
-def in_turn(compute: Callable[[], Any]) -> Any:
+def in_turn(compute: Callable[[], ResultT]) -> ResultT:
     """compute() when a forward-pass slot is free: at most TFORMER_PASSES passes run at once, so a burst of
     requests queues instead of sharing the cores (and the memory of their activations) all at once."""
     with _passes:
         return compute()
 
 
-def cached(kind: str, source: str, *args: Any) -> Any:
-    """COMPUTATIONS[kind](the model for `source`, *args), computed once per (kind, source, args)."""
-    if kind not in COMPUTATIONS:
-        raise ValueError(f"unknown cached computation {kind!r}")
-    _owned(source)
+def _cached(request: Request[ResultT]) -> ResultT:
+    """request.compute(the model for its source, *its args), computed once per (kind, source, args)."""
+    _owned(request.source)
 
-    def compute() -> Any:
-        model = cached_model(source)  # a load waits for no pass slot
-        return in_turn(lambda: COMPUTATIONS[kind](model, *args))
+    def compute() -> ResultT:
+        model = cached_model(request.source)  # a load waits for no pass slot
+        return in_turn(lambda: request.compute(model, *request.args))
 
-    return _results.get_or_compute(_request_key(Request(kind, source, args)), compute)
+    return _results.get_or_compute(_request_key(request), compute)
 
 
 # ---- what a view derives from a computed result --------------------------------------------------------
-def trace_of(result: tc.Trace | sv.Translation | vv.VisionResult) -> tc.Trace:
+Traced = tc.Trace | sv.Translation | vv.VisionResult  # a result that holds a trace
+
+
+def trace_of(result: Traced) -> tc.Trace:
     """The trace inside a cached result (a translation's teacher-forced pass, a picture's trace)."""
     return result if isinstance(result, tc.Trace) else result.trace
 
 
-def _picture_png(draw: Callable[..., Any]) -> Callable[[vv.VisionResult], bytes]:
-    return lambda result: pictures.to_png(draw(result.image, result.patch_size))
+def derived(name: str, request: Request[ResultT], view: Callable[[ResultT, *Args], ViewT], *args: *Args) -> ViewT:
+    """view(what `request` computes, *args), once per (name, request, args) for the whole server. `name` names the
+    view in the cache's keys, one name per view."""
+    _owned(request.source)
+    key = ("derived", name, _key((request.kind, request.source, *request.args)), *_key(args))
+    return _results.get_or_compute(key, lambda: view(_cached(request), *args))
 
 
-# view -> function(the cached result, *view args).
-VIEWS: dict[str, Callable[..., Any]] = {
-    # (result, stack, hide special tokens) -> ...
-    "overview": lambda result, stack, hide: overview.overview(trace_of(result), stack, hide_special=hide),
-    "token_distances": lambda result, stack, hide: distance.token_distances(trace_of(result), stack, hide),
-    "uniform_token_distance": lambda result, stack, hide: distance.uniform_token_distance(
-        trace_of(result), stack, hide
-    ),
-    "teacher_agreement": sv.teacher_agreement,  # (translation) -> int
-    # (result, stack, query) -> [layers, heads, keys]: one query's weights everywhere, for the head search
-    "query_rows": lambda result, stack, query: search.query_rows(trace_of(result), query, stack),
-    "grid_picture": _picture_png(pictures.grid_picture),  # (vision result) -> PNG
-    "patch_sequence": _picture_png(pictures.patch_sequence),  # (vision result) -> PNG
-    "image_distances": lambda result: distance.image_distances(result.trace),  # (vision result) -> [layers, heads]
-    # (vision result, head fusion, discard ratio) -> [rows, cols]: the same for every layer, head and patch
-    "rollout": lambda result, fusion, discard: vv.rollout_map(result.trace, fusion, discard),
-    # (any result, stack) -> lb.StreamNorms: the residual stream's size per layer and token
-    "stream_norms": lambda result, stack: lb.stream_norms(trace_of(result), stack),
-}
+def _overview(result: Traced, stack: str, hide: bool) -> overview.Overview:
+    return overview.overview(trace_of(result), stack, hide_special=hide)
 
 
-def derived(view: str, key: tuple, *args: Any) -> Any:
-    """VIEWS[view](cached(*key), *args) once per (view, key, args): key is what `cached` was called with."""
-    if view not in VIEWS:
-        raise ValueError(f"unknown derived view {view!r}")
-    _owned(key[1] if len(key) > 1 else "")
-    return _results.get_or_compute(("derived", view, _key(key), *_key(args)), lambda: VIEWS[view](cached(*key), *args))
-
-
-def _view(view: str, request: Request[Any] | tuple, *args: Any) -> Any:
-    key = request if isinstance(request, tuple) else (request.kind, request.source, *request.args)
-    return derived(view, key, *args)
-
-
-def overview_picture(request: Request[Any], stack: str, hide: bool) -> overview.Overview:
+def overview_picture(request: Request[Traced], stack: str, hide: bool) -> overview.Overview:
     """All layers x heads as one picture (tformer_views.overview) of the trace in `request`'s result."""
-    return cast(overview.Overview, _view("overview", request, stack, hide))
+    return derived("overview", request, _overview, stack, hide)
 
 
-def token_distances(request: Request[Any], stack: str, hide: bool) -> np.ndarray:
+def _token_distances(result: Traced, stack: str, hide: bool) -> np.ndarray:
+    return distance.token_distances(trace_of(result), stack, hide)
+
+
+def token_distances(request: Request[Traced], stack: str, hide: bool) -> np.ndarray:
     """Mean attention distance [layers, heads] in tokens."""
-    return cast(np.ndarray, _view("token_distances", request, stack, hide))
+    return derived("token_distances", request, _token_distances, stack, hide)
 
 
-def uniform_token_distance(request: Request[Any], stack: str, hide: bool) -> float:
-    return float(_view("uniform_token_distance", request, stack, hide))
+def _uniform_token_distance(result: Traced, stack: str, hide: bool) -> float:
+    return distance.uniform_token_distance(trace_of(result), stack, hide)
 
 
-def query_rows(request: Request[Any], stack: str, query: int) -> np.ndarray:
-    """One query's weights in every layer and head: [layers, heads, keys]."""
-    return cast(np.ndarray, _view("query_rows", request, stack, query))
+def uniform_token_distance(request: Request[Traced], stack: str, hide: bool) -> float:
+    return derived("uniform_token_distance", request, _uniform_token_distance, stack, hide)
+
+
+def _query_rows(result: Traced, stack: str, query: int) -> np.ndarray:
+    return search.query_rows(trace_of(result), query, stack)
+
+
+def query_rows(request: Request[Traced], stack: str, query: int) -> np.ndarray:
+    """One query's weights in every layer and head: [layers, heads, keys], for the head search."""
+    return derived("query_rows", request, _query_rows, stack, query)
 
 
 def teacher_agreement(request: Request[sv.Translation]) -> int:
-    return int(_view("teacher_agreement", request))
+    return derived("teacher_agreement", request, sv.teacher_agreement)
+
+
+def _grid_picture(result: vv.VisionResult) -> bytes:
+    return pictures.to_png(pictures.grid_picture(result.image, result.patch_size))
 
 
 def grid_picture(request: Request[vv.VisionResult]) -> bytes:
     """The picture cut into its patches, as PNG."""
-    return cast(bytes, _view("grid_picture", request))
+    return derived("grid_picture", request, _grid_picture)
+
+
+def _patch_sequence(result: vv.VisionResult) -> bytes:
+    return pictures.to_png(pictures.patch_sequence(result.image, result.patch_size))
 
 
 def patch_sequence(request: Request[vv.VisionResult]) -> bytes:
     """The patches in a row, as the model reads them, as PNG."""
-    return cast(bytes, _view("patch_sequence", request))
+    return derived("patch_sequence", request, _patch_sequence)
+
+
+def _image_distances(result: vv.VisionResult) -> np.ndarray:
+    return distance.image_distances(result.trace)
 
 
 def image_distances(request: Request[vv.VisionResult]) -> np.ndarray:
     """Mean attention distance [layers, heads] in pixels."""
-    return cast(np.ndarray, _view("image_distances", request))
+    return derived("image_distances", request, _image_distances)
+
+
+def _rollout(result: vv.VisionResult, fusion: str, discard: float) -> np.ndarray:
+    return vv.rollout_map(result.trace, fusion, discard)
 
 
 def rollout(request: Request[vv.VisionResult], fusion: str, discard: float) -> np.ndarray:
-    """Attention rollout to the class token over the patch grid [rows, cols]."""
-    return cast(np.ndarray, _view("rollout", request, fusion, float(discard)))
+    """Attention rollout to the class token over the patch grid [rows, cols]: the same for every layer, head and
+    patch."""
+    return derived("rollout", request, _rollout, fusion, float(discard))
 
 
-def stream_norms(request: Request[Any], stack: str) -> lb.StreamNorms:
-    return cast(lb.StreamNorms, _view("stream_norms", request, stack))
+def _stream_norms(result: Traced, stack: str) -> lb.StreamNorms:
+    return lb.stream_norms(trace_of(result), stack)
+
+
+def stream_norms(request: Request[Traced], stack: str) -> lb.StreamNorms:
+    """The residual stream's size per layer and token."""
+    return derived("stream_norms", request, _stream_norms, stack)
+
+
+def from_model(name: str, source: str, view: Callable[[tc.TracedModel, *Args], ViewT], *args: *Args) -> ViewT:
+    """view(the model for `source`, *args), once per (name, source, args) for the whole server."""
+    _owned(source)
+    return _results.get_or_compute(("model-view", name, source, *_key(args)), lambda: view(cached_model(source), *args))
 
 
 def _figure_7(model: tc.TracedModel) -> tuple[bytes, list[float], bytes]:
@@ -665,26 +686,10 @@ def _figure_7(model: tc.TracedModel) -> tuple[bytes, list[float], bytes]:
     return pictures.to_png(pcs), [float(v) for v in variance], pictures.to_png(vv.position_similarity_maps(model))
 
 
-# view -> function(model, *args)
-MODEL_VIEWS: dict[str, Callable[..., Any]] = {
-    "figure_7": _figure_7  # ViT: (filter PCs as PNG, their variance shares, position similarity maps as PNG)
-}
-
-
-def from_model(view: str, source: str, *args: Any) -> Any:
-    """MODEL_VIEWS[view](the model for `source`, *args), once per (view, source, args)."""
-    if view not in MODEL_VIEWS:
-        raise ValueError(f"unknown model view {view!r}")
-    _owned(source)
-    return _results.get_or_compute(
-        ("model-view", view, source, *_key(args)), lambda: MODEL_VIEWS[view](cached_model(source), *args)
-    )
-
-
 def figure_7(source: str) -> tuple[bytes, list[float], bytes]:
     """A ViT's patch-embedding filters' principal components (PNG), their variance shares, and its position
     embeddings' similarity maps (PNG): the ViT paper's Fig. 7, once per model."""
-    return cast(tuple[bytes, list[float], bytes], from_model("figure_7", source))
+    return from_model("figure_7", source, _figure_7)
 
 
 def sample_pictures() -> dict[str, bytes]:
@@ -695,7 +700,7 @@ def sample_pictures() -> dict[str, bytes]:
 
 def digit_pictures() -> dict[str, bytes]:
     """A test picture of each digit (tformer_views.samples.digit_samples), made once per server."""
-    return cast(dict[str, bytes], _results.get_or_compute(("digit-samples",), samples.digit_samples))
+    return _results.get_or_compute(("digit-samples",), samples.digit_samples)
 
 
 # ---- long work, in its own queue, with a progress bar ------------------------------------------------
@@ -704,15 +709,16 @@ SESSION_ID = "_tformer.session_id"  # session state: this browser session's id (
 
 def session_id() -> str:
     """An id of the browser session this script runs for, the same on every run of it (made on its first)."""
-    return cast(str, st.session_state.setdefault(SESSION_ID, uuid.uuid4().hex))
+    session: str = st.session_state.setdefault(SESSION_ID, uuid.uuid4().hex)
+    return session
 
 
 def computed(
     key: tuple,
-    compute: Callable[[Progress], Any],
+    compute: Callable[[Progress], ResultT],
     label: str,
     cost: Callable[[], tuple[tc.Workload, str]] | None = None,
-) -> Any:
+) -> ResultT:
     """compute(progress) once per `key` for the whole server, as long work (tformer_app.work: its own queue, its
     passes behind the pages' passes, stopped when nobody waits for it), with a progress bar in the page that
     waits for it (sessions asking for the same key meanwhile wait for the same job). For work too long to wait
@@ -745,7 +751,7 @@ def head_study(source: str, model: tc.TracedModel, kind: str, inputs: tuple) -> 
     cost = lambda: hm.study_cost(kind, model, inputs, SETTINGS.request_flops)  # noqa: E731
     compute = lambda progress: hm.study(kind, model, *inputs, progress=progress)  # noqa: E731
     label = "Ablating every head, one batch row each…"
-    return cast(hm.HeadStudy, computed(_study_key(kind, source, inputs)[1:], compute, label, cost))
+    return computed(_study_key(kind, source, inputs)[1:], compute, label, cost)
 
 
 def _study_key(kind: str, source: str, inputs: tuple) -> tuple:
@@ -753,7 +759,7 @@ def _study_key(kind: str, source: str, inputs: tuple) -> tuple:
     return ("computed", "heads", kind, source, *_key(inputs))
 
 
-def head_patching(source: str, model: tc.TracedModel, a: str, b: str) -> Any:
+def head_patching(source: str, model: tc.TracedModel, a: str, b: str) -> ResidualPatching:
     """B's residual stream patched into A at every layer x position (tformer_views.head_matters.patching), as long
     work, refused before it runs above TFORMER_REQUEST_GFLOP (its rows grow with layers x tokens)."""
     cost = lambda: hm.patching_cost(model, a, b, SETTINGS.request_flops)  # noqa: E731
@@ -780,8 +786,8 @@ def long_result(request: Request[ResultT], label: str) -> ResultT:
     computation of many passes that a page does not show at once (a continuation: a pass per token written)."""
     _owned(request.source)
     model = cached_model(request.source)
-    compute = lambda progress: COMPUTATIONS[request.kind](model, *request.args)  # noqa: E731
-    return cast(ResultT, computed((request.kind, request.source, *request.args), compute, label))
+    compute = lambda progress: request.compute(model, *request.args)  # noqa: E731
+    return computed((request.kind, request.source, *request.args), compute, label)
 
 
 def _waited(job: Job, session: str, label: str) -> Any:

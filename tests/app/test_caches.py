@@ -19,8 +19,9 @@ mb = 2**20
 
 
 @pytest.fixture
-def counted(monkeypatch):
-    """A computation and a derived view that count their calls, registered for this test only."""
+def counted():
+    """A computation and a derived view that count their calls, and the results cache emptied around the test:
+    (calls, compute, view)."""
     calls = {"compute": 0, "view": 0}
 
     def compute(model, text):
@@ -31,33 +32,34 @@ def counted(monkeypatch):
         calls["view"] += 1
         return result["text"] + suffix
 
-    monkeypatch.setitem(caches.COMPUTATIONS, "test-upper", compute)
-    monkeypatch.setitem(caches.VIEWS, "test-suffix", view)
     caches.clear_results()
-    yield calls
+    yield calls, compute, view
     caches.clear_results()
 
 
 def test_a_result_and_its_derived_views_are_computed_once(counted):
-    key = ("test-upper", "vit-tiny", "hello")
-    first = caches.cached(*key)
-    assert caches.cached(*key) is first and counted["compute"] == 1
+    calls, compute, view = counted
+    request = caches.Request.of("test-upper", compute, "vit-tiny", "hello")
+    first = caches.result(request)
+    assert caches.result(request) is first and calls["compute"] == 1
+    assert caches.result(caches.Request.of("test-upper", compute, "vit-tiny", "hello")) is first  # an equal request
     assert first == {"text": "hello", "model": "vit-tiny"}
-    assert caches.derived("test-suffix", key, "!") == "hello!"
-    assert caches.derived("test-suffix", key, "!") == "hello!" and counted["view"] == 1
-    assert caches.derived("test-suffix", key, "?") == "hello?" and counted["view"] == 2  # other view settings
-    assert counted["compute"] == 1  # the derived views read the cached result
-    with pytest.raises(ValueError, match="unknown derived view"):
-        caches.derived("no-such-view", key)
+    assert caches.derived("test-suffix", request, view, "!") == "hello!"
+    assert caches.derived("test-suffix", request, view, "!") == "hello!" and calls["view"] == 1
+    assert caches.derived("test-suffix", request, view, "?") == "hello?" and calls["view"] == 2  # other settings
+    assert calls["compute"] == 1  # the derived views read the cached result
+    other = caches.Request.of("test-upper", compute, "vit-tiny", "bye")
+    assert caches.derived("test-suffix", other, view, "!") == "bye!" and calls == {"compute": 2, "view": 3}
 
 
-def test_file_contents_in_a_key_are_kept_as_a_digest(counted, monkeypatch):
-    monkeypatch.setitem(caches.COMPUTATIONS, "test-bytes", lambda model, data: len(data))
+def test_file_contents_in_a_key_are_kept_as_a_digest(counted):
+    request = lambda data: caches.Request.of("test-bytes", lambda model, data: len(data), "vit-tiny", data)  # noqa: E731
     data = bytes(range(256)) * 4096  # 1 MB
-    assert caches.cached("test-bytes", "vit-tiny", data) == len(data)
+    assert caches.result(request(data)) == len(data)
     keys = [k for k in caches._results._entries if k[1] == "test-bytes"]
     assert len(keys) == 1 and data not in keys[0] and len(repr(keys[0])) < 200
-    assert caches.cached("test-bytes", "vit-tiny", bytes(data)) == len(data)  # equal contents: the same entry
+    assert caches.result(request(bytes(data))) == len(data)  # equal contents: the same entry
+    assert len([k for k in caches._results._entries if k[1] == "test-bytes"]) == 1
     assert caches.memory_report().results.misses >= 1
 
 
@@ -65,7 +67,7 @@ def test_a_cached_text_trace_is_compact_and_answers_like_a_full_one():
     """What the Text attention page caches for MiniLM: no attention weights stored, the same weights read."""
     caches.clear_results()
     text = "The animal didn't cross the street because it was too tired."
-    trace = caches.cached("text", "minilm", text, None)
+    trace = caches.result(caches.text_trace("minilm", text))
     full = caches.cached_model("minilm").trace(text)
     assert not [n for n in trace.activations if n.endswith((".weights", ".scores", ".scaled", ".mlp.hidden"))]
     assert trace.nbytes < full.nbytes / 2
@@ -98,7 +100,7 @@ def test_the_server_page_shows_the_caches_and_clears_the_results(monkeypatch):
 
     from tests.app.pages import PAGES
 
-    caches.cached("text", "minilm", "A sentence to cache.", None)
+    caches.result(caches.text_trace("minilm", "A sentence to cache."))
     before = caches.memory_report()
     assert before.results.used_bytes > 0
     monkeypatch.setenv("TFORMER_ADMIN_TOKEN", TOKEN)

@@ -103,7 +103,7 @@ def test_translator_recomposes_both_stacks_and_the_decoder_shows_cross_attention
     at = run(model="translator", stack=stack, layer="1", token="2")
     no_exception(at)
     assert not at.error
-    translation = caches.cached("block_translation", "translator", "the big dog chases a small cat near the river")
+    translation = caches.result(caches.block_translation("translator", "the big dog chases a small cat near the river"))
     assert any(" ".join(translation.decoder_tokens) in m for m in messages(at, "markdown"))
     assert largest_difference(at) <= 1e-5
     subheaders = [h.value for h in at.subheader]
@@ -232,7 +232,7 @@ def _panel(model_source: str) -> None:
         model = caches.load_model(model_source)
         files = caches.sample_pictures()
         name = next((n for n in files if n.startswith("shapes:")), next(iter(files)))
-        result = caches.cached("image", model_source, files[name], name)
+        result = caches.result(caches.picture(model_source, files[name], name))
         patch_embedding.draw(url, result, model)
 
     run_page("Patch embedding", "", "vit", draw)
@@ -274,7 +274,7 @@ def test_the_real_patch_matches_the_model_and_a_bad_patch_size_is_said_inline():
     model = caches.cached_model("vit-tiny")
     files = caches.sample_pictures()
     name = next(n for n in files if n.startswith("shapes:"))
-    trace = caches.cached("image", "vit-tiny", files[name], name).trace
+    trace = caches.result(caches.picture("vit-tiny", files[name], name)).trace
     np.testing.assert_allclose(sums["the model's"], trace["encoder.embed.patch"][27, :5], atol=1e-7)
     np.testing.assert_allclose(sums["= e_k"], trace["encoder.embed.patch"][27, :5], atol=1e-5)
     weight = to_numpy(model.encoder.embed.project.weight)  # on the host, from whichever device the model is on
