@@ -17,7 +17,7 @@ import torch
 import transformers as T
 
 from tests.app.pages import messages, no_exception, run
-from tformer_app import caches
+from tformer_app import results
 from tformer_core.checkpoints.sources import minilm_folder
 
 
@@ -93,7 +93,7 @@ def test_a_broken_model_folder_gets_a_message_and_the_session_goes_on(case, tiny
     shutil.copytree(tiny_bert, folder)
     damage(folder)
     monkeypatch.setenv("TFORMER_MODEL_DIRS", str(models))
-    caches.clear_models()
+    results.clear_models()
     at = run("text_attention", model=f"models/broken-{case}")
     no_exception(at)
     errors = messages(at, "error")

@@ -76,7 +76,7 @@ def test_streamlit_is_used_only_by_the_app_layer():
 
 
 def test_one_cache_layer():
-    """Everything kept between requests is in tformer_app/caches.py: no st.cache_* anywhere (their budgets
+    """Everything kept between requests is in tformer_app/results.py: no st.cache_* anywhere (their budgets
     count entries, not bytes), and no other module builds a cache of results of its own (a font table is fine)."""
     users = sorted(
         str(p.relative_to(ROOT))
@@ -85,19 +85,19 @@ def test_one_cache_layer():
         if any(s in p.read_text() for s in ("st.cache_", "ByteBudgetCache(", "WeakKeyDictionary", "OrderedDict("))
     )
     users += ["app.py"] if "st.cache_" in (ROOT / "app.py").read_text() else []
-    assert users == ["tformer_app/budget.py", "tformer_app/caches.py"]
+    assert users == ["tformer_app/budget.py", "tformer_app/results.py"]
 
 
 def test_pages_ask_the_cache_through_its_typed_requests():
-    """Pages build a typed request (caches.text_trace(...), caches.picture(...)) and read it with caches.result
+    """Pages build a typed request (results.text_trace(...), results.picture(...)) and read it with results.result
     or a typed derived view, so the type checker knows what each returns; the string-keyed registry under them
-    (caches.cached / derived / from_model) is the cache's own."""
+    (results.cached / derived / from_model) is the cache's own."""
     callers = sorted(
         str(p.relative_to(ROOT))
         for folder in ("app_pages", "tformer_app")
         for p in (ROOT / folder).rglob("*.py")
-        if p.name != "caches.py"
-        and any(f"caches.{name}(" in p.read_text() for name in ("cached", "derived", "from_model"))
+        if p.name != "results.py"
+        and any(f"results.{name}(" in p.read_text() for name in ("cached", "derived", "from_model"))
     )
     assert not callers
 
