@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from tformer_app import downloads, presenter, results, tables
+from tformer_app import downloads, models, presenter, results, tables
 from tformer_app.markdown import escape
 from tformer_app.page import run_page, run_safely
 from tformer_app.url import UrlState
@@ -116,8 +116,8 @@ def pooling_section(url: UrlState) -> None:
         "people (see the model cards)."
     )
     text = st.text_input("A sentence about a film", key=url.key("sentence", DEFAULT_SENTENCE))
-    att_model = results.load_model("sentiment-attention")
-    if att_model is None or results.load_model("sentiment-mean") is None:
+    att_model = models.load_model("sentiment-attention")
+    if att_model is None or models.load_model("sentiment-mean") is None:
         return
     words = run_safely(lambda: ea.pooling_input(att_model, text), "Sentence")
     if words is None:
@@ -167,7 +167,7 @@ def rnn_section(url: UrlState) -> None:
         )
     )
     name = f"rnn-{score}"
-    if results.load_model(name) is None or results.load_model("translator") is None:
+    if models.load_model(name) is None or models.load_model("translator") is None:
         return
     trace = run_safely(lambda: results.result(results.small_trace(name, text)), "Source sentence")
     translation = run_safely(lambda: results.result(results.translation("translator", text, 40)), "Source sentence")

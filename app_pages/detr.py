@@ -13,7 +13,7 @@ from typing import Any
 
 import streamlit as st
 
-from tformer_app import downloads, presenter, results, vision_inputs
+from tformer_app import downloads, models, presenter, results, vision_inputs
 from tformer_app.markdown import escape
 from tformer_app.page import run_page, run_safely
 from tformer_app.url import UrlState
@@ -86,7 +86,7 @@ def choose_detr(url: UrlState) -> tuple[str, TracedModel | None]:
         help=f"{BUNDLED} is trained by this project on 64 × 64 scenes of shapes and works offline. A DETR "
         "checkpoint needs its detection heads (DetrForObjectDetection); hub models need the internet the first time.",
     )
-    model = results.load_model(source)
+    model = models.load_model(source)
     if model is not None and model.kind != "detr":
         st.warning(f"**{escape(source)}** is not a DETR model.")
         model = None

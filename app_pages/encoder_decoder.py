@@ -1,7 +1,7 @@
 """Encoder-decoder: a translation token by token, the decoder's masked self-attention and its cross-attention.
 
 Read widgets -> ask the views (tformer_views.seq2seq) -> draw. The translation is computed once per
-input (results.cached); the step slider, the play button and every layer / head choice only read it.
+input (results.result); the step slider, the play button and every layer / head choice only read it.
 The encoder's self-attention uses the Text attention page's views (tformer_app.attention_panel).
 """
 
@@ -14,7 +14,7 @@ import pandas as pd
 import streamlit as st
 
 from tformer_app import attention_panel as panel
-from tformer_app import downloads, play, presenter, results
+from tformer_app import derived_views, downloads, models, play, presenter, results
 from tformer_app.markdown import escape
 from tformer_app.page import run_page, run_safely
 from tformer_app.url import UrlState, int_key
@@ -52,7 +52,7 @@ def choose_seq2seq(url: UrlState) -> tuple[str, TracedModel | None]:
         help="translator is trained by this project and works offline (a toy English → Tarish). "
         "Hub models need the internet the first time.",
     )
-    model = results.load_model(source)
+    model = models.load_model(source)
     if model is None:
         st.info("Choose another model above; the rest of the page appears once one loads.")
         return source, None
@@ -172,7 +172,7 @@ def show_translation(key: results.Request[sv.Translation], translation: sv.Trans
         end = "it wrote the end token" if translation.finished else "it reached the token limit before the end token"
         st.caption(f"Greedy decoding: the most likely token at each of {n} steps; {end}.")
     else:
-        agree = results.teacher_agreement(key)  # once per translation, not on every step change
+        agree = derived_views.teacher_agreement(key)  # once per translation, not on every step change
         st.caption(
             f"The decoder read your target token by token ({n} steps). The model's own most likely token "
             f"agrees with it at {agree} of {n} steps."

@@ -13,7 +13,7 @@ from typing import Any
 
 import streamlit as st
 
-from tformer_app import block_walk, downloads, layer_norm, presenter, results
+from tformer_app import block_walk, derived_views, downloads, layer_norm, models, presenter, results
 from tformer_app import vision_inputs as vi
 from tformer_app.markdown import escape
 from tformer_app.page import DEFAULT_TEXT_MODEL, run_page, run_safely
@@ -53,7 +53,7 @@ def choose(url: UrlState) -> tuple[str, TracedModel | None]:
         "(pre-norm) and SmolLM2 (Llama-style: pre-norm RMSNorm, SwiGLU; its first load converts its file, about a "
         "minute) work offline; any BERT, GPT-2, ViT/DeiT, Llama, Marian, BART or T5 from the hub.",
     )
-    model = results.load_model(source)
+    model = models.load_model(source)
     if model is not None and model.kind == "vit" and model.preprocessing is None:
         st.error(f"**{escape(source)}** has no image preprocessing (no preprocessor_config.json).")
         return source, None
@@ -82,7 +82,7 @@ def read_input(url: UrlState, source: str, model: TracedModel) -> tuple[results.
         return None
     if model.kind == "vit":
         st.columns([2, 3])[0].image(
-            results.grid_picture(key),
+            derived_views.grid_picture(key),
             caption="The picture as the model sees it; token r{row}c{column} is the patch in that row and column.",
         )
     if isinstance(result, sv.Translation):
@@ -95,7 +95,7 @@ def read_input(url: UrlState, source: str, model: TracedModel) -> tuple[results.
 
 def position(url: UrlState, model: TracedModel, result: Result) -> tuple[str, int, int, int]:
     """(stack, layer, token, dimensions shown) from the row of choosers."""
-    trace = results.trace_of(result)
+    trace = derived_views.trace_of(result)
     stacks = lb.stacks_of(model)
     c = st.columns(4 if len(stacks) > 1 else 3)
     stack = stacks[0]
@@ -158,7 +158,7 @@ def show_flow(model: TracedModel, layout: lb.BlockLayout) -> None:
 # ---- across layers -----------------------------------------------------------------------------------------
 def show_across_layers(key: results.Request[Any], stack: str, token: int, layout: lb.BlockLayout) -> None:
     st.header("Across layers: the size of the residual stream")
-    norms = run_safely(lambda: results.stream_norms(key, stack), "Norms")
+    norms = run_safely(lambda: derived_views.stream_norms(key, stack), "Norms")
     if norms is None:
         return
     label = norms.tokens[token]
@@ -201,7 +201,7 @@ def page(url: UrlState) -> None:
         )
         layout = lb.block_layout(model, stack)
         show_flow(model, layout)
-        walk = run_safely(lambda: lb.block_walk(model, results.trace_of(result), stack, layer, token), "Block")
+        walk = run_safely(lambda: lb.block_walk(model, derived_views.trace_of(result), stack, layer, token), "Block")
         if walk is not None:
             block_walk.show_walk(walk, n_dims)
         show_across_layers(key, stack, token, layout)

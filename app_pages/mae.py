@@ -13,7 +13,7 @@ import contextlib
 import numpy as np
 import streamlit as st
 
-from tformer_app import presenter, results, vision_inputs
+from tformer_app import models, presenter, results, vision_inputs
 from tformer_app.markdown import escape
 from tformer_app.page import run_page, run_safely
 from tformer_app.url import UrlState
@@ -89,7 +89,7 @@ def choose_mae(url: UrlState) -> tuple[str, TracedModel | None]:
         help=f"{BUNDLED} is trained by this project on 32 × 32 pictures of shapes and works offline. A ViT-MAE "
         "checkpoint needs its decoder (ViTMAEForPreTraining); hub models need the internet the first time.",
     )
-    model = results.load_model(source)
+    model = models.load_model(source)
     if model is not None and model.kind != "mae":
         st.warning(f"**{escape(source)}** is not a masked autoencoder (ViT-MAE).")
         model = None

@@ -13,7 +13,7 @@ import pandas as pd
 import streamlit as st
 
 import tformer_core as tc
-from tformer_app import downloads, presenter, results, rope
+from tformer_app import downloads, models, presenter, results, rope
 from tformer_app.page import DEFAULT_TEXT_MODEL, run_page, run_safely
 from tformer_app.url import UrlState, finite_float, int_key, int_list
 from tformer_views.charts.spec import line_chart, unique_labels
@@ -157,7 +157,7 @@ def real_sections(url: UrlState, base: float) -> str:
     left, right = st.columns([3, 1])
     sentence = left.text_input("Sentence", key=url.key("text", DEFAULT_SENTENCE))
     n_dims = right.number_input("Dims shown", 1, 32, key=int_key(url, "xdims", 5, 1, 32))
-    model = results.load_model(MODEL)
+    model = models.load_model(MODEL)
     if model is None:
         return sentence
     if not sentence.strip():

@@ -17,7 +17,7 @@ import streamlit as st
 
 import tformer_core as tc
 from tformer_app import attention_panel as panel
-from tformer_app import class_session, compare, outputs, presenter, results
+from tformer_app import class_session, compare, derived_views, models, outputs, presenter, results
 from tformer_app.markdown import escape
 from tformer_app.page import (
     DECODER_MODEL_SUGGESTIONS,
@@ -110,7 +110,7 @@ def traced(settings: Any, url: UrlState) -> tuple[str, Any, Any, results.Request
     """(source, model, fitted text, cache request, trace) for the page's inputs, or None with the reason shown."""
     with settings if settings is not None else contextlib.nullcontext():
         source, text, pair = inputs(url)
-    model = results.load_model(source)
+    model = models.load_model(source)
     if model is None:
         st.info("Choose another model above; the rest of the page appears once one loads.")
         return None
@@ -254,7 +254,7 @@ def lecture_head(key: results.Request[tc.Trace], trace: tc.Trace, query: int | N
     noun = search.default_key(trace.tokens, query, -1)
     if noun < 0:
         return None
-    rows = results.query_rows(key, trace.main_stack, query)  # [layers, heads, keys]
+    rows = derived_views.query_rows(key, trace.main_stack, query)  # [layers, heads, keys]
     layer, head, weight = search.ranked_heads(rows[..., noun], 1)[0]
     return LectureHead(layer, head, weight, query, noun)
 

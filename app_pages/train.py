@@ -10,9 +10,9 @@ from __future__ import annotations
 import streamlit as st
 
 from tformer_app import downloads, presenter, session_models
+from tformer_app.long_work import session_id
 from tformer_app.markdown import escape
 from tformer_app.page import device_summary, run_page
-from tformer_app.results import session_id
 from tformer_app.training import QUEUE, QueueFull, Ticket
 from tformer_app.url import UrlState
 from tformer_core import classroom

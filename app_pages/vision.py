@@ -14,7 +14,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from tformer_app import class_session, downloads, patch_embedding, presenter, results
+from tformer_app import class_session, derived_views, downloads, patch_embedding, presenter, results
 from tformer_app import vision_explain as explain
 from tformer_app import vision_inputs as vi
 from tformer_app.events import clicked_patch
@@ -103,8 +103,8 @@ def show_patches(key: results.Request[vv.VisionResult], result: vv.VisionResult,
         f"pixels: **N = HW / P² = {H} · {W} / {P}² = {rows * cols}** patches, {rows} rows × {cols} columns."
     )
     # Drawn once per picture: they do not change with the layer or head.
-    grid = results.grid_picture(key)
-    sequence = results.patch_sequence(key)
+    grid = derived_views.grid_picture(key)
+    sequence = derived_views.patch_sequence(key)
     st.image(grid, caption=f"The model's input with its {P}-pixel grid")
     st.image(
         sequence,

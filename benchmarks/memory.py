@@ -34,7 +34,7 @@ The server's resident memory (RSS, /proc) is read after each step, with the step
 (ours; "models since" is read from the Server page's table):
 
     after a step   warm-up + models since + TFORMER_CACHE_MB (results, and the sessions' uploads and pictures)
-                   + results.SLACK (freed memory kept for the next pass)
+                   + memory.SLACK (freed memory kept for the next pass)
     during a step  warm-up + models since + TFORMER_CACHE_MB + WORKING_MB (tformer_app/settings.py): the working
                    memory of the pass under way
     ("models since": their weights from the Server page, or for smollm2 what a fresh process grows by when it
@@ -324,13 +324,13 @@ async def write(session: Session, prompt: str) -> None:
 
 FOOTPRINT = """
 import gc, sys
-from tformer_app import results, memory
+from tformer_app import memory, models
 memory.release_freed_memory()
-before = results.rss_bytes()
-model = results.cached_model(sys.argv[1])
+before = memory.rss_bytes()
+model = models.cached_model(sys.argv[1])
 gc.collect()
 memory.release_freed_memory()
-print((results.rss_bytes() - before) / 2**20)
+print((memory.rss_bytes() - before) / 2**20)
 """
 
 
@@ -438,7 +438,7 @@ def report(ours: Figures, baseline: Figures | None, cache_mb: float, working_mb:
     print(
         f"\nOurs: post-warm-up {warm / MB:,.0f} MB ({ours.models['warm-up']:,.0f} MB of models); TFORMER_CACHE_MB "
         f"{cache_mb:,.0f} MB; smollm2 grows a fresh process by {ours.loaded:,.0f} MB when it loads; freed memory kept "
-        f"for the next pass: at most {slack_mb:,.0f} MB (results.SLACK); a pass's working memory reserved: "
+        f"for the next pass: at most {slack_mb:,.0f} MB (memory.SLACK); a pass's working memory reserved: "
         f"{working_mb:,.0f} MB (WORKING_MB x TFORMER_PASSES)."
     )
     over = [step for step, limit in limits.items() if ours.rss[step] > limit]
@@ -628,7 +628,7 @@ def main() -> None:
     if args.largest_configs:
         largest_configs([f for f in args.families.split(",") if f])
         return
-    from tformer_app.results import SLACK
+    from tformer_app.memory import SLACK
     from tformer_app.settings import WORKING_MB, server_settings
 
     settings = server_settings()

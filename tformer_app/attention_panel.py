@@ -33,7 +33,7 @@ from tformer_views.text import peak_weights
 from tformer_views.tokens import MAX_DETAIL_TOKENS, SPECIAL_TOKENS, display_tokens, token_window, visible_positions
 from tformer_views.why import why_this_weight
 
-from . import downloads, presenter, results
+from . import derived_views, downloads, presenter, results
 from .events import clicked_cell
 from .markdown import escape
 from .page import scroll_to
@@ -383,7 +383,7 @@ def draw_search(shown: Shown, url: UrlState, c: Controls, label: str = "") -> No
     trace = shown.trace
     q_labels, k_labels = (display_tokens(t) for t in trace.tokens_for(c.stack))
     st.subheader(f"Which {label}heads link two tokens?")
-    rows = results.query_rows(shown.key, c.stack, c.query)  # [layers, heads, keys]
+    rows = derived_views.query_rows(shown.key, c.stack, c.query)  # [layers, heads, keys]
     default = search.default_key(trace.tokens_for(c.stack)[1], c.query, int(np.argmax(rows[c.layer, c.head])))
     left, right = st.columns([1, 1])
     with left:
@@ -440,7 +440,7 @@ def thumbnail_width(png: bytes) -> int:
 
 def draw_overview(shown: Shown, url: UrlState, c: Controls, label: str = "") -> None:
     st.subheader(f"All {label}layers × heads")
-    picture = results.overview_picture(shown.key, c.stack, c.hide)
+    picture = derived_views.overview_picture(shown.key, c.stack, c.hide)
     n_q, n_k = picture.n_tokens
     b = picture.block
     detail = "one pixel per token pair" if b == 1 else f"each pixel averages {b}×{b} token pairs"
@@ -472,7 +472,7 @@ def draw_overview(shown: Shown, url: UrlState, c: Controls, label: str = "") -> 
         values = peak_weights(shown.trace, "cross")
         title, value_title = "Click a head to select it (colour: mean of each row's largest weight)", "peak weight"
     else:
-        values = results.token_distances(shown.key, c.stack, c.hide)
+        values = derived_views.token_distances(shown.key, c.stack, c.hide)
         title, value_title = "Click a head to select it (colour: mean distance, tokens)", "distance"
     pick_key = _key(url, c, "cell_pick")
 
@@ -708,8 +708,8 @@ def _qk_caption(trace: Trace, space, c: Controls, head: int, align: bool) -> str
 def draw_distance(shown: Shown, url: UrlState, c: Controls, label: str = "") -> None:
     L, H = shown.trace.layers_in(c.stack), shown.trace.n_heads
     st.subheader(f"How far each {label}head looks")
-    distances = results.token_distances(shown.key, c.stack, c.hide)
-    baseline = results.uniform_token_distance(shown.key, c.stack, c.hide)
+    distances = derived_views.token_distances(shown.key, c.stack, c.hide)
+    baseline = derived_views.uniform_token_distance(shown.key, c.stack, c.hide)
     downloads.chart(
         distance_chart(distances, baseline, H, (c.layer, c.head), title=f"mean attention distance per {label}head"),
         key=_key(url, c, "chart.distance"),

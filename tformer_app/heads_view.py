@@ -1,7 +1,8 @@
 """What "Does this head matter?" draws of one study: the layers x heads grid beside what the chosen head changes
 (a click on the grid, or the keys ← → ↑ ↓, choose it), then the prediction, the head whose attention changed most,
 each head's direct share of the logit and the logit lens. Streamlit drawing only; the numbers come from
-tformer_views.head_matters, computed through tformer_app.results (once per input for the whole server).
+tformer_views.head_matters, computed through tformer_app.long_work and tformer_app.results (once per input for the
+whole server).
 
     top = heads_view.top()                          # presenter mode: the key idea's line and the folded settings
     with presenter.folded(top.settings): ...        # a page's inputs: in the settings, or on the page

@@ -15,7 +15,7 @@ from tformer_core.errors import InputError
 
 from . import logs, presenter
 from .markdown import escape
-from .results import is_server_model, loaded_models
+from .models import is_server_model, loaded_models
 from .url import UrlState, notices
 
 DEFAULT_TEXT_MODEL = "minilm"

@@ -53,7 +53,7 @@ class ServerSettings:
 
 
 def server_settings() -> ServerSettings:
-    """The settings as the environment gives them now (read once by `results` when the server starts)."""
+    """The settings as the environment gives them now (read once by tformer_app.models when the server starts)."""
     return ServerSettings(
         cache_bytes=settings.megabytes("TFORMER_CACHE_MB"),
         models_bytes=settings.megabytes("TFORMER_MODELS_MB"),

@@ -16,7 +16,7 @@ from tformer_core.checkpoints.sources import display_name, local_models, looks_l
 
 from . import session_models
 from .markdown import escape
-from .results import hub_unreachable
+from .models import hub_unreachable
 from .url import UrlState
 
 OTHER = "__other__"

@@ -297,7 +297,7 @@ def test_heads_predict_reveal_vote_again_on_the_translator():
 
     import numpy as np
 
-    from tformer_app import results
+    from tformer_app import models
     from tformer_core.interventions import Head, ablate_heads, intervene
 
     lecturer = app()
@@ -331,7 +331,7 @@ def test_heads_predict_reveal_vote_again_on_the_translator():
     effect = revealed.effect
     assert revealed.revealed and effect["class"]["choice"] == q.choices.index("L1 H2")
     # The same ablation, independently: the translator traced with that one head zeroed, p(first word) read off.
-    model = results.cached_model("translator")
+    model = models.cached_model("translator")
     source = lecturer.session_state["heads.source"]
     start = model.generation.start_id if model.generation.start_id is not None else model.generation.pad_id or 0
     output = int(model.trace(source, [start]).ranked(1)[0][0])
@@ -406,7 +406,7 @@ def test_heads_offers_what_each_kind_can_ask_with_the_answer_its_grid_shows(mode
 def test_the_vision_page_asks_what_the_model_predicts_with_the_views_head_removed():
     """On the Vision page, a head of the view (layer 11, head 1): "what will the model predict with it removed?",
     made when asked, its answer the top class of the same model traced here with that one head zeroed."""
-    from tformer_app import results, vision_inputs
+    from tformer_app import models, vision_inputs
     from tformer_core.inputs.image_file import read_image
     from tformer_core.interventions import Head, ablate_heads, intervene
     from tformer_views.head_matters import display_token
@@ -414,7 +414,7 @@ def test_the_vision_page_asks_what_the_model_predicts_with_the_views_head_remove
     lecturer = app()
     lecturer.sidebar.button(key="_tformer.class.start").click().run()
     source, _ = vision_inputs.available_default()
-    model = results.cached_model(source)
+    model = models.cached_model(source)
     layer = model.config.n_layers - 1
     lecturer.query_params.update({"head": "1", "layer": str(layer)})
     lecturer.switch_page("app_pages/vision.py").run()
@@ -481,7 +481,7 @@ def test_text_attention_asks_what_a_language_model_predicts_with_the_views_head_
     lens question's answer a layer from which the lens ranks the model's next token first up to the end."""
     import numpy as np
 
-    from tformer_app import results
+    from tformer_app import models
     from tformer_core.interventions import Head, ablate_heads, intervene
     from tformer_views.head_matters import display_token
 
@@ -495,7 +495,7 @@ def test_text_attention_asks_what_a_language_model_predicts_with_the_views_head_
     assert [q.kind for q in offered] == ["token", "head", "number", "output", "layer"]
     ask(lecturer, "output")
     q = open_store().current(sid)
-    model = results.cached_model(lecturer.session_state["text.model"])
+    model = models.cached_model(lecturer.session_state["text.model"])
     text = lecturer.session_state["text.text"]
     with intervene(ablate_heads([Head("decoder", 3, 2)])):
         label, p = model.trace(text).predictions(1)[0]
