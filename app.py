@@ -7,11 +7,11 @@ own, without this shell (no sidebar, no page config), or show "Page not found" f
 
 import streamlit as st
 
-from tformer_app import admin, caches, class_session, decks, logs, presenter
+from tformer_app import admin, class_session, decks, logs, presenter, upkeep
 from tformer_app.page import count_visit, device_summary, models_summary
 
 logs.configure()  # once per process: the log's handlers, and every setting checked (bad ones logged)
-caches.start()  # the sweeper of ended sessions (once per process); results fitted beside the sessions' uploads
+upkeep.start()  # the sweeper of ended sessions (once per process); results fitted beside the sessions' uploads
 
 st.set_page_config(
     page_title="tformer: inside Transformers",
@@ -101,4 +101,4 @@ finally:
     with slides:
         decks.deck(navigation.url_path, navigation.title, BY_PATH)
     class_session.after(class_box, class_status, navigation.url_path)
-    caches.run_ended()  # what the page freed as it drew (pictures, charts) goes back beyond caches.SLACK
+    upkeep.run_ended()  # what the page freed as it drew (pictures, charts) goes back beyond memory.SLACK

@@ -16,7 +16,7 @@ import numpy as np
 import streamlit as st
 
 import tformer_core as tc
-from tformer_app import caches, downloads, presenter
+from tformer_app import downloads, long_work, models, presenter, results
 from tformer_app import vision_inputs as vi
 from tformer_app.markdown import escape
 from tformer_app.page import DEFAULT_TEXT_MODEL, TEXT_MODEL_SUGGESTIONS, run_page, run_safely
@@ -101,7 +101,7 @@ def vision(url: UrlState) -> None:
             )
         return per_image, names, refused
 
-    result = run_safely(lambda: caches.computed(key, compute, f"Tracing {len(files)} pictures"), "Pictures")
+    result = run_safely(lambda: long_work.computed(key, compute, f"Tracing {len(files)} pictures"), "Pictures")
     if result is None:
         return
     per_image, names, refused = result
@@ -166,7 +166,7 @@ def text(url: UrlState) -> None:
     if not sentences:
         st.error("Type at least one sentence.")
         return
-    model = caches.load_model(source)
+    model = models.load_model(source)
     if model is None:
         return
     problem = tv.text_model_problem(model)
@@ -179,8 +179,8 @@ def text(url: UrlState) -> None:
     for sentence in sentences[:MAX_SENTENCES]:
         fitted = run_safely(functools.partial(tc.fit_to_model, model, sentence), "Sentence")
         # Each sentence is reduced to its [layers, heads] figures as it is traced; no trace is kept.
-        request = caches.token_distance(source, fitted.text) if fitted is not None else None
-        figures = request and run_safely(functools.partial(caches.result, request), "Sentence")
+        request = results.token_distance(source, fitted.text) if fitted is not None else None
+        figures = request and run_safely(functools.partial(results.result, request), "Sentence")
         if figures:
             grids.append(figures[0])
             baselines.append(figures[1])

@@ -2,7 +2,7 @@
 encoder-decoder's alignment beside the Transformer translator's cross-attention.
 
 Read widgets -> ask the core (tformer_core.scores) and the cached traces of the small bundled models
-(caches.small_trace) -> the views (tformer_views.early_attention) -> draw.
+(results.small_trace) -> the views (tformer_views.early_attention) -> draw.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from tformer_app import caches, downloads, presenter, tables
+from tformer_app import downloads, models, presenter, results, tables
 from tformer_app.markdown import escape
 from tformer_app.page import run_page, run_safely
 from tformer_app.url import UrlState
@@ -116,14 +116,14 @@ def pooling_section(url: UrlState) -> None:
         "people (see the model cards)."
     )
     text = st.text_input("A sentence about a film", key=url.key("sentence", DEFAULT_SENTENCE))
-    att_model = caches.load_model("sentiment-attention")
-    if att_model is None or caches.load_model("sentiment-mean") is None:
+    att_model = models.load_model("sentiment-attention")
+    if att_model is None or models.load_model("sentiment-mean") is None:
         return
     words = run_safely(lambda: ea.pooling_input(att_model, text), "Sentence")
     if words is None:
         return
-    att = caches.result(caches.small_trace("sentiment-attention", words))
-    mean = caches.result(caches.small_trace("sentiment-mean", words))
+    att = results.result(results.small_trace("sentiment-attention", words))
+    mean = results.result(results.small_trace("sentiment-mean", words))
     unknown = att_model.tokenizer.unknown_words(text) if att_model.tokenizer is not None else ()
     p = ea.compare_pooling(att, mean, unknown)
     left, right = st.columns(2)
@@ -167,10 +167,10 @@ def rnn_section(url: UrlState) -> None:
         )
     )
     name = f"rnn-{score}"
-    if caches.load_model(name) is None or caches.load_model("translator") is None:
+    if models.load_model(name) is None or models.load_model("translator") is None:
         return
-    trace = run_safely(lambda: caches.result(caches.small_trace(name, text)), "Source sentence")
-    translation = run_safely(lambda: caches.result(caches.translation("translator", text, 40)), "Source sentence")
+    trace = run_safely(lambda: results.result(results.small_trace(name, text)), "Source sentence")
+    translation = run_safely(lambda: results.result(results.translation("translator", text, 40)), "Source sentence")
     if trace is None or translation is None:
         return
     rnn = ea.rnn_alignment(trace)

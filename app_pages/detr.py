@@ -2,7 +2,7 @@
 and the decoder's self-attention between the queries. Opens on detr-tiny, trained by this project on generated
 scenes of shapes (offline); a DETR checkpoint from the hub or the server's model folders when chosen.
 
-Read widgets -> one cached traced pass per picture (caches.detr) -> the views
+Read widgets -> one cached traced pass per picture (results.detr) -> the views
 (tformer_views.detection) -> draw.
 """
 
@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 import streamlit as st
 
-from tformer_app import caches, downloads, presenter, vision_inputs
+from tformer_app import downloads, models, presenter, results, vision_inputs
 from tformer_app.markdown import escape
 from tformer_app.page import run_page, run_safely
 from tformer_app.url import UrlState
@@ -58,7 +58,7 @@ def page(url: UrlState) -> None:
     if picked is None:
         return
     name, data = picked
-    result = run_safely(lambda: caches.result(caches.detr(source, data, name)), "Picture")
+    result = run_safely(lambda: results.result(results.detr(source, data, name)), "Picture")
     if result is None:
         return
     with box:
@@ -86,7 +86,7 @@ def choose_detr(url: UrlState) -> tuple[str, TracedModel | None]:
         help=f"{BUNDLED} is trained by this project on 64 × 64 scenes of shapes and works offline. A DETR "
         "checkpoint needs its detection heads (DetrForObjectDetection); hub models need the internet the first time.",
     )
-    model = caches.load_model(source)
+    model = models.load_model(source)
     if model is not None and model.kind != "detr":
         st.warning(f"**{escape(source)}** is not a DETR model.")
         model = None

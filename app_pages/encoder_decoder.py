@@ -1,7 +1,7 @@
 """Encoder-decoder: a translation token by token, the decoder's masked self-attention and its cross-attention.
 
 Read widgets -> ask the views (tformer_views.seq2seq) -> draw. The translation is computed once per
-input (caches.cached); the step slider, the play button and every layer / head choice only read it.
+input (results.result); the step slider, the play button and every layer / head choice only read it.
 The encoder's self-attention uses the Text attention page's views (tformer_app.attention_panel); the decoding
 steps are drawn by tformer_app.translation_steps.
 """
@@ -15,7 +15,7 @@ import pandas as pd
 import streamlit as st
 
 from tformer_app import attention_panel as panel
-from tformer_app import caches, downloads, presenter
+from tformer_app import derived_views, downloads, models, presenter, results
 from tformer_app import translation_steps as steps
 from tformer_app.markdown import escape
 from tformer_app.page import run_page, run_safely
@@ -53,7 +53,7 @@ def choose_seq2seq(url: UrlState) -> tuple[str, TracedModel | None]:
         help="translator is trained by this project and works offline (a toy English → Tarish). "
         "Hub models need the internet the first time.",
     )
-    model = caches.load_model(source)
+    model = models.load_model(source)
     if model is None:
         st.info("Choose another model above; the rest of the page appears once one loads.")
         return source, None
@@ -64,7 +64,7 @@ def choose_seq2seq(url: UrlState) -> tuple[str, TracedModel | None]:
     return source, model
 
 
-def translation_inputs(url: UrlState, source: str) -> caches.Request[sv.Translation] | None:
+def translation_inputs(url: UrlState, source: str) -> results.Request[sv.Translation] | None:
     """The source sentence, the token limit and the optional target; returns the cache request of the translation."""
     default_text = sv.DEFAULT_SOURCES.get(source, "")
     text_key = url.key("text", default_text)
@@ -85,8 +85,8 @@ def translation_inputs(url: UrlState, source: str) -> caches.Request[sv.Translat
         st.error("The source sentence is empty: type a sentence to translate.")
         return None
     if target.strip():
-        return caches.teacher_forced(source, text, target)
-    return caches.translation(source, text, int(max_new))
+        return results.teacher_forced(source, text, target)
+    return results.translation(source, text, int(max_new))
 
 
 def page(url: UrlState) -> None:
@@ -96,7 +96,7 @@ def page(url: UrlState) -> None:
         key = None if model is None else translation_inputs(url, source)
     if model is None:
         return
-    translation = run_safely(lambda: caches.result(key), "Input") if key else None
+    translation = run_safely(lambda: results.result(key), "Input") if key else None
     if key is None or translation is None:
         show_vocabulary(model, source)
         return
@@ -165,7 +165,7 @@ def show_vocabulary(model: TracedModel, source: str) -> None:
             st.markdown(model_card(source))
 
 
-def show_translation(key: caches.Request[sv.Translation], translation: sv.Translation) -> None:
+def show_translation(key: results.Request[sv.Translation], translation: sv.Translation) -> None:
     st.subheader("Translation" if translation.mode == "greedy" else "Your target (teacher forcing)")
     st.code(translation.output_text or "(nothing)", language=None)
     n = translation.n_steps
@@ -173,7 +173,7 @@ def show_translation(key: caches.Request[sv.Translation], translation: sv.Transl
         end = "it wrote the end token" if translation.finished else "it reached the token limit before the end token"
         st.caption(f"Greedy decoding: the most likely token at each of {n} steps; {end}.")
     else:
-        agree = caches.teacher_agreement(key)  # once per translation, not on every step change
+        agree = derived_views.teacher_agreement(key)  # once per translation, not on every step change
         st.caption(
             f"The decoder read your target token by token ({n} steps). The model's own most likely token "
             f"agrees with it at {agree} of {n} steps."

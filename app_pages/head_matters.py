@@ -2,7 +2,7 @@
 (the prediction and the attention after it), the logit lens, and patching between two inputs: what attention
 weights alone cannot tell.
 
-Read widgets -> one study per input (caches.head_study: long work in its own queue, once per input for the whole
+Read widgets -> one study per input (long_work.head_study: long work in its own queue, once per input for the whole
 server, with a progress bar) -> draw (tformer_app.heads_view: the grid beside the chosen head's effect;
 tformer_app.heads_experiments: patching and induction heads).
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from tformer_app import caches, heads_experiments, heads_view, presenter, vision_inputs
+from tformer_app import heads_experiments, heads_view, long_work, models, presenter, vision_inputs
 from tformer_app.markdown import escape
 from tformer_app.page import run_page, run_safely
 from tformer_app.url import UrlState
@@ -45,7 +45,7 @@ def page(url: UrlState) -> None:
             help="A language model, a translator, a Vision Transformer or a sentence encoder run by tformer's own "
             "modules.",
         )
-    model = caches.load_model(source)
+    model = models.load_model(source)
     if model is None:
         return
     if model.path != "tformer" or model.kind not in ("decoder", "encoder-decoder", "vit", "encoder"):
@@ -56,7 +56,7 @@ def page(url: UrlState) -> None:
     if asked is None:
         return
     kind, inputs = asked
-    study = run_safely(lambda: caches.head_study(source, model, kind, inputs), "Input")
+    study = run_safely(lambda: long_work.head_study(source, model, kind, inputs), "Input")
     if study is not None:
         heads_view.show(url, source, study, top)
     if model.kind == "decoder":

@@ -10,7 +10,7 @@ import contextlib
 
 import streamlit as st
 
-from tformer_app import caches, downloads, presenter
+from tformer_app import downloads, presenter, results
 from tformer_app import vision_inputs as vi
 from tformer_app.markdown import escape
 from tformer_app.page import run_page, run_safely
@@ -48,7 +48,7 @@ def page(url: UrlState) -> None:
         2 * P,
         key=url.key("k", P, lo=0, hi=2 * P),
     )
-    study = run_safely(lambda: caches.result(caches.shift(source, data, name, int(k))), "Picture")
+    study = run_safely(lambda: results.result(results.shift(source, data, name, int(k))), "Picture")
     if study is None:
         return
     show_embeddings(study)
@@ -96,7 +96,7 @@ def show_predictions(study) -> None:
 def show_sweep(source: str, data: bytes, name: str, P: int) -> None:
     st.subheader(f"Every shift from 0 to {2 * P} px")
     frame = run_safely(
-        lambda: caches.result(caches.shift_sweep(source, data, name, tuple(range(2 * P + 1)))), "Picture"
+        lambda: results.result(results.shift_sweep(source, data, name, tuple(range(2 * P + 1)))), "Picture"
     )
     if frame is None:
         return

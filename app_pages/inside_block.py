@@ -1,7 +1,7 @@
 """Inside a block: the residual connections, LayerNorm and the feed-forward network of a real model, one
 token at a time, with every number; the residual stream across layers; the lecture's LayerNorm example.
 
-Read widgets (model, input, stack, layer, token) -> one cached trace per input (caches.block_text,
+Read widgets (model, input, stack, layer, token) -> one cached trace per input (results.block_text,
 block_translation, block_image) -> tformer_views.lessons.block recomputes the chosen token's path through
 the block in float64 from the model's weights -> draw each step as formulas, tables, charts and CSV files.
 """
@@ -13,7 +13,7 @@ from typing import Any
 
 import streamlit as st
 
-from tformer_app import block_walk, caches, downloads, layer_norm, presenter
+from tformer_app import block_walk, derived_views, downloads, layer_norm, models, presenter, results
 from tformer_app import vision_inputs as vi
 from tformer_app.markdown import escape
 from tformer_app.page import DEFAULT_TEXT_MODEL, run_page, run_safely
@@ -53,21 +53,21 @@ def choose(url: UrlState) -> tuple[str, TracedModel | None]:
         "(pre-norm) and SmolLM2 (Llama-style: pre-norm RMSNorm, SwiGLU; its first load converts its file, about a "
         "minute) work offline; any BERT, GPT-2, ViT/DeiT, Llama, Marian, BART or T5 from the hub.",
     )
-    model = caches.load_model(source)
+    model = models.load_model(source)
     if model is not None and model.kind == "vit" and model.preprocessing is None:
         st.error(f"**{escape(source)}** has no image preprocessing (no preprocessor_config.json).")
         return source, None
     return source, model
 
 
-def read_input(url: UrlState, source: str, model: TracedModel) -> tuple[caches.Request[Any], Result] | None:
+def read_input(url: UrlState, source: str, model: TracedModel) -> tuple[results.Request[Any], Result] | None:
     """(the cache request, the cached result) for the input the user gives, or None (said on the page)."""
     if model.kind == "vit":
         picked = vi.choose_image(url, model)
         if picked is None:
             return None
         name, data = picked
-        key: caches.Request[Any] = caches.block_image(source, data, name)
+        key: results.Request[Any] = results.block_image(source, data, name)
     else:
         seq2seq = model.kind == "encoder-decoder"
         label = "Source sentence" if seq2seq else "Sentence"
@@ -76,13 +76,13 @@ def read_input(url: UrlState, source: str, model: TracedModel) -> tuple[caches.R
         if not text.strip():
             st.error(f"Type a {label.lower()}.")
             return None
-        key = caches.block_translation(source, text) if seq2seq else caches.block_text(source, text)
-    result = run_safely(lambda: caches.result(key), "Input")
+        key = results.block_translation(source, text) if seq2seq else results.block_text(source, text)
+    result = run_safely(lambda: results.result(key), "Input")
     if result is None:
         return None
     if model.kind == "vit":
         st.columns([2, 3])[0].image(
-            caches.grid_picture(key),
+            derived_views.grid_picture(key),
             caption="The picture as the model sees it; token r{row}c{column} is the patch in that row and column.",
         )
     if isinstance(result, sv.Translation):
@@ -95,7 +95,7 @@ def read_input(url: UrlState, source: str, model: TracedModel) -> tuple[caches.R
 
 def position(url: UrlState, model: TracedModel, result: Result) -> tuple[str, int, int, int]:
     """(stack, layer, token, dimensions shown) from the row of choosers."""
-    trace = caches.trace_of(result)
+    trace = derived_views.trace_of(result)
     stacks = lb.stacks_of(model)
     c = st.columns(4 if len(stacks) > 1 else 3)
     stack = stacks[0]
@@ -156,9 +156,9 @@ def show_flow(model: TracedModel, layout: lb.BlockLayout) -> None:
 
 
 # ---- across layers -----------------------------------------------------------------------------------------
-def show_across_layers(key: caches.Request[Any], stack: str, token: int, layout: lb.BlockLayout) -> None:
+def show_across_layers(key: results.Request[Any], stack: str, token: int, layout: lb.BlockLayout) -> None:
     st.header("Across layers: the size of the residual stream")
-    norms = run_safely(lambda: caches.stream_norms(key, stack), "Norms")
+    norms = run_safely(lambda: derived_views.stream_norms(key, stack), "Norms")
     if norms is None:
         return
     label = norms.tokens[token]
@@ -201,7 +201,7 @@ def page(url: UrlState) -> None:
         )
         layout = lb.block_layout(model, stack)
         show_flow(model, layout)
-        walk = run_safely(lambda: lb.block_walk(model, caches.trace_of(result), stack, layer, token), "Block")
+        walk = run_safely(lambda: lb.block_walk(model, derived_views.trace_of(result), stack, layer, token), "Block")
         if walk is not None:
             block_walk.show_walk(walk, n_dims)
         show_across_layers(key, stack, token, layout)

@@ -3,7 +3,7 @@ and the error per patch. Opens on mae-tiny, trained by this project on generated
 checkpoint from the hub or the server's model folders when chosen.
 
 Read widgets -> the masking (tformer_views.mae, no model needed) -> with a model, one cached traced pass per
-picture and seed (caches.mae) -> draw.
+picture and seed (results.mae) -> draw.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import contextlib
 import numpy as np
 import streamlit as st
 
-from tformer_app import caches, presenter, vision_inputs
+from tformer_app import models, presenter, results, vision_inputs
 from tformer_app.markdown import escape
 from tformer_app.page import run_page, run_safely
 from tformer_app.url import UrlState
@@ -67,7 +67,7 @@ def page(url: UrlState) -> None:
             image, mask = shown
             show_masking(image, mask, 16)
         return
-    result = run_safely(lambda: caches.result(caches.mae(source, data, name, int(seed))), "Picture")
+    result = run_safely(lambda: results.result(results.mae(source, data, name, int(seed))), "Picture")
     if result is None:
         return
     if settings is not None:
@@ -89,7 +89,7 @@ def choose_mae(url: UrlState) -> tuple[str, TracedModel | None]:
         help=f"{BUNDLED} is trained by this project on 32 × 32 pictures of shapes and works offline. A ViT-MAE "
         "checkpoint needs its decoder (ViTMAEForPreTraining); hub models need the internet the first time.",
     )
-    model = caches.load_model(source)
+    model = models.load_model(source)
     if model is not None and model.kind != "mae":
         st.warning(f"**{escape(source)}** is not a masked autoencoder (ViT-MAE).")
         model = None

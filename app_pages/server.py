@@ -7,7 +7,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from tformer_app import admin, caches
+from tformer_app import admin, models, upkeep
 from tformer_app.markdown import escape
 
 MB = 2**20
@@ -21,7 +21,7 @@ def main() -> None:
         "Memory this server process holds, and its caches. Budgets come from TFORMER_CACHE_MB and "
         "TFORMER_MODELS_MB; least recently used entries are dropped first when a budget is full."
     )
-    report = caches.memory_report()
+    report = upkeep.memory_report()
     rows = [
         (s.name, s.entries, s.used_bytes / MB, s.budget_bytes / MB, s.hits, s.misses, s.evicted)
         for s in (report.results, report.models)
@@ -50,9 +50,9 @@ def main() -> None:
             f"Sessions: {n.connected} connected, {n.resumable} closed and kept to be resumed, "
             f"{n.ended_in_memory} ended and still in memory (0 unless something keeps them alive)."
         )
-    st.caption("Models loaded: " + (", ".join(escape(m) for m in caches.loaded_models()) or "none"))
+    st.caption("Models loaded: " + (", ".join(escape(m) for m in models.loaded_models()) or "none"))
     if st.button("Clear cached results", help="Every session recomputes what it shows next; models stay loaded"):
-        freed = caches.clear_results()
+        freed = upkeep.clear_results()
         st.success(f"Dropped {freed / MB:,.1f} MB of cached results.")
 
 

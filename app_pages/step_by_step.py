@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from tformer_app import caches, presenter, steps_view
+from tformer_app import models, presenter, results, steps_view
 from tformer_app import step_inputs as si
 from tformer_app.markdown import escape
 from tformer_app.page import DEFAULT_TEXT_MODEL, run_page, run_safely
@@ -62,7 +62,7 @@ def real_controls(url: UrlState, n_heads: int) -> tuple[ls.Example | None, tuple
         key=url.key("text", DEFAULT_SENTENCE),
         help=f"Tokenised by {MODEL}, with its [CLS] and [SEP]; at most {ls.MAX_TOKENS} tokens.",
     )
-    model = caches.load_model(MODEL)
+    model = models.load_model(MODEL)
     if model is None:
         return None, ("real",)
     size = we.model_sizes(model)
@@ -79,7 +79,7 @@ def real_controls(url: UrlState, n_heads: int) -> tuple[ls.Example | None, tuple
     if not sentence.strip():
         st.error("Type a sentence to take X from.")
         return None, sig
-    trace = run_safely(lambda: caches.result(caches.text_trace(MODEL, sentence)), "Sentence")
+    trace = run_safely(lambda: results.result(results.text_trace(MODEL, sentence)), "Sentence")
     if trace is None:
         return None, sig
     too_long = we.too_many_tokens(len(trace.tokens))

@@ -1,8 +1,8 @@
 """Text attention: every head of a real encoder (MiniLM, BERT, RoBERTa) or decoder-only model (SmolLM2, GPT-2).
 
-Read widgets -> ask the views (tformer_views) -> draw. One forward pass per input (caches.result);
+Read widgets -> ask the views (tformer_views) -> draw. One forward pass per input (results.result);
 choosing a layer, head, token or view reuses the cached trace. A decoder-only model also continues the
-text when asked (greedy or sampled, once per prompt and settings: caches.continuation(...)), and the
+text when asked (greedy or sampled, once per prompt and settings: results.continuation(...)), and the
 step slider shows each new token's attention in every layer and head from that cached result. A sequence
 classifier shows its labels and where its first token looked.
 """
@@ -17,7 +17,7 @@ import streamlit as st
 
 import tformer_core as tc
 from tformer_app import attention_panel as panel
-from tformer_app import caches, class_session, compare, outputs, presenter
+from tformer_app import class_session, compare, derived_views, models, outputs, presenter, results
 from tformer_app.markdown import escape
 from tformer_app.page import (
     DECODER_MODEL_SUGGESTIONS,
@@ -106,11 +106,11 @@ def choose_architecture(url: UrlState) -> str:
     return str(arch)
 
 
-def traced(settings: Any, url: UrlState) -> tuple[str, Any, Any, caches.Request[tc.Trace], tc.Trace] | None:
+def traced(settings: Any, url: UrlState) -> tuple[str, Any, Any, results.Request[tc.Trace], tc.Trace] | None:
     """(source, model, fitted text, cache request, trace) for the page's inputs, or None with the reason shown."""
     with settings if settings is not None else contextlib.nullcontext():
         source, text, pair = inputs(url)
-    model = caches.load_model(source)
+    model = models.load_model(source)
     if model is None:
         st.info("Choose another model above; the rest of the page appears once one loads.")
         return None
@@ -124,8 +124,8 @@ def traced(settings: Any, url: UrlState) -> tuple[str, Any, Any, caches.Request[
     if pair.strip() and fitted.pair is None:
         st.caption("A decoder-only model reads one text: the second segment is ignored.")
     say_what_was_dropped(model, fitted)
-    key = caches.text_trace(source, fitted.text, fitted.pair)
-    trace = run_safely(lambda: caches.result(key), "Input")
+    key = results.text_trace(source, fitted.text, fitted.pair)
+    trace = run_safely(lambda: results.result(key), "Input")
     return None if trace is None else (source, model, fitted, key, trace)
 
 
@@ -247,14 +247,14 @@ def say_what_the_tokenizer_changed(text: str, tokens: tuple[str, ...]) -> None:
         st.caption(f"The tokenizer changed your text: it {escape(listed)}. The views show its tokens.")
 
 
-def lecture_head(key: caches.Request[tc.Trace], trace: tc.Trace, query: int | None) -> LectureHead | None:
+def lecture_head(key: results.Request[tc.Trace], trace: tc.Trace, query: int | None) -> LectureHead | None:
     """The head linking `query` ("it") to the lecture's noun ("animal") most, when the sentence has them."""
     if query is None or not trace.n_layers:
         return None
     noun = search.default_key(trace.tokens, query, -1)
     if noun < 0:
         return None
-    rows = caches.query_rows(key, trace.main_stack, query)  # [layers, heads, keys]
+    rows = derived_views.query_rows(key, trace.main_stack, query)  # [layers, heads, keys]
     layer, head, weight = search.ranked_heads(rows[..., noun], 1)[0]
     return LectureHead(layer, head, weight, query, noun)
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from tformer_app import caches, downloads, presenter, session_models
+from tformer_app import downloads, presenter, session_models
+from tformer_app.long_work import session_id
 from tformer_app.markdown import escape
 from tformer_app.page import device_summary, run_page
 from tformer_app.training import QUEUE, QueueFull, Ticket
@@ -80,7 +81,7 @@ def page(url: UrlState) -> None:
     with presenter.folded(settings):
         job = choose_job(url)
         st.caption(f"{device_summary()} · one training at a time on this server; others wait their turn.")
-    sid = caches.session_id()
+    sid = session_id()
     ticket = QUEUE.ticket(sid)
     if ticket is not None and ticket.active:
         st.button("Cancel the training", key="train.cancel", on_click=QUEUE.cancel, args=(ticket,))

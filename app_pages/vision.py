@@ -1,7 +1,7 @@
 """Vision Transformer: how a ViT cuts a picture into patches, where each head looks, and the ViT paper's Fig. 7.
 
 Read widgets -> ask the views (tformer_views.vision, pictures) for pictures and numbers -> draw. One
-forward pass per picture (caches.result); every layer, head, query patch or overlay choice redraws
+forward pass per picture (results.result); every layer, head, query patch or overlay choice redraws
 pictures from the cached trace. Pictures go to the browser as PNG or JPEG, never as attention tensors.
 """
 
@@ -14,7 +14,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from tformer_app import caches, class_session, downloads, patch_embedding, presenter
+from tformer_app import class_session, derived_views, downloads, patch_embedding, presenter, results
 from tformer_app import vision_explain as explain
 from tformer_app import vision_inputs as vi
 from tformer_app.events import clicked_patch
@@ -52,8 +52,8 @@ def page(url: UrlState) -> None:
     if model is None or picked is None:
         return
     name, data = picked
-    key = caches.picture(source, data, name)
-    result = run_safely(lambda: caches.result(key), "Picture")
+    key = results.picture(source, data, name)
+    result = run_safely(lambda: results.result(key), "Picture")
     if result is None:
         return
     for note in result.notes:
@@ -85,7 +85,7 @@ def show_prediction(trace, title: str = "What the model sees: top 5") -> None:
     )
 
 
-def show_patches(key: caches.Request[vv.VisionResult], result: vv.VisionResult, model: ViT) -> None:
+def show_patches(key: results.Request[vv.VisionResult], result: vv.VisionResult, model: ViT) -> None:
     trace, image = result.trace, result.image
     P, (rows, cols) = result.patch_size, result.grid_hw
     H, W = image.height, image.width
@@ -103,8 +103,8 @@ def show_patches(key: caches.Request[vv.VisionResult], result: vv.VisionResult, 
         f"pixels: **N = HW / P² = {H} · {W} / {P}² = {rows * cols}** patches, {rows} rows × {cols} columns."
     )
     # Drawn once per picture: they do not change with the layer or head.
-    grid = caches.grid_picture(key)
-    sequence = caches.patch_sequence(key)
+    grid = derived_views.grid_picture(key)
+    sequence = derived_views.patch_sequence(key)
     st.image(grid, caption=f"The model's input with its {P}-pixel grid")
     st.image(
         sequence,
@@ -193,7 +193,7 @@ def describe_query(result: vv.VisionResult, patch: int | None) -> str:
 
 
 def show_attention(
-    url: UrlState, key: caches.Request[vv.VisionResult], result: vv.VisionResult, settings: Any = None
+    url: UrlState, key: results.Request[vv.VisionResult], result: vv.VisionResult, settings: Any = None
 ) -> None:
     if settings is None:
         st.header("Attention over the picture")

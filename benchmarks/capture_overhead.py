@@ -5,7 +5,7 @@ its dtype) against a plain forward pass of the same model on the same input.
                                           [--tiny] [--json PATH]
 
 Without --allocator it runs twice, in fresh processes: first as the app runs (glibc told to keep
-freed memory, `tc.retain_freed_memory()`), then with the allocator's defaults.
+freed memory, `tformer_app.memory.retain_freed_memory()`), then with the allocator's defaults.
 
 Models are full-size with random weights (speed does not depend on the values): a BERT-base-sized
 encoder (12 layers, 12 heads, d_model 768, FFN 3072) at 128 and 512 tokens, and a ViT-B/16-sized
@@ -28,6 +28,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from timing import interleaved_medians, print_table, run_each_allocator
 
 import tformer_core as tc
+from tformer_app.memory import retain_freed_memory
 
 GOAL = 1.15
 
@@ -43,7 +44,7 @@ def main() -> None:
     args = parser.parse_args()
     if run_each_allocator(__file__):
         return
-    retained = tc.retain_freed_memory() if args.allocator == "retain" else False
+    retained = retain_freed_memory() if args.allocator == "retain" else False
     device = torch.device(args.device) if args.device else tc.default_device()
     torch.manual_seed(0)
 

@@ -34,7 +34,7 @@ The server's resident memory (RSS, /proc) is read after each step, with the step
 (ours; "models since" is read from the Server page's table):
 
     after a step   warm-up + models since + TFORMER_CACHE_MB (results, and the sessions' uploads and pictures)
-                   + caches.SLACK (freed memory kept for the next pass)
+                   + memory.SLACK (freed memory kept for the next pass)
     during a step  warm-up + models since + TFORMER_CACHE_MB + WORKING_MB (tformer_app/settings.py): the working
                    memory of the pass under way
     ("models since": their weights from the Server page, or for smollm2 what a fresh process grows by when it
@@ -324,14 +324,13 @@ async def write(session: Session, prompt: str) -> None:
 
 FOOTPRINT = """
 import gc, sys
-import tformer_core as tc
-from tformer_app import caches
-tc.release_freed_memory()
-before = caches.rss_bytes()
-model = caches.cached_model(sys.argv[1])
+from tformer_app import memory, models
+memory.release_freed_memory()
+before = memory.rss_bytes()
+model = models.cached_model(sys.argv[1])
 gc.collect()
-tc.release_freed_memory()
-print((caches.rss_bytes() - before) / 2**20)
+memory.release_freed_memory()
+print((memory.rss_bytes() - before) / 2**20)
 """
 
 
@@ -439,7 +438,7 @@ def report(ours: Figures, baseline: Figures | None, cache_mb: float, working_mb:
     print(
         f"\nOurs: post-warm-up {warm / MB:,.0f} MB ({ours.models['warm-up']:,.0f} MB of models); TFORMER_CACHE_MB "
         f"{cache_mb:,.0f} MB; smollm2 grows a fresh process by {ours.loaded:,.0f} MB when it loads; freed memory kept "
-        f"for the next pass: at most {slack_mb:,.0f} MB (caches.SLACK); a pass's working memory reserved: "
+        f"for the next pass: at most {slack_mb:,.0f} MB (memory.SLACK); a pass's working memory reserved: "
         f"{working_mb:,.0f} MB (WORKING_MB x TFORMER_PASSES)."
     )
     over = [step for step, limit in limits.items() if ours.rss[step] > limit]
@@ -453,6 +452,7 @@ from pathlib import Path
 import numpy as np, torch
 from PIL import Image
 import tformer_core as tc
+from tformer_app import memory
 from tformer_core import pass_memory
 
 def rss():
@@ -477,7 +477,7 @@ else:
 estimate = pass_memory.pass_cost(model.config, pre, tokens=model.pass_tokens)
 with torch.inference_mode():
     warm()
-    gc.collect(); tc.release_freed_memory()
+    gc.collect(); memory.release_freed_memory()
     Path("/proc/self/clear_refs").write_text("5")
     before = rss()[0]
     trace = run()
@@ -628,7 +628,7 @@ def main() -> None:
     if args.largest_configs:
         largest_configs([f for f in args.families.split(",") if f])
         return
-    from tformer_app.caches import SLACK
+    from tformer_app.memory import SLACK
     from tformer_app.settings import WORKING_MB, server_settings
 
     settings = server_settings()

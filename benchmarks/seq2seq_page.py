@@ -34,7 +34,7 @@ from streamlit.testing.v1 import AppTest
 
 from tests.app.passes import PassCounter
 from tests.core.hf_helpers import save_tiny_t5
-from tformer_app import caches
+from tformer_app import models
 
 PAGE = str(ROOT / "app_pages" / "encoder_decoder.py")
 BUDGET_S = 0.150
@@ -61,7 +61,7 @@ def measure(source: str, text: str, max_new: int, repeats: int) -> dict:
     n_steps = int(at.slider(key="s2s.step").max)
     heads = widget(at, "s2s.head").options
     times = []
-    with PassCounter(caches.cached_model(source)) as counter:
+    with PassCounter(models.cached_model(source)) as counter:
         for i in range(repeats + 1):
             if i % 3 == 0:
                 at.slider(key="s2s.step").set_value(1 + (5 * i) % n_steps)

@@ -60,7 +60,7 @@ def server_times(folder: Path, repeats: int) -> dict:
     from streamlit.testing.v1 import AppTest
 
     from tests.app.passes import PassCounter
-    from tformer_app import caches
+    from tformer_app import models
 
     def widget(at, key):
         return next(w for w in at.main if getattr(w, "key", None) == key)
@@ -81,7 +81,7 @@ def server_times(folder: Path, repeats: int) -> dict:
     first_view = time.perf_counter() - start
     source = str(folder)
     times = []
-    with PassCounter(caches.cached_model(source)) as counter:
+    with PassCounter(models.cached_model(source)) as counter:
         for i in range(repeats + 1):
             widget(at, "text.layer").set_value((3 * i + 1) % 12)
             widget(at, "text.head").set_value((5 * i + 2) % 12)
@@ -91,7 +91,7 @@ def server_times(folder: Path, repeats: int) -> dict:
                 times.append(time.perf_counter() - start)
             assert not at.exception, [e.value for e in at.exception]
     switch_passes = counter.count
-    model = caches.cached_model(source)
+    model = models.cached_model(source)
     fitted = tc.fit_to_model(model, TEXT)
     forward = []
     for _ in range(repeats):

@@ -128,7 +128,7 @@ def page_switch(repeats: int) -> tuple[float, float, int]:
     from streamlit.testing.v1 import AppTest
 
     from tests.app.passes import PassCounter
-    from tformer_app import caches
+    from tformer_app import models
 
     os.environ["TFORMER_MODEL_DIRS"] = str(DEIT.parent)
     at = AppTest.from_file(str(ROOT / "app_pages" / "vision.py"), default_timeout=300)
@@ -140,7 +140,7 @@ def page_switch(repeats: int) -> tuple[float, float, int]:
         return next(w for w in at.main if getattr(w, "key", None) == key)
 
     times = []
-    with PassCounter(caches.cached_model(str(DEIT))) as counter:
+    with PassCounter(models.cached_model(str(DEIT))) as counter:
         for i in range(repeats + 1):
             widget("vit.layer").set_value(i % 12)
             widget("vit.head").set_value([-1, 0, 1, 2][i % 4])

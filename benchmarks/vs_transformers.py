@@ -50,6 +50,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from timing import interleaved_medians, median_time, run_each_allocator, sync
 
 import tformer_core as tc
+from tformer_app.memory import retain_freed_memory
 from tformer_core.capture import matching
 from tformer_core.checkpoints.sources import minilm_folder
 
@@ -392,7 +393,7 @@ def main() -> None:
     if run_each_allocator(__file__):
         return
     args.sizes = TINY if args.tiny else Sizes(vit_batch=args.vit_batch, llama_layers=args.llama_layers)
-    retained = tc.retain_freed_memory() if args.allocator == "retain" else False
+    retained = retain_freed_memory() if args.allocator == "retain" else False
     device = torch.device(args.device) if args.device else tc.default_device()
     rows: list[Row] = []
     threads = torch.get_num_threads() if device.type == "cpu" else "-"

@@ -3,7 +3,7 @@
     c = attention_panel.controls(url, trace, stack="encoder", prefix="enc_")   # layer, head, views, query...
     attention_panel.draw(shown, url, c)                                          # the views chosen in c
 
-`Shown` is the trace on screen with the request it was cached under (`caches.result(key)`), so what the
+`Shown` is the trace on screen with the request it was cached under (`results.result(key)`), so what the
 views derive from it once (the overview picture, the distance grid) is cached with it. The numbers
 come from tformer_views; this module only lays them out. `prefix` keeps the widgets (and URL
 parameters) of two attention sections on one page apart; with prefix "" the names are the plain
@@ -33,7 +33,7 @@ from tformer_views.text import peak_weights
 from tformer_views.tokens import MAX_DETAIL_TOKENS, SPECIAL_TOKENS, display_tokens, token_window, visible_positions
 from tformer_views.why import why_this_weight
 
-from . import caches, downloads, presenter
+from . import derived_views, downloads, presenter, results
 from .events import clicked_cell
 from .markdown import escape
 from .page import scroll_to
@@ -68,7 +68,7 @@ MATRICES = {"weights": "weights (softmax)", "scaled": "softmax input QKᵀ/√d_
 class Shown:
     """A trace on screen: `key` is the cache request whose result holds it."""
 
-    key: caches.Request[Any]
+    key: results.Request[Any]
     trace: Trace
 
 
@@ -383,7 +383,7 @@ def draw_search(shown: Shown, url: UrlState, c: Controls, label: str = "") -> No
     trace = shown.trace
     q_labels, k_labels = (display_tokens(t) for t in trace.tokens_for(c.stack))
     st.subheader(f"Which {label}heads link two tokens?")
-    rows = caches.query_rows(shown.key, c.stack, c.query)  # [layers, heads, keys]
+    rows = derived_views.query_rows(shown.key, c.stack, c.query)  # [layers, heads, keys]
     default = search.default_key(trace.tokens_for(c.stack)[1], c.query, int(np.argmax(rows[c.layer, c.head])))
     left, right = st.columns([1, 1])
     with left:
@@ -440,7 +440,7 @@ def thumbnail_width(png: bytes) -> int:
 
 def draw_overview(shown: Shown, url: UrlState, c: Controls, label: str = "") -> None:
     st.subheader(f"All {label}layers × heads")
-    picture = caches.overview_picture(shown.key, c.stack, c.hide)
+    picture = derived_views.overview_picture(shown.key, c.stack, c.hide)
     n_q, n_k = picture.n_tokens
     b = picture.block
     detail = "one pixel per token pair" if b == 1 else f"each pixel averages {b}×{b} token pairs"
@@ -472,7 +472,7 @@ def draw_overview(shown: Shown, url: UrlState, c: Controls, label: str = "") -> 
         values = peak_weights(shown.trace, "cross")
         title, value_title = "Click a head to select it (colour: mean of each row's largest weight)", "peak weight"
     else:
-        values = caches.token_distances(shown.key, c.stack, c.hide)
+        values = derived_views.token_distances(shown.key, c.stack, c.hide)
         title, value_title = "Click a head to select it (colour: mean distance, tokens)", "distance"
     pick_key = _key(url, c, "cell_pick")
 
@@ -708,8 +708,8 @@ def _qk_caption(trace: Trace, space, c: Controls, head: int, align: bool) -> str
 def draw_distance(shown: Shown, url: UrlState, c: Controls, label: str = "") -> None:
     L, H = shown.trace.layers_in(c.stack), shown.trace.n_heads
     st.subheader(f"How far each {label}head looks")
-    distances = caches.token_distances(shown.key, c.stack, c.hide)
-    baseline = caches.uniform_token_distance(shown.key, c.stack, c.hide)
+    distances = derived_views.token_distances(shown.key, c.stack, c.hide)
+    baseline = derived_views.uniform_token_distance(shown.key, c.stack, c.hide)
     downloads.chart(
         distance_chart(distances, baseline, H, (c.layer, c.head), title=f"mean attention distance per {label}head"),
         key=_key(url, c, "chart.distance"),

@@ -11,7 +11,8 @@ by a budget of their own: GPU memory is not the host's.
 Concurrent requests for one key compute it once: the others wait for that result (a lecturer's
 link opened by 60 students at once runs one forward pass, not 60).
 
-No Streamlit here, so the policy can be tested on its own; `caches.py` holds the server's instances.
+No Streamlit here, so the policy can be tested on its own; tformer_app.models and tformer_app.results hold the
+server's instances.
 """
 
 from __future__ import annotations

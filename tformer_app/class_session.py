@@ -508,7 +508,7 @@ def _redraw_if_stale() -> None:
 @dataclass(frozen=True)
 class Intervention:
     """What a head question's reveal runs, once for the whole class: ablate(layer, head) -> the page's ablation of
-    that head (tformer_views.head_matters.Ablation, cached for the server: caches.head_ablation), and the number
+    that head (tformer_views.head_matters.Ablation, cached for the server: results.head_ablation), and the number
     it changes, unablated (`clean`). Kept in the lecturer's session only: the store keeps what it showed."""
 
     ablate: Callable[[int, int], Any]
@@ -535,18 +535,18 @@ def offer_interventions(
     *inputs)`): cached for the server and shared with that page."""
     if not lecturing():
         return
-    from . import caches  # the pages' computations (this module is imported before them, by the shell)
+    from . import results  # the pages' computations (this module is imported before them, by the shell)
 
     output = int(trace.ranked(1)[0][0])
     stack, layer, index = head
-    ablate = caches.view_ablation(source, kind, inputs, output, stack, int(layer), int(index))
-    lens = caches.view_lens(source, kind, inputs, output)
+    ablate = results.view_ablation(source, kind, inputs, output, stack, int(layer), int(index))
+    lens = results.view_lens(source, kind, inputs, output)
     offer(
         lambda: class_questions.view_questions(
             trace.predictions(10),
             f"{stack} L{layer} H{index}",
-            lambda: caches.result(ablate),
-            lambda: caches.result(lens),
+            lambda: results.result(ablate),
+            lambda: results.result(lens),
             page,
         )
     )

@@ -1,6 +1,6 @@
 """Text attention's comparison: the chosen head on a second sentence beside the first, and their difference.
 
-The second sentence is in the link ("compare"); its trace is cached like the first's (caches.text_trace),
+The second sentence is in the link ("compare"); its trace is cached like the first's (results.text_trace),
 so choosing another layer or head runs no model.
 """
 
@@ -14,7 +14,7 @@ import tformer_core as tc
 from tformer_views import text as tv
 from tformer_views.charts.spec import heatmap
 
-from . import caches, downloads, presenter
+from . import downloads, presenter, results
 from .attention_panel import Controls
 from .markdown import escape
 from .page import run_safely
@@ -37,7 +37,7 @@ def second_trace(url: UrlState, source: str, model: tc.TracedModel, pair: str | 
     fitted = run_safely(lambda: tv.fit_text(model, text, pair), "Compared sentence")
     if fitted is None:
         return None
-    return run_safely(lambda: caches.result(caches.text_trace(source, fitted.text, fitted.pair)), "Compared sentence")
+    return run_safely(lambda: results.result(results.text_trace(source, fitted.text, fitted.pair)), "Compared sentence")
 
 
 def _chart(matrix: tv.HeadMatrix, title: str, key: str, diverging: bool = False, share: float = 0.5) -> None:

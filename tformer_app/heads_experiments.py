@@ -1,6 +1,6 @@
 """The two experiments under "Does this head matter?" for a language model: patching between two inputs (which
 layer x position carries the difference of their answers) and induction heads (a repeated random sequence).
-Streamlit drawing only; each grid is long work computed once per input for the whole server (tformer_app.caches),
+Streamlit drawing only; each grid is long work computed once per input for the whole server (tformer_app.long_work),
 with a progress bar while it runs.
 """
 
@@ -13,7 +13,7 @@ from tformer_views import head_matters as hm
 from tformer_views import induction as iv
 from tformer_views.charts.spec import heatmap
 
-from . import caches, downloads, presenter
+from . import downloads, long_work, presenter
 from .markdown import escape
 from .page import run_safely
 from .url import UrlState
@@ -35,7 +35,7 @@ def patching(url: UrlState, source: str, model: tc.TracedModel) -> None:
     if pair == OWN_PAIR:
         a = st.text_input("Input A (patched)", key=url.key("a", a))
         b = st.text_input("Input B (the source of the patches)", key=url.key("b", b))
-    grid = run_safely(lambda: caches.head_patching(source, model, a, b), "Patching")
+    grid = run_safely(lambda: long_work.head_patching(source, model, a, b), "Patching")
     if grid is None:
         return
     rows, cols = hm.patching_axes(grid)
@@ -74,12 +74,12 @@ def induction(url: UrlState, source: str, model: tc.TracedModel) -> None:
     length = c1.slider("Random tokens per repeat", 8, 64, key=url.key("ind_length", 24, lo=8, hi=64))
     seed = c2.number_input("Seed", 0, 99_999, key=url.key("ind_seed", 0, lo=0, hi=99_999))
     k = c3.slider("Top heads ablated (k)", 1, 20, key=url.key("ind_k", 5, lo=1, hi=20))
-    found = run_safely(lambda: caches.induction_study(source, model, int(length), int(seed)), "Induction")
+    found = run_safely(lambda: long_work.induction_study(source, model, int(length), int(seed)), "Induction")
     if found is None:
         return
     first = " ".join(found.tokens[found.seq.prefix : found.seq.prefix + found.seq.length])
     st.caption(f"The sequence: {escape(first)}, twice ({len(found.tokens)} tokens).")
-    tested = run_safely(lambda: caches.induction_tested(source, model, found, int(k)), "Induction")
+    tested = run_safely(lambda: long_work.induction_tested(source, model, found, int(k)), "Induction")
     if tested is None:
         return
     m1, m2, m3, m4 = st.columns(4)

@@ -1,7 +1,8 @@
 """What "Does this head matter?" draws of one study: the layers x heads grid beside what the chosen head changes
 (a click on the grid, or the keys ← → ↑ ↓, choose it), then the prediction, the head whose attention changed most,
 each head's direct share of the logit and the logit lens. Streamlit drawing only; the numbers come from
-tformer_views.head_matters, computed through tformer_app.caches (once per input for the whole server).
+tformer_views.head_matters, computed through tformer_app.long_work and tformer_app.results (once per input for the
+whole server).
 
     top = heads_view.top()                          # presenter mode: the key idea's line and the folded settings
     with presenter.folded(top.settings): ...        # a page's inputs: in the settings, or on the page
@@ -27,7 +28,7 @@ from tformer_views import head_matters as hm
 from tformer_views.charts.head_grid import NUMBER_EM, GridLook, chrome, grid_look, head_grid
 from tformer_views.charts.spec import heatmap
 
-from . import caches, class_session, downloads, presenter
+from . import class_session, downloads, presenter, results
 from .attention_panel import head_keys
 from .events import clicked_cell
 from .markdown import escape
@@ -104,7 +105,7 @@ def show(url: UrlState, source: str, study: hm.HeadStudy, top: Top) -> None:
     # The class's questions about this study (a lecturer in a session only); a reveal ablates the class's head
     # through the same cached request as the page's own ablation: one intervention for the whole class.
     intervention = class_session.Intervention(
-        lambda layer, head: caches.result(caches.head_ablation(source, study, stack, layer, head)),
+        lambda layer, head: results.result(results.head_ablation(source, study, stack, layer, head)),
         study.importance.clean,
         effects,
     )
@@ -195,8 +196,8 @@ def effect(
     keys that step the head, the prediction then and the head's own attention. Returns its ablation (None when it
     could not run)."""
     layer, head = chosen
-    request = caches.head_ablation(source, study, stack, layer, head)
-    result = run_safely(lambda: caches.result(request, f"Switching off {stack} L{layer} H{head}:"), "Ablation")
+    request = results.head_ablation(source, study, stack, layer, head)
+    result = run_safely(lambda: results.result(request, f"Switching off {stack} L{layer} H{head}:"), "Ablation")
     if presenter.presenting():
         st.html(EFFECT_CSS % {"value": 48, "delta": 30, "label": 22})
     if result is None:

@@ -1,8 +1,8 @@
 """What a text model outputs, as the Text attention page shows it: its top 5 after every position (masked word
 or next token), a classifier's labels and where its first token looked, and a decoder's continuation, written
 when asked and stepped through token by token with the new token's attention in every layer and head (once
-per prompt and settings: caches.continuation, as long work). Streamlit drawing only; the numbers come from
-tformer_views.
+per prompt and settings: results.continuation, as long work: long_work.long_result). Streamlit drawing only; the
+numbers come from tformer_views.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from tformer_views import generation as gen
 from tformer_views import text as tv
 from tformer_views.charts.spec import heatmap
 
-from . import caches, downloads, presenter
+from . import downloads, long_work, presenter, results
 from .markdown import escape
 from .page import run_safely
 from .url import UrlState, int_key
@@ -165,9 +165,9 @@ def show_continuation(url: UrlState, source: str, model: tc.CausalLM, text: str)
         return
     if temperature == 0:
         top_k, seed = None, 0  # greedy: one cached result whatever the sampling settings say
-    key = caches.continuation(source, prompt, new, temperature, top_k, seed)
+    key = results.continuation(source, prompt, new, temperature, top_k, seed)
     continuation = run_safely(
-        lambda: caches.long_result(key, "Writing the continuation, a pass per token…"), "Continuation"
+        lambda: long_work.long_result(key, "Writing the continuation, a pass per token…"), "Continuation"
     )
     if continuation is None:
         return

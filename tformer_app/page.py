@@ -14,8 +14,8 @@ import tformer_core as tc
 from tformer_core.errors import InputError
 
 from . import logs, presenter
-from .caches import is_server_model, loaded_models
 from .markdown import escape
+from .models import is_server_model, loaded_models
 from .url import UrlState, notices
 
 DEFAULT_TEXT_MODEL = "minilm"

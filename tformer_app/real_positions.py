@@ -14,7 +14,7 @@ import tformer_core as tc
 from tformer_views.charts.spec import unique_labels
 from tformer_views.lessons import positional as lp
 
-from . import caches, downloads
+from . import downloads, models, results
 from .page import DEFAULT_TEXT_MODEL, run_safely
 from .url import UrlState, int_key
 
@@ -33,13 +33,13 @@ def real_sections(url: UrlState, base: float) -> str:
     left, right = st.columns([3, 1])
     sentence = left.text_input("Sentence", key=url.key("text", DEFAULT_SENTENCE))
     n_dims = right.number_input("Dims shown", 1, 32, key=int_key(url, "xdims", 5, 1, 32))
-    model = caches.load_model(MODEL)
+    model = models.load_model(MODEL)
     if model is None:
         return sentence
     if not sentence.strip():
         st.error("Type a sentence.")
     else:
-        trace = run_safely(lambda: caches.result(caches.text_trace(MODEL, sentence)), "Sentence")
+        trace = run_safely(lambda: results.result(results.text_trace(MODEL, sentence)), "Sentence")
         parts = run_safely(lambda: lp.embedding_sum(trace, base), "Embeddings") if trace is not None else None
         if parts is not None:
             show_embedding_parts(parts, int(n_dims), base)

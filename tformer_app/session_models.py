@@ -1,7 +1,7 @@
 """Models trained on the Train page, kept in the session that trained them and nowhere else.
 
 A trained model is named "session:<what>-<random>" (`store`); the model choosers of the other pages list
-this session's names (`names`), and `caches` hands the model to a page of this session only (`get`).
+this session's names (`names`), and tformer_app.models hands the model to a page of this session only (`get`).
 The name cannot be a hub id (":" is not allowed in one), and its random part keeps the results cached
 for it apart from every other session's: a link with the name opened in another session gets a message
 saying the model belongs to the session that trained it, never the model or its results.

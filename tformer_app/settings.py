@@ -206,7 +206,7 @@ class ServerSettings:
 
 
 def server_settings() -> ServerSettings:
-    """The settings as the environment gives them now (read once by `caches` when the server starts)."""
+    """The settings as the environment gives them now (read once by tformer_app.models when the server starts)."""
     return ServerSettings(
         cache_bytes=megabytes("TFORMER_CACHE_MB"),
         models_bytes=megabytes("TFORMER_MODELS_MB"),

@@ -15,7 +15,7 @@ from tformer_views import vision as vv
 from tformer_views.charts.attention import distance_chart
 from tformer_views.pictures import overlay, to_jpeg
 
-from . import caches, downloads
+from . import derived_views, downloads, results
 from .markdown import escape
 from .page import run_safely
 from .url import UrlState
@@ -33,7 +33,7 @@ class AttentionChoice:
 
 
 def show_rollout(
-    url: UrlState, key: caches.Request[vv.VisionResult], result: vv.VisionResult, choice: AttentionChoice
+    url: UrlState, key: results.Request[vv.VisionResult], result: vv.VisionResult, choice: AttentionChoice
 ) -> np.ndarray | None:
     st.subheader("Attention rollout")
     c1, c2 = st.columns(2)
@@ -48,7 +48,7 @@ def show_rollout(
         key=url.key("discard", 0.9, cast=float, lo=0.0, hi=0.99),
         help="The lowest share of each layer's fused weights set to 0 before rolling out",
     )
-    rolled = run_safely(lambda: caches.rollout(key, fusion, float(discard)), "Rollout")
+    rolled = run_safely(lambda: derived_views.rollout(key, fusion, float(discard)), "Rollout")
     if rolled is not None:
         # At its own size: a width would make Streamlit decode, resize and encode it again on every rerun.
         st.image(to_jpeg(overlay(result.image, rolled, alpha=choice.alpha, smooth=choice.smooth)))
@@ -62,7 +62,7 @@ def show_rollout(
 
 def show_class_explanations(
     url: UrlState,
-    key: caches.Request[vv.VisionResult],
+    key: results.Request[vv.VisionResult],
     result: vv.VisionResult,
     choice: AttentionChoice,
     rolled: np.ndarray,
@@ -78,7 +78,9 @@ def show_class_explanations(
         key=url.key("explain", 0, choices=list(range(len(ids)))),
     )
     data, name = key.args
-    relevance = run_safely(lambda: caches.result(caches.relevancy(key.source, data, name, int(ids[rank]))), "Relevancy")
+    relevance = run_safely(
+        lambda: results.result(results.relevancy(key.source, data, name, int(ids[rank]))), "Relevancy"
+    )
     last = result.trace.n_layers - 1
     pictures = [
         (vv.attention_map(result.trace, last, None), f"Raw attention: the class token in layer {last}, mean of heads"),
@@ -95,9 +97,9 @@ def show_class_explanations(
     )
 
 
-def show_figure_7(source: str, key: caches.Request[vv.VisionResult], result: vv.VisionResult) -> None:
+def show_figure_7(source: str, key: results.Request[vv.VisionResult], result: vv.VisionResult) -> None:
     st.header("The model's own pictures (ViT paper, Fig. 7)")
-    pcs, variance, positions = caches.figure_7(source)
+    pcs, variance, positions = derived_views.figure_7(source)
     trace = result.trace
     left, middle, right = st.columns(3)
     with left:
@@ -116,7 +118,7 @@ def show_figure_7(source: str, key: caches.Request[vv.VisionResult], result: vv.
             "similarity of its position embedding with every patch's (blue −1, red 1).",
         )
     with right:
-        mad = caches.image_distances(key)  # every layer's weights: once per picture
+        mad = derived_views.image_distances(key)  # every layer's weights: once per picture
         baseline = distance.uniform_image_distance(result.grid_hw, result.patch_size, trace.n_prefix_tokens)
         # 320 px at most, axes and legend included (the chart fits its width): narrower in a third of a projector.
         fig_7 = {"width": 320, "height": 240, "config": {"legend": {"orient": "bottom", "columns": 6}}}

@@ -20,8 +20,9 @@ from tformer_core.inputs.image_file import MAX_BYTES
 from tformer_core.models.base import TracedModel
 from tformer_views import samples
 
-from .caches import digit_pictures, load_model, sample_pictures
+from .derived_views import digit_pictures, sample_pictures
 from .markdown import escape
+from .models import load_model
 from .page import once_per_session
 from .url import UrlState
 from .widgets import choose_model, replace_model

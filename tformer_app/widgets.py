@@ -15,8 +15,8 @@ from tformer_core.checkpoints.hfconfig import read_json
 from tformer_core.checkpoints.sources import display_name, local_models, looks_like_path
 
 from . import session_models
-from .caches import hub_unreachable
 from .markdown import escape
+from .models import hub_unreachable
 from .url import UrlState
 
 OTHER = "__other__"

@@ -1,5 +1,5 @@
 """Long work (every head ablated, a patching grid, induction heads, many pictures) in its own bounded queue, beside
-the passes pages wait for. No Streamlit here (tested on its own); `caches.long_work` is the pages' way in.
+the passes pages wait for. No Streamlit here (tested on its own); tformer_app.long_work is the pages' way in.
 
     job = QUEUE.submit(key, session_id, "Ablating every head…", compute)   # compute(progress) -> the result
     QUEUE.watch(job, session_id)        # the page still waits for it (it polls every POLL_S)

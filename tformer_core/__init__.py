@@ -64,7 +64,6 @@ from .models.vit import ViT, ViTConfig, patchify
 from .models.weights import AttentionWeights, BlockWeights, FFNWeights, NormWeights, PatchWeights, StackWeights
 from .numerics import softmax
 from .projection import QKProjection, project_qk, qk_projection
-from .runtime import limit_malloc_arenas, release_freed_memory, retain_freed_memory
 from .steps import AttentionSteps, attention_from_qkv, attention_steps
 from .tokenizers import HFTokenizer, Tokenizer
 from .trace import Trace, TraceMeta
@@ -135,7 +134,6 @@ __all__ = [
     "first_token_attention",
     "fit_to_model",
     "layer_norm_steps",
-    "limit_malloc_arenas",
     "load_model",
     "mean_attention_distance",
     "mean_token_distance",
@@ -147,9 +145,7 @@ __all__ = [
     "project_qk",
     "qk_projection",
     "read_image",
-    "release_freed_memory",
     "resolve_dtype",
-    "retain_freed_memory",
     "rms_norm_steps",
     "rope_attention_factor",
     "rope_frequencies",

@@ -25,9 +25,9 @@ def test_home_page_renders_without_exception():
 
 def test_the_sidebar_lists_the_model_the_page_just_loaded():
     """Drawn after the page ran: the first visit to a page that loads MiniLM already lists it."""
-    from tformer_app import caches
+    from tformer_app import models
 
-    caches.clear_models()  # a fresh server: no model held yet
+    models.clear_models()  # a fresh server: no model held yet
     at = AppTest.from_file(APP, default_timeout=120).run()
     assert any(c.value == "Models loaded: none yet" for c in at.sidebar.caption)
     at.switch_page("app_pages/text_attention.py").run()

@@ -17,7 +17,7 @@ import torch
 import transformers as T
 
 from tests.app.pages import messages, no_exception, run
-from tformer_app import caches
+from tformer_app import models
 from tformer_core.checkpoints.sources import minilm_folder
 
 
@@ -88,12 +88,12 @@ CASES = {
 @pytest.mark.parametrize("case", list(CASES))
 def test_a_broken_model_folder_gets_a_message_and_the_session_goes_on(case, tiny_bert, tmp_path, monkeypatch):
     damage, expected = CASES[case]
-    models = tmp_path / "models"
-    folder = models / f"broken-{case}"
+    model_dir = tmp_path / "models"
+    folder = model_dir / f"broken-{case}"
     shutil.copytree(tiny_bert, folder)
     damage(folder)
-    monkeypatch.setenv("TFORMER_MODEL_DIRS", str(models))
-    caches.clear_models()
+    monkeypatch.setenv("TFORMER_MODEL_DIRS", str(model_dir))
+    models.clear_models()
     at = run("text_attention", model=f"models/broken-{case}")
     no_exception(at)
     errors = messages(at, "error")

@@ -29,7 +29,7 @@ def test_least_recently_used_entries_go_first_when_the_bytes_exceed_the_budget()
 
 
 def test_after_compute_sees_the_new_value_held_and_the_evicted_ones_dropped():
-    """The hand-back of freed memory (caches._GiveBack) measures RSS minus what the caches hold: checked before the
+    """The hand-back of freed memory (results._GiveBack) measures RSS minus what the caches hold: checked before the
     value was stored, the new value would count as freed memory and the evicted ones as held (a server kept about
     130 MB more than its budget allowed at 512 tokens)."""
     seen = []

@@ -11,16 +11,16 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from tformer_app import caches, sessions
+from tformer_app import derived_views, memory, models, results, sessions, upkeep
 
 PAGES_ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "a-test-token-of-24-chars"
-mb = 2**20
 
 
 @pytest.fixture
-def counted(monkeypatch):
-    """A computation and a derived view that count their calls, registered for this test only."""
+def counted():
+    """A computation and a derived view that count their calls, and the results cache emptied around the test:
+    (calls, compute, view)."""
     calls = {"compute": 0, "view": 0}
 
     def compute(model, text):
@@ -31,55 +31,56 @@ def counted(monkeypatch):
         calls["view"] += 1
         return result["text"] + suffix
 
-    monkeypatch.setitem(caches.COMPUTATIONS, "test-upper", compute)
-    monkeypatch.setitem(caches.VIEWS, "test-suffix", view)
-    caches.clear_results()
-    yield calls
-    caches.clear_results()
+    upkeep.clear_results()
+    yield calls, compute, view
+    upkeep.clear_results()
 
 
 def test_a_result_and_its_derived_views_are_computed_once(counted):
-    key = ("test-upper", "vit-tiny", "hello")
-    first = caches.cached(*key)
-    assert caches.cached(*key) is first and counted["compute"] == 1
+    calls, compute, view = counted
+    request = results.Request.of("test-upper", compute, "vit-tiny", "hello")
+    first = results.result(request)
+    assert results.result(request) is first and calls["compute"] == 1
+    assert results.result(results.Request.of("test-upper", compute, "vit-tiny", "hello")) is first  # an equal request
     assert first == {"text": "hello", "model": "vit-tiny"}
-    assert caches.derived("test-suffix", key, "!") == "hello!"
-    assert caches.derived("test-suffix", key, "!") == "hello!" and counted["view"] == 1
-    assert caches.derived("test-suffix", key, "?") == "hello?" and counted["view"] == 2  # other view settings
-    assert counted["compute"] == 1  # the derived views read the cached result
-    with pytest.raises(ValueError, match="unknown derived view"):
-        caches.derived("no-such-view", key)
+    assert derived_views.derived("test-suffix", request, view, "!") == "hello!"
+    assert derived_views.derived("test-suffix", request, view, "!") == "hello!" and calls["view"] == 1
+    assert derived_views.derived("test-suffix", request, view, "?") == "hello?" and calls["view"] == 2  # other settings
+    assert calls["compute"] == 1  # the derived views read the cached result
+    other = results.Request.of("test-upper", compute, "vit-tiny", "bye")
+    assert derived_views.derived("test-suffix", other, view, "!") == "bye!" and calls == {"compute": 2, "view": 3}
 
 
-def test_file_contents_in_a_key_are_kept_as_a_digest(counted, monkeypatch):
-    monkeypatch.setitem(caches.COMPUTATIONS, "test-bytes", lambda model, data: len(data))
+def test_file_contents_in_a_key_are_kept_as_a_digest(counted):
+    request = lambda data: results.Request.of("test-bytes", lambda model, data: len(data), "vit-tiny", data)  # noqa: E731
     data = bytes(range(256)) * 4096  # 1 MB
-    assert caches.cached("test-bytes", "vit-tiny", data) == len(data)
-    keys = [k for k in caches._results._entries if k[1] == "test-bytes"]
+    assert results.result(request(data)) == len(data)
+    keys = [k for k in results.RESULTS._entries if k[1] == "test-bytes"]
     assert len(keys) == 1 and data not in keys[0] and len(repr(keys[0])) < 200
-    assert caches.cached("test-bytes", "vit-tiny", bytes(data)) == len(data)  # equal contents: the same entry
-    assert caches.memory_report().results.misses >= 1
+    assert results.result(request(bytes(data))) == len(data)  # equal contents: the same entry
+    assert len([k for k in results.RESULTS._entries if k[1] == "test-bytes"]) == 1
+    assert upkeep.memory_report().results.misses >= 1
 
 
 def test_a_cached_text_trace_is_compact_and_answers_like_a_full_one():
     """What the Text attention page caches for MiniLM: no attention weights stored, the same weights read."""
-    caches.clear_results()
+    upkeep.clear_results()
     text = "The animal didn't cross the street because it was too tired."
-    trace = caches.cached("text", "minilm", text, None)
-    full = caches.cached_model("minilm").trace(text)
+    trace = results.result(results.text_trace("minilm", text))
+    full = models.cached_model("minilm").trace(text)
     assert not [n for n in trace.activations if n.endswith((".weights", ".scores", ".scaled", ".mlp.hidden"))]
     assert trace.nbytes < full.nbytes / 2
     for layer in range(full.n_layers):
         np.testing.assert_allclose(trace.attention(layer), full.attention(layer), rtol=1e-5, atol=1e-6)
     np.testing.assert_array_equal(trace.q(3, 1), full.q(3, 1))
-    assert caches.memory_report().results.used_bytes >= trace.nbytes
+    assert upkeep.memory_report().results.used_bytes >= trace.nbytes
 
 
 def test_the_sidebar_lists_only_the_models_the_cache_holds():
-    caches.cached_model("vit-tiny")
-    assert "vit-tiny" in caches.loaded_models()
-    caches.clear_models()
-    assert "vit-tiny" not in caches.loaded_models()
+    models.cached_model("vit-tiny")
+    assert "vit-tiny" in models.loaded_models()
+    models.clear_models()
+    assert "vit-tiny" not in models.loaded_models()
 
 
 def test_the_sidebar_names_server_models_and_counts_hub_models(monkeypatch):
@@ -98,8 +99,8 @@ def test_the_server_page_shows_the_caches_and_clears_the_results(monkeypatch):
 
     from tests.app.pages import PAGES
 
-    caches.cached("text", "minilm", "A sentence to cache.", None)
-    before = caches.memory_report()
+    results.result(results.text_trace("minilm", "A sentence to cache."))
+    before = upkeep.memory_report()
     assert before.results.used_bytes > 0
     monkeypatch.setenv("TFORMER_ADMIN_TOKEN", TOKEN)
     at = AppTest.from_file(str(PAGES / "server.py"), default_timeout=60).run()
@@ -107,12 +108,12 @@ def test_the_server_page_shows_the_caches_and_clears_the_results(monkeypatch):
     assert not at.exception
     table = at.dataframe[0].value.set_index("cache")
     assert table.loc["results", "entries"] == before.results.entries
-    assert table.loc["models", "MB budget"] == caches.SETTINGS.models_bytes / 2**20
+    assert table.loc["models", "MB budget"] == models.SETTINGS.models_bytes / 2**20
     at.button[0].click().run()
     assert not at.exception
-    assert caches.memory_report().results.used_bytes == 0 and caches.memory_report().results.entries == 0
+    assert upkeep.memory_report().results.used_bytes == 0 and upkeep.memory_report().results.entries == 0
     assert any("Dropped" in s.value for s in at.success)
-    assert "minilm" in caches.loaded_models()  # models stay loaded
+    assert "minilm" in models.loaded_models()  # models stay loaded
 
 
 def test_the_server_page_is_served_only_with_a_token_and_shows_nothing_without_it(monkeypatch):
@@ -143,88 +144,6 @@ def test_the_server_page_is_served_only_with_a_token_and_shows_nothing_without_i
     assert admin.matches(TOKEN, TOKEN) and not admin.matches(TOKEN, None) and not admin.matches("", TOKEN)
 
 
-@pytest.fixture
-def memory_readings(monkeypatch):
-    """The process's RSS read from a list a test fills (in MB, nothing held by the caches) and each hand-back
-    counted: (readings, trims)."""
-    readings: list[int] = []
-    trims: list[int] = []
-    monkeypatch.setattr(caches, "rss_bytes", lambda: readings.pop(0) * mb)
-    monkeypatch.setattr(caches, "_held", lambda: 0)
-    monkeypatch.setattr(caches.tc, "release_freed_memory", lambda: trims.append(1) or True)
-    return readings, trims
-
-
-def test_freed_memory_is_handed_back_against_the_lowest_level_seen(memory_readings):
-    """_GiveBack compares RSS minus held bytes with a level. Read once after each hand-back, the level took in what
-    was alive only at that moment (a picture being drawn); freed later, that memory was never handed back (175 MB
-    after 80 photos). The level is the lowest reading since the last sweep: a higher one never raises it."""
-    readings, trims = memory_readings
-    give_back = caches._GiveBack()
-    readings += [600, 470]  # a pass freed 130 MB: handed back, 470 MB stay
-    give_back.check()
-    assert len(trims) == 1 and give_back.level == 470 * mb
-    readings += [560, 520]  # handed back while 50 MB of another session's picture were alive
-    give_back.check()
-    assert len(trims) == 2 and give_back.level == 470 * mb
-    readings += [520, 470]  # the picture freed and kept: 50 MB over the level, more than SLACK (32 MB)
-    give_back.check()
-    assert len(trims) == 3 and give_back.level == 470 * mb
-    readings += [490]  # 20 MB kept for the next pass: within SLACK, nothing to do
-    give_back.check()
-    assert len(trims) == 3 and not readings
-
-
-def test_freed_memory_that_cannot_be_handed_back_is_counted_in_the_results_budget(monkeypatch, memory_readings):
-    """glibc hands back whole free pages only: freed memory scattered among live objects stays resident. A class
-    uploading photos left 60 to 210 MB of it beyond TFORMER_CACHE_MB. Each full sweep compares its interval's
-    level (RSS minus held, the lowest since the sweep before) with the floor, the lowest level since the models
-    last changed; what lies above is counted in the results' budget beside the sessions' uploads, and the oldest
-    results make room for it. A model loaded starts the floor anew: its tokenizer is the process's own memory."""
-    readings, trims = memory_readings
-    give_back = caches._GiveBack()
-    monkeypatch.setattr(caches, "_give_back", give_back)
-
-    readings += [470, 470]  # the first sweep: models loaded since none were, no floor yet
-    give_back.swept(models_bytes=100 * mb)
-    assert give_back.floor is None and give_back.kept == 0 and give_back.level == 470 * mb
-    readings += [480]  # a reading within SLACK of the level
-    give_back.check()
-    readings += [475, 475]
-    give_back.swept(models_bytes=100 * mb)  # the interval's level, 470 MB, is the floor
-    assert give_back.floor == 470 * mb and give_back.kept == 0 and give_back.level == 475 * mb
-    readings += [650, 560]  # photos uploaded, freed: 90 MB of it stays after the hand-back
-    give_back.check()
-    readings += [560, 555]
-    give_back.swept(models_bytes=100 * mb)  # the lowest of that interval was the sweep's own 475 MB
-    assert give_back.kept == 5 * mb
-    readings += [556]
-    give_back.check()
-    readings += [556, 556]
-    records: list[tuple] = []  # the arguments of each info line
-    monkeypatch.setattr(caches.logs.log, "info", lambda *args: records.append(args))
-    give_back.swept(models_bytes=100 * mb)  # a whole interval 85 MB above the floor
-    assert give_back.floor == 470 * mb and give_back.kept == 85 * mb and give_back.level == 556 * mb
-    assert [r[0] % r[1:] for r in records] == [  # the operator sees it change
-        "freed memory not given back: 85 MB (was 0 MB), counted in the results' budget"
-    ]  # 5 MB, before, was not worth a line: a line once it has moved by SLACK since the last one
-
-    assert not readings and len(trims) == 5  # each of the 4 sweeps handed back, and the photos' 90 MB once
-    monkeypatch.setattr(caches, "rss_bytes", lambda: 556 * mb)  # from now on, as steady as that
-    caches.clear_results()
-    monkeypatch.setattr(caches.sessions, "held_bytes", lambda: 0)
-    monkeypatch.setattr(caches._results, "budget_bytes", 100 * mb)
-    for name in ("a", "b", "c"):
-        caches._results.get_or_compute(("test-kept", name), lambda: np.ones(10 * mb, np.uint8))
-    assert caches._results.stats().used_bytes == 10 * mb  # 85 MB kept + one result of 10 MB fit 100 MB
-    assert caches.memory_report().kept_bytes == 85 * mb
-
-    # another model: the floor starts anew, nothing counted until the next interval
-    give_back.swept(models_bytes=300 * mb)
-    assert give_back.floor is None and give_back.kept == 0
-    caches.clear_results()
-
-
 class State:
     """A session's state: it refers to itself through its widgets, as Streamlit's does, and holds an upload."""
 
@@ -247,19 +166,19 @@ def test_a_sweep_that_released_sessions_frees_what_they_left_in_reference_cycles
     them. Python's own full collection can wait for hours on a server with 385,000 long-lived objects: 490 MB of a
     class's photos stayed after the class had ended and been cleared. A sweep that released sessions collects
     them; a sweep that released none costs no collection."""
-    monkeypatch.setattr(caches._give_back, "check", lambda *_: None)
+    monkeypatch.setattr(memory.GIVE_BACK, "check", lambda *_: None)
 
     def a_released_state() -> weakref.ref:
         state = State()
         return weakref.ref(state)  # the last name dropped: only the cycle keeps it
 
     left = a_released_state()
-    caches.swept(ended=0)
+    upkeep.swept(ended=0)
     assert left() is not None  # no session ended, no collection
-    caches.swept(ended=2)
+    upkeep.swept(ended=2)
     assert left() is None
     left = a_released_state()
-    caches.clear_results()  # the operator's "clear": everything back, whenever the sessions ended
+    upkeep.clear_results()  # the operator's "clear": everything back, whenever the sessions ended
     assert left() is None
 
 
@@ -307,8 +226,8 @@ def test_sessions_streamlit_drops_by_itself_are_collected_at_the_next_sweep(monk
     for name in ("_seen", "_missing_before", "_released"):
         monkeypatch.setattr(sessions, name, set())
     monkeypatch.setattr(sessions, "_watched", {})
-    monkeypatch.setattr(caches._give_back, "check", lambda *_: None)
-    sweep = lambda: sessions.sweep_once(after=caches.swept)  # noqa: E731  # what the sweeper thread does
+    monkeypatch.setattr(memory.GIVE_BACK, "check", lambda *_: None)
+    sweep = lambda: sessions.sweep_once(after=upkeep.swept)  # noqa: E731  # what the sweeper thread does
 
     first, second = runtime.add("first"), runtime.add("second")
     assert sweep() == 0 and first() is not None and second() is not None  # nothing ended: no collection
@@ -332,18 +251,18 @@ def test_the_sweeper_looks_for_ended_sessions_between_full_sweeps(monkeypatch, n
     for name in ("_seen", "_missing_before", "_released"):
         monkeypatch.setattr(sessions, name, set())
     monkeypatch.setattr(sessions, "_watched", {})
-    monkeypatch.setattr(caches._give_back, "check", lambda *_: None)
+    monkeypatch.setattr(memory.GIVE_BACK, "check", lambda *_: None)
     released, trims = [], []
     real_release = sessions.release_ended
     monkeypatch.setattr(sessions, "release_ended", lambda: released.append(1) or real_release())
-    monkeypatch.setattr(caches._results, "trim", lambda: trims.append(1) or 0)
+    monkeypatch.setattr(results.RESULTS, "trim", lambda: trims.append(1) or 0)
 
     left = runtime.add("student")
-    assert sessions.sweep_once(after=caches.swept, full=False) == 0
+    assert sessions.sweep_once(after=upkeep.swept, full=False) == 0
     runtime.drop("student")
-    assert sessions.sweep_once(after=caches.swept, full=False) == 1
+    assert sessions.sweep_once(after=upkeep.swept, full=False) == 1
     assert left() is None and released == [] and trims == []  # collected, nothing else done
-    assert sessions.sweep_once(after=caches.swept, full=True) == 0
+    assert sessions.sweep_once(after=upkeep.swept, full=True) == 0
     assert released == [1] and trims == [1]
     monkeypatch.setattr(sessions, "sweep_interval", lambda: 30.0)
     assert sessions.look_interval() == 10.0
@@ -372,17 +291,17 @@ def test_a_fresh_server_converts_smollm2_in_the_background_once(tmp_path, monkey
     shared = os.environ["TFORMER_CACHE_DIR"]  # the tests' own (tests/conftest.py)
     monkeypatch.setenv("TFORMER_CACHE_DIR", str(tmp_path))  # an empty cache: nothing converted there
     monkeypatch.setattr(gguf, "converted_folder", convert)
-    monkeypatch.setattr(caches, "_warmed", threading.Event())
+    monkeypatch.setattr(models, "_warmed", threading.Event())
     assert not gguf.is_converted("smollm2")
-    thread = caches.warm_up()
+    thread = models.warm_up()
     assert thread is not None and converting.wait(60)  # under way before any page asked for the model
-    assert caches.warm_up() is None  # once per process
+    assert models.warm_up() is None  # once per process
     release.set()
     thread.join(60)
     assert calls == ["smollm2"]
     # Converted already (the cache the tests share): nothing to do.
     monkeypatch.setenv("TFORMER_CACHE_DIR", shared)
     monkeypatch.undo()  # the real conversion again
-    monkeypatch.setattr(caches, "_warmed", threading.Event())
-    caches.cached_model("smollm2")  # converts once if the shared cache lacks it
-    assert gguf.is_converted("smollm2") and caches.warm_up() is None
+    monkeypatch.setattr(models, "_warmed", threading.Event())
+    models.cached_model("smollm2")  # converts once if the shared cache lacks it
+    assert gguf.is_converted("smollm2") and models.warm_up() is None

@@ -297,7 +297,7 @@ def test_heads_predict_reveal_vote_again_on_the_translator():
 
     import numpy as np
 
-    from tformer_app import caches
+    from tformer_app import models
     from tformer_core.interventions import Head, ablate_heads, intervene
 
     lecturer = app()
@@ -331,7 +331,7 @@ def test_heads_predict_reveal_vote_again_on_the_translator():
     effect = revealed.effect
     assert revealed.revealed and effect["class"]["choice"] == q.choices.index("L1 H2")
     # The same ablation, independently: the translator traced with that one head zeroed, p(first word) read off.
-    model = caches.cached_model("translator")
+    model = models.cached_model("translator")
     source = lecturer.session_state["heads.source"]
     start = model.generation.start_id if model.generation.start_id is not None else model.generation.pad_id or 0
     output = int(model.trace(source, [start]).ranked(1)[0][0])
@@ -406,7 +406,7 @@ def test_heads_offers_what_each_kind_can_ask_with_the_answer_its_grid_shows(mode
 def test_the_vision_page_asks_what_the_model_predicts_with_the_views_head_removed():
     """On the Vision page, a head of the view (layer 11, head 1): "what will the model predict with it removed?",
     made when asked, its answer the top class of the same model traced here with that one head zeroed."""
-    from tformer_app import caches, vision_inputs
+    from tformer_app import models, vision_inputs
     from tformer_core.inputs.image_file import read_image
     from tformer_core.interventions import Head, ablate_heads, intervene
     from tformer_views.head_matters import display_token
@@ -414,7 +414,7 @@ def test_the_vision_page_asks_what_the_model_predicts_with_the_views_head_remove
     lecturer = app()
     lecturer.sidebar.button(key="_tformer.class.start").click().run()
     source, _ = vision_inputs.available_default()
-    model = caches.cached_model(source)
+    model = models.cached_model(source)
     layer = model.config.n_layers - 1
     lecturer.query_params.update({"head": "1", "layer": str(layer)})
     lecturer.switch_page("app_pages/vision.py").run()
@@ -442,7 +442,7 @@ def test_the_vision_page_asks_what_the_model_predicts_with_the_views_head_remove
 def test_a_reveal_whose_ablation_fails_still_reveals_and_says_why(monkeypatch):
     """The ablation fails at the reveal (a bug, the machine's memory): the model's answer is revealed all the same,
     and the projector says the ablation could not run and why in one line (the server's log has the traceback)."""
-    from tformer_app import caches
+    from tformer_app import results
 
     lecturer = app()
     lecturer.sidebar.button(key="_tformer.class.start").click().run()
@@ -452,14 +452,14 @@ def test_a_reveal_whose_ablation_fails_still_reveals_and_says_why(monkeypatch):
     sid = lecturer.session_state[class_session.SID]
     ask(lecturer, "head")
     q = open_store().current(sid)
-    computed = caches.result
+    computed = results.result
 
     def failing(request, label=None):
         if request.kind == "heads_ablation" and request.args[3:5] == (0, 0):
             raise RuntimeError("out of memory")
         return computed(request, label)
 
-    monkeypatch.setattr(caches, "result", failing)
+    monkeypatch.setattr(results, "result", failing)
     student = ok(app(**{"class": open_store().code(sid)}))
     open_store().answer(sid, q.qid, student.session_state[class_session.STUDENT], "0")  # L0 H0: its ablation fails
     lecturer.button(key=f"_tformer.class.reveal.{q.qid}").click().run()
@@ -481,7 +481,7 @@ def test_text_attention_asks_what_a_language_model_predicts_with_the_views_head_
     lens question's answer a layer from which the lens ranks the model's next token first up to the end."""
     import numpy as np
 
-    from tformer_app import caches
+    from tformer_app import models
     from tformer_core.interventions import Head, ablate_heads, intervene
     from tformer_views.head_matters import display_token
 
@@ -495,7 +495,7 @@ def test_text_attention_asks_what_a_language_model_predicts_with_the_views_head_
     assert [q.kind for q in offered] == ["token", "head", "number", "output", "layer"]
     ask(lecturer, "output")
     q = open_store().current(sid)
-    model = caches.cached_model(lecturer.session_state["text.model"])
+    model = models.cached_model(lecturer.session_state["text.model"])
     text = lecturer.session_state["text.text"]
     with intervene(ablate_heads([Head("decoder", 3, 2)])):
         label, p = model.trace(text).predictions(1)[0]

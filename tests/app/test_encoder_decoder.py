@@ -13,7 +13,7 @@ import tformer_core as tc
 from tests.app.pages import charts, messages, no_exception, run, widget
 from tests.app.passes import PassCounter
 from tests.core.hf_helpers import save_tiny_t5
-from tformer_app import caches
+from tformer_app import models
 from tformer_core.bundled import data as td
 from tformer_views import seq2seq as sv
 
@@ -68,7 +68,7 @@ def test_default_page_shows_the_step_the_alignment_and_the_encoder(translator):
 def test_step_slider_and_head_switch_run_no_model(translator):
     at = page()
     no_exception(at)
-    with PassCounter(caches.cached_model("translator")) as counter:
+    with PassCounter(models.cached_model("translator")) as counter:
         expected = sv.translate(translator, DEFAULT, 40)
         at.slider(key="s2s.step").set_value(5).run()
         no_exception(at)

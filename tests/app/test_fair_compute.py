@@ -1,6 +1,6 @@
 """A server a class shares fairly (issue 34): one student's study of every head never stalls another student's
 page, is refused before it runs when no class could afford it, and stops when nobody waits for it any more.
-Real models (SmolLM2, MiniLM), the server's own queue and pass slots (tformer_app.caches)."""
+Real models (SmolLM2, MiniLM), the server's own queue and pass slots (tformer_app.long_work, tformer_app.results)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import urllib.parse
 import pytest
 
 from tests.app.pages import messages, no_exception, run, widget
-from tformer_app import caches, settings
+from tformer_app import long_work, models, results, settings
 from tformer_core.probes import ROW_TOKENS
 from tformer_views import head_matters as hm
 
@@ -46,7 +46,7 @@ def test_a_study_no_class_could_afford_is_refused_before_it_runs_with_what_fits(
     at = run(PAGE, timeout=WAIT_S, text=ESSAY)
     no_exception(at)
     message = _refusal(at)
-    model = caches.cached_model("smollm2")
+    model = models.cached_model("smollm2")
     n = len(model.tokenizer.encode(ESSAY))
     heads = {"decoder": (30, 9)}
     rows = hm.probes.head_importance_workload(model, heads, n).rows  # 271 and a clean row a pass (ROW_TOKENS)
@@ -58,7 +58,7 @@ def test_a_study_no_class_could_afford_is_refused_before_it_runs_with_what_fits(
     assert hm.probes.head_importance_workload(model, heads, most).flops <= limit
     assert hm.probes.head_importance_workload(model, heads, most + 1).flops > limit
     # Nothing ran for it: no study of the essay was computed (the page's patching and induction parts were).
-    assert caches._results.peek(("computed", "heads", "text", "smollm2", ESSAY)) is None
+    assert results.RESULTS.peek(("computed", "heads", "text", "smollm2", ESSAY)) is None
     # SmolLM2 takes 8,192 tokens: a text of that length is refused as fast, and the page keeps working.
     widget(at, "heads.text").set_value(" ".join(["word"] * 8000)).run(timeout=WAIT_S)
     no_exception(at)
@@ -75,7 +75,7 @@ def test_an_own_pair_whose_grid_no_class_could_afford_is_refused_before_it_runs(
     at = run(PAGE, timeout=WAIT_S, pair="your own pair", a=first, b=second)
     no_exception(at)
     message = _refusal(at)
-    n = len(caches.cached_model("smollm2").tokenizer.encode(first))
+    n = len(models.cached_model("smollm2").tokenizer.encode(first))
     # (L + 1) x n patched cells, a batch row each, in passes of at most ROW_TOKENS rows x tokens, each with A's own
     # row; and B and A run once before: the rows grow as layers x tokens.
     cells = 31 * n
@@ -86,30 +86,30 @@ def test_an_own_pair_whose_grid_no_class_could_afford_is_refused_before_it_runs(
 
 @needs_smollm2
 def test_another_students_sentence_is_not_behind_a_study_and_a_study_nobody_waits_for_stops():
-    model = caches.cached_model("smollm2")
-    caches.cached_model("minilm")
+    model = models.cached_model("smollm2")
+    models.cached_model("minilm")
     text = " ".join(ESSAY.split()[:25])  # about 30 tokens: within the limit, and long enough to be running below
-    job = caches.WORK.submit(
+    job = long_work.WORK.submit(
         ("test", "study"), "student-a", "a study", lambda progress: hm.study("text", model, text, progress=progress)
     )
     try:
         started = threading.Event()
         for _ in range(int(WAIT_S / 0.05)):
-            caches.WORK.watch(job, "student-a")
+            long_work.WORK.watch(job, "student-a")
             if job.state == "running" and job.fraction > 0:
                 started.set()
                 break
             job.done.wait(0.05)
         assert started.is_set(), job.state
         # Another student's new sentence: a pass of MiniLM through the same pass slots, while the study runs.
-        trace = caches.result(caches.text_trace("minilm", "Another student types a new sentence."))
+        trace = results.result(results.text_trace("minilm", "Another student types a new sentence."))
         assert trace.tokens[0] == "[CLS]" and len(trace.tokens) > 2
         assert job.state == "running"  # the sentence did not wait for the study
         # The study's page closes: nobody asks about it, and it stops at its next step (work.STALE_S later).
         assert job.done.wait(WAIT_S)
         assert job.state == "cancelled" and job.fraction < 1.0
     finally:
-        caches.WORK.cancel_session("student-a")  # whatever failed, no study left running at the end
+        long_work.WORK.cancel_session("student-a")  # whatever failed, no study left running at the end
         job.done.wait(WAIT_S)
 
 

@@ -14,7 +14,8 @@ import torch
 from streamlit.testing.v1 import AppTest
 
 from tests.app.pages import PAGES, charts, messages, no_exception, run, widget
-from tformer_app import caches, heads_view, presenter
+from tformer_app import heads_view, models, presenter, results
+from tformer_views import head_matters as hm
 from tformer_views.charts.head_grid import chrome
 
 PAGE = "head_matters"
@@ -282,7 +283,7 @@ class _Passes:
 
 @pytest.fixture
 def translator_passes() -> Iterator[_Passes]:
-    passes = _Passes(caches.cached_model("translator"))
+    passes = _Passes(models.cached_model("translator"))
     handle = torch.nn.modules.module.register_module_forward_pre_hook(passes)
     try:
         yield passes
@@ -297,14 +298,14 @@ def test_a_second_session_gets_the_grid_from_the_servers_cache_and_a_click_costs
     source = "a small cat chases the big dog near the river"  # a text of its own: no other test has studied it
     first = run(PAGE, model="translator", source=source)
     no_exception(first)
-    key = caches._study_key("translation", "translator", (source,))
-    study = caches._results.peek(key)
-    assert isinstance(study, caches.hm.HeadStudy) and translator_passes.count >= 3  # the study, its ablation
+    key = results.study_key("translation", "translator", (source,))
+    study = results.RESULTS.peek(key)
+    assert isinstance(study, hm.HeadStudy) and translator_passes.count >= 3  # the study, its ablation
     before = translator_passes.count
     second = run(PAGE, model="translator", source=source)
     no_exception(second)
     assert translator_passes.count == before  # no pass: the grid, the lens and the ablation all cached
-    assert caches._results.peek(key) is study
+    assert results.RESULTS.peek(key) is study
     grids = [_grid_values(at, "Drop in p(")["value"].to_numpy() for at in (first, second)]
     np.testing.assert_array_equal(*grids)
     layer, head = widget(second, "heads.layer").value, widget(second, "heads.head").value

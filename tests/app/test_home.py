@@ -14,7 +14,7 @@ import pytest
 from PIL import Image
 from streamlit.testing.v1 import AppTest
 
-from tformer_app import caches, home
+from tformer_app import home, models
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = str(ROOT / "app.py")
@@ -23,7 +23,7 @@ HOME = ROOT / "app_pages" / "home.py"
 
 @pytest.fixture(scope="module")
 def at() -> AppTest:
-    caches.clear_models()  # a fresh server: Home must not load one
+    models.clear_models()  # a fresh server: Home must not load one
     opened = AppTest.from_file(APP, default_timeout=60).run()
     assert not opened.exception
     return opened

@@ -13,7 +13,7 @@ from tests.app import pages
 from tests.app.pages import charts, messages, no_exception, table, widget
 from tests.app.passes import PassCounter
 from tests.core.hf_helpers import DEIT
-from tformer_app import caches
+from tformer_app import derived_views, models, results
 from tformer_core.trace import to_numpy
 from tformer_views.lessons.attention import fmt
 
@@ -40,7 +40,7 @@ def test_minilm_token_through_a_post_norm_block_with_the_model_numbers():
     at = run()
     no_exception(at)
     assert not at.error
-    trace = caches.cached_model("minilm").trace(SENTENCE)
+    trace = models.cached_model("minilm").trace(SENTENCE)
     token = 1  # [CLS] the cat ...: the default is the first word
     x, attn = trace["encoder.0.resid_pre"][token], trace["encoder.0.attn.out"][token]
     np.testing.assert_allclose(table(at, "block input").loc["x"], x[:6], atol=1e-6)
@@ -55,7 +55,7 @@ def test_minilm_token_through_a_post_norm_block_with_the_model_numbers():
     assert rf"\sigma^2 = \frac{{1}}{{d}}\sum_{{i=1}}^{{d}} (x_i-\mu)^2 = {fmt(total.var())}" in latex(at)
     hidden = table(at, "hidden layer")
     np.testing.assert_allclose(hidden.loc["GELU(·)"], trace["encoder.0.mlp.hidden"][token, :6], atol=1e-5)
-    mlp = caches.cached_model("minilm").encoder.blocks[0].mlp
+    mlp = models.cached_model("minilm").encoder.blocks[0].mlp
     pre = trace["encoder.0.ln_attn"][token] @ to_numpy(mlp.W_in.weight).T + to_numpy(mlp.W_in.bias)
     assert any(f"**{int((pre > 0).sum())} of 1536** hidden units" in m for m in messages(at, "markdown"))
     assert any("d_model = **384**, d_ff = **1536** (4 × d_model" in m for m in messages(at, "markdown"))
@@ -79,7 +79,7 @@ def test_minilm_token_through_a_post_norm_block_with_the_model_numbers():
 def test_switching_layer_token_and_dims_runs_no_model_and_the_last_layer_checks_its_output():
     at = run()
     no_exception(at)
-    with PassCounter(caches.cached_model("minilm")) as counter:
+    with PassCounter(models.cached_model("minilm")) as counter:
         widget(at, "block.layer").set_value(5)
         widget(at, "block.token").set_value(2)
         widget(at, "block.dims").set_value(3)
@@ -91,7 +91,7 @@ def test_switching_layer_token_and_dims_runs_no_model_and_the_last_layer_checks_
     assert table(at, "check").shape == (3, 3) and largest_difference(at) <= 1e-5
     stream = charts(at)["‖v‖ per encoder layer: token 2 (cat) and the mean"][0]
     assert set(stream["quantity"]) == {"residual stream in (x)", "self-attention adds", "FFN adds", "block output"}
-    trace = caches.cached_model("minilm").trace(SENTENCE)
+    trace = models.cached_model("minilm").trace(SENTENCE)
     chosen = stream[(stream["quantity"] == "FFN adds") & (stream["scope"] == "token 2: cat")].sort_values("layer")
     expected = [np.linalg.norm(trace[f"encoder.{layer}.mlp.out"][2]) for layer in range(6)]
     np.testing.assert_allclose(chosen["norm"], expected, rtol=1e-5)
@@ -103,7 +103,9 @@ def test_translator_recomposes_both_stacks_and_the_decoder_shows_cross_attention
     at = run(model="translator", stack=stack, layer="1", token="2")
     no_exception(at)
     assert not at.error
-    translation = caches.cached("block_translation", "translator", "the big dog chases a small cat near the river")
+    translation = results.result(
+        results.block_translation("translator", "the big dog chases a small cat near the river")
+    )
     assert any(" ".join(translation.decoder_tokens) in m for m in messages(at, "markdown"))
     assert largest_difference(at) <= 1e-5
     subheaders = [h.value for h in at.subheader]
@@ -225,14 +227,14 @@ def test_user_text_is_escaped_where_it_is_shown_as_markdown():
 
 # ---- the Vision page's patch embedding by hand ------------------------------------------------------------------
 def _panel(model_source: str) -> None:
-    from tformer_app import caches, patch_embedding
+    from tformer_app import derived_views, models, patch_embedding, results
     from tformer_app.page import run_page
 
     def draw(url):
-        model = caches.load_model(model_source)
-        files = caches.sample_pictures()
+        model = models.load_model(model_source)
+        files = derived_views.sample_pictures()
         name = next((n for n in files if n.startswith("shapes:")), next(iter(files)))
-        result = caches.cached("image", model_source, files[name], name)
+        result = results.result(results.picture(model_source, files[name], name))
         patch_embedding.draw(url, result, model)
 
     run_page("Patch embedding", "", "vit", draw)
@@ -271,10 +273,10 @@ def test_the_real_patch_matches_the_model_and_a_bad_patch_size_is_said_inline():
     assert "patch embeddings" not in [d.value.index.name for d in at.dataframe]
     sums = table(at, "patch 27")  # the real model's part still works
     assert list(sums.index) == ["e1", "e2", "e3", "e4", "e5"]
-    model = caches.cached_model("vit-tiny")
-    files = caches.sample_pictures()
+    model = models.cached_model("vit-tiny")
+    files = derived_views.sample_pictures()
     name = next(n for n in files if n.startswith("shapes:"))
-    trace = caches.cached("image", "vit-tiny", files[name], name).trace
+    trace = results.result(results.picture("vit-tiny", files[name], name)).trace
     np.testing.assert_allclose(sums["the model's"], trace["encoder.embed.patch"][27, :5], atol=1e-7)
     np.testing.assert_allclose(sums["= e_k"], trace["encoder.embed.patch"][27, :5], atol=1e-5)
     weight = to_numpy(model.encoder.embed.project.weight)  # on the host, from whichever device the model is on

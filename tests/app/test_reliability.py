@@ -16,7 +16,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from tests.app.pages import messages, no_exception, run
-from tformer_app import caches, logs
+from tformer_app import logs, models
 from tformer_app.budget import ByteBudgetCache
 from tformer_app.deck_file import MAX_DECK_BYTES, DeckError, read_deck
 from tformer_core.errors import InputError
@@ -78,13 +78,13 @@ def test_a_failed_load_is_logged_with_its_cause_and_raised_as_a_new_exception(tm
     folder.mkdir(parents=True)
     (folder / "config.json").write_text("{not json")
     monkeypatch.setenv("TFORMER_MODEL_DIRS", str(tmp_path / "models"))
-    caches.clear_models()
+    models.clear_models()
     errors = []
     for _ in range(4):
         with pytest.raises(InputError) as caught:
-            caches.cached_model("models/broken")
+            models.cached_model("models/broken")
         errors.append(caught.value)
-    caches.clear_models()
+    models.clear_models()
     assert len({id(e) for e in errors}) == 4  # a new exception each time: nothing accumulates on one
     depths = [len(traceback.extract_tb(e.__traceback__)) for e in errors]
     assert depths[1:] == depths[:1] * 3, depths  # the same exception raised again grew 6 -> 8 -> 10 -> 12 frames

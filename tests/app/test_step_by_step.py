@@ -10,7 +10,7 @@ from streamlit.testing.v1 import AppTest
 
 from tests.app import pages
 from tests.app.pages import messages, table
-from tformer_app import caches
+from tformer_app import models
 from tformer_core.trace import to_numpy
 from tformer_views.lessons import attention as ls
 
@@ -127,7 +127,7 @@ def test_real_model_preset_shows_a_labelled_slice_of_minilm():
     at = run(preset="real", layer="1", head="2", dims="4", hdims="3")
     assert not at.exception and not at.error
     # The page's own model, on the device the page runs it on (a GPU's float32 differs from the CPU's at 1e-6).
-    model = caches.cached_model("minilm")
+    model = models.cached_model("minilm")
     trace = model.trace("The cat sat.")
     attn = model.encoder.blocks[1].attn
     cols = slice(2 * 32, 2 * 32 + 3)

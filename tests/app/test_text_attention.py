@@ -18,7 +18,7 @@ from streamlit.testing.v1 import AppTest
 import tformer_core as tc
 from tests.app.pages import charts, messages, models_from, no_exception, run, widget
 from tests.app.passes import PassCounter
-from tformer_app import caches
+from tformer_app import models
 from tformer_core.checkpoints.sources import minilm_folder
 from tformer_views import text as tv
 
@@ -172,7 +172,7 @@ def test_every_view_of_minilm(every_view, minilm):
 def test_switching_layer_head_and_views_runs_no_model(minilm):
     at = page()
     no_exception(at)
-    with PassCounter(caches.cached_model("minilm")) as counter:
+    with PassCounter(models.cached_model("minilm")) as counter:
         widget(at, "text.layer").set_value(3)
         widget(at, "text.head").set_value(5)
         at.run()

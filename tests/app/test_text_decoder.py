@@ -17,7 +17,7 @@ import tformer_core as tc
 from tests.app.pages import charts, messages, models_from, no_exception, run, widget
 from tests.app.passes import PassCounter
 from tests.views.test_generation import LABELS, save_classifier, save_tiny_gpt2
-from tformer_app import caches
+from tformer_app import models
 from tformer_views import generation as gen
 from tformer_views import text as tv
 
@@ -78,7 +78,7 @@ def smollm2_page():
     widget(at, "text.arch").set_value("decoder").run()
     no_exception(at)
     assert not [t for t in charts(at) if t.startswith("step ")] and "write" not in at.query_params
-    with PassCounter(caches.cached_model("smollm2")) as counter:
+    with PassCounter(models.cached_model("smollm2")) as counter:
         widget(at, "text.text").input("Owls hunt at night in this test alone.").run()  # new: one pass, no writing
         no_exception(at)
         assert counter.count == 1 and not [t for t in charts(at) if t.startswith("step ")]
@@ -103,7 +103,7 @@ def test_decoder_only_opens_smollm2_with_its_next_token_top_5(smollm2_page):
     assert any("decoder-only (causal) · 30 layers × 9 heads · d_head = 64 · 13 tokens" in c for c in captions)
     assert any("path: **tformer**" in c for c in captions)
     assert any("4-bit" in c and "dequantised to float32" in c for c in captions)  # model.weights_note
-    trace = caches.cached_model("smollm2").trace(SENTENCE)
+    trace = models.cached_model("smollm2").trace(SENTENCE)
     [top, *_] = table(at, ["token", "probability"])
     assert top["token"].tolist() == [t for t, _ in tv.top_predictions(trace, 5)]
     np.testing.assert_allclose(top["probability"], [p for _, p in trace.predictions(5)], atol=1e-5)
@@ -130,7 +130,7 @@ def test_the_continuation_steps_through_every_layer_and_head(smollm2_page):
 def test_the_capital_of_france_is_paris_and_stepping_runs_no_model():
     at = page(arch="decoder", text=FRANCE, new="3", views="heatmap", write="1")
     no_exception(at)
-    model = caches.cached_model("smollm2")
+    model = models.cached_model("smollm2")
     [top, *_] = table(at, ["token", "probability"])
     assert top["token"].tolist()[0] == "␣Paris"  # the next-token top 5 after the whole prompt
     written = next(
@@ -179,7 +179,7 @@ def test_a_chat_answer_continues_the_chat_template():
     question = "What is the capital of France?"
     at = page(arch="decoder", text=question, new="6", chat="1", views="heatmap", write="1")
     no_exception(at)
-    model = caches.cached_model("smollm2")
+    model = models.cached_model("smollm2")
     prompt = model.chat_prompt([{"role": "user", "content": question}])
     expected = gen.continue_text(model, prompt, 6)
     assert any(c.value == expected.text for c in at.code)  # the answer alone: the template is in a caption
@@ -225,7 +225,7 @@ def test_a_decoder_continues_from_a_link_with_sampling(model_dir):
     }
     title, cells = step_chart(at)
     assert title.endswith("2 layers × 4 heads") and cells["row_token"].nunique() == 8
-    with PassCounter(caches.cached_model(str(model_dir / "tiny-gpt2"))) as counter:
+    with PassCounter(models.cached_model(str(model_dir / "tiny-gpt2"))) as counter:
         widget(at, "text.step").set_value(6).run()
         no_exception(at)
         assert step_chart(at)[0].startswith("step 6:")

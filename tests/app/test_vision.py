@@ -19,7 +19,7 @@ from streamlit.testing.v1 import AppTest
 from tests.app.pages import charts, messages, no_exception, run, widget
 from tests.app.passes import PassCounter
 from tests.core.hf_helpers import DEIT, IMAGES
-from tformer_app import caches
+from tformer_app import models
 from tformer_views import distance, samples
 from tformer_views import vision as vv
 
@@ -77,13 +77,13 @@ def test_offline_a_real_vit_in_the_model_folders_comes_before_the_shapes_model(s
     widget(at, "vit.layer").set_value(10).run()  # DeiT-Tiny has 12 layers; vit-tiny fewer
     widget(at, "vit.model_choice").set_value("vit-tiny").run()
     no_exception(at)
-    assert widget(at, "vit.layer").value == caches.cached_model("vit-tiny").config.n_layers - 1
+    assert widget(at, "vit.layer").value == models.cached_model("vit-tiny").config.n_layers - 1
 
 
 def test_switching_model_keeps_the_layer_only_when_the_new_model_has_it():
     at = page(VISION, model="vit-tiny", layer="1")
     assert widget(at, "vit.layer").value == 1
-    model_layers = caches.cached_model("vit-tiny").config.n_layers
+    model_layers = models.cached_model("vit-tiny").config.n_layers
     at = page(VISION, model="vit-tiny", layer=str(model_layers + 3))  # a layer the model does not have
     no_exception(at)
     assert widget(at, "vit.layer").value == model_layers - 1  # the last layer
@@ -112,7 +112,7 @@ def test_vit_tiny_names_each_sample_shape(shape):
 def test_switching_layer_head_query_and_rollout_runs_no_model():
     at = page(VISION, model="vit-tiny")
     no_exception(at)
-    with PassCounter(caches.cached_model("vit-tiny")) as counter:
+    with PassCounter(models.cached_model("vit-tiny")) as counter:
         images_before = len(at.get("image"))
         widget(at, "vit.layer").set_value(1)
         widget(at, "vit.head").set_value(2)
@@ -228,7 +228,7 @@ def test_mad_page_over_samples_and_the_recipe_switch():
     at = page(MAD, model="vit-tiny", samples="shapes: circle,shapes: ring,shapes: plus")
     no_exception(at)
     files = samples.samples()
-    model = caches.cached_model("vit-tiny")
+    model = models.cached_model("vit-tiny")
     pictures = [vv.read_image(files[n]).image for n in ("shapes: circle", "shapes: ring", "shapes: plus")]
     expected = distance.distances_over_images(model, pictures).mean(0)  # [layers, heads]
     dots = max(chart_data(at, "vit-tiny: mean attention distance"), key=len)
@@ -300,7 +300,7 @@ def test_the_relevancy_map_is_the_class_tokens_row_of_the_cores_relevancy_for_th
     from tformer_core import probes
     from tformer_core.relevancy import relevancy
 
-    model = caches.cached_model("vit-tiny")
+    model = models.cached_model("vit-tiny")
     picture = Image.new("RGB", (64, 64), "white")
     maps = [vv.relevancy_map(model, png(picture), "white.png", c) for c in (0, 1)]
     assert maps[0].shape == model.config.grid_hw and np.all(maps[0] >= 0)

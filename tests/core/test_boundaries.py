@@ -76,8 +76,9 @@ def test_streamlit_is_used_only_by_the_app_layer():
 
 
 def test_one_cache_layer():
-    """Everything kept between requests is in tformer_app/caches.py: no st.cache_* anywhere (their budgets
-    count entries, not bytes), and no other module builds a cache of results of its own (a font table is fine)."""
+    """Everything kept between requests is in the model and results caches (tformer_app/models.py, results.py; derived
+    views and long work keep theirs in the results'): no st.cache_* anywhere (their budgets count entries, not
+    bytes), and no other module builds a cache of results of its own (a font table is fine)."""
     users = sorted(
         str(p.relative_to(ROOT))
         for folder in ("tformer_app", "app_pages", "tformer_views", "tformer_core")
@@ -85,19 +86,59 @@ def test_one_cache_layer():
         if any(s in p.read_text() for s in ("st.cache_", "ByteBudgetCache(", "WeakKeyDictionary", "OrderedDict("))
     )
     users += ["app.py"] if "st.cache_" in (ROOT / "app.py").read_text() else []
-    assert users == ["tformer_app/budget.py", "tformer_app/caches.py"]
+    assert users == ["tformer_app/budget.py", "tformer_app/models.py", "tformer_app/results.py"]
+
+
+# The caches split by concern, each module above those it may import: the process's memory at the bottom, the model
+# cache, the results cache, then what is derived from results and long work (side by side), the server's upkeep on top.
+CACHE_MODULES_BELOW = {
+    "memory": set(),
+    "models": {"memory"},
+    "results": {"memory", "models"},
+    "derived_views": {"memory", "models", "results"},
+    "long_work": {"memory", "models", "results"},
+    "upkeep": {"memory", "models", "results", "derived_views", "long_work"},
+}
+
+
+def _app_modules_imported(path: Path) -> set[str]:
+    """The tformer_app modules a file of tformer_app imports, relatively or not, anywhere in its code."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.ImportFrom) and node.level == 1:
+            found |= {node.module.split(".")[0]} if node.module else {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module == "tformer_app":
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("tformer_app."):
+            found.add(node.module.split(".")[1])
+    return found
+
+
+def test_the_cache_modules_import_only_those_below_them():
+    wrong = {
+        name: sorted(_app_modules_imported(ROOT / "tformer_app" / f"{name}.py") & set(CACHE_MODULES_BELOW) - below)
+        for name, below in CACHE_MODULES_BELOW.items()
+    }
+    assert not {name: above for name, above in wrong.items() if above}
 
 
 def test_pages_ask_the_cache_through_its_typed_requests():
-    """Pages build a typed request (caches.text_trace(...), caches.picture(...)) and read it with caches.result
-    or a typed derived view, so the type checker knows what each returns; the string-keyed registry under them
-    (caches.cached / derived / from_model) is the cache's own."""
+    """Pages build a typed request (results.text_trace(...), results.picture(...)) and read it with results.result
+    or a typed derived view (derived_views.overview_picture(...)), so the type checker knows what each returns: no
+    cache module keeps a table of computations looked up by a string or casts what the cache gives back, and the
+    generic helpers under the typed views (derived_views.derived / from_model) are that module's own."""
+    untyped = [
+        name
+        for name in CACHE_MODULES_BELOW
+        if "cast(" in (source := (ROOT / "tformer_app" / f"{name}.py").read_text()) or "dict[str, Callable" in source
+    ]
+    assert not untyped
     callers = sorted(
         str(p.relative_to(ROOT))
         for folder in ("app_pages", "tformer_app")
         for p in (ROOT / folder).rglob("*.py")
-        if p.name != "caches.py"
-        and any(f"caches.{name}(" in p.read_text() for name in ("cached", "derived", "from_model"))
+        if p.name != "derived_views.py"
+        and any(f"derived_views.{name}(" in p.read_text() for name in ("derived", "from_model"))
     )
     assert not callers
 
