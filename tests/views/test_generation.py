@@ -142,12 +142,15 @@ def test_only_decoders_continue(tmp_path):
 
 
 def test_a_decoder_transformers_runs_continues_greedily_only(tmp_path):
-    model = load_transformers(save_with_words(tiny_opt(), tmp_path / "opt"))
+    hf = tiny_opt()
+    model = load_transformers(save_with_words(hf, tmp_path / "opt"))
     assert model.kind == "decoder" and not gen.supports_sampling(model)
     c = gen.continue_text(model, "the cat sat on", 4)
-    assert c.path == "transformers" and 1 <= c.n_steps <= 4
-    ref = model.generate("the cat sat on", 4)
-    assert c.ids == tuple(ref.ids)
+    prompt = model.tokenizer.encode("the cat sat on")
+    with torch.no_grad():  # the reference: transformers' own greedy search on the same weights
+        theirs = hf.generate(torch.tensor([prompt]), max_new_tokens=4, do_sample=False, num_beams=1)[0].tolist()
+    assert c.path == "transformers" and c.ids == tuple(theirs) and c.n_prompt == len(prompt)
+    assert c.n_steps == len(theirs) - len(prompt)  # stopped where transformers stopped (the end token, or 4)
     for t in range(c.n_steps):
         np.testing.assert_allclose(c.step(t).rows.sum(-1), 1.0, atol=1e-5)
     with pytest.raises(ValueError, match="greedily"):
@@ -169,11 +172,15 @@ def test_the_next_token_table_lists_the_top_k_after_every_position(gpt2):
 # ---- the page's token limit -------------------------------------------------------------------------
 def test_the_page_reads_at_most_its_limit_of_a_long_text(gpt2):
     long = " ".join(["the cat sat on the mat."] * 40)
+    # The first sentence is 8 pieces, each later one 7 (" the" takes the space): 8 + 39 x 7 = 281 in all,
+    # and the cut fills the limit with whole pieces: 8 + 7 + 5 = 20 ("... the cat sat on the").
+    assert gpt2.tokenizer.count(long) == 281
     fitted = tv.fit_text(gpt2, long, limit=20)
-    assert fitted.max_tokens == 20 and fitted.n_tokens <= 20 and fitted.n_dropped > 0
-    assert gpt2.tokenizer.count(fitted.text) <= 20
+    assert fitted.max_tokens == 20 and fitted.n_tokens == 20 == gpt2.tokenizer.count(fitted.text)
+    assert fitted.text == " ".join(long.split()[:17]) and fitted.n_dropped == 281 - 20  # 6 + 6 + 5 words
     whole = tv.fit_text(gpt2, long)  # the model's own 64 positions are below the page's limit
-    assert whole.max_tokens == 64 and whole.n_tokens <= 64
+    assert whole.max_tokens == 64 and whole.n_tokens == 64 == gpt2.tokenizer.count(whole.text)
+    assert whole.n_dropped == 281 - 64
     with pytest.raises(ValueError, match="empty"):
         tv.fit_text(gpt2, "  ")
 
@@ -199,11 +206,16 @@ def test_other_heads_keep_their_kind(gpt2):
 
 # ---- encoder-decoder models transformers runs --------------------------------------------------------------
 def test_the_encoder_decoder_page_accepts_an_encoder_decoder_transformers_runs(tmp_path):
-    model = load_transformers(save_with_words(tiny_pegasus(), tmp_path / "pegasus"))
+    hf = tiny_pegasus()
+    model = load_transformers(save_with_words(hf, tmp_path / "pegasus"))
     assert model.kind == "encoder-decoder" and not isinstance(model, tc.EncoderDecoder)
     assert sv.require_seq2seq(model) is model
     translation = sv.translate(model, "the big cat sat", 4)
-    assert translation.mode == "greedy" and 1 <= translation.n_steps <= 4
+    source = model.tokenizer.encode("the big cat sat")
+    with torch.no_grad():  # the reference: transformers' own greedy search on the same weights
+        theirs = hf.generate(torch.tensor([source]), max_new_tokens=4, do_sample=False, num_beams=1)[0].tolist()
+    assert translation.mode == "greedy" and translation.decoder_ids == tuple(theirs)
+    assert translation.n_steps == len(theirs) - 1  # after the start token: stopped where transformers stopped
     assert sv.at_step(translation, 0).cross_rows().shape[:2] == (2, 4)
     with pytest.raises(ValueError, match="encoder-decoder"):
         sv.require_seq2seq(tc.load_model(str(save_classifier(tmp_path / "bert")), device="cpu", model_dirs=[tmp_path]))
