@@ -67,7 +67,7 @@ def test_an_encoder_transformers_runs_is_traced_like_the_core_models(tmp_path):
     assert trace.meta["path"] == "transformers" and trace.meta["architecture"] == "ElectraForMaskedLM"
     assert "queries, keys and values" in trace.meta["absent"] and "attn.q" in trace.meta["absent_parts"]
     assert "encoder.0.attn.q" not in trace and "encoder.0.attn.scores" not in trace
-    with pytest.raises(KeyError):
+    with pytest.raises(KeyError, match=r"'encoder\.0\.attn\.q' was not captured"):
         trace.q(0, 0)
     # The app's filters (no [heads, n, n] parts) and a compact trace keep the weights: nothing recomputes them.
     lean = model.trace(text, keep=lambda name: name.endswith(".attn.q"))

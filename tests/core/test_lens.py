@@ -78,10 +78,12 @@ def test_a_heads_direct_attribution_by_hand_with_the_norm_frozen():
 
 def test_post_norm_models_refuse_direct_attribution_and_models_without_a_head_refuse_the_lens():
     model = tiny_seq2seq().double()
-    with pytest.raises(ValueError, match="post-norm"):
+    with pytest.raises(
+        ValueError, match=r"^this model normalises after every block \(post-norm\): its residual stream is not a sum"
+    ):
         direct_attribution(model, model.trace(A, TGT))
     encoder = tiny_encoder()
-    with pytest.raises(ValueError, match="no head"):
+    with pytest.raises(ValueError, match=r"^this encoder model has no head to read its residual stream with$"):
         logit_lens(encoder, encoder.trace(A))
 
 
