@@ -116,15 +116,15 @@ def test_sampling_is_reproducible_and_matches_the_core(gpt2):
 @pytest.mark.parametrize(
     "prompt, new, message",
     [
-        ("", 4, "empty"),
-        ("   ", 4, "empty"),
-        (SENTENCE, 0, "1 to 64"),
-        (SENTENCE, 65, "1 to 64"),
-        (" ".join(["cat"] * 300), 4, "at most 256"),
+        ("", 4, "^the text to continue is empty: type at least one word$"),
+        ("   ", 4, "^the text to continue is empty: type at least one word$"),
+        (SENTENCE, 0, "^the number of new tokens must be 1 to 64, got 0$"),
+        (SENTENCE, 65, "^the number of new tokens must be 1 to 64, got 65$"),
+        (" ".join(["cat"] * 300), 4, "^the text to continue has 301 tokens; a continuation starts from at most 256 "),
     ],
 )
 def test_bad_requests_are_refused_with_a_message_before_any_pass(gpt2, prompt, new, message):
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(tc.InputError, match=message):
         gen.continue_text(gpt2, prompt, new)
 
 
@@ -137,7 +137,7 @@ def test_a_prompt_filling_every_position_leaves_no_step(tmp_path):
 
 def test_only_decoders_continue(tmp_path):
     encoder = tc.load_model(str(save_classifier(tmp_path / "bert")), device="cpu", model_dirs=[tmp_path])
-    with pytest.raises(ValueError, match="decoder-only"):
+    with pytest.raises(tc.InputError, match=r"^only a decoder-only model with a tokenizer continues a text$"):
         gen.continue_text(encoder, "the cat sat", 3)
 
 
@@ -153,7 +153,9 @@ def test_a_decoder_transformers_runs_continues_greedily_only(tmp_path):
     assert c.n_steps == len(theirs) - len(prompt)  # stopped where transformers stopped (the end token, or 4)
     for t in range(c.n_steps):
         np.testing.assert_allclose(c.step(t).rows.sum(-1), 1.0, atol=1e-5)
-    with pytest.raises(ValueError, match="greedily"):
+    with pytest.raises(
+        tc.InputError, match=r"^this model runs through transformers' own code, which tformer decodes greedily only$"
+    ):
         gen.continue_text(model, "the cat sat on", 4, tc.Sampling(0.8, None, 0))
 
 
@@ -181,7 +183,7 @@ def test_the_page_reads_at_most_its_limit_of_a_long_text(gpt2):
     whole = tv.fit_text(gpt2, long)  # the model's own 64 positions are below the page's limit
     assert whole.max_tokens == 64 and whole.n_tokens == 64 == gpt2.tokenizer.count(whole.text)
     assert whole.n_dropped == 281 - 64
-    with pytest.raises(ValueError, match="empty"):
+    with pytest.raises(tc.InputError, match=r"^the sentence is empty: type at least one word$"):
         tv.fit_text(gpt2, "  ")
 
 
@@ -217,5 +219,7 @@ def test_the_encoder_decoder_page_accepts_an_encoder_decoder_transformers_runs(t
     assert translation.mode == "greedy" and translation.decoder_ids == tuple(theirs)
     assert translation.n_steps == len(theirs) - 1  # after the start token: stopped where transformers stopped
     assert sv.at_step(translation, 0).cross_rows().shape[:2] == (2, 4)
-    with pytest.raises(ValueError, match="encoder-decoder"):
+    with pytest.raises(
+        tc.InputError, match=r"^this page shows encoder-decoder models \(translation\); this one is not$"
+    ):
         sv.require_seq2seq(tc.load_model(str(save_classifier(tmp_path / "bert")), device="cpu", model_dirs=[tmp_path]))

@@ -151,7 +151,7 @@ def test_pairs_are_cut_longest_first_and_both_segments_survive(text_encoder, tok
 
 @pytest.mark.parametrize("text", ["", "   \n "])
 def test_an_empty_sentence_is_refused(text_encoder, text):
-    with pytest.raises(ValueError, match="empty"):
+    with pytest.raises(tc.InputError, match=r"^the sentence is empty: type at least one word$"):
         tc.fit_to_model(text_encoder, text)
 
 
@@ -404,7 +404,7 @@ def test_why_this_weight_reproduces_the_weights_and_the_head_output(which, enc_t
 
 
 def test_why_this_weight_refuses_a_query_outside_the_input(enc_trace):
-    with pytest.raises(ValueError, match="out of range"):
+    with pytest.raises(tc.InputError, match=r"^query position 10 is out of range: the input has 10 tokens \(0\.\.9\)$"):
         why_views.why_this_weight(enc_trace, 0, 0, len(IDS))
 
 
@@ -485,7 +485,10 @@ def test_next_token_top5_and_no_head(text_decoder, enc_trace):
     p1 = _softmax(trace["head.logits"][1].astype(np.float64))
     np.testing.assert_allclose([q for _, q in tv.top_predictions(trace, 5, 1)], np.sort(p1)[::-1][:5], rtol=1e-6)
     assert tv.prediction_kind(enc_trace) is None  # an encoder without a masked-word head
-    with pytest.raises(ValueError, match="no prediction head"):
+    with pytest.raises(
+        tc.InputError,
+        match=r"^this model has no prediction head \(no classifier, language-model or masked-word head\)$",
+    ):
         tv.top_predictions(enc_trace)
 
 
