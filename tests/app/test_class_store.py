@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 import subprocess
 import sys
 import time
@@ -159,11 +160,24 @@ def test_answers_are_validated(store):
     sid, student = seat(store.join(lecture.code))
     token = store.ask(lecture.sid, lecture.secret, token_question())
     number = store.ask(lecture.sid, lecture.secret, Question("number", "A weight?", lo=0.0, hi=1.0))
-    for bad in ("14", "-1", "2.5", "nan", "two", "1e400", ""):
-        with pytest.raises(ClassError):
+    not_a_choice = "that is not one of the choices"
+    not_finite, not_a_number = "an answer is a finite number", "an answer is a number"
+    token_answers = {
+        "14": not_a_choice,
+        "-1": not_a_choice,
+        "2.5": not_a_choice,
+        "nan": not_finite,
+        "two": not_a_number,
+        "1e400": not_finite,  # read as inf
+        "": not_a_number,
+    }
+    for bad, message in token_answers.items():
+        with pytest.raises(ClassError, match=f"^{message}$"):
             store.answer(sid, token, student, bad)
-    for bad in ("1.01", "-0.1", "inf", "nan", "<b>1</b>"):
-        with pytest.raises(ClassError):
+    outside = "the answer must lie between 0 and 1"
+    number_answers = {"1.01": outside, "-0.1": outside, "inf": not_finite, "nan": not_finite, "<b>1</b>": not_a_number}
+    for bad, message in number_answers.items():
+        with pytest.raises(ClassError, match=f"^{message}$"):
             store.answer(sid, number, student, bad)
     with pytest.raises(ClassError, match="join the class first"):
         store.answer(sid, token, "someone-who-never-joined", "2")
@@ -174,16 +188,22 @@ def test_answers_are_validated(store):
 def test_questions_are_checked_when_asked(store):
     lecture = store.create()
     bad = [
-        Question("essay", "Why?", choices=["a"]),
-        Question("token", "   ", choices=TOKENS),
-        Question("token", "x" * 301, choices=TOKENS),
-        Question("token", "Which?", choices=[]),
-        Question("token", "Which?", choices=TOKENS, answer=14),
-        Question("number", "How much?", lo=1.0, hi=0.0),
-        Question("number", "How much?", answer=2.0, lo=0.0, hi=1.0),
+        (
+            Question("essay", "Why?", choices=["a"]),
+            "a question is one of token, patch, head, number, output, layer, not 'essay'",
+        ),
+        (Question("token", "   ", choices=TOKENS), "a question needs a prompt of 1 to 300 characters"),
+        (Question("token", "x" * 301, choices=TOKENS), "a question needs a prompt of 1 to 300 characters"),
+        (Question("token", "Which?", choices=[]), "a token question needs 1 to 1024 choices"),
+        (Question("token", "Which?", choices=TOKENS, answer=14), "the model's answer is not one of the choices"),
+        (Question("number", "How much?", lo=1.0, hi=0.0), "a number question needs a range lo < hi"),
+        (
+            Question("number", "How much?", answer=2.0, lo=0.0, hi=1.0),
+            "the model's number is outside the question's range",
+        ),
     ]
-    for question in bad:
-        with pytest.raises(ClassError):
+    for question, message in bad:
+        with pytest.raises(ClassError, match=f"^{re.escape(message)}$"):
             store.ask(lecture.sid, lecture.secret, question)
     assert store.questions(lecture.sid) == []
 
@@ -398,7 +418,9 @@ def test_a_returning_student_is_the_same_student_and_a_forged_token_is_none(kind
     forged = [f"{sid}.{student}.{'0' * 32}", f"{sid}.someone-else.{mac}", f"{sid}.{student}", "", "a.b.c"]
     for token in forged:
         assert store.join(lecture.code, token=token).student != first.student  # a new student, not Ada
-        with pytest.raises(ClassError):
+        with pytest.raises(
+            ClassError, match=r"^this browser's class token is not valid \(made up, or from another server\)$"
+        ):
             store.rejoin(token)
     elsewhere = store.join(other.code, token=first.token)  # signed for another session: a new student there
     assert elsewhere.student != first.student and not elsewhere.returning
@@ -576,7 +598,7 @@ def test_every_process_hears_each_move_of_a_session_once(kind, request):
     lecture = here.create()
     other = here.create()
     here.set_view(lecture.sid, lecture.secret, View("text", {"head": "3"}))
-    with pytest.raises(ClassError):
+    with pytest.raises(ClassError, match=r"^only the lecturer can do that$"):
         here.set_view(lecture.sid, "not the secret", View("text", {"head": "4"}))
     qid = here.ask(lecture.sid, lecture.secret, token_question())
     here.reveal(lecture.sid, lecture.secret, qid)
