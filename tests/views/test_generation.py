@@ -190,12 +190,19 @@ def test_the_page_reads_at_most_its_limit_of_a_long_text(gpt2):
 # ---- sequence classification ----------------------------------------------------------------------------
 @pytest.mark.parametrize("kind, path", [("bert", "tformer"), ("electra", "transformers")])
 def test_a_classifier_shows_its_labels_and_its_first_tokens_attention(tmp_path, kind, path):
-    model = tc.load_model(str(save_classifier(tmp_path / kind, kind)), device="cpu", model_dirs=[tmp_path])
+    folder = save_classifier(tmp_path / kind, kind)
+    model = tc.load_model(str(folder), device="cpu", model_dirs=[tmp_path])
     trace = model.trace("the cat sat on the mat").compact()
     assert tv.prediction_kind(trace) == "classification" and trace.meta["path"] == path
     scores, what = tv.class_scores(trace)
-    assert what == "probability" and {label for label, _ in scores} == set(LABELS.values())
-    assert sum(p for _, p in scores) == pytest.approx(1.0) and scores == tc.class_scores(trace)
+    # The reference: transformers' classifier on the same weights and tokens, its softmax, highest first.
+    hf = T.AutoModelForSequenceClassification.from_pretrained(folder).eval()
+    with torch.no_grad():
+        logits = hf(**T.AutoTokenizer.from_pretrained(folder)("the cat sat on the mat", return_tensors="pt")).logits
+    p = torch.softmax(logits[0].double(), -1).numpy()
+    expected = sorted(((LABELS[i], p[i]) for i in range(3)), key=lambda item: -item[1])
+    assert what == "probability" and [label for label, _ in scores] == [label for label, _ in expected]
+    np.testing.assert_allclose([q for _, q in scores], [q for _, q in expected], atol=1e-5)
     view = tv.first_token_view(trace)
     assert view.layer == 1 and view.token == "[CLS]" and view.head_labels == ("head 0", "head 1", "head 2", "head 3")
     assert view.weights.shape == (4, len(trace.tokens)) and len(view.token_labels) == len(trace.tokens)
