@@ -40,7 +40,7 @@ def test_after_compute_sees_the_new_value_held_and_the_evicted_ones_dropped():
         cache.get_or_compute(key, lambda: array(3))
     cache.get_or_compute("new", lambda: array(3))  # 12 MB > 10 MB: a, the least recently used, goes
     assert seen[-1] == (3 * size_of(array(3)), True) and cache.peek("a") is None
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"^invalid literal for int\(\) with base 10: 'x'$"):
         cache.get_or_compute("bad", lambda: int("x"))  # a failed pass frees its activations too
     assert len(seen) == 5
     cache.get_or_compute("new", lambda: pytest.fail("cached"))

@@ -102,6 +102,6 @@ def test_a_link_to_an_uploaded_pictures_view_keeps_its_settings_until_there_is_a
 
 def test_a_number_from_a_link_is_finite_or_refused():
     assert finite_float("2.5") == 2.5 and finite_float("1e-5") == 1e-5
-    for raw in ("inf", "-inf", "nan", "ten"):
-        with pytest.raises(ValueError):
+    for raw, message in (("inf", "^inf$"), ("-inf", "^-inf$"), ("nan", "^nan$"), ("ten", "^could not convert string")):
+        with pytest.raises(ValueError, match=message):
             finite_float(raw)

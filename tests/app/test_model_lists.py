@@ -95,6 +95,6 @@ def test_a_failed_load_that_could_not_reach_the_hub_marks_the_hub_unreachable(mo
         raise tc.CheckpointError(f"the Hugging Face hub cannot be reached (ConnectError) and {source} is not cached")
 
     monkeypatch.setattr(tc, "load_model", unreachable)
-    with pytest.raises(tc.CheckpointError):
+    with pytest.raises(tc.CheckpointError, match=r"^the Hugging Face hub cannot be reached \(ConnectError\)"):
         models.cached_model("someone/not-cached")
     assert models.hub_unreachable()

@@ -19,7 +19,7 @@ from tests.app.pages import messages, no_exception, run
 from tformer_app import logs, models
 from tformer_app.budget import ByteBudgetCache
 from tformer_app.deck_file import MAX_DECK_BYTES, DeckError, read_deck
-from tformer_core.errors import InputError
+from tformer_core.checkpoints import CheckpointError
 
 PAGES = {"text", "vision", "step-by-step"}
 
@@ -81,7 +81,7 @@ def test_a_failed_load_is_logged_with_its_cause_and_raised_as_a_new_exception(tm
     models.clear_models()
     errors = []
     for _ in range(4):
-        with pytest.raises(InputError) as caught:
+        with pytest.raises(CheckpointError, match=r"^config\.json is not valid JSON \(Expecting") as caught:
             models.cached_model("models/broken")
         errors.append(caught.value)
     models.clear_models()

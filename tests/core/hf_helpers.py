@@ -28,8 +28,11 @@ def roundtrip(hf_model, tmp_path) -> tc.TracedModel:
 
 
 def assert_close(ours, theirs, atol=1e-4, what=""):
-    theirs = theirs.detach().numpy() if isinstance(theirs, torch.Tensor) else theirs
-    diff = float(np.max(np.abs(np.asarray(ours, dtype=np.float64) - theirs)))
+    """Max |ours - theirs| <= atol, after asserting equal shapes (broadcasting would hide a missing axis)."""
+    theirs = np.asarray(theirs.detach().float() if isinstance(theirs, torch.Tensor) else theirs, dtype=np.float64)
+    ours = np.asarray(ours.detach().float() if isinstance(ours, torch.Tensor) else ours, dtype=np.float64)
+    assert ours.shape == theirs.shape, f"{what}: shape {ours.shape} != reference shape {theirs.shape}"
+    diff = float(np.max(np.abs(ours - theirs)))
     assert diff <= atol, f"{what}: max |difference| {diff:.2e} > {atol}"
     return diff
 

@@ -132,5 +132,5 @@ def test_a_heads_logits_become_the_scores_shown_by_one_rule():
     np.testing.assert_allclose(head_scores([0.0, np.log(3.0)]), [0.25, 0.75])
     np.testing.assert_allclose(head_scores([0.0, np.log(3.0)], "sigmoid"), [0.5, 0.75])
     np.testing.assert_array_equal(head_scores([1.5, -2.0], "none"), [1.5, -2.0])
-    with pytest.raises(ValueError, match="one of"):
+    with pytest.raises(ValueError, match=r"^scores are one of \('softmax', 'sigmoid', 'none'\), not 'tanh'$"):
         head_scores([1.0], "tanh")

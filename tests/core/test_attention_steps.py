@@ -93,18 +93,33 @@ def test_several_heads_split_concat_and_output_projection():
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        (dict(X=[[1, "a"]], W_q=np.eye(2), W_k=np.eye(2), W_v=np.eye(2)), "X must hold numbers"),
+        (dict(X=[[1, "a"]], W_q=np.eye(2), W_k=np.eye(2), W_v=np.eye(2)), "^X must hold numbers only$"),
         (dict(X=[[1, np.nan]], W_q=np.eye(2), W_k=np.eye(2), W_v=np.eye(2)), r"X\[0, 1\] is not a finite number"),
         (dict(X=np.ones((2, 3)), W_q=np.eye(2), W_k=np.eye(3), W_v=np.eye(3)), "W_q has 2 rows but X has 3 columns"),
-        (dict(X=np.ones((2, 2)), W_q=np.ones((2, 3)), W_k=np.eye(2), W_v=np.eye(2)), "same number of columns"),
-        (dict(X=np.ones((0, 2)), W_q=np.eye(2), W_k=np.eye(2), W_v=np.eye(2)), "non-empty 2-D"),
-        (dict(X=np.ones((2, 2)), W_q=np.eye(2), W_k=np.eye(2), W_v=np.eye(2), mask=np.ones((3, 3), bool)), "shape"),
-        (dict(X=np.ones((2, 2)), W_q=np.eye(2), W_k=np.eye(2), W_v=np.eye(2), mask="future"), "causal"),
-        (dict(X=np.ones((2, 4)), W_q=np.ones((4, 3)), W_k=np.ones((4, 3)), W_v=np.eye(4), n_heads=2), "2 equal heads"),
+        (
+            dict(X=np.ones((2, 2)), W_q=np.ones((2, 3)), W_k=np.eye(2), W_v=np.eye(2)),
+            r"W_q and W_k must have the same number of columns \(d_k\): 3 vs 2",
+        ),
+        (
+            dict(X=np.ones((0, 2)), W_q=np.eye(2), W_k=np.eye(2), W_v=np.eye(2)),
+            r"X must be a non-empty 2-D matrix, got shape \(0, 2\)",
+        ),
+        (
+            dict(X=np.ones((2, 2)), W_q=np.eye(2), W_k=np.eye(2), W_v=np.eye(2), mask=np.ones((3, 3), bool)),
+            r"the mask must have shape \(2,\) or \(2, 2\) for 2 tokens, got \(3, 3\)",
+        ),
+        (
+            dict(X=np.ones((2, 2)), W_q=np.eye(2), W_k=np.eye(2), W_v=np.eye(2), mask="future"),
+            "mask must be None, 'causal' or a boolean array, got 'future'",
+        ),
+        (
+            dict(X=np.ones((2, 4)), W_q=np.ones((4, 3)), W_k=np.ones((4, 3)), W_v=np.eye(4), n_heads=2),
+            "W_q has 3 columns, which do not split into 2 equal heads",
+        ),
     ],
 )
 def test_bad_input_names_the_problem(kwargs, message):
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(tc.InputError, match=message):
         tc.attention_steps(**kwargs)
 
 
@@ -144,9 +159,9 @@ def test_given_q_k_v_may_have_fewer_queries_than_keys_and_bad_shapes_are_named()
     steps = tc.attention_from_qkv(np.eye(2, 3), np.eye(4, 3), np.ones((4, 2)), mask=[True, True, True, False])
     assert steps.weights.shape == (2, 4) and np.all(steps.weights[:, 3] == 0)
     np.testing.assert_allclose(steps.weights.sum(axis=1), 1.0)
-    with pytest.raises(ValueError, match="same number of columns"):
+    with pytest.raises(tc.InputError, match=r"^Q and K must have the same number of columns \(d_k\): 3 vs 4$"):
         tc.attention_from_qkv(np.ones((2, 3)), np.ones((2, 4)), np.ones((2, 4)))
-    with pytest.raises(ValueError, match="one row per key"):
+    with pytest.raises(tc.InputError, match=r"^K and V need one row per key: K has 2 rows, V has 3$"):
         tc.attention_from_qkv(np.ones((2, 3)), np.ones((2, 3)), np.ones((3, 3)))
 
 

@@ -149,11 +149,13 @@ def test_unknown_words_stay_visible(translator):
 
 
 def test_translator_rejects_what_it_cannot_read(translator):
-    with pytest.raises(ValueError, match="empty"):
+    with pytest.raises(tc.InputError, match=r"^the source is empty: type at least one word$"):
         translator.trace("", "<bos>")
-    with pytest.raises(ValueError, match="at most"):
+    with pytest.raises(
+        tc.InputError, match=r"^the source has 40 tokens; this model handles at most 32\. Shorten it\.$"
+    ):
         translator.trace(" ".join(["dog"] * 40), "<bos>")
-    with pytest.raises(ValueError, match="no words"):
+    with pytest.raises(ValueError, match=r"^the sentence '\?!' has no words to translate$"):
         bundled.evaluation.translate(translator, "?!")
 
 
@@ -196,7 +198,9 @@ def test_photo_preprocessing_matches_the_training_normalisation(vit_tiny, scenes
 
 # ---- loading errors ----------------------------------------------------------------------------
 def test_unknown_bundled_name_and_missing_assets_fail_clearly(monkeypatch, tmp_path):
-    with pytest.raises(ValueError, match="bundled models are"):
+    with pytest.raises(
+        ValueError, match=r"^unknown bundled model 'translater': the bundled models are \['detr-tiny', "
+    ):
         bundled.load_bundled("translater")
     monkeypatch.setattr(bundled.loading, "ASSETS_DIR", tmp_path)
     with pytest.raises(tc.CheckpointError, match=r"python -m tformer_core\.bundled\.train"):
@@ -240,10 +244,10 @@ def test_training_reproduces_the_same_weights_for_the_same_seed(name, tmp_path):
 
 
 def test_training_command_line_rejects_bad_arguments(capsys):
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit, match=r"^2$"):  # argparse's exit status for a usage error
         train.main(["translator", "--steps", "0"])
     assert "--steps must be >= 1" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit, match=r"^2$"):
         train.main(["gpt-5"])
 
 

@@ -79,9 +79,9 @@ def test_assign_is_the_least_total_cost_where_a_greedy_choice_is_not():
         assert len(set(rows.tolist())) == t
         assert cost[rows, np.arange(t)].sum() == pytest.approx(best)
     assert boxes.assign(np.zeros((3, 0)))[0].shape == (0,)
-    with pytest.raises(ValueError, match="own row"):
+    with pytest.raises(ValueError, match=r"^3 columns cannot each get their own row out of 2$"):
         boxes.assign(np.zeros((2, 3)))
-    with pytest.raises(ValueError, match="too large"):
+    with pytest.raises(ValueError, match=r"^30 x 6 is too large for the exact search \(427,518,000 ways\)$"):
         boxes.assign(np.zeros((30, 6)))
 
 

@@ -257,7 +257,7 @@ def test_capture_changes_no_output_bit_for_bit_and_leaves_no_state(build, run):
 
 def test_capture_is_reset_when_the_forward_pass_fails():
     model = tiny_encoder()
-    with pytest.raises(IndexError), torch.inference_mode(), tc.capture():
+    with pytest.raises(IndexError, match="index out of range"), torch.inference_mode(), tc.capture():
         assert capture_active()
         model(torch.tensor([[1, 2, 99]]))  # id 99 is outside the embedding table
     assert not capture_active()
@@ -267,7 +267,7 @@ def test_trace_arrays_are_read_only_numpy():
     trace, _ = TRACES["encoder-post"]
     w = trace.attention(0, 0)
     assert isinstance(w, np.ndarray) and not w.flags.writeable
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"^assignment destination is read-only$"):
         w[0, 0] = 1.0
 
 
@@ -278,14 +278,14 @@ def test_trace_accessors_and_bad_indices():
     assert trace.attention(2, 1, "cross").shape == (len(TGT), len(SRC))
     assert trace.tokens_for("cross") == (tuple(map(str, TGT)), tuple(map(str, SRC)))
     assert trace.all_attention("decoder").shape == (3, 4, len(TGT), len(TGT))
-    with pytest.raises(ValueError, match="out of range: the encoder stack has 2 layers"):
+    with pytest.raises(tc.InputError, match=r"^layer 2 is out of range: the encoder stack has 2 layers \(0\.\.1\)$"):
         trace.attention(2, 0)
-    with pytest.raises(ValueError, match="4 heads"):
+    with pytest.raises(tc.InputError, match=r"^head 4 is out of range: the model has 4 heads \(0\.\.3\)$"):
         trace.attention(0, 4)
     dec_trace, _ = TRACES["decoder"]
-    with pytest.raises(ValueError, match="no 'cross' attention"):
+    with pytest.raises(tc.InputError, match=r"^this decoder trace has no 'cross' attention; it has \('decoder',\)$"):
         dec_trace.attention(0, 0, "cross")
-    with pytest.raises(KeyError, match="was not captured"):
+    with pytest.raises(KeyError, match=r"'decoder\.9\.attn\.q' was not captured; see trace\.names"):
         dec_trace["decoder.9.attn.q"]
 
 
@@ -300,7 +300,7 @@ def test_batched_trace_gives_each_image_its_own_trace():
         np.testing.assert_allclose(trace.all_attention(), single.all_attention(), atol=1e-6)
         np.testing.assert_allclose(trace.output, single.output, atol=1e-5)
     assert not np.allclose(batch[0].attention(1), batch[1].attention(1))
-    with pytest.raises(ValueError, match="batch of images"):
+    with pytest.raises(ValueError, match=r"^expected a batch of images \(B, C, H, W\), got shape \(3, 12, 16\)$"):
         model.trace_batch(images[0])
 
 
@@ -312,7 +312,9 @@ def test_a_generation_step_trace_says_it_holds_the_decoder_only():
     assert step.stack_layers == {"decoder": 3} and step.attention_stacks == ("decoder", "cross")
     assert step.main_stack == "decoder" and not any(n.startswith("encoder.") for n in step.names)
     assert step.attention(2, 1, "cross").shape == (1, 3)  # the new position's row over the 3 source tokens
-    with pytest.raises(ValueError, match="no 'encoder' attention"):
+    with pytest.raises(
+        tc.InputError, match=r"^this encoder-decoder trace has no 'encoder' attention; it has \('decoder', 'cross'\)$"
+    ):
         step.attention(0, 0, stack="encoder")
 
 
@@ -326,7 +328,9 @@ def test_name_patterns_match_whole_parts():
     layer_q = matching("encoder.*.attn.q")
     assert layer_q("encoder.11.attn.q") and not layer_q("encoder.1.2.attn.q")
     assert any_of(head, layer_q)("head.logits") and not any_of(head, layer_q)("encoder.out")
-    with pytest.raises(ValueError):
+    with pytest.raises(
+        ValueError, match=r"^'encoder\.\*\*\.q': '\*\*' stands first or last, beside at least one other part$"
+    ):
         matching("encoder.**.q")
 
 

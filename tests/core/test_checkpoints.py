@@ -84,7 +84,9 @@ def test_masked_word_predictions_come_from_the_head(tmp_path):
     assert [int(label) for label, _ in top] == list(np.argsort(-p)[:3])
     np.testing.assert_allclose([q for _, q in top], np.sort(p)[::-1][:3], atol=1e-5)
     model.mask_token_id = None
-    with pytest.raises(ValueError, match=r"no \[MASK\]"):
+    with pytest.raises(
+        tc.InputError, match=r"^no \[MASK\] token in the input: put \[MASK\] where a word should be guessed$"
+    ):
         model.trace(IDS[0]).predictions()
 
 
@@ -174,12 +176,15 @@ def test_vit_family_parity(kind, tmp_path):
 @pytest.mark.parametrize(
     "source, message",
     [
-        ("", "no model given"),
-        ("https://huggingface.co/bert-base-uncased", "not a model id"),
-        ("owner/name/extra", "not a model id"),
-        ("bad..name", "not a model id"),
-        ("/etc", "outside them"),
-        ("../../etc", "outside them"),
+        ("", "^no model given: choose a bundled model, a hub id or a local folder$"),
+        (
+            "https://huggingface.co/bert-base-uncased",
+            r"^'https://huggingface\.co/bert-base-uncased' is not a model id: ",
+        ),
+        ("owner/name/extra", "^'owner/name/extra' is not a model id: use the hub's owner/name form"),
+        ("bad..name", r"^'bad\.\.name' is not a model id: "),
+        ("/etc", r"model folders \(models\); this path is outside them"),  # the path itself is not echoed
+        ("../../etc", r"model folders \(models\); this path is outside them"),
     ],
 )
 def test_bad_sources_are_refused_with_a_reason(source, message):
@@ -202,7 +207,7 @@ def test_local_folders_are_checked_after_following_links(tmp_path):
     outside.mkdir()
     (outside / "config.json").write_text("{}")
     (real / "escape").symlink_to(outside)
-    with pytest.raises(tc.CheckpointError, match="outside them"):
+    with pytest.raises(tc.CheckpointError, match=r"model folders \(linked\); this path is outside them"):
         local_folder(str(linked / "escape"), [linked])
 
 

@@ -10,6 +10,7 @@ import torch
 
 from tformer_core import classroom as cr
 from tformer_core.bundled import corpora
+from tformer_core.errors import InputError
 
 QUICK_TEXT = dict(n_layers=1, n_heads=2, d_model=32, epochs=2, limit=256)
 QUICK_IMAGE = dict(n_layers=1, n_heads=2, d_model=32, epochs=2, limit=256)
@@ -101,13 +102,13 @@ def test_a_tiny_vit_learns_the_digits_and_keeps_its_class_token_attention():
 
 
 def test_sizes_outside_the_limits_are_refused_with_a_message():
-    with pytest.raises(ValueError, match="layers must be 1 to 4"):
+    with pytest.raises(InputError, match=r"^layers must be 1 to 4, got 9$"):
         cr.TextJob(n_layers=9)
-    with pytest.raises(ValueError, match="d_model must be one of"):
+    with pytest.raises(InputError, match=r"^d_model must be one of \(32, 64, 96, 128\), got 50$"):
         cr.TextJob(d_model=50)
-    with pytest.raises(ValueError, match="epochs must be 1 to 10"):
+    with pytest.raises(InputError, match=r"^epochs must be 1 to 10 for this model, got 11$"):
         cr.TextJob(epochs=11)
-    with pytest.raises(ValueError, match="patch size"):
+    with pytest.raises(InputError, match=r"^the patch size must be 2 or 4 pixels \(8 x 8 pictures\), got 3$"):
         cr.ImageJob(patch_size=3)
 
 

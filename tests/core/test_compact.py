@@ -85,8 +85,8 @@ def test_recomputed_attention_equals_what_the_forward_pass_computed(full_and_com
 
 def test_a_compact_trace_offers_the_same_names_and_predictions(full_and_compact):
     full, compact, _ = full_and_compact
-    offered = set(compact.names)
-    assert {n for n in full.names if not n.startswith("head.")} <= offered
+    # The same names, both ways (these vocabularies are small enough for the compact trace to keep the logits).
+    assert sorted(compact.names) == sorted(full.names)
     if full.has_head:
         assert compact.has_head
         for position in [None] if full["head.logits"].ndim == 1 else range(len(full["head.logits"])):

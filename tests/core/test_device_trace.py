@@ -183,7 +183,7 @@ def test_a_notebook_gets_torch_tensors_on_the_device_for_stored_and_derived_part
     assert q is trace.activations["encoder.0.attn.q"] and q.device == trace.device
     scores = trace.tensor("encoder.0.attn.scores", head=2)  # derived from Q and K, for one head
     np.testing.assert_allclose(scores.numpy(), trace.q(0, 2) @ trace.k(0, 2).T, rtol=1e-6)
-    with pytest.raises(KeyError, match="was not captured"):
+    with pytest.raises(KeyError, match=r"'encoder\.0\.attn\.nothing' was not captured"):
         trace.tensor("encoder.0.attn.nothing")
 
 

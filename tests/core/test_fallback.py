@@ -67,7 +67,7 @@ def test_an_encoder_transformers_runs_is_traced_like_the_core_models(tmp_path):
     assert trace.meta["path"] == "transformers" and trace.meta["architecture"] == "ElectraForMaskedLM"
     assert "queries, keys and values" in trace.meta["absent"] and "attn.q" in trace.meta["absent_parts"]
     assert "encoder.0.attn.q" not in trace and "encoder.0.attn.scores" not in trace
-    with pytest.raises(KeyError):
+    with pytest.raises(KeyError, match=r"'encoder\.0\.attn\.q' was not captured"):
         trace.q(0, 0)
     # The app's filters (no [heads, n, n] parts) and a compact trace keep the weights: nothing recomputes them.
     lean = model.trace(text, keep=lambda name: name.endswith(".attn.q"))
@@ -110,7 +110,7 @@ def test_a_decoder_is_recognised_by_its_causal_attention_and_generates_as_transf
     gen = model.generate(ids[:3], max_new_tokens=6)
     with torch.no_grad():
         theirs = hf.generate(torch.tensor([ids[:3]]), max_new_tokens=6, do_sample=False, num_beams=1)
-    assert list(gen.ids) == theirs[0].tolist()[: len(gen.ids)]
+    assert list(gen.ids) == theirs[0].tolist()  # the same length (stopped at the same step) and the same tokens
     assert len(gen.steps) == len(gen.generated_ids) and gen.steps[0].attention(1).shape == (4, 3, 3)
 
 

@@ -36,7 +36,9 @@ def test_the_induction_score_averages_the_second_repeats_attention_to_the_token_
     moved[2, 6, 6] += 5.0
     assert ind.induction_scores(moved, SEQ)[2] == scores[2]
     assert ind.induction_scores(attention[None], SEQ).shape == (1, 3)  # [layers, heads, T, T] -> [layers, heads]
-    with pytest.raises(ValueError, match="does not match"):
+    with pytest.raises(
+        ValueError, match=r"^attention of shape \(3, 6, 6\) does not match the 7 tokens of the sequence$"
+    ):
         ind.induction_scores(attention[:, :6, :6], SEQ)
 
 
@@ -74,7 +76,7 @@ def test_the_sequence_is_the_tokenizers_prefix_then_distinct_ordinary_random_tok
     seq = ind.repeated_tokens(model, 12, seed=3)
     assert seq.ids[0] == 1 and seq.prefix == 1 and seq.ids[1:13] == seq.ids[13:]
     assert not set(seq.ids[1:]) & {0, 1, 2, 3, 39}
-    with pytest.raises(ValueError, match="do not fit"):
+    with pytest.raises(ValueError, match=r"^2 x 16 tokens do not fit in one pass of this model \(32 tokens\)$"):
         ind.repeated_tokens(model, 16, seed=0)  # 1 + 32 > 32 positions
 
 
@@ -90,7 +92,7 @@ def test_ablated_losses_in_one_batch_equal_one_pass_per_set_of_heads(monkeypatch
                 single = ind.token_losses(model(torch.tensor([seq.ids]))[0], seq.ids)
             np.testing.assert_allclose(row, single, rtol=1e-10)
     assert not np.allclose(batched[0], batched[1])
-    with pytest.raises(ValueError, match="not a head"):
+    with pytest.raises(ValueError, match=r"^decoder L2 H0 is not a head of this model \(2 layers x 4 heads\)$"):
         ind.ablated_losses(model, seq, [[Head("decoder", 2, 0)]])
 
 

@@ -55,9 +55,13 @@ def test_direct_attribution_parts_sum_to_the_logit(case):
     build, run = CASES[case]
     model = build()
     trace = run(model)
+    logits = np.asarray(trace["head.logits"], dtype=np.float64)
+    last = logits if logits.ndim == 1 else logits[-1]  # the image's, or the last position's
     for output in (None, 2):
         parts = direct_attribution(model, trace, output)
-        assert parts.total == pytest.approx(parts.logit, abs=1e-9)
+        assert parts.output == (int(np.argmax(last)) if output is None else output)
+        # the sum of the parts is the logit the forward pass computed (read from the trace, not from the parts)
+        assert parts.total == pytest.approx(last[parts.output], abs=1e-9) and parts.logit == last[parts.output]
         assert parts.heads.shape == (2 if case != "seq2seq-pre" else 3, 4)
         assert (parts.cross is not None) == case.startswith("seq2seq")
         assert np.abs(parts.heads).max() > 1e-6  # the heads do contribute: the test sums real parts
@@ -78,10 +82,12 @@ def test_a_heads_direct_attribution_by_hand_with_the_norm_frozen():
 
 def test_post_norm_models_refuse_direct_attribution_and_models_without_a_head_refuse_the_lens():
     model = tiny_seq2seq().double()
-    with pytest.raises(ValueError, match="post-norm"):
+    with pytest.raises(
+        ValueError, match=r"^this model normalises after every block \(post-norm\): its residual stream is not a sum"
+    ):
         direct_attribution(model, model.trace(A, TGT))
     encoder = tiny_encoder()
-    with pytest.raises(ValueError, match="no head"):
+    with pytest.raises(ValueError, match=r"^this encoder model has no head to read its residual stream with$"):
         logit_lens(encoder, encoder.trace(A))
 
 

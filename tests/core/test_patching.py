@@ -66,14 +66,17 @@ def test_the_answers_are_each_inputs_own_or_what_b_says_instead():
     # Both predict 0: A's answer is the token that loses most (1: 0.3 -> 0.05), B's the one that gains most (2).
     same = np.log(np.array([0.55, 0.05, 0.3, 0.1]))
     assert patching.answers_of(logits_a, same) == (1, 2)
-    with pytest.raises(ValueError, match="same next tokens"):
+    with pytest.raises(
+        ValueError, match=r"^the two inputs predict the same next tokens: there is no difference to trace$"
+    ):
         patching.answers_of(logits_a, logits_a)
 
 
 def test_inputs_of_different_lengths_are_refused_clearly():
     """Once a ValueError, shown as "something went wrong on the server": the user's input, named as such."""
-    with pytest.raises(InputError) as caught:
+    with pytest.raises(patching.UnequalInputs) as caught:
         patching.residual_patching(tiny_decoder(), A, A[:4])
+    assert isinstance(caught.value, InputError)  # the page tells it as the input's problem
     assert str(caught.value).startswith(
         f"A has {len(A)} tokens and B has 4: patching puts B's token at each position into A's at the same "
         "position, one to one, so both inputs need the same number of tokens. A: "

@@ -50,9 +50,18 @@ def test_torch_module_uses_the_same_table():
     assert "table" not in module.state_dict()  # derived from the config, never saved
 
 
-@pytest.mark.parametrize("args", [(-1, 4), (3, 0), (3, 2.5), (3, 4, 0.0), (3, 4, float("nan"))])
-def test_bad_arguments(args):
-    with pytest.raises(ValueError):
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        ((-1, 4), "^n_positions must be a whole number >= 0, got -1$"),
+        ((3, 0), "^d_model must be a whole number >= 1, got 0$"),
+        ((3, 2.5), r"^d_model must be a whole number >= 1, got 2\.5$"),
+        ((3, 4, 0.0), r"^base must be a positive number, got 0\.0$"),
+        ((3, 4, float("nan")), "^base must be a positive number, got nan$"),
+    ],
+)
+def test_bad_arguments(args, message):
+    with pytest.raises(ValueError, match=message):
         tc.sinusoidal_encoding(*args)
 
 

@@ -72,6 +72,10 @@ def test_the_probe_scores_are_the_models_own_probabilities():
 def test_ranked_puts_the_largest_drop_first_and_bad_requests_are_refused():
     result = probes.head_importance(PROBES["gpt2"]())
     ranked = result.ranked()
-    assert len(ranked) == 8 and ranked[0][1] == max(e for _, e in ranked)
-    with pytest.raises(ValueError, match="how"):
+    effects = result.effects["decoder"]  # [2 layers, 4 heads]
+    assert effects.shape == (2, 4) and len(ranked) == 8
+    # Every head once, each with its own effect, in order of decreasing effect (the largest drop first).
+    assert dict(ranked) == {Head("decoder", l, h): float(effects[l, h]) for l in range(2) for h in range(4)}
+    assert [effect for _, effect in ranked] == sorted(effects.ravel().tolist(), reverse=True)
+    with pytest.raises(ValueError, match=r"^how must be one of \('zero', 'mean'\), got 'noise'$"):
         probes.head_importance(PROBES["gpt2"](), how="noise")

@@ -59,7 +59,9 @@ def test_minilm_q_k_reproduce_the_weights(minilm):
 
 
 def test_minilm_over_long_input_is_refused_clearly(minilm):
-    with pytest.raises(ValueError, match="this model handles at most 512"):
+    with pytest.raises(
+        tc.InputError, match=r"^the input has 602 tokens; this model handles at most 512\. Shorten it\.$"
+    ):
         minilm[0].trace(" ".join(["word"] * 600))
 
 

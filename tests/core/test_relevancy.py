@@ -69,5 +69,5 @@ def test_a_similarity_probe_gives_one_map_per_sentence():
     model = tiny_encoder().double()
     results = relevancy(probes.similarity_probe(model, A, [5, 2, 8]))
     assert [r.relevance.shape for r in results] == [(6, 6), (3, 3)]
-    with pytest.raises(ValueError, match="self-attention"):
+    with pytest.raises(ValueError, match=r"^relevancy follows a stack's self-attention: one of \['encoder'\]$"):
         relevancy(probes.similarity_probe(model, A, A), stack="cross")

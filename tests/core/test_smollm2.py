@@ -188,7 +188,10 @@ def test_missing_package_and_unwritable_cache_are_explained(tmp_path, monkeypatc
     source.write_bytes(b"GGUF")
     monkeypatch.setattr(gguf, "gguf_file", lambda name: source)
     monkeypatch.setenv("TFORMER_CACHE_DIR", str(source / "under-a-file"))
-    with pytest.raises(tc.CheckpointError, match="TFORMER_CACHE_DIR"):
+    with pytest.raises(
+        tc.CheckpointError,
+        match=r"^the cache folder for converted models cannot be created \(Not a directory\); set TFORMER_CACHE_DIR",
+    ):
         tc.load_model("smollm2", device="cpu")
 
 

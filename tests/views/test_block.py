@@ -168,11 +168,11 @@ def test_models_whose_attention_is_not_the_lectures_are_read_from_the_trace():
 
 def test_out_of_range_choices_are_refused(minilm):
     model, trace = minilm
-    with pytest.raises(ValueError, match="layer 6 is out of range: the encoder has 6 layers"):
+    with pytest.raises(tc.InputError, match=r"^layer 6 is out of range: the encoder has 6 layers \(0\.\.5\)$"):
         lb.block_walk(model, trace, "encoder", 6, 0)
-    with pytest.raises(ValueError, match="token 40 is out of range"):
+    with pytest.raises(tc.InputError, match=r"^token 40 is out of range: there are 13 tokens \(0\.\.12\)$"):
         lb.block_walk(model, trace, "encoder", 0, 40)
-    with pytest.raises(ValueError, match="no 'decoder' stack"):
+    with pytest.raises(tc.InputError, match=r"^this trace has no 'decoder' stack; it has \('encoder',\)$"):
         lb.block_walk(model, trace, "decoder", 0, 0)
 
 
@@ -273,9 +273,11 @@ def test_a_real_patch_is_the_models_embedding(vit_tiny):
     assert list(real.products_frame(2).index[:2]) == ["R r0 c0", "R r0 c1"]
     assert real.first_products(0).count("·") == 4 and "(44 more products)" in real.first_products(0)
     assert lpe.kernel_pictures(real, 3).size[0] == 3 * 80 + 2 * 6
-    with pytest.raises(ValueError, match="patch 64 is out of range"):
+    with pytest.raises(tc.InputError, match=r"^patch 64 is out of range: the picture has 64 patches \(0\.\.63\)$"):
         lpe.real_patch(model, trace, 64)
-    with pytest.raises(ValueError, match="this page shows Vision Transformers"):
+    with pytest.raises(
+        tc.InputError, match=r"^this page shows Vision Transformers \(ViT, DeiT\); this model reads text$"
+    ):
         lpe.real_patch(tc.load_model("minilm", device="cpu"), trace, 0)
 
 

@@ -62,8 +62,9 @@ def test_heatmaps_are_valid_vega_lite_with_one_cell_per_entry(kwargs):
     assert len(frame) == 6 and frame["value"].isna().sum() == int((~np.isfinite(m) | masked).sum())  # grey cells
     assert spec["height"] == 2 * 40 and spec["width"] == 3 * kwargs.get("cell_width", 40)  # 40 px cells at most
     broken = {**spec, "layer": [{**spec["layer"][0], "mark": {"type": "rectangle"}}]}
-    with pytest.raises(ValidationError):
+    with pytest.raises(ValidationError, match=r"^'boxplot' was expected") as invalid:
         validate(broken)
+    assert invalid.value.instance == "rectangle"  # the mark type that was changed, and nothing else
 
 
 def test_svg_export_is_the_chart_with_its_title_and_every_cell():

@@ -29,5 +29,7 @@ def test_colourise_spans_the_range_and_greys_out_masked_cells():
     assert tuple(rgb[1, 0]) == colour.MASKED_RGB and tuple(rgb[1, 2]) == tuple(table[255])  # clipped above hi
     own_range = colour.colourise(np.array([[2.0, 4.0]]), "inferno")
     assert tuple(own_range[0, 0]) == tuple(colour.lut("inferno")[0]) and tuple(own_range[0, 1]) == (252, 255, 164)
-    with pytest.raises(ValueError, match="unknown colour map"):
+    with pytest.raises(
+        ValueError, match=r"^unknown colour map 'jet': use one of \('viridis', 'inferno', 'coolwarm'\)$"
+    ):
         colour.lut("jet")

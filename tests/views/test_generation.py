@@ -116,15 +116,15 @@ def test_sampling_is_reproducible_and_matches_the_core(gpt2):
 @pytest.mark.parametrize(
     "prompt, new, message",
     [
-        ("", 4, "empty"),
-        ("   ", 4, "empty"),
-        (SENTENCE, 0, "1 to 64"),
-        (SENTENCE, 65, "1 to 64"),
-        (" ".join(["cat"] * 300), 4, "at most 256"),
+        ("", 4, "^the text to continue is empty: type at least one word$"),
+        ("   ", 4, "^the text to continue is empty: type at least one word$"),
+        (SENTENCE, 0, "^the number of new tokens must be 1 to 64, got 0$"),
+        (SENTENCE, 65, "^the number of new tokens must be 1 to 64, got 65$"),
+        (" ".join(["cat"] * 300), 4, "^the text to continue has 301 tokens; a continuation starts from at most 256 "),
     ],
 )
 def test_bad_requests_are_refused_with_a_message_before_any_pass(gpt2, prompt, new, message):
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(tc.InputError, match=message):
         gen.continue_text(gpt2, prompt, new)
 
 
@@ -137,20 +137,25 @@ def test_a_prompt_filling_every_position_leaves_no_step(tmp_path):
 
 def test_only_decoders_continue(tmp_path):
     encoder = tc.load_model(str(save_classifier(tmp_path / "bert")), device="cpu", model_dirs=[tmp_path])
-    with pytest.raises(ValueError, match="decoder-only"):
+    with pytest.raises(tc.InputError, match=r"^only a decoder-only model with a tokenizer continues a text$"):
         gen.continue_text(encoder, "the cat sat", 3)
 
 
 def test_a_decoder_transformers_runs_continues_greedily_only(tmp_path):
-    model = load_transformers(save_with_words(tiny_opt(), tmp_path / "opt"))
+    hf = tiny_opt()
+    model = load_transformers(save_with_words(hf, tmp_path / "opt"))
     assert model.kind == "decoder" and not gen.supports_sampling(model)
     c = gen.continue_text(model, "the cat sat on", 4)
-    assert c.path == "transformers" and 1 <= c.n_steps <= 4
-    ref = model.generate("the cat sat on", 4)
-    assert c.ids == tuple(ref.ids)
+    prompt = model.tokenizer.encode("the cat sat on")
+    with torch.no_grad():  # the reference: transformers' own greedy search on the same weights
+        theirs = hf.generate(torch.tensor([prompt]), max_new_tokens=4, do_sample=False, num_beams=1)[0].tolist()
+    assert c.path == "transformers" and c.ids == tuple(theirs) and c.n_prompt == len(prompt)
+    assert c.n_steps == len(theirs) - len(prompt)  # stopped where transformers stopped (the end token, or 4)
     for t in range(c.n_steps):
         np.testing.assert_allclose(c.step(t).rows.sum(-1), 1.0, atol=1e-5)
-    with pytest.raises(ValueError, match="greedily"):
+    with pytest.raises(
+        tc.InputError, match=r"^this model runs through transformers' own code, which tformer decodes greedily only$"
+    ):
         gen.continue_text(model, "the cat sat on", 4, tc.Sampling(0.8, None, 0))
 
 
@@ -169,24 +174,35 @@ def test_the_next_token_table_lists_the_top_k_after_every_position(gpt2):
 # ---- the page's token limit -------------------------------------------------------------------------
 def test_the_page_reads_at_most_its_limit_of_a_long_text(gpt2):
     long = " ".join(["the cat sat on the mat."] * 40)
+    # The first sentence is 8 pieces, each later one 7 (" the" takes the space): 8 + 39 x 7 = 281 in all,
+    # and the cut fills the limit with whole pieces: 8 + 7 + 5 = 20 ("... the cat sat on the").
+    assert gpt2.tokenizer.count(long) == 281
     fitted = tv.fit_text(gpt2, long, limit=20)
-    assert fitted.max_tokens == 20 and fitted.n_tokens <= 20 and fitted.n_dropped > 0
-    assert gpt2.tokenizer.count(fitted.text) <= 20
+    assert fitted.max_tokens == 20 and fitted.n_tokens == 20 == gpt2.tokenizer.count(fitted.text)
+    assert fitted.text == " ".join(long.split()[:17]) and fitted.n_dropped == 281 - 20  # 6 + 6 + 5 words
     whole = tv.fit_text(gpt2, long)  # the model's own 64 positions are below the page's limit
-    assert whole.max_tokens == 64 and whole.n_tokens <= 64
-    with pytest.raises(ValueError, match="empty"):
+    assert whole.max_tokens == 64 and whole.n_tokens == 64 == gpt2.tokenizer.count(whole.text)
+    assert whole.n_dropped == 281 - 64
+    with pytest.raises(tc.InputError, match=r"^the sentence is empty: type at least one word$"):
         tv.fit_text(gpt2, "  ")
 
 
 # ---- sequence classification ----------------------------------------------------------------------------
 @pytest.mark.parametrize("kind, path", [("bert", "tformer"), ("electra", "transformers")])
 def test_a_classifier_shows_its_labels_and_its_first_tokens_attention(tmp_path, kind, path):
-    model = tc.load_model(str(save_classifier(tmp_path / kind, kind)), device="cpu", model_dirs=[tmp_path])
+    folder = save_classifier(tmp_path / kind, kind)
+    model = tc.load_model(str(folder), device="cpu", model_dirs=[tmp_path])
     trace = model.trace("the cat sat on the mat").compact()
     assert tv.prediction_kind(trace) == "classification" and trace.meta["path"] == path
     scores, what = tv.class_scores(trace)
-    assert what == "probability" and {label for label, _ in scores} == set(LABELS.values())
-    assert sum(p for _, p in scores) == pytest.approx(1.0) and scores == tc.class_scores(trace)
+    # The reference: transformers' classifier on the same weights and tokens, its softmax, highest first.
+    hf = T.AutoModelForSequenceClassification.from_pretrained(folder).eval()
+    with torch.no_grad():
+        logits = hf(**T.AutoTokenizer.from_pretrained(folder)("the cat sat on the mat", return_tensors="pt")).logits
+    p = torch.softmax(logits[0].double(), -1).numpy()
+    expected = sorted(((LABELS[i], p[i]) for i in range(3)), key=lambda item: -item[1])
+    assert what == "probability" and [label for label, _ in scores] == [label for label, _ in expected]
+    np.testing.assert_allclose([q for _, q in scores], [q for _, q in expected], atol=1e-5)
     view = tv.first_token_view(trace)
     assert view.layer == 1 and view.token == "[CLS]" and view.head_labels == ("head 0", "head 1", "head 2", "head 3")
     assert view.weights.shape == (4, len(trace.tokens)) and len(view.token_labels) == len(trace.tokens)
@@ -199,11 +215,18 @@ def test_other_heads_keep_their_kind(gpt2):
 
 # ---- encoder-decoder models transformers runs --------------------------------------------------------------
 def test_the_encoder_decoder_page_accepts_an_encoder_decoder_transformers_runs(tmp_path):
-    model = load_transformers(save_with_words(tiny_pegasus(), tmp_path / "pegasus"))
+    hf = tiny_pegasus()
+    model = load_transformers(save_with_words(hf, tmp_path / "pegasus"))
     assert model.kind == "encoder-decoder" and not isinstance(model, tc.EncoderDecoder)
     assert sv.require_seq2seq(model) is model
     translation = sv.translate(model, "the big cat sat", 4)
-    assert translation.mode == "greedy" and 1 <= translation.n_steps <= 4
+    source = model.tokenizer.encode("the big cat sat")
+    with torch.no_grad():  # the reference: transformers' own greedy search on the same weights
+        theirs = hf.generate(torch.tensor([source]), max_new_tokens=4, do_sample=False, num_beams=1)[0].tolist()
+    assert translation.mode == "greedy" and translation.decoder_ids == tuple(theirs)
+    assert translation.n_steps == len(theirs) - 1  # after the start token: stopped where transformers stopped
     assert sv.at_step(translation, 0).cross_rows().shape[:2] == (2, 4)
-    with pytest.raises(ValueError, match="encoder-decoder"):
+    with pytest.raises(
+        tc.InputError, match=r"^this page shows encoder-decoder models \(translation\); this one is not$"
+    ):
         sv.require_seq2seq(tc.load_model(str(save_classifier(tmp_path / "bert")), device="cpu", model_dirs=[tmp_path]))

@@ -97,7 +97,9 @@ def test_the_patching_axes_name_the_positions_where_the_inputs_differ():
     assert rows == ["L0", "L1", "out"]
     assert cols[3] == "3: 12→15" and cols[0] == "0: 3"
     assert grid.moved[-1, -1] == pytest.approx(1.0) and grid.moved[0, 3] == pytest.approx(1.0)
-    with pytest.raises(ValueError, match="language models"):
+    with pytest.raises(
+        ValueError, match=r"^patching between two inputs is shown for language models \(decoder-only\)$"
+    ):
         hm.patching(tiny_seq2seq(), A, A)
 
 

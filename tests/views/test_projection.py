@@ -132,7 +132,7 @@ def test_shown_positions_only_and_a_causal_model_draws_no_line_to_a_masked_key()
     assert figure.layout.title.text == "&lt;i&gt;layer&lt;/i&gt;"
     hidden = qk_space(t, 0, 1, query=0, query_positions=shown, key_positions=shown)
     assert hidden.query is None and not _lines(qk_figure(hidden))  # the query itself is not shown
-    with pytest.raises(ValueError, match="dims"):
+    with pytest.raises(ValueError, match=r"^dims must be 2 or 3, got 4$"):
         qk_space(t, 0, 1, query=1, dims=4)
 
 

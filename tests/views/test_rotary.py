@@ -45,7 +45,7 @@ def test_the_rotation_of_a_pair_by_hand():
     assert (
         tc.rope_pair_dims(4, 0) == (0, 2) and tc.rope_pair_dims(4, 1) == (1, 3) and tc.rope_pair_dims(64, 5) == (5, 37)
     )
-    with pytest.raises(ValueError, match="pair must be 0 to 1"):
+    with pytest.raises(ValueError, match=r"^pair must be 0 to 1 for d_head 4, got 2$"):
         tc.rope_pair_dims(4, 2)
     np.testing.assert_allclose(tc.rope_rotation(math.pi / 2) @ [1.0, 0.0], [0.0, 1.0], atol=1e-15)
     np.testing.assert_allclose(tc.rope_rotation(math.pi) @ [0.3, -2.0], [-0.3, 2.0], atol=1e-15)
@@ -89,14 +89,14 @@ def test_settings_that_cannot_be_drawn_are_refused():
     assert lp.rope_problems(64, 10000.0) == []
     assert "even" in lp.rope_problems(7, 10000.0)[0] and "even" in lp.rope_problems(0, 10000.0)[0]
     assert "greater than 1" in lp.rope_problems(8, 1.0)[0]
-    with pytest.raises(ValueError, match="even"):
+    with pytest.raises(tc.InputError, match=r"^d_head must be even, 2 to 256 \(dimensions turn in pairs\), got 5$"):
         lp.rotary_setting(None, head_dim=5)
-    with pytest.raises(ValueError, match="does not rotate q and k"):
+    with pytest.raises(tc.InputError, match=r"^this model does not rotate q and k \(no rotary position embedding\)$"):
         lp.rotary_setting(tc.Encoder(tc.EncoderConfig(vocab_size=10, n_layers=1, d_model=8, n_heads=2, d_ff=8)))
     setting = lp.rotary_setting(None, head_dim=8)
-    with pytest.raises(ValueError, match="position"):
+    with pytest.raises(tc.InputError, match=r"^the position must be 0 to 100,000, got -1$"):
         lp.rotation_step(setting, 0, -1, (1.0, 0.0))
-    with pytest.raises(ValueError, match="two finite numbers"):
+    with pytest.raises(tc.InputError, match=r"^the pair must be two finite numbers$"):
         lp.rotation_step(setting, 0, 1, (1.0, float("nan")))
 
 
@@ -116,7 +116,7 @@ def test_a_models_setting_is_its_config_and_its_rotation():
     np.testing.assert_array_equal(k, trace["decoder.1.attn.k_pre_rope"][1, 2])  # query head 3 reads key head 1
     # The model's rotated q . k is the formula's at the sentence's positions.
     assert lp.model_agreement(trace, 1, 3, setting) < 1e-5
-    with pytest.raises(ValueError, match="query token must be 0 to 7"):
+    with pytest.raises(tc.InputError, match=r"^the query token must be 0 to 7, got 8$"):
         lp.sentence_qk(trace, 0, 0, 8, 0)
 
 

@@ -67,7 +67,9 @@ def test_the_step_view_draws_the_causal_mask(greedy):
     np.testing.assert_array_equal(m.weights[upper], 0.0)
     assert m.masked[upper].all() and not m.masked[np.tril_indices(5)].any()
     np.testing.assert_allclose(m.weights.sum(1), 1.0, atol=1e-6)
-    with pytest.raises(ValueError, match="out of range"):
+    with pytest.raises(
+        tc.InputError, match=rf"^step {greedy.n_steps} is out of range: this translation has {greedy.n_steps} steps$"
+    ):
         sv.at_step(greedy, greedy.n_steps)
 
 
@@ -114,17 +116,24 @@ def test_unknown_words_are_visible(translator):
 @pytest.mark.parametrize(
     "call, message",
     [
-        (lambda m: sv.translate(m, ""), "empty"),
-        (lambda m: sv.translate(m, "   "), "empty"),
-        (lambda m: sv.translate(m, " ".join(["the dog"] * 20)), "at most 32"),
-        (lambda m: sv.translate(m, SENTENCE, 0), "new tokens"),
-        (lambda m: sv.translate(m, SENTENCE, 1000), "new tokens"),
-        (lambda m: sv.teacher_force(m, SENTENCE, " "), "target is empty"),
-        (lambda m: sv.teacher_force(m, SENTENCE, " ".join(["varo"] * 40)), "at most 32"),
+        (lambda m: sv.translate(m, ""), "^the source is empty: type at least one word$"),
+        (lambda m: sv.translate(m, "   "), "^the source is empty: type at least one word$"),
+        # 20 x "the dog": 40 word tokens, over the 32 the model reads
+        (
+            lambda m: sv.translate(m, " ".join(["the dog"] * 20)),
+            r"^the source has 40 tokens; this model handles at most 32\.",
+        ),
+        (lambda m: sv.translate(m, SENTENCE, 0), "^the number of new tokens must be 1 to 64, got 0$"),
+        (lambda m: sv.translate(m, SENTENCE, 1000), "^the number of new tokens must be 1 to 64, got 1000$"),
+        (lambda m: sv.teacher_force(m, SENTENCE, " "), "^the target is empty: type the translation to check"),
+        (
+            lambda m: sv.teacher_force(m, SENTENCE, " ".join(["varo"] * 40)),
+            r"^the target has 42 tokens with its start and end tokens; this model handles at most 32\.",
+        ),
     ],
 )
 def test_bad_input_gets_a_message(translator, call, message):
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(tc.InputError, match=message):
         call(translator)
 
 
@@ -134,7 +143,9 @@ def test_a_length_limit_stops_the_translation_unfinished(translator):
 
 
 def test_other_models_are_refused(translator):
-    with pytest.raises(ValueError, match="encoder-decoder"):
+    with pytest.raises(
+        tc.InputError, match=r"^this page shows encoder-decoder models \(translation\); this one is not$"
+    ):
         sv.translate(tc.load_model("vit-tiny", device="cpu"), "a dog")
 
 

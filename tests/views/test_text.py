@@ -115,8 +115,10 @@ def test_long_input_is_cut_to_the_model_maximum_with_the_dropped_count(text_enco
     fitted = tc.fit_to_model(text_encoder, LONG_WORDS)
     assert LONG_WORDS.startswith(fitted.text)
     assert fitted.n_tokens == len(tokenizer.encode(fitted.text))
-    assert 30 <= fitted.n_tokens <= 32  # cut at a token boundary, not a whole sentence early
-    assert fitted.n_dropped == total - fitted.n_tokens > 250
+    # Each word of LONG_WORDS is one word piece: 320 pieces + [CLS] and [SEP] = 322; 32 keep 30 words, cut
+    # between two words, not a whole sentence early.
+    assert total == 322 and fitted.n_tokens == 32 and fitted.text == " ".join(LONG_WORDS.split()[:30])
+    assert fitted.n_dropped == 322 - 32
     trace = text_encoder.trace(fitted.text)  # the model accepts it
     assert len(trace.tokens) == fitted.n_tokens and trace.tokens[-1] == "[SEP]"
 
@@ -136,24 +138,27 @@ def test_text_without_spaces_is_cut_between_tokens(text_encoder, tokenizer):
 def test_pairs_are_cut_longest_first_and_both_segments_survive(text_encoder, tokenizer):
     short = "It was tired."
     fitted = tc.fit_to_model(text_encoder, LONG_WORDS, pair=short)
-    assert fitted.pair == short  # the short segment is kept whole
-    assert fitted.n_tokens <= 32 and fitted.n_tokens == len(tokenizer(fitted.text, fitted.pair)["input_ids"])
+    assert fitted.pair == short  # the short segment is kept whole: 4 pieces (it, was, tired, .)
+    # 32 - 3 ([CLS], [SEP], [SEP]) - 4 = 25 words of the long segment
+    assert fitted.text == " ".join(LONG_WORDS.split()[:25]) and fitted.n_dropped == (320 + 4 + 3) - 32
+    assert fitted.n_tokens == 32 == len(tokenizer(fitted.text, fitted.pair)["input_ids"])
     trace = text_encoder.trace(fitted.text, pair=fitted.pair)
     assert trace.tokens.count("[SEP]") == 2 and len(trace.tokens) == fitted.n_tokens
     both = tc.fit_to_model(text_encoder, LONG_WORDS, pair=LONG_WORDS)
     n_a, n_b = (len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in (both.text, both.pair))
-    assert abs(n_a - n_b) <= 1 and n_a + n_b + 3 == both.n_tokens <= 32
+    assert abs(n_a - n_b) <= 1 and n_a + n_b + 3 == both.n_tokens == 32  # 29 pieces shared, 15 and 14
 
 
 @pytest.mark.parametrize("text", ["", "   \n "])
 def test_an_empty_sentence_is_refused(text_encoder, text):
-    with pytest.raises(ValueError, match="empty"):
+    with pytest.raises(tc.InputError, match=r"^the sentence is empty: type at least one word$"):
         tc.fit_to_model(text_encoder, text)
 
 
 def test_a_decoder_ignores_the_second_segment_and_is_cut_at_its_maximum(text_decoder, tokenizer):
     fitted = tc.fit_to_model(text_decoder, LONG_WORDS, pair="ignored")
-    assert fitted.pair is None and fitted.n_tokens <= 24 and fitted.n_tokens == len(tokenizer.encode(fitted.text))
+    assert fitted.pair is None and fitted.n_tokens == 24 == len(tokenizer.encode(fitted.text))
+    assert fitted.text == " ".join(LONG_WORDS.split()[:22])  # 24 positions less [CLS] and [SEP]
 
 
 def test_models_this_page_cannot_show_are_named(text_encoder):
@@ -399,7 +404,7 @@ def test_why_this_weight_reproduces_the_weights_and_the_head_output(which, enc_t
 
 
 def test_why_this_weight_refuses_a_query_outside_the_input(enc_trace):
-    with pytest.raises(ValueError, match="out of range"):
+    with pytest.raises(tc.InputError, match=r"^query position 10 is out of range: the input has 10 tokens \(0\.\.9\)$"):
         why_views.why_this_weight(enc_trace, 0, 0, len(IDS))
 
 
@@ -480,7 +485,10 @@ def test_next_token_top5_and_no_head(text_decoder, enc_trace):
     p1 = _softmax(trace["head.logits"][1].astype(np.float64))
     np.testing.assert_allclose([q for _, q in tv.top_predictions(trace, 5, 1)], np.sort(p1)[::-1][:5], rtol=1e-6)
     assert tv.prediction_kind(enc_trace) is None  # an encoder without a masked-word head
-    with pytest.raises(ValueError, match="no prediction head"):
+    with pytest.raises(
+        tc.InputError,
+        match=r"^this model has no prediction head \(no classifier, language-model or masked-word head\)$",
+    ):
         tv.top_predictions(enc_trace)
 
 

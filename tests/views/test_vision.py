@@ -58,9 +58,11 @@ def test_analyse_traces_the_picture_as_the_model_sees_it(vit, result):
     np.testing.assert_array_equal(result.trace.output, expected.output)
     assert result.original_size == (40, 30) and result.notes == ()
     assert result.preprocessing is vit.preprocessing  # what the page describes is what made result.image
-    with pytest.raises(ImageError, match="SVG"):
+    with pytest.raises(ImageError, match=r"^this is an SVG drawing: it is made of shapes, not pixels"):
         vv.analyse(vit, b"<svg></svg>")
-    with pytest.raises(ValueError, match="Vision Transformers"):
+    with pytest.raises(
+        tc.InputError, match=r"^this page shows Vision Transformers \(ViT, DeiT\); this model reads text$"
+    ):
         vv.analyse(tc.load_model("minilm", device="cpu"), to_png(result.image))
 
 
@@ -75,7 +77,7 @@ def test_attention_maps_are_rows_of_the_weights(result):
     # What the map leaves out is exactly the attention to the class and distillation tokens.
     m = vv.attention_map(trace, 1, 2)
     assert 1 - m.sum() == pytest.approx(float(w[2, 0, :2].sum()), abs=1e-6)
-    with pytest.raises(ValueError, match="out of range"):
+    with pytest.raises(tc.InputError, match=r"^patch 12 is out of range: the grid has 12 patches \(0\.\.11\)$"):
         vv.attention_map(trace, 0, 0, patch=12)
 
 
@@ -104,7 +106,7 @@ def test_rollout_matches_an_independent_implementation(result, fusion, discard):
     reference = _rollout_reference([trace.attention(layer) for layer in range(trace.n_layers)], fusion, discard)
     np.testing.assert_allclose(ours, reference, atol=1e-9)
     np.testing.assert_allclose(vv.rollout_map(trace, fusion, discard), ours[0, 2:].reshape(3, 4))
-    with pytest.raises(ValueError, match="head fusion"):
+    with pytest.raises(tc.InputError, match=r"^head fusion must be one of \('mean', 'max', 'min'\), got 'median'$"):
         vv.rollout(trace, "median")
 
 
@@ -191,7 +193,7 @@ def test_mean_attention_distances_batch_by_batch_equal_one_trace_each(vit, resul
     assert batched.shape == (5, 2, 4) and seen == [2, 4, 5]
     for picture, expected in zip(pictures, batched):
         np.testing.assert_allclose(expected, mad.image_distances(vit.trace(vit.preprocessing(picture))), atol=1e-5)
-    with pytest.raises(ValueError, match="no images"):
+    with pytest.raises(tc.InputError, match=r"^no images: choose or upload at least one$"):
         mad.distances_over_images(vit, [])
 
 

@@ -285,7 +285,9 @@ def rope_rotate(
     x = np.asarray(x, dtype=np.float64)
     half = x.shape[-1] // 2
     if x.shape[-1] != 2 * len(frequencies):
-        raise ValueError(f"x has {x.shape[-1]} dimensions; {len(frequencies)} frequencies rotate {2 * half}")
+        raise ValueError(
+            f"x has {x.shape[-1]} dimensions; {len(frequencies)} frequencies rotate {2 * len(frequencies)}"
+        )
     angles = np.asarray(positions, dtype=np.float64)[..., None] * np.asarray(frequencies, dtype=np.float64)
     cos, sin = np.cos(angles) * attention_factor, np.sin(angles) * attention_factor
     first, second = x[..., :half], x[..., half:]
