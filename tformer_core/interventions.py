@@ -6,9 +6,10 @@
     with intervene([patch("decoder.4.resid_pre", other_trace, {6: 6})]):   # position 6 of layer 4's input from
         trace = model.trace("The capital of France is")                     # another input's trace
 
-An edit (`capture.Edit`) is a function applied at one named hook point for the calls inside `intervene`: the
-activation names are a trace's (`trace.names`, `model.hook_names`), the tensors batched ((B, T, D) residual
-streams, (B, h, T, dh) head outputs z). As with capture, the edits live in a context variable of the calling
+An edit (`capture.Edit`) is a function `apply(x, hook)` applied at one named hook point for the calls inside
+`intervene`: the activation names are a trace's (`trace.names`, `model.hook_names`), the tensors batched ((B, T,
+D) residual streams, (B, h, T, dh) head outputs z), and `hook` says where (`hook.name`, `hook.stack`,
+`hook.layer`). As with capture, the edits live in a context variable of the calling
 thread: the shared model is never modified, and a request running beside another sees only its own edits.
 
 Ablating a head replaces its output z (before W_O, the head's share of the attention output) with zeros,
@@ -25,10 +26,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .capture import Edit, intervene
+from .capture import Edit, Hook, intervene
 from .trace import ATTENTION_STACKS, Trace
 
-__all__ = ["Edit", "Head", "ablate_heads", "branch", "check_names", "intervene", "patch", "scale_heads"]
+__all__ = ["Edit", "Head", "Hook", "ablate_heads", "branch", "check_names", "intervene", "patch", "scale_heads"]
 
 ABLATIONS = ("zero", "mean")
 
@@ -67,7 +68,7 @@ def scale_heads(block: str, factors: torch.Tensor, baseline: str | np.ndarray = 
     if isinstance(baseline, str) and baseline not in ABLATIONS:
         raise ValueError(f"baseline must be one of {ABLATIONS} or an array, got {baseline!r}")
 
-    return Edit(f"{block}.z", lambda z: _scaled(z, factors, baseline))
+    return Edit(f"{block}.z", lambda z, hook: _scaled(z, factors, baseline))
 
 
 def _scaled(z: torch.Tensor, factors: torch.Tensor, baseline: str | np.ndarray) -> torch.Tensor:
@@ -97,9 +98,9 @@ def ablate_heads(heads: Iterable[Head], how: str = "zero", factor: float = 0.0) 
     for block, chosen in sorted(by_block.items()):
         n = max(chosen) + 1
 
-        def apply_factors(z: torch.Tensor, chosen: list[int] = chosen, n: int = n) -> torch.Tensor:
+        def apply_factors(z: torch.Tensor, hook: Hook, chosen: list[int] = chosen, n: int = n) -> torch.Tensor:
             if n > z.shape[1]:
-                raise ValueError(f"head {n - 1} is out of range: this block has {z.shape[1]} heads")
+                raise ValueError(f"head {n - 1} is out of range: {hook.name} has {z.shape[1]} heads")
             f = torch.ones(z.shape[1])
             f[chosen] = factor
             return _scaled(z, f, how)
@@ -131,7 +132,7 @@ def patch(
     """
     values = _source_array(source, name)
 
-    def apply(x: torch.Tensor) -> torch.Tensor:
+    def apply(x: torch.Tensor, hook: Hook) -> torch.Tensor:
         src = values.to(x.device, x.dtype)
         if positions is None and tuple(src.shape) != tuple(x.shape[1:]):
             raise ValueError(f"{name}: the source has shape {tuple(src.shape)}, this pass {tuple(x.shape[1:])}")
@@ -158,7 +159,7 @@ def branch(name: str, rows: int) -> Edit:
     if rows < 0:
         raise ValueError(f"rows must be 0 or more, got {rows}")
 
-    def apply(x: torch.Tensor) -> torch.Tensor:
+    def apply(x: torch.Tensor, hook: Hook) -> torch.Tensor:
         return x if rows == 0 else torch.cat([x, x[:1].expand(rows, *x.shape[1:])])
 
     return Edit(name, apply)

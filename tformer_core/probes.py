@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from . import workload
-from .capture import Edit, intervene
+from .capture import Edit, Hook, intervene
 from .interventions import ABLATIONS, Head, branch, scale_heads
 from .models.base import TracedModel
 from .models.decoder import Decoder
@@ -92,7 +92,7 @@ def next_token_probe(model: Decoder, text: str | list[int], token: int | None = 
     _require_core(model)
     with torch.inference_mode(False):  # a plain tensor, which relevancy's backward pass may use
         ids, _ = model._ids(text, model.config.vocab_size, model.config.max_positions)
-    last = (Edit("decoder.out", lambda x: x[:, -1:]),)  # only the last position reaches the unembedding
+    last = (Edit("decoder.out", lambda x, hook: x[:, -1:]),)  # only the last position reaches the unembedding
     run = lambda: model(ids)  # noqa: E731
     token, score = _probability_of(token, lambda out: out[:, -1], run, last)
     layers, heads = model.config.n_layers, model.config.n_heads
@@ -109,7 +109,7 @@ def translation_probe(
     with torch.inference_mode(False):
         src, _ = model._ids(source, c.src_vocab_size, c.max_positions, what="source")
         tgt, _ = model._ids(target, c.tgt_vocab_size, c.max_positions, model.target_tokenizer, "target")
-    last = (Edit("decoder.out", lambda x: x[:, -1:]),)
+    last = (Edit("decoder.out", lambda x, hook: x[:, -1:]),)
     run = lambda: model(src, tgt)  # noqa: E731
     token, score = _probability_of(token, lambda out: out[:, -1], run, last)
     heads = {"encoder": (c.n_encoder_layers, c.n_heads), "decoder": (c.n_decoder_layers, c.n_heads)}
@@ -273,7 +273,7 @@ def _pass_edits(branched: str, layers: list[tuple[int, list[Head]]], how: str) -
 def _ticks(n_layers: int, branched: str, done: list[int], total: int, progress: Progress) -> list[Edit]:
     """Identity edits at each layer's input that report the layers run so far (one pass can take seconds)."""
 
-    def tick(x: torch.Tensor) -> torch.Tensor:
+    def tick(x: torch.Tensor, hook: Hook) -> torch.Tensor:
         done[0] += 1  # a sentence pair's probe runs each layer twice a pass: the fraction stops at 1
         progress(min(done[0] / total, 1.0), "Ablating every head, one batch row each")
         return x

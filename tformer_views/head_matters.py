@@ -29,7 +29,7 @@ from tformer_core import lens as lens_mod
 from tformer_core import probes, workload
 from tformer_core.errors import InputError
 from tformer_core.inputs.image_file import read_image
-from tformer_core.interventions import Edit, Head, ablate_heads, intervene
+from tformer_core.interventions import Edit, Head, Hook, ablate_heads, intervene
 from tformer_core.models.base import TracedModel
 from tformer_core.models.kinds import CausalLM, EncoderDecoderModel, EncoderModel, VisionModel
 from tformer_core.patching import ResidualPatching, UnequalInputs, residual_patching, unequal_inputs_message
@@ -361,7 +361,7 @@ def _layer_ticks(
     total = max(passes * sum(layers.values()), 1)
     done, said = [0], [""]
 
-    def tick(x: torch.Tensor) -> torch.Tensor:
+    def tick(x: torch.Tensor, hook: Hook) -> torch.Tensor:
         done[0] += 1  # a sentence pair's probe runs each layer twice: the fraction stops at 1
         progress(min(done[0] / total, 1.0), said[0])
         return x
