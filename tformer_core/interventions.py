@@ -22,14 +22,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from difflib import SequenceMatcher
 
 import numpy as np
 import torch
 
 from .capture import Edit, Hook, intervene
+from .errors import HookNameError
 from .trace import ATTENTION_STACKS, Trace
 
-__all__ = ["Edit", "Head", "Hook", "ablate_heads", "branch", "check_names", "intervene", "patch", "scale_heads"]
+__all__ = ["Edit", "Head", "Hook", "HookNameError", "ablate_heads", "branch", "check_names", "closest_names"]
+__all__ += ["intervene", "patch", "scale_heads"]
 
 ABLATIONS = ("zero", "mean")
 
@@ -165,9 +168,41 @@ def branch(name: str, rows: int) -> Edit:
     return Edit(name, apply)
 
 
-def check_names(hook_names: Iterable[str], edits: Iterable[Edit]) -> None:
-    """ValueError naming any edit whose activation the model has no hook point for (it would never apply)."""
+def closest_names(name: str, hook_names: Sequence[str], n: int = 3) -> tuple[str, ...]:
+    """The (at most n) names of `hook_names` most like `name`, closest first. Alike: difflib's similarity ratio, at
+    least 0.6 as `difflib.get_close_matches` asks. Closest: the names that begin with more of `name`'s parts (its
+    stack, then its layer) first, then by ratio, then in the model's order; by ratio alone a misspelled
+    "decoder.3.atn.z" would be nearer "decoder.13.attn.z" (one letter more) than "decoder.3.attn.q". So
+    "decoder.3.atn.z" gives "decoder.3.attn.z", "decoder.3.attn.q", "decoder.3.attn.k". Case is ignored."""
+    wanted = name.lower()
+    parts = wanted.split(".")
+    matcher = SequenceMatcher(b=wanted)
+    scored = []
+    for order, known in enumerate(hook_names):
+        matcher.set_seq1(known.lower())
+        if matcher.real_quick_ratio() >= 0.6 and matcher.quick_ratio() >= 0.6 and matcher.ratio() >= 0.6:
+            shared = _leading_parts_shared(parts, known.lower().split("."))
+            scored.append((-shared, -matcher.ratio(), order, known))
+    return tuple(known for *_, known in sorted(scored)[:n])
+
+
+def _leading_parts_shared(a: list[str], b: list[str]) -> int:
+    shared = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        shared += 1
+    return shared
+
+
+def check_names(hook_names: Sequence[str], edits: Iterable[Edit]) -> None:
+    """HookNameError naming every edit whose activation no hook point of the model has (it would never apply),
+    each with the closest names the model has. `model.intervene` and `model.trace(..., edits=...)` check with it
+    before anything runs."""
+    named = dict.fromkeys(e.name for e in edits)  # each name once, in the order given
+    if not named:
+        return  # most passes have no edits: nothing to build
     known = set(hook_names)
-    unknown = sorted({e.name for e in edits} - known)
+    unknown = [name for name in named if name not in known]
     if unknown:
-        raise ValueError(f"no hook point is named {', '.join(map(repr, unknown))}; see model.hook_names")
+        raise HookNameError({name: closest_names(name, hook_names) for name in unknown}, len(known))

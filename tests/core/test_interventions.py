@@ -10,7 +10,18 @@ import torch
 
 import tformer_core as tc
 from tests.core.tiny_models import D, H, _seeded, image, tiny_decoder, tiny_encoder, tiny_seq2seq, tiny_vit
-from tformer_core.interventions import Head, ablate_heads, branch, check_names, intervene, patch, scale_heads
+from tformer_core.interventions import (
+    Edit,
+    Head,
+    HookNameError,
+    ablate_heads,
+    branch,
+    check_names,
+    closest_names,
+    intervene,
+    patch,
+    scale_heads,
+)
 
 A = [3, 7, 1, 12, 9, 4]
 B = [5, 2, 8, 11, 6, 13]
@@ -159,8 +170,6 @@ def test_a_branched_batch_runs_each_row_as_its_own_ablated_pass():
 
 def test_bad_edits_are_refused_clearly():
     model = KINDS["gpt2"][0]()
-    with pytest.raises(ValueError, match="no hook point"):
-        check_names(model.hook_names, [patch("decoder.9.resid_pre", np.zeros((6, D)))])
     short = patch("decoder.0.resid_pre", np.zeros((3, D)))
     with pytest.raises(ValueError, match="source has shape"), intervene([short]):
         model.trace(A)
@@ -194,3 +203,33 @@ def test_concurrent_calls_with_different_interventions_do_not_interfere():
     for i, outs in enumerate(results):
         assert all(torch.equal(o, expected[i]) for o in outs)
     assert not torch.equal(expected[0], expected[1])
+
+
+def test_the_checker_names_each_unknown_name_once_with_the_closest_names():
+    """gpt2's names, 2 layers: "decoder.9.resid_pre" is one digit off "decoder.0.resid_pre" and "decoder.1.resid_pre"
+    (ratio 36/38, both beginning "decoder."), then "decoder.0.resid_post" (32/39); "logits" is 12/17 like
+    "head.logits" (at least 0.6) and like no other; "xyz" is like none."""
+    model = KINDS["gpt2"][0]()
+    names = ("decoder.9.resid_pre", "decoder.0.resid_pre", "logits", "xyz", "logits")
+    with pytest.raises(HookNameError) as refused:
+        check_names(model.hook_names, [Edit(name, lambda x, hook: x) for name in names])
+    assert str(refused.value) == (
+        'no hook point "decoder.9.resid_pre" in this model; closest: "decoder.0.resid_pre", "decoder.1.resid_pre", '
+        '"decoder.0.resid_post"\n'
+        'no hook point "logits" in this model; closest: "head.logits"\n'
+        'no hook point "xyz" in this model; none is close (see model.hook_names)'
+    )
+    assert isinstance(refused.value, KeyError) and isinstance(refused.value, ValueError)
+    assert refused.value.closest["logits"] == ("head.logits",) and refused.value.closest["xyz"] == ()
+    check_names(model.hook_names, [Edit("decoder.0.resid_pre", lambda x, hook: x)])  # known: nothing raised
+    with pytest.raises(HookNameError, match=r'^no hook point "decoder\.0\.attn\.weights" in this model; it has no '):
+        check_names((), [Edit("decoder.0.attn.weights", lambda x, hook: x)])  # a model with no hook points
+
+
+def test_the_closest_names_share_the_misspelled_names_stack_and_layer_first():
+    """By difflib's ratio alone "decoder.3.atn.z" is nearer "decoder.13.attn.z" (two letters more: 30/32) than
+    "decoder.3.attn.q" (28/31); the names of its own layer come first, then the others by ratio. Case is ignored."""
+    names = ("decoder.3.attn.q", "decoder.3.attn.z", "decoder.13.attn.z", "decoder.23.attn.z", "head.logits")
+    assert closest_names("decoder.3.atn.z", names) == ("decoder.3.attn.z", "decoder.3.attn.q", "decoder.13.attn.z")
+    assert closest_names("Decoder.3.Attn.Z", names, n=1) == ("decoder.3.attn.z",)
+    assert closest_names("embed", names) == ()
