@@ -12,7 +12,9 @@ mutated.
 
 Interventions (`intervene`) use the same mechanism: a hook point whose name has an `Edit` in the calling
 context passes the edit's result on instead of its input (an ablated head, a patched residual stream), so
-two requests with different interventions share one model without seeing each other's. `tformer_core.
+two requests with different interventions share one model without seeing each other's. `intervene` here is
+the unchecked mechanism the core's models are built on; code outside the core applies edits through the model
+(`model.trace(x, edits=...)`, `with model.intervene(...)`), which checks every name first. `tformer_core.
 interventions` builds the edits (ablate, scale, patch, branch the batch) and what is measured with them.
 """
 
@@ -147,8 +149,9 @@ def intervene(edits: Iterable[Edit]) -> Iterator[None]:
     """Apply `edits` at their hook points in forward passes run inside the `with` block (this thread or task only).
 
     Several edits of one name apply in the order given; edits of an enclosing `intervene` apply first. An empty
-    list changes nothing. Names that no hook point of the model has are ignored by the model, so check them
-    against `model.hook_names` (interventions.check_names) before relying on them.
+    list changes nothing. Unchecked: it knows no model, and a name that no hook point has is never applied. The
+    core's own passes use it where they built the names; everything else goes through the model
+    (`model.intervene`, `model.trace(..., edits=...)`), which raises HookNameError for such a name first.
     """
     merged: dict[str, tuple[Edit, ...]] = dict(_ACTIVE_EDITS.get() or {})
     for edit in edits:
