@@ -1,16 +1,26 @@
 """Interventions: change an activation during one forward pass and see what follows from it.
 
-    from tformer_core.interventions import Head, ablate_heads, intervene, patch
-    with intervene(ablate_heads([Head("decoder", 3, 5)])):          # head 5 of layer 3 contributes nothing
-        trace = model.trace("The capital of France is")
-    with intervene([patch("decoder.4.resid_pre", other_trace, {6: 6})]):   # position 6 of layer 4's input from
-        trace = model.trace("The capital of France is")                     # another input's trace
+    import tformer_core as tc
+    from tformer_core.interventions import Edit, Head, ablate_heads, patch
 
-An edit (`capture.Edit`) is a function `apply(x, hook)` applied at one named hook point for the calls inside
-`intervene`: the activation names are a trace's (`trace.names`, `model.hook_names`), the tensors batched ((B, T,
-D) residual streams, (B, h, T, dh) head outputs z), and `hook` says where (`hook.name`, `hook.stack`,
-`hook.layer`). As with capture, the edits live in a context variable of the calling
-thread: the shared model is never modified, and a request running beside another sees only its own edits.
+    model = tc.load_model("smollm2")
+    ablated = model.trace("The capital of France is", edits=ablate_heads([Head("decoder", 3, 5)]))
+    # head 5 of layer 3 contributes nothing
+    italy = model.trace("The capital of Italy is")
+    patched = model.trace("The capital of France is", edits=[patch("decoder.4.resid_pre", italy, {3: 3})])
+    # position 3 of layer 4's input (" France") taken from the other input's trace (" Italy")
+    with model.intervene([Edit("decoder.3.attn.z", lambda z, hook: z * 0.5)]):
+        continuation = model.generate("The capital of France is", 5)  # every pass: layer 3's heads halved
+    model.trace("The capital of France is", edits=[Edit("decoder.3.atn.z", lambda z, hook: z)])
+    # HookNameError: no hook point "decoder.3.atn.z" in this model; closest: "decoder.3.attn.z", ...
+
+An edit (`capture.Edit`) is a function `apply(x, hook)` applied at one named hook point: the activation names
+are a trace's (`trace.names`, `model.hook_names`), the tensors batched ((B, T, D) residual streams, (B, h, T, dh)
+head outputs z), and `hook` says where it is applied (`hook.name`, `hook.stack`, `hook.layer`). The model checks
+every name before anything runs: a name it has no hook point for raises `errors.HookNameError`, which names the
+closest ones (`check_names`). As with capture, the edits live in a context variable of the calling thread: the
+shared model is never modified, and a request running beside another sees only its own edits. Blocks nest: an
+enclosing block's edits apply first.
 
 Ablating a head replaces its output z (before W_O, the head's share of the attention output) with zeros,
 or with its mean over the positions of the input; scaling multiplies it. `branch` grows the batch at a hook
