@@ -37,12 +37,12 @@ from difflib import SequenceMatcher
 import numpy as np
 import torch
 
-from .capture import Edit, Hook, intervene
+from .capture import Edit, Hook
 from .errors import HookNameError
 from .trace import ATTENTION_STACKS, Trace
 
 __all__ = ["Edit", "Head", "Hook", "HookNameError", "ablate_heads", "branch", "check_names", "closest_names"]
-__all__ += ["intervene", "patch", "scale_heads"]
+__all__ += ["patch", "scale_heads"]
 
 ABLATIONS = ("zero", "mean")
 

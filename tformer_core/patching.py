@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from . import probes, workload
-from .capture import Edit, Hook, intervene
+from .capture import Edit, Hook
 from .errors import InputError
 from .interventions import branch
 from .models.decoder import Decoder
@@ -173,14 +173,14 @@ def residual_patching(
     trace_b = model.trace(ids_b[0].tolist(), keep=lambda name: name in names or name == "head.logits")
     streams = [torch.as_tensor(np.array(trace_b[n])) for n in names]
     last = Edit("decoder.out", lambda x, hook: x[:, -1:])  # only the last position reaches the unembedding
-    with torch.inference_mode(), intervene([last]):
+    with torch.inference_mode(), model.intervene([last]):
         logits_a = model(ids_a)[0, -1].double().cpu().numpy()
     logits_b = np.asarray(trace_b["head.logits"], dtype=np.float64)[-1]
     a_id, b_id = answers if answers is not None else answers_of(logits_a, logits_b)
     start, patched = time.perf_counter(), np.full((c.n_layers + 1, ids_a.shape[1]), np.nan)
     passes = _cells(c.n_layers, ids_a.shape[1])
     for i, cells in enumerate(passes):
-        with torch.inference_mode(), intervene([*_pass_edits(cells, c.n_layers, streams), last]):
+        with torch.inference_mode(), model.intervene([*_pass_edits(cells, c.n_layers, streams), last]):
             out = model(ids_a)[:, -1].double()
         diff = (out[:, b_id] - out[:, a_id]).cpu().numpy()
         for (layer, p), value in zip(cells, diff[1:], strict=True):

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .capture import Edit, Hook, intervene
+from .capture import Edit, Hook
 from .probes import Probe
 
 
@@ -72,7 +72,7 @@ def relevancy(probe: Probe, stack: str | None = None) -> list[Relevancy]:
 
     edits = [Edit(f"{stack}.embed.out", start_graph)]
     edits += [Edit(f"{stack}.{layer}.attn.weights", keep) for layer in range(layers)]
-    with torch.inference_mode(False), torch.enable_grad(), intervene([*probe.edits, *edits]):
+    with torch.inference_mode(False), torch.enable_grad(), probe.model.intervene([*probe.edits, *edits]):
         score = probe.score(probe.run())[0]
         grads = torch.autograd.grad(score, kept)
     out = []
