@@ -6,7 +6,7 @@ Rows: MiniLM (72 heads; the cosine similarity of two sentences' embeddings), Dei
 ../shared/images/plane.png, skipped when ../shared/models is absent), SmolLM2 (270 heads; the next token after a
 16-token prompt). Ours: `probes.head_importance(probe)` (every head zero-ablated in its own batch row, the rows of
 layer l branched at layer l's input, passes bounded by probes.ROW_TOKENS). Baseline: one forward pass per head
-under `intervene(ablate_heads([head]))`, the probe's own run (so both read the prediction the same way), plus
+under `model.intervene(ablate_heads([head]))`, the probe's own run (so both read the prediction the same way), plus
 the clean pass. Both give the same numbers (checked here, and in tests/core/test_probes.py).
 Goals (CPU): <= 3 s for MiniLM and DeiT-Tiny, <= 10 s for SmolLM2. Medians of --repeats, interleaved; the load
 average before and after is printed (the machine may be shared).

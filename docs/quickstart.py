@@ -10,7 +10,7 @@
 
 # %%
 import tformer_core as tc
-from tformer_core.interventions import Head, ablate_heads, intervene
+from tformer_core.interventions import Head, ablate_heads
 from tformer_core.lens import logit_lens
 from tformer_views import notebook, search
 from tformer_views.head_matters import lens_frame
@@ -59,8 +59,7 @@ view
 llm = tc.load_model("smollm2")
 prompt = "The capital of France is"
 clean = llm.trace(prompt)
-with intervene(ablate_heads([Head("decoder", 23, 4)])):
-    ablated = llm.trace(prompt)
+ablated = llm.trace(prompt, edits=ablate_heads([Head("decoder", 23, 4)]))  # for this call only
 before, after = clean.predictions(k=3), ablated.predictions(k=3)  # [(token, probability)], the top 3
 print("before:", ", ".join(f"{display_token(token)} {p:.2f}" for token, p in before))  # "␣Paris": " Paris"
 print("head 23.4 ablated:", ", ".join(f"{display_token(token)} {p:.2f}" for token, p in after))

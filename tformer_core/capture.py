@@ -12,7 +12,9 @@ mutated.
 
 Interventions (`intervene`) use the same mechanism: a hook point whose name has an `Edit` in the calling
 context passes the edit's result on instead of its input (an ablated head, a patched residual stream), so
-two requests with different interventions share one model without seeing each other's. `tformer_core.
+two requests with different interventions share one model without seeing each other's. `intervene` here is
+the unchecked mechanism the core's models are built on; code outside the core applies edits through the model
+(`model.trace(x, edits=...)`, `with model.intervene(...)`), which checks every name first. `tformer_core.
 interventions` builds the edits (ablate, scale, patch, branch the batch) and what is measured with them.
 """
 
@@ -99,17 +101,44 @@ def capture_active() -> bool:
     return _ACTIVE_SINK.get() is not None
 
 
+LAYERED_STACKS = ("encoder", "decoder")  # the first part of a hook name that numbered layers follow
+
+
+@dataclass(frozen=True)
+class Hook:
+    """The hook point an edit's function is applied at, as it receives it: `name` ("decoder.3.cross_attn.z"),
+    `stack` ("encoder" or "decoder"; None outside them: "head.logits", an RNN's "attn.weights"), `layer` (3;
+    None where the name has no layer: "encoder.embed.out", "decoder.out")."""
+
+    name: str
+    stack: str | None = None
+    layer: int | None = None
+
+    @classmethod
+    def named(cls, name: str) -> Hook:
+        """The hook of the activation `name`, its stack and layer read from the name."""
+        first, _, rest = name.partition(".")
+        stack = first if first in LAYERED_STACKS and rest else None
+        number = rest.partition(".")[0]
+        return cls(name, stack, int(number) if stack is not None and number.isdigit() else None)
+
+
+EditFunction = Callable[[torch.Tensor, Hook], torch.Tensor]
+
+
 @dataclass(frozen=True, eq=False)
 class Edit:
-    """What replaces the activation `name` during a forward pass inside `intervene`: `apply(x)`, where x is the
-    batched tensor the hook point receives ((B, T, D) for a residual stream, (B, h, T, dh) for a head output z).
+    """What replaces the activation `name` during a forward pass under intervention: `apply(x, hook)`, where x is
+    the batched tensor the hook point receives ((B, T, D) for a residual stream, (B, h, T, dh) for a head output
+    z) and `hook` the `Hook` it is applied at (its name, stack and layer), e.g.
+    `Edit("decoder.3.attn.z", lambda z, hook: z * 0)`.
 
     `apply` must not write into x (it may be a view shared with the model or another activation): it returns a
     new tensor, of x's shape, or with more rows (`interventions.branch`), which later layers broadcast over.
     """
 
     name: str
-    apply: Callable[[torch.Tensor], torch.Tensor]
+    apply: EditFunction
 
 
 _ACTIVE_EDITS: ContextVar[Mapping[str, tuple[Edit, ...]] | None] = ContextVar("tformer_edits", default=None)
@@ -120,8 +149,9 @@ def intervene(edits: Iterable[Edit]) -> Iterator[None]:
     """Apply `edits` at their hook points in forward passes run inside the `with` block (this thread or task only).
 
     Several edits of one name apply in the order given; edits of an enclosing `intervene` apply first. An empty
-    list changes nothing. Names that no hook point of the model has are ignored by the model, so check them
-    against `model.hook_names` (interventions.check_names) before relying on them.
+    list changes nothing. Unchecked: it knows no model, and a name that no hook point has is never applied. The
+    core's own passes use it where they built the names; everything else goes through the model
+    (`model.intervene`, `model.trace(..., edits=...)`), which raises HookNameError for such a name first.
     """
     merged: dict[str, tuple[Edit, ...]] = dict(_ACTIVE_EDITS.get() or {})
     for edit in edits:
@@ -159,7 +189,11 @@ class HookPoint(nn.Module):
     def __init__(self) -> None:
         super().__init__()
         # Set once by `name_hook_points` after the model is built; never changed afterwards.
-        self.name = ""
+        self.hook = Hook("")
+
+    @property
+    def name(self) -> str:
+        return self.hook.name
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         check = _ACTIVE_CHECKPOINT.get()
@@ -167,11 +201,11 @@ class HookPoint(nn.Module):
             check()
         edits = _ACTIVE_EDITS.get()
         if edits is not None:
-            for edit in edits.get(self.name, ()):
-                x = edit.apply(x)
+            for edit in edits.get(self.hook.name, ()):
+                x = edit.apply(x, self.hook)
         sink = _ACTIVE_SINK.get()
         if sink is not None:
-            sink.record(self.name, x)
+            sink.record(self.hook.name, x)
         return x
 
     def extra_repr(self) -> str:
@@ -189,10 +223,11 @@ def hook_name(module_path: str) -> str:
 
 
 def name_hook_points(model: nn.Module) -> list[str]:
-    """Give every hook point of `model` its public name; returns them in module order."""
+    """Give every hook point of `model` its public name (and the `Hook` its edits receive); returns the names in
+    module order."""
     names = []
     for path, module in model.named_modules():
         if isinstance(module, HookPoint):
-            module.name = hook_name(path)
-            names.append(module.name)
+            module.hook = Hook.named(hook_name(path))
+            names.append(module.hook.name)
     return names

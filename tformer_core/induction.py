@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .interventions import Head, intervene, scale_heads
+from .interventions import Head, scale_heads
 from .models.decoder import Decoder
 from .models.kinds import CausalLM
 
@@ -134,7 +134,7 @@ def ablated_losses(model: Decoder, seq: RepeatedTokens, head_sets: Sequence[Sequ
         rows = factors[:, start : start + per_pass]  # [layers, rows, heads]
         edits = [scale_heads(Head("decoder", layer, 0).block, rows[layer]) for layer in range(c.n_layers)]
         ids = torch.tensor([list(seq.ids)] * rows.shape[1], dtype=torch.long, device=model.device)
-        with torch.inference_mode(), intervene(edits):
+        with torch.inference_mode(), model.intervene(edits):
             logits = model(ids)  # (rows, T, vocab)
         losses.extend(token_losses(row, seq.ids) for row in logits)  # float64 one row at a time
     return np.stack(losses)

@@ -1,15 +1,26 @@
 """Interventions: change an activation during one forward pass and see what follows from it.
 
-    from tformer_core.interventions import Head, ablate_heads, intervene, patch
-    with intervene(ablate_heads([Head("decoder", 3, 5)])):          # head 5 of layer 3 contributes nothing
-        trace = model.trace("The capital of France is")
-    with intervene([patch("decoder.4.resid_pre", other_trace, {6: 6})]):   # position 6 of layer 4's input from
-        trace = model.trace("The capital of France is")                     # another input's trace
+    import tformer_core as tc
+    from tformer_core.interventions import Edit, Head, ablate_heads, patch
 
-An edit (`capture.Edit`) is a function applied at one named hook point for the calls inside `intervene`: the
-activation names are a trace's (`trace.names`, `model.hook_names`), the tensors batched ((B, T, D) residual
-streams, (B, h, T, dh) head outputs z). As with capture, the edits live in a context variable of the calling
-thread: the shared model is never modified, and a request running beside another sees only its own edits.
+    model = tc.load_model("smollm2")
+    ablated = model.trace("The capital of France is", edits=ablate_heads([Head("decoder", 3, 5)]))
+    # head 5 of layer 3 contributes nothing
+    italy = model.trace("The capital of Italy is")
+    patched = model.trace("The capital of France is", edits=[patch("decoder.4.resid_pre", italy, {3: 3})])
+    # position 3 of layer 4's input (" France") taken from the other input's trace (" Italy")
+    with model.intervene([Edit("decoder.3.attn.z", lambda z, hook: z * 0.5)]):
+        continuation = model.generate("The capital of France is", 5)  # every pass: layer 3's heads halved
+    model.trace("The capital of France is", edits=[Edit("decoder.3.atn.z", lambda z, hook: z)])
+    # HookNameError: no hook point "decoder.3.atn.z" in this model; closest: "decoder.3.attn.z", ...
+
+An edit (`capture.Edit`) is a function `apply(x, hook)` applied at one named hook point: the activation names
+are a trace's (`trace.names`, `model.hook_names`), the tensors batched ((B, T, D) residual streams, (B, h, T, dh)
+head outputs z), and `hook` says where it is applied (`hook.name`, `hook.stack`, `hook.layer`). The model checks
+every name before anything runs: a name it has no hook point for raises `errors.HookNameError`, which names the
+closest ones (`check_names`). As with capture, the edits live in a context variable of the calling thread: the
+shared model is never modified, and a request running beside another sees only its own edits. Blocks nest: an
+enclosing block's edits apply first.
 
 Ablating a head replaces its output z (before W_O, the head's share of the attention output) with zeros,
 or with its mean over the positions of the input; scaling multiplies it. `branch` grows the batch at a hook
@@ -21,14 +32,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from difflib import SequenceMatcher
 
 import numpy as np
 import torch
 
-from .capture import Edit, intervene
+from .capture import Edit, Hook
+from .errors import HookNameError
 from .trace import ATTENTION_STACKS, Trace
 
-__all__ = ["Edit", "Head", "ablate_heads", "branch", "check_names", "intervene", "patch", "scale_heads"]
+__all__ = ["Edit", "Head", "Hook", "HookNameError", "ablate_heads", "branch", "check_names", "closest_names"]
+__all__ += ["patch", "scale_heads"]
 
 ABLATIONS = ("zero", "mean")
 
@@ -67,7 +81,7 @@ def scale_heads(block: str, factors: torch.Tensor, baseline: str | np.ndarray = 
     if isinstance(baseline, str) and baseline not in ABLATIONS:
         raise ValueError(f"baseline must be one of {ABLATIONS} or an array, got {baseline!r}")
 
-    return Edit(f"{block}.z", lambda z: _scaled(z, factors, baseline))
+    return Edit(f"{block}.z", lambda z, hook: _scaled(z, factors, baseline))
 
 
 def _scaled(z: torch.Tensor, factors: torch.Tensor, baseline: str | np.ndarray) -> torch.Tensor:
@@ -97,9 +111,9 @@ def ablate_heads(heads: Iterable[Head], how: str = "zero", factor: float = 0.0) 
     for block, chosen in sorted(by_block.items()):
         n = max(chosen) + 1
 
-        def apply_factors(z: torch.Tensor, chosen: list[int] = chosen, n: int = n) -> torch.Tensor:
+        def apply_factors(z: torch.Tensor, hook: Hook, chosen: list[int] = chosen, n: int = n) -> torch.Tensor:
             if n > z.shape[1]:
-                raise ValueError(f"head {n - 1} is out of range: this block has {z.shape[1]} heads")
+                raise ValueError(f"head {n - 1} is out of range: {hook.name} has {z.shape[1]} heads")
             f = torch.ones(z.shape[1])
             f[chosen] = factor
             return _scaled(z, f, how)
@@ -131,7 +145,7 @@ def patch(
     """
     values = _source_array(source, name)
 
-    def apply(x: torch.Tensor) -> torch.Tensor:
+    def apply(x: torch.Tensor, hook: Hook) -> torch.Tensor:
         src = values.to(x.device, x.dtype)
         if positions is None and tuple(src.shape) != tuple(x.shape[1:]):
             raise ValueError(f"{name}: the source has shape {tuple(src.shape)}, this pass {tuple(x.shape[1:])}")
@@ -158,15 +172,47 @@ def branch(name: str, rows: int) -> Edit:
     if rows < 0:
         raise ValueError(f"rows must be 0 or more, got {rows}")
 
-    def apply(x: torch.Tensor) -> torch.Tensor:
+    def apply(x: torch.Tensor, hook: Hook) -> torch.Tensor:
         return x if rows == 0 else torch.cat([x, x[:1].expand(rows, *x.shape[1:])])
 
     return Edit(name, apply)
 
 
-def check_names(hook_names: Iterable[str], edits: Iterable[Edit]) -> None:
-    """ValueError naming any edit whose activation the model has no hook point for (it would never apply)."""
+def closest_names(name: str, hook_names: Sequence[str], n: int = 3) -> tuple[str, ...]:
+    """The (at most n) names of `hook_names` most like `name`, closest first. Alike: difflib's similarity ratio, at
+    least 0.6 as `difflib.get_close_matches` asks. Closest: the names that begin with more of `name`'s parts (its
+    stack, then its layer) first, then by ratio, then in the model's order; by ratio alone a misspelled
+    "decoder.3.atn.z" would be nearer "decoder.13.attn.z" (one letter more) than "decoder.3.attn.q". So
+    "decoder.3.atn.z" gives "decoder.3.attn.z", "decoder.3.attn.q", "decoder.3.attn.k". Case is ignored."""
+    wanted = name.lower()
+    parts = wanted.split(".")
+    matcher = SequenceMatcher(b=wanted)
+    scored = []
+    for order, known in enumerate(hook_names):
+        matcher.set_seq1(known.lower())
+        if matcher.real_quick_ratio() >= 0.6 and matcher.quick_ratio() >= 0.6 and matcher.ratio() >= 0.6:
+            shared = _leading_parts_shared(parts, known.lower().split("."))
+            scored.append((-shared, -matcher.ratio(), order, known))
+    return tuple(known for *_, known in sorted(scored)[:n])
+
+
+def _leading_parts_shared(a: list[str], b: list[str]) -> int:
+    shared = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        shared += 1
+    return shared
+
+
+def check_names(hook_names: Sequence[str], edits: Iterable[Edit]) -> None:
+    """HookNameError naming every edit whose activation no hook point of the model has (it would never apply),
+    each with the closest names the model has. `model.intervene` and `model.trace(..., edits=...)` check with it
+    before anything runs."""
+    named = dict.fromkeys(e.name for e in edits)  # each name once, in the order given
+    if not named:
+        return  # most passes have no edits: nothing to build
     known = set(hook_names)
-    unknown = sorted({e.name for e in edits} - known)
+    unknown = [name for name in named if name not in known]
     if unknown:
-        raise ValueError(f"no hook point is named {', '.join(map(repr, unknown))}; see model.hook_names")
+        raise HookNameError({name: closest_names(name, hook_names) for name in unknown}, len(known))

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from . import probes, workload
-from .capture import Edit, intervene
+from .capture import Edit, Hook
 from .errors import InputError
 from .interventions import branch
 from .models.decoder import Decoder
@@ -117,7 +117,7 @@ def _cells(layers: int, tokens: int) -> list[list[tuple[int, int]]]:
 def _diagonal_patch(name: str, source: torch.Tensor, first_row: int, positions: list[int]) -> Edit:
     """Rows first_row + i of the batch take B's stream at positions[i] (one copy of the stream, not one a row)."""
 
-    def apply(x: torch.Tensor) -> torch.Tensor:
+    def apply(x: torch.Tensor, hook: Hook) -> torch.Tensor:
         out = x.clone()
         rows = torch.arange(first_row, first_row + len(positions), device=x.device)
         cols = torch.as_tensor(positions, device=x.device)
@@ -172,15 +172,15 @@ def residual_patching(
     names = [f"decoder.{layer}.resid_pre" for layer in range(c.n_layers)] + [f"decoder.{c.n_layers - 1}.resid_post"]
     trace_b = model.trace(ids_b[0].tolist(), keep=lambda name: name in names or name == "head.logits")
     streams = [torch.as_tensor(np.array(trace_b[n])) for n in names]
-    last = Edit("decoder.out", lambda x: x[:, -1:])  # only the last position reaches the unembedding
-    with torch.inference_mode(), intervene([last]):
+    last = Edit("decoder.out", lambda x, hook: x[:, -1:])  # only the last position reaches the unembedding
+    with torch.inference_mode(), model.intervene([last]):
         logits_a = model(ids_a)[0, -1].double().cpu().numpy()
     logits_b = np.asarray(trace_b["head.logits"], dtype=np.float64)[-1]
     a_id, b_id = answers if answers is not None else answers_of(logits_a, logits_b)
     start, patched = time.perf_counter(), np.full((c.n_layers + 1, ids_a.shape[1]), np.nan)
     passes = _cells(c.n_layers, ids_a.shape[1])
     for i, cells in enumerate(passes):
-        with torch.inference_mode(), intervene([*_pass_edits(cells, c.n_layers, streams), last]):
+        with torch.inference_mode(), model.intervene([*_pass_edits(cells, c.n_layers, streams), last]):
             out = model(ids_a)[:, -1].double()
         diff = (out[:, b_id] - out[:, a_id]).cpu().numpy()
         for (layer, p), value in zip(cells, diff[1:], strict=True):

@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from . import workload
-from .capture import Edit, intervene
+from .capture import Edit, Hook
 from .interventions import ABLATIONS, Head, branch, scale_heads
 from .models.base import TracedModel
 from .models.decoder import Decoder
@@ -60,8 +60,9 @@ class Probe:
     edits: tuple[Edit, ...] = ()
 
     def measure(self, edits: list[Edit] | tuple[Edit, ...] = ()) -> np.ndarray:
-        """The score of every batch row of one pass under `edits` (float64 [B])."""
-        with torch.inference_mode(), intervene([*self.edits, *edits]):
+        """The score of every batch row of one pass under `edits` (float64 [B]; HookNameError, before the pass,
+        for an edit whose name the model has no hook point for)."""
+        with torch.inference_mode(), self.model.intervene([*self.edits, *edits]):
             return self.score(self.run()).double().cpu().numpy()
 
 
@@ -76,12 +77,16 @@ def _label(model: TracedModel, output: int) -> str:
 
 
 def _probability_of(
-    output: int | None, logits_of: Callable[[torch.Tensor], torch.Tensor], run: Callable[[], torch.Tensor], edits=()
-):
+    model: TracedModel,
+    output: int | None,
+    logits_of: Callable[[torch.Tensor], torch.Tensor],
+    run: Callable[[], torch.Tensor],
+    edits: tuple[Edit, ...] = (),
+) -> tuple[int, Callable[[torch.Tensor], torch.Tensor]]:
     """(output id, score function): the softmax probability of `output` (default: the clean pass's top-1, which
-    costs one pass; given an output, none runs)."""
+    costs one pass of `model` under `edits`; given an output, none runs)."""
     if output is None:
-        with torch.inference_mode(), intervene(edits):
+        with torch.inference_mode(), model.intervene(edits):
             output = int(logits_of(run())[0].argmax())
     chosen = int(output)
     return chosen, lambda out: torch.softmax(logits_of(out).double(), dim=-1)[:, chosen]
@@ -92,9 +97,9 @@ def next_token_probe(model: Decoder, text: str | list[int], token: int | None = 
     _require_core(model)
     with torch.inference_mode(False):  # a plain tensor, which relevancy's backward pass may use
         ids, _ = model._ids(text, model.config.vocab_size, model.config.max_positions)
-    last = (Edit("decoder.out", lambda x: x[:, -1:]),)  # only the last position reaches the unembedding
+    last = (Edit("decoder.out", lambda x, hook: x[:, -1:]),)  # only the last position reaches the unembedding
     run = lambda: model(ids)  # noqa: E731
-    token, score = _probability_of(token, lambda out: out[:, -1], run, last)
+    token, score = _probability_of(model, token, lambda out: out[:, -1], run, last)
     layers, heads = model.config.n_layers, model.config.n_heads
     return Probe(model, run, score, f"p({_label(model, token)})", {"decoder": (layers, heads)}, ids.shape[1], last)
 
@@ -109,9 +114,9 @@ def translation_probe(
     with torch.inference_mode(False):
         src, _ = model._ids(source, c.src_vocab_size, c.max_positions, what="source")
         tgt, _ = model._ids(target, c.tgt_vocab_size, c.max_positions, model.target_tokenizer, "target")
-    last = (Edit("decoder.out", lambda x: x[:, -1:]),)
+    last = (Edit("decoder.out", lambda x, hook: x[:, -1:]),)
     run = lambda: model(src, tgt)  # noqa: E731
-    token, score = _probability_of(token, lambda out: out[:, -1], run, last)
+    token, score = _probability_of(model, token, lambda out: out[:, -1], run, last)
     heads = {"encoder": (c.n_encoder_layers, c.n_heads), "decoder": (c.n_decoder_layers, c.n_heads)}
     heads["cross"] = heads["decoder"]
     return Probe(model, run, score, f"p({_label(model, token)})", heads, src.shape[1] + tgt.shape[1], last)
@@ -125,7 +130,7 @@ def class_probe(model: ViT, image: torch.Tensor | np.ndarray, class_id: int | No
     with torch.inference_mode(False):
         x = image_input(image, model.config, model.device, model.dtype).clone()
     run = lambda: model(x)  # noqa: E731
-    class_id, score = _probability_of(class_id, lambda out: out, run)
+    class_id, score = _probability_of(model, class_id, lambda out: out, run)
     c = model.config
     tokens = c.n_prefix_tokens + c.n_patches
     return Probe(model, run, score, f"p({_label(model, class_id)})", {"encoder": (c.n_layers, c.n_heads)}, tokens)
@@ -273,7 +278,7 @@ def _pass_edits(branched: str, layers: list[tuple[int, list[Head]]], how: str) -
 def _ticks(n_layers: int, branched: str, done: list[int], total: int, progress: Progress) -> list[Edit]:
     """Identity edits at each layer's input that report the layers run so far (one pass can take seconds)."""
 
-    def tick(x: torch.Tensor) -> torch.Tensor:
+    def tick(x: torch.Tensor, hook: Hook) -> torch.Tensor:
         done[0] += 1  # a sentence pair's probe runs each layer twice a pass: the fraction stops at 1
         progress(min(done[0] / total, 1.0), "Ablating every head, one batch row each")
         return x

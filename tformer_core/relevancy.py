@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .capture import Edit, intervene
+from .capture import Edit, Hook
 from .probes import Probe
 
 
@@ -61,16 +61,18 @@ def relevancy(probe: Probe, stack: str | None = None) -> list[Relevancy]:
     layers = probe.heads[stack][0]
     kept: list[torch.Tensor] = []
 
-    def keep(a: torch.Tensor) -> torch.Tensor:
+    def keep(a: torch.Tensor, hook: Hook) -> torch.Tensor:
         kept.append(a)
         return a
 
-    def start_graph(x: torch.Tensor) -> torch.Tensor:  # the graph starts here, whether or not weights need grad
+    def start_graph(
+        x: torch.Tensor, hook: Hook
+    ) -> torch.Tensor:  # the graph starts here, whether or not weights need grad
         return x.detach().requires_grad_(True)
 
     edits = [Edit(f"{stack}.embed.out", start_graph)]
     edits += [Edit(f"{stack}.{layer}.attn.weights", keep) for layer in range(layers)]
-    with torch.inference_mode(False), torch.enable_grad(), intervene([*probe.edits, *edits]):
+    with torch.inference_mode(False), torch.enable_grad(), probe.model.intervene([*probe.edits, *edits]):
         score = probe.score(probe.run())[0]
         grads = torch.autograd.grad(score, kept)
     out = []

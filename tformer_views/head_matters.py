@@ -29,7 +29,7 @@ from tformer_core import lens as lens_mod
 from tformer_core import probes, workload
 from tformer_core.errors import InputError
 from tformer_core.inputs.image_file import read_image
-from tformer_core.interventions import Edit, Head, ablate_heads, intervene
+from tformer_core.interventions import Edit, Head, Hook, ablate_heads
 from tformer_core.models.base import TracedModel
 from tformer_core.models.kinds import CausalLM, EncoderDecoderModel, EncoderModel, VisionModel
 from tformer_core.patching import ResidualPatching, UnequalInputs, residual_patching, unequal_inputs_message
@@ -323,7 +323,7 @@ def ablation(
     passes = 1 + (output is None) + (clean is None)
     ticks, step = _layer_ticks(model, passes, progress)
     step("the pass without it")
-    with intervene([*edits, *ticks]):
+    with model.intervene([*edits, *ticks]):
         ablated_trace = trace_of(kind, model, inputs)
     if output is None:
         step("the two sentences' cosine without it")
@@ -334,7 +334,7 @@ def ablation(
         prediction = [(display_token(label), p) for label, p in ablated_trace.predictions(5)]
     if clean is None:
         step("the pass with every head, to compare")
-        with intervene(ticks):
+        with model.intervene(ticks):
             clean = trace_of(kind, model, inputs)
     labels = {} if clean.kind == "vit" else {s: _display(clean.tokens_for(s)) for s in clean.attention_stacks}
     later, changed = _most_changed(clean, ablated_trace, head)
@@ -362,7 +362,7 @@ def _layer_ticks(
     total = max(passes * sum(layers.values()), 1)
     done, said = [0], [""]
 
-    def tick(x: torch.Tensor) -> torch.Tensor:
+    def tick(x: torch.Tensor, hook: Hook) -> torch.Tensor:
         done[0] += 1  # a sentence pair's probe runs each layer twice: the fraction stops at 1
         progress(min(done[0] / total, 1.0), said[0])
         return x

@@ -298,7 +298,7 @@ def test_heads_predict_reveal_vote_again_on_the_translator():
     import numpy as np
 
     from tformer_app import models
-    from tformer_core.interventions import Head, ablate_heads, intervene
+    from tformer_core.interventions import Head, ablate_heads
 
     lecturer = app()
     lecturer.sidebar.button(key="_tformer.class.start").click().run()
@@ -335,8 +335,7 @@ def test_heads_predict_reveal_vote_again_on_the_translator():
     source = lecturer.session_state["heads.source"]
     start = model.generation.start_id if model.generation.start_id is not None else model.generation.pad_id or 0
     output = int(model.trace(source, [start]).ranked(1)[0][0])
-    with intervene(ablate_heads([Head(q.stack, 1, 2)])):
-        ids_, probs = model.trace(source, [start]).ranked(100_000)
+    ids_, probs = model.trace(source, [start], edits=ablate_heads([Head(q.stack, 1, 2)])).ranked(100_000)
     assert abs(effect["class"]["value"] - float(probs[np.flatnonzero(ids_ == output)[0]])) < 1e-6
     # Beside the votes, the model's own grid: the page's ablation grid of the question's stack, cell for cell.
     drawn = charts(lecturer)
@@ -408,7 +407,7 @@ def test_the_vision_page_asks_what_the_model_predicts_with_the_views_head_remove
     made when asked, its answer the top class of the same model traced here with that one head zeroed."""
     from tformer_app import models, vision_inputs
     from tformer_core.inputs.image_file import read_image
-    from tformer_core.interventions import Head, ablate_heads, intervene
+    from tformer_core.interventions import Head, ablate_heads
     from tformer_views.head_matters import display_token
 
     lecturer = app()
@@ -428,8 +427,7 @@ def test_the_vision_page_asks_what_the_model_predicts_with_the_views_head_remove
     name = lecturer.session_state["vit.sample"]
     picture = model.preprocessing(read_image(vision_inputs.sample_pictures()[name], name).image)
     top = [display_token(label) for label, _ in model.trace(picture).predictions(10)]
-    with intervene(ablate_heads([Head("encoder", layer, 1)])):
-        label, p = model.trace(picture).predictions(1)[0]
+    label, p = model.trace(picture, edits=ablate_heads([Head("encoder", layer, 1)])).predictions(1)[0]
     ablated = display_token(label)
     assert q.kind == "output" and q.choices[: len(top)] == top and q.choices[q.answer] == ablated
     assert q.effect["lines"][0].startswith(f"With encoder L{layer} H1 removed the model predicts: {ablated} ({p:.3f})")
@@ -482,7 +480,7 @@ def test_text_attention_asks_what_a_language_model_predicts_with_the_views_head_
     import numpy as np
 
     from tformer_app import models
-    from tformer_core.interventions import Head, ablate_heads, intervene
+    from tformer_core.interventions import Head, ablate_heads
     from tformer_views.head_matters import display_token
 
     lecturer = app()
@@ -497,8 +495,7 @@ def test_text_attention_asks_what_a_language_model_predicts_with_the_views_head_
     q = open_store().current(sid)
     model = models.cached_model(lecturer.session_state["text.model"])
     text = lecturer.session_state["text.text"]
-    with intervene(ablate_heads([Head("decoder", 3, 2)])):
-        label, p = model.trace(text).predictions(1)[0]
+    label, p = model.trace(text, edits=ablate_heads([Head("decoder", 3, 2)])).predictions(1)[0]
     assert q.prompt.startswith("What will the model predict with decoder L3 H2 removed?")
     assert q.choices[q.answer] == display_token(label)
     assert q.effect["lines"][0].startswith(f"With decoder L3 H2 removed the model predicts: {display_token(label)} "

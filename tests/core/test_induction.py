@@ -7,7 +7,7 @@ import torch
 
 from tests.core.test_interventions import tiny_llama
 from tformer_core import induction as ind
-from tformer_core.interventions import Head, ablate_heads, intervene
+from tformer_core.interventions import Head, ablate_heads
 from tformer_views import induction as iv
 
 # prefix of 1 (a BOS), 3 tokens, twice: positions 0 | 1 2 3 | 4 5 6
@@ -88,7 +88,7 @@ def test_ablated_losses_in_one_batch_equal_one_pass_per_set_of_heads(monkeypatch
         monkeypatch.setattr(ind, "ROW_TOKENS", row_tokens)
         batched = ind.ablated_losses(model, seq, sets)
         for heads, row in zip(sets, batched, strict=True):
-            with torch.inference_mode(), intervene(ablate_heads(heads)):
+            with torch.inference_mode(), model.intervene(ablate_heads(heads)):
                 single = ind.token_losses(model(torch.tensor([seq.ids]))[0], seq.ids)
             np.testing.assert_allclose(row, single, rtol=1e-10)
     assert not np.allclose(batched[0], batched[1])

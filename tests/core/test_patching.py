@@ -9,7 +9,7 @@ from tests.core.test_interventions import tiny_llama
 from tests.core.tiny_models import tiny_decoder
 from tformer_core import patching, probes
 from tformer_core.errors import InputError
-from tformer_core.interventions import intervene, patch
+from tformer_core.interventions import patch
 
 A = [3, 7, 1, 12, 9, 4]
 B = [3, 7, 1, 15, 9, 4]  # differs from A at position 3 only
@@ -49,7 +49,7 @@ def test_the_batched_grid_equals_one_pass_per_cell_whatever_the_passes(monkeypat
     for layer in range(3):
         name = f"decoder.{layer}.resid_pre" if layer < 2 else "decoder.1.resid_post"
         for p in range(6):
-            with intervene([patch(name, trace_b, {p: p})]):
+            with model.intervene([patch(name, trace_b, {p: p})]):
                 logits = _last_logits(model, A)
             expected[layer, p] = logits[11] - logits[5]
     np.testing.assert_allclose(grid.patched, expected, rtol=1e-9, atol=1e-9)

@@ -48,8 +48,8 @@ def test_vit_relevancy_uses_the_models_attention_and_true_gradients():
             a[:, head, i, j] += d
             return a
 
-        up = probe.measure([Edit(f"encoder.{layer}.attn.weights", lambda a: nudge(a, eps))])[0]
-        down = probe.measure([Edit(f"encoder.{layer}.attn.weights", lambda a: nudge(a, -eps))])[0]
+        up = probe.measure([Edit(f"encoder.{layer}.attn.weights", lambda a, hook: nudge(a, eps))])[0]
+        down = probe.measure([Edit(f"encoder.{layer}.attn.weights", lambda a, hook: nudge(a, -eps))])[0]
         assert result.gradients[layer, head, i, j] == pytest.approx((up - down) / (2 * eps), rel=1e-5, abs=1e-9)
     assert np.abs(result.relevance - np.eye(len(trace.tokens))).max() > 1e-6
     assert all(p.grad is None for p in model.parameters())  # nothing accumulated in the shared model

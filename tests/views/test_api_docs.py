@@ -11,7 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tformer_core.interventions import Edit, check_names
+from tformer_core.errors import HookNameError
+from tformer_core.interventions import Edit
 from tformer_views import notebook
 
 API = Path(__file__).resolve().parents[2] / "docs" / "api.md"
@@ -69,8 +70,11 @@ def test_an_edit_by_hand_is_the_same_ablation_and_a_wrong_name_raises(ran):
     ablated, by_hand = ran["ablated"].predictions(k=5), ran["by_hand"].predictions(k=5)
     assert [t for t, _ in by_hand] == [t for t, _ in ablated]
     np.testing.assert_allclose([p for _, p in by_hand], [p for _, p in ablated], rtol=1e-5)
-    with pytest.raises(ValueError, match=r"^no hook point is named 'decoder\.23\.attn\.zz'; see model\.hook_names$"):
-        check_names(ran["llm"].hook_names, [Edit("decoder.23.attn.zz", lambda z: z)])
+    # The page's misspelled name: the message it keeps names it and the closest real name first.
+    assert ran["message"].startswith('no hook point "decoder.23.atn.z" in this model; closest: "decoder.23.attn.z"')
+    with pytest.raises(HookNameError) as raised:
+        ran["llm"].trace("Paris", edits=[Edit("decoder.23.attn.zz", lambda z, hook: z)])
+    assert raised.value.closest["decoder.23.attn.zz"][0] == "decoder.23.attn.z"
     assert len(ran["llm"].hook_names) == 544
     said("544 for SmolLM2")
 

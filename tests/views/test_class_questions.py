@@ -112,7 +112,7 @@ def test_head_questions_answer_from_the_study_and_the_reveal_ablates_the_class_c
     import torch
 
     from tests.core.test_interventions import tiny_llama
-    from tformer_core.interventions import Head, ablate_heads, intervene
+    from tformer_core.interventions import Head, ablate_heads
     from tformer_views import head_matters as hm
 
     model = tiny_llama().double()
@@ -141,7 +141,7 @@ def test_head_questions_answer_from_the_study_and_the_reveal_ablates_the_class_c
 
     effect = ablation_effect(head, counts, study.importance.clean, ablate)
     assert calls == [(0, 2), divmod(head.answer, 4)]  # one intervention for the class's choice, one for the model's
-    with intervene(ablate_heads([Head("decoder", 0, 2)])), torch.no_grad():
+    with model.intervene(ablate_heads([Head("decoder", 0, 2)])), torch.no_grad():
         logits = model(torch.tensor([ids]))
     independent = float(torch.softmax(logits[0, -1], -1)[study.output])
     assert abs(effect["class"]["value"] - independent) < 1e-6

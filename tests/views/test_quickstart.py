@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 import torch
 
-from tformer_core.capture import Edit, intervene
+from tformer_core.capture import Edit, Hook
 from tformer_views import notebook
 from tformer_views.head_matters import lens_frame
 
@@ -72,13 +72,16 @@ def test_ablating_head_23_4_takes_most_of_paris_away(ran):
     # The same ablation written by hand, at the hook point itself: head 4's output z (before W_O) set to zero.
     llm, prompt = scope["llm"], scope["prompt"]
 
-    def zero_head_4(z: torch.Tensor) -> torch.Tensor:  # (batch, heads, tokens, d_head)
+    seen = []
+
+    def zero_head_4(z: torch.Tensor, hook: Hook) -> torch.Tensor:  # (batch, heads, tokens, d_head)
+        seen.append(hook)
         z = z.clone()
         z[:, 4] = 0
         return z
 
-    with intervene([Edit("decoder.23.attn.z", zero_head_4)]):
-        by_hand = llm.trace(prompt).predictions(k=3)
+    by_hand = llm.trace(prompt, edits=[Edit("decoder.23.attn.z", zero_head_4)]).predictions(k=3)
+    assert seen == [Hook("decoder.23.attn.z", "decoder", 23)]
     assert [token for token, _ in by_hand] == [token for token, _ in after]
     np.testing.assert_allclose([p for _, p in by_hand], [p for _, p in after], rtol=1e-5)
 

@@ -5,12 +5,17 @@ tokenizer, output labels, where it came from, its stacks, its `capabilities`); c
 reads these attributes and never probes for others. What each kind adds (`trace`'s arguments, `generate`)
 is declared by the kinds in `kinds.py`, which every family derives from: a view narrows a model with
 `isinstance(model, CausalLM)` and the type checker holds it to that contract.
+
+Interventions go through the model too: `model.trace(x, edits=[...])` for one trace, `with model.intervene([...])`
+for every pass in a block (several traces, a generation). Both check every edit's name against `hook_names`
+before anything runs (`interventions.check_names`).
 """
 
 from __future__ import annotations
 
+import contextlib
 from abc import ABCMeta
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, Literal, Protocol, Self
 
@@ -20,8 +25,10 @@ from torch import nn
 from typing_extensions import TypeVar
 
 from .. import settings
-from ..capture import NameFilter, capture, name_hook_points
+from ..capture import Edit, NameFilter, capture, name_hook_points
+from ..capture import intervene as unchecked_intervene
 from ..errors import InputError
+from ..interventions import check_names
 from ..tokenizers import Tokenizer, require_readable
 from ..trace import Trace, TraceMeta, stored_by_default
 from .layers import BlockConfig, Stack
@@ -200,6 +207,18 @@ class TracedModel(nn.Module, Generic[ConfigT], metaclass=ABCMeta):
         self.hook_names: tuple[str, ...] = tuple(name_hook_points(self))
         self.eval()  # the core is for looking, not training: no dropout anywhere anyway
 
+    @contextlib.contextmanager
+    def intervene(self, edits: Iterable[Edit]) -> Iterator[None]:
+        """Apply `edits` in every forward pass of this thread (or task) inside the `with` block: several traces,
+        a generation, a probe's passes. Every edit's name is checked against `hook_names` first: HookNameError,
+        naming the closest names, before anything runs. Several edits of one name apply in the order given;
+        blocks nest, an enclosing block's edits applying first. `trace(..., edits=...)` is this for one trace.
+        """
+        chosen = tuple(edits)  # read once: the check and the passes see the same edits
+        check_names(self.hook_names, chosen)
+        with unchecked_intervene(chosen):
+            yield
+
     @property
     def device(self) -> torch.device:
         return next(self.parameters()).device
@@ -264,15 +283,17 @@ class TracedModel(nn.Module, Generic[ConfigT], metaclass=ABCMeta):
         run: Callable[[], torch.Tensor],
         keep: NameFilter | None,
         meta: dict[str, Any] | None = None,
+        edits: Iterable[Edit] = (),
         **trace_fields: Any,
     ) -> Trace:
-        """Run `run` once under capture; the first batch element becomes a Trace.
+        """Run `run` once under capture, and under `edits` (checked first, see `intervene`); the first batch
+        element becomes a Trace.
 
         The trace holds the captured tensors themselves (views of batch element 0, on the model's device, in its
         dtype): nothing is copied to the host until a view reads it. By default, attention scores are not stored:
         the trace recomputes them from Q and K.
         """
-        with torch.inference_mode(), capture(keep or stored_by_default) as sink:
+        with self.intervene(edits), torch.inference_mode(), capture(keep or stored_by_default) as sink:
             run()
             activations = {name: t[0] for name, t in sink.tensors.items()}
         full = TraceMeta.of({**self._trace_meta(), **(meta or {})})
@@ -284,11 +305,16 @@ class TracedModel(nn.Module, Generic[ConfigT], metaclass=ABCMeta):
         return {"labels": self.output_labels, "attention_scale": scale, "path": self.path}
 
     def _trace_batch(
-        self, run: Callable[[], torch.Tensor], keep: NameFilter | None, batch_size: int, **trace_fields: Any
+        self,
+        run: Callable[[], torch.Tensor],
+        keep: NameFilter | None,
+        batch_size: int,
+        edits: Iterable[Edit] = (),
+        **trace_fields: Any,
     ) -> list[Trace]:
-        """Run one batched pass under capture; every batch element becomes its own Trace (views of the batch's
-        tensors on the model's device: no copies)."""
-        with torch.inference_mode(), capture(keep or stored_by_default) as sink:
+        """Run one batched pass under capture and `edits` (checked first); every batch element becomes its own
+        Trace (views of the batch's tensors on the model's device: no copies)."""
+        with self.intervene(edits), torch.inference_mode(), capture(keep or stored_by_default) as sink:
             run()
             arrays = sink.tensors
         meta = TraceMeta.of(self._trace_meta())

@@ -10,12 +10,12 @@ layers) also hide the keys `sliding_window` or more positions back.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 import torch
 
-from ..capture import NameFilter
+from ..capture import Edit, NameFilter
 from ..generation import Generation, GenerationSettings, Sampling, decode_steps
 from ..trace import Trace
 from .base import Capabilities, LinearReadout, TokenInput, per_token
@@ -132,16 +132,23 @@ class Decoder(CausalLM[DecoderConfig]):
         return LinearReadout(((position, unembed.weight.detach()[output]),), bias)
 
     def trace(
-        self, inputs: TokenInput, attention_mask: Sequence[int] | None = None, keep: NameFilter | None = None
+        self,
+        inputs: TokenInput,
+        attention_mask: Sequence[int] | None = None,
+        keep: NameFilter | None = None,
+        *,
+        edits: Iterable[Edit] = (),
     ) -> Trace:
         """Trace one sequence: text (needs a tokenizer) or token ids. head.logits [T, vocab] holds the
-        next-token scores after every position (`generation.next_token_table` ranks them)."""
+        next-token scores after every position (`generation.next_token_table` ranks them). edits: applied in
+        this pass, their names checked first (`intervene`)."""
         ids, tokens = self._ids(inputs, self.config.vocab_size, self.config.max_positions)
         mask = per_token(attention_mask, ids, "attention_mask")
         return self._trace(
             lambda: self(ids, mask),
             keep,
             meta={"predict_position": -1},
+            edits=edits,
             tokens=tokens,
             stack_layers={"decoder": self.config.n_layers},
         )

@@ -25,6 +25,7 @@ head.logits (B, Q, classes + 1), head.boxes (B, Q, 4).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -33,7 +34,7 @@ import torch
 from PIL import Image
 from torch import nn
 
-from ..capture import HookPoint, NameFilter, any_of, matching
+from ..capture import Edit, HookPoint, NameFilter, any_of, matching
 from ..errors import InputError
 from ..inputs.image_file import ImageError, check_aspect
 from ..inputs.preprocessing import IMAGENET_MEAN, IMAGENET_STD
@@ -243,8 +244,11 @@ class DETR(DetectionModel[DETRConfig]):
         memory, pos = self.encoder(self.backbone(images))  # (B, hw, D) each
         return self.head(self.decoder(memory, pos))
 
-    def trace(self, image: torch.Tensor | np.ndarray, keep: NameFilter | None = None) -> Trace:
-        """Trace one preprocessed picture (C, H, W): any size (the backbone's grid follows it)."""
+    def trace(
+        self, image: torch.Tensor | np.ndarray, keep: NameFilter | None = None, *, edits: Iterable[Edit] = ()
+    ) -> Trace:
+        """Trace one preprocessed picture (C, H, W): any size (the backbone's grid follows it); edits: applied in
+        this pass, their names checked first (`intervene`)."""
         x = torch.as_tensor(np.asarray(image) if not isinstance(image, torch.Tensor) else image)
         if x.dim() == 4 and x.shape[0] == 1:
             x = x[0]
@@ -258,7 +262,7 @@ class DETR(DetectionModel[DETRConfig]):
         x = x.to(self.device, self.dtype)[None]
         wanted = keep or stored_by_default
         layers = {"encoder": self.config.n_encoder_layers, "decoder": self.config.n_decoder_layers}
-        trace = self._trace(lambda: self(x)[0], any_of(_FEATURES, wanted), tokens=(), stack_layers=layers)
+        trace = self._trace(lambda: self(x)[0], any_of(_FEATURES, wanted), edits=edits, tokens=(), stack_layers=layers)
         h, w = trace.tensor("backbone.features").shape[-2:]  # the feature grid (the picture / 32): no copy
         activations = {n: a for n, a in trace.activations.items() if wanted(n)}
         tokens = tuple(f"r{r}c{c}" for r in range(h) for c in range(w))

@@ -8,7 +8,7 @@ label for the whole input, read from the first token, [CLS] or <s>, as BERT, RoB
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..attention import widened
-from ..capture import HookPoint, NameFilter
+from ..capture import Edit, HookPoint, NameFilter
 from ..errors import InputError
 from ..numerics import head_scores
 from ..tokenizers import Tokenizer
@@ -158,11 +158,14 @@ class Encoder(EncoderModel[EncoderConfig]):
         token_type_ids: Sequence[int] | None = None,
         keep: NameFilter | None = None,
         pair: str | None = None,
+        *,
+        edits: Iterable[Edit] = (),
     ) -> Trace:
         """Trace one sequence: text (needs a tokenizer) or token ids.
 
         `pair`: a second text segment (BERT's sentence B): the tokenizer joins the two with its
-        separator and numbers their segments 0 and 1.
+        separator and numbers their segments 0 and 1. edits: applied in this pass, their names checked first
+        (`intervene`).
         """
         if pair is not None:
             inputs, token_type_ids = self._encode_pair(inputs, pair)
@@ -175,6 +178,7 @@ class Encoder(EncoderModel[EncoderConfig]):
             lambda: self(ids, mask, types, with_head=True),
             keep,
             meta=meta,
+            edits=edits,
             tokens=tokens,
             stack_layers={"encoder": self.config.n_layers},
         )

@@ -22,7 +22,7 @@ can show) and holds, in the core's names:
 from __future__ import annotations
 
 import inspect
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 from ..attention import widened
-from ..capture import NameFilter, any_of, matching
+from ..capture import Edit, NameFilter, any_of, matching
 from ..errors import InputError
 from ..generation import Generation, GenerationSettings, Sampling, traced_steps
 from ..tokenizers import Tokenizer
@@ -123,9 +123,11 @@ class TransformersModel(TracedModel[TransformersConfig]):
             "not read by tformer (only the core's own architectures offer them)"
         )
 
-    def _run(self, **inputs: Any) -> Any:
-        """One forward pass of the wrapped model with every attention matrix and hidden state returned."""
-        with torch.inference_mode():
+    def _run(self, edits: Iterable[Edit] = (), **inputs: Any) -> Any:
+        """One forward pass of the wrapped model with every attention matrix and hidden state returned. edits:
+        as for the core's models, checked first; transformers' modules have no hook points, so any edit is refused
+        (HookNameError) before the pass runs."""
+        with self.intervene(edits), torch.inference_mode():
             return self.hf(**inputs, output_attentions=True, output_hidden_states=True, use_cache=False)
 
     def _trace_meta(self) -> dict:
@@ -215,8 +217,11 @@ class TransformersEncoder(TransformersModel, EncoderModel[TransformersConfig]):
         token_type_ids: Sequence[int] | None = None,
         keep: NameFilter | None = None,
         pair: str | None = None,
+        *,
+        edits: Iterable[Edit] = (),
     ) -> Trace:
-        """Trace one sequence (text or token ids); `pair` is a second segment joined by the tokenizer."""
+        """Trace one sequence (text or token ids); `pair` is a second segment joined by the tokenizer. edits: none
+        can apply (see `_run`)."""
         if pair is not None:
             if self.tokenizer is None or not isinstance(inputs, str) or not inputs.strip() or not pair.strip():
                 raise InputError("a second segment needs text in both segments and a model with a tokenizer")
@@ -227,7 +232,7 @@ class TransformersEncoder(TransformersModel, EncoderModel[TransformersConfig]):
         types = per_token(token_type_ids, ids, "token_type_ids")
         if types is not None and self._takes_types:
             extra["token_type_ids"] = types
-        out = self._run(input_ids=ids, attention_mask=mask, **extra)
+        out = self._run(edits, input_ids=ids, attention_mask=mask, **extra)
         allowed = allowed_cells(ids.shape[1], self.config.causal, mask, ids.device)
         arrays = stack_arrays("encoder", out.attentions, out.hidden_states, _last_hidden(out), allowed)
         arrays.update(head_logits(out, self.config))
@@ -254,12 +259,18 @@ class TransformersDecoder(TransformersModel, CausalLM[TransformersConfig]):
     greedily only (`capabilities.sampling` is False)."""
 
     def trace(
-        self, inputs: TokenInput, attention_mask: Sequence[int] | None = None, keep: NameFilter | None = None
+        self,
+        inputs: TokenInput,
+        attention_mask: Sequence[int] | None = None,
+        keep: NameFilter | None = None,
+        *,
+        edits: Iterable[Edit] = (),
     ) -> Trace:
-        """Trace one sequence (text or token ids); head.logits' last row scores the next token."""
+        """Trace one sequence (text or token ids); head.logits' last row scores the next token. edits: none can
+        apply (see `_run`)."""
         ids, tokens = self._ids(inputs, self.config.vocab_size, self.config.max_positions)
         mask = per_token(attention_mask, ids, "attention_mask")
-        out = self._run(input_ids=ids, attention_mask=mask)
+        out = self._run(edits, input_ids=ids, attention_mask=mask)
         allowed = allowed_cells(ids.shape[1], self.config.causal, mask, ids.device)
         arrays = stack_arrays("decoder", out.attentions, out.hidden_states, _last_hidden(out), allowed)
         arrays.update(head_logits(out, self.config))
@@ -313,13 +324,16 @@ class TransformersSeq2Seq(TransformersModel, EncoderDecoderModel[TransformersCon
         target: TokenInput,
         source_mask: Sequence[int] | None = None,
         keep: NameFilter | None = None,
+        *,
+        edits: Iterable[Edit] = (),
     ) -> Trace:
-        """Trace one pair with teacher forcing: `target` is the decoder's input (starting with its start token)."""
+        """Trace one pair with teacher forcing: `target` is the decoder's input (starting with its start token).
+        edits: none can apply (see `_run`)."""
         c = self.config
         src, src_tokens = self._ids(source, c.vocab_size, c.max_positions, what="source")
         tgt, tgt_tokens = self._ids(target, c.vocab_size, c.max_positions, self.target_tokenizer, "target")
         mask = per_token(source_mask, src, "source_mask")
-        out = self._run(input_ids=src, attention_mask=mask, decoder_input_ids=tgt)
+        out = self._run(edits, input_ids=src, attention_mask=mask, decoder_input_ids=tgt)
         arrays = stack_arrays(
             "encoder",
             out.encoder_attentions,

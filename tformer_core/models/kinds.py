@@ -14,6 +14,8 @@ Every family derives from one of them (`Encoder` and `TransformersEncoder` are b
 view narrows a model it was handed with `isinstance(model, CausalLM)` and then calls what the kind declares;
 the type checker holds each family to its kind's signatures. What differs within a kind (sampling, a
 key/value cache, Q/K/V in traces, a chat template) is declared in `model.capabilities`, never probed.
+Every kind's `trace` takes `edits`, interventions applied in its pass (and in a recurrent model's greedy
+decoding before it), their names checked against `model.hook_names` before anything runs (`TracedModel.intervene`).
 
 A trace's `kind` is its model's. The structure the views read follows from it (`Trace.attention_stacks`):
 an encoder-decoder's and DETR's decoder reads the encoder through cross-attention; MAE's decoder has a
@@ -23,14 +25,14 @@ sequence of its own (every patch) and, like any stack, may have its own number o
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import ClassVar, Protocol
 
 import numpy as np
 import torch
 
-from ..capture import NameFilter
+from ..capture import Edit, NameFilter
 from ..errors import InputError
 from ..generation import Generation, GenerationSettings, Sampling
 from ..inputs.preprocessing import ImagePreprocessing
@@ -57,6 +59,8 @@ class EncoderModel(TracedModel[ConfigT]):
         token_type_ids: Sequence[int] | None = None,
         keep: NameFilter | None = None,
         pair: str | None = None,
+        *,
+        edits: Iterable[Edit] = (),
     ) -> Trace:
         """Trace one sequence: text (needs a tokenizer) or token ids; `pair` is a second text segment."""
 
@@ -70,7 +74,12 @@ class CausalLM(TracedModel[ConfigT]):
 
     @abstractmethod
     def trace(
-        self, inputs: TokenInput, attention_mask: Sequence[int] | None = None, keep: NameFilter | None = None
+        self,
+        inputs: TokenInput,
+        attention_mask: Sequence[int] | None = None,
+        keep: NameFilter | None = None,
+        *,
+        edits: Iterable[Edit] = (),
     ) -> Trace:
         """Trace one sequence: text (needs a tokenizer) or token ids."""
 
@@ -124,6 +133,8 @@ class EncoderDecoderModel(TracedModel[ConfigT]):
         target: TokenInput,
         source_mask: Sequence[int] | None = None,
         keep: NameFilter | None = None,
+        *,
+        edits: Iterable[Edit] = (),
     ) -> Trace:
         """Trace one pair with teacher forcing: `target` is the decoder's input (starting with its start token)."""
 
@@ -147,11 +158,15 @@ class VisionModel(TracedModel[ConfigT]):
     preprocessing: ImagePreprocessing | None
 
     @abstractmethod
-    def trace(self, image: torch.Tensor | np.ndarray, keep: NameFilter | None = None) -> Trace:
+    def trace(
+        self, image: torch.Tensor | np.ndarray, keep: NameFilter | None = None, *, edits: Iterable[Edit] = ()
+    ) -> Trace:
         """Trace one preprocessed image (C, H, W) or (1, C, H, W)."""
 
     @abstractmethod
-    def trace_batch(self, images: torch.Tensor | np.ndarray, keep: NameFilter | None = None) -> list[Trace]:
+    def trace_batch(
+        self, images: torch.Tensor | np.ndarray, keep: NameFilter | None = None, *, edits: Iterable[Edit] = ()
+    ) -> list[Trace]:
         """Trace a batch (B, C, H, W) in one pass; one Trace per image."""
 
 
@@ -176,6 +191,8 @@ class MaskedAutoencoder(TracedModel[ConfigT]):
         seed: int = 0,
         noise: torch.Tensor | None = None,
         keep: NameFilter | None = None,
+        *,
+        edits: Iterable[Edit] = (),
     ) -> Trace:
         """Trace one preprocessed image (C, H, W) with the patches masked by `seed` (or by `noise` (1, N):
         the patches with the smallest numbers are kept)."""
@@ -199,7 +216,9 @@ class DetectionModel(TracedModel[ConfigT]):
     main_stack: ClassVar[str] = "encoder"
 
     @abstractmethod
-    def trace(self, image: torch.Tensor | np.ndarray, keep: NameFilter | None = None) -> Trace:
+    def trace(
+        self, image: torch.Tensor | np.ndarray, keep: NameFilter | None = None, *, edits: Iterable[Edit] = ()
+    ) -> Trace:
         """Trace one preprocessed picture (C, H, W); the feature grid follows its size."""
 
     @property
@@ -231,7 +250,7 @@ class PoolingModel(TracedModel[ConfigT]):
     tokenizer: WordTokenizing | None
 
     @abstractmethod
-    def trace(self, inputs: TokenInput, keep: NameFilter | None = None) -> Trace:
+    def trace(self, inputs: TokenInput, keep: NameFilter | None = None, *, edits: Iterable[Edit] = ()) -> Trace:
         """Trace one sentence: text (needs a tokenizer) or word ids."""
 
     def words(self, text: str) -> list[str]:
@@ -260,7 +279,14 @@ class RecurrentSeq2Seq(TracedModel[ConfigT]):
     target_tokenizer: WordTokenizing | None
 
     @abstractmethod
-    def trace(self, source: TokenInput, target: TokenInput | None = None, keep: NameFilter | None = None) -> Trace:
+    def trace(
+        self,
+        source: TokenInput,
+        target: TokenInput | None = None,
+        keep: NameFilter | None = None,
+        *,
+        edits: Iterable[Edit] = (),
+    ) -> Trace:
         """Trace one translation: the model's own greedy output (target None) or a given target (teacher
         forcing, starting with the start token)."""
 

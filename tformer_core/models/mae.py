@@ -18,6 +18,7 @@ patches kept, in the order the encoder reads them, encoder.embed.out (B, 1 + kep
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -25,7 +26,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..capture import HookPoint, NameFilter, any_of, matching
+from ..capture import Edit, HookPoint, NameFilter, any_of, matching
 from ..errors import InputError
 from ..inputs.preprocessing import ImagePreprocessing
 from ..trace import Trace, stored_by_default
@@ -201,12 +202,15 @@ class MAE(MaskedAutoencoder[MAEConfig]):
         seed: int = 0,
         noise: torch.Tensor | None = None,
         keep: NameFilter | None = None,
+        *,
+        edits: Iterable[Edit] = (),
     ) -> Trace:
         """Trace one preprocessed image (C, H, W) with the patches masked by `seed` (or by `noise` (1, N)).
 
         tokens: the encoder's ([CLS] and the visible patches, in the order they were kept); target_tokens:
         the decoder's ([CLS] and every patch); encoder.embed.mask [N] (1 for a masked patch, in picture order)
-        and encoder.embed.kept are in the trace whatever `keep` says."""
+        and encoder.embed.kept are in the trace whatever `keep` says. edits: applied in this pass, their names
+        checked first (`intervene`)."""
         c = self.config
         x = image_input(image, c, self.device, self.dtype)  # the same checks as a ViT's input
         noise = (self.noise(seed) if noise is None else torch.as_tensor(noise).reshape(1, -1)).to(x.device, x.dtype)
@@ -215,6 +219,7 @@ class MAE(MaskedAutoencoder[MAEConfig]):
         trace = self._trace(
             lambda: self(x, noise)[0],
             any_of(_MASKING, keep or stored_by_default),
+            edits=edits,
             tokens=(),
             stack_layers={"encoder": c.n_layers, "decoder": c.decoder_n_layers},
             grid_hw=c.grid_hw,

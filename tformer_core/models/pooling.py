@@ -12,13 +12,14 @@ at -inf), pool.weights alpha (B, T), pool.context c (B, H), head.logits (B, clas
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from ..attention import attention_logits, attention_weights
-from ..capture import HookPoint, NameFilter
+from ..capture import Edit, HookPoint, NameFilter
 from ..trace import Trace
 from .base import TokenInput
 from .kinds import PoolingModel
@@ -126,7 +127,8 @@ class PoolingClassifier(PoolingModel[PoolingConfig]):
         words = torch.ones_like(ids, dtype=torch.bool) if mask is None else mask.bool()  # (B, T)
         return self.head(self.pool(self.encoder(ids), words))  # (B, classes)
 
-    def trace(self, inputs: TokenInput, keep: NameFilter | None = None) -> Trace:
-        """Trace one sentence (text, or word ids): the weights over its words and the prediction."""
+    def trace(self, inputs: TokenInput, keep: NameFilter | None = None, *, edits: Iterable[Edit] = ()) -> Trace:
+        """Trace one sentence (text, or word ids): the weights over its words and the prediction; edits: applied in
+        this pass, their names checked first (`intervene`)."""
         ids, tokens = self._ids(inputs, self.config.vocab_size, self.config.max_positions, what="sentence")
-        return self._trace(lambda: self(ids), keep, tokens=tokens, stack_layers={})
+        return self._trace(lambda: self(ids), keep, edits=edits, tokens=tokens, stack_layers={})

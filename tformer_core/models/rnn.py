@@ -16,18 +16,21 @@ The score functions are tformer_core.scores'; the scores become weights by tform
 
 Hooks (batch first): encoder.states (B, J, H) the annotations, decoder.states (B, M, H), attn.energies
 (B, M, J) (padding at -inf), attn.weights (B, M, J) alpha, attn.context (B, M, H), head.logits (B, M, V).
-Each is recorded once for all steps (stacked), so one capture holds the whole alignment.
+Each is recorded once for all steps (stacked), so one capture holds the whole alignment. So only encoder.states
+and head.logits lie on the computation's path: an edit of decoder.states or attn.* changes what the trace holds,
+not the steps computed after it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from ..attention import attention_logits, attention_weights
-from ..capture import HookPoint, NameFilter
+from ..capture import Edit, HookPoint, NameFilter
 from ..errors import InputError
 from ..scores import additive_scores, bilinear_scores, dot_scores
 from ..trace import Trace
@@ -220,16 +223,28 @@ class RNNSeq2Seq(RecurrentSeq2Seq[RNNConfig]):
                 break
         return out
 
-    def trace(self, source: TokenInput, target: TokenInput | None = None, keep: NameFilter | None = None) -> Trace:
+    def trace(
+        self,
+        source: TokenInput,
+        target: TokenInput | None = None,
+        keep: NameFilter | None = None,
+        *,
+        edits: Iterable[Edit] = (),
+    ) -> Trace:
         """Trace one translation: the model's own greedy output (target None) or a given target (teacher
         forcing; text or ids starting with <bos>). `target_tokens` are the decoder's inputs, <bos> first:
-        row m of attn.weights is the step that reads target_tokens[m] and predicts the next word."""
-        tgt_tok = self.target_tokenizer
-        src, tokens = self._ids(source, self.config.src_vocab_size, self.config.max_positions, what="sentence")
-        if target is None:
-            if tgt_tok is None:
-                raise InputError("greedy decoding needs the model's target tokenizer")
-            ids = self.greedy_batch(src, torch.ones_like(src), tgt_tok.bos_id, tgt_tok.eos_id, self.max_tokens - 1)
-            target = [tgt_tok.bos_id, *ids[0]]
-        tgt, target_tokens = self._ids(target, self.config.tgt_vocab_size, None, tokenizer=tgt_tok, what="target")
-        return self._trace(lambda: self(src, tgt), keep, tokens=tokens, target_tokens=target_tokens, stack_layers={})
+        row m of attn.weights is the step that reads target_tokens[m] and predicts the next word. edits: applied
+        in the greedy decoding and in the traced pass, their names checked before either (`intervene`)."""
+        with self.intervene(edits):  # around both passes: the traced one reads the edited model's own output
+            tgt_tok = self.target_tokenizer
+            src, tokens = self._ids(source, self.config.src_vocab_size, self.config.max_positions, what="sentence")
+            if target is None:
+                if tgt_tok is None:
+                    raise InputError("greedy decoding needs the model's target tokenizer")
+                bos, eos = tgt_tok.bos_id, tgt_tok.eos_id
+                ids = self.greedy_batch(src, torch.ones_like(src), bos, eos, self.max_tokens - 1)
+                target = [bos, *ids[0]]
+            tgt, target_tokens = self._ids(target, self.config.tgt_vocab_size, None, tokenizer=tgt_tok, what="target")
+            return self._trace(
+                lambda: self(src, tgt), keep, tokens=tokens, target_tokens=target_tokens, stack_layers={}
+            )

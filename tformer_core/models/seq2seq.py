@@ -7,13 +7,13 @@ keys and values come from the encoder output ("memory").
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
-from ..capture import NameFilter, matching
+from ..capture import Edit, NameFilter, matching
 from ..errors import InputError
 from ..generation import Generation, GenerationSettings, choose_next, traced_steps
 from ..tokenizers import Tokenizer
@@ -119,8 +119,11 @@ class EncoderDecoder(EncoderDecoderModel[Seq2SeqConfig]):
         target: TokenInput,
         source_mask: Sequence[int] | None = None,
         keep: NameFilter | None = None,
+        *,
+        edits: Iterable[Edit] = (),
     ) -> Trace:
-        """Trace one pair with teacher forcing: `target` is the decoder's input (starting with BOS)."""
+        """Trace one pair with teacher forcing: `target` is the decoder's input (starting with BOS). edits: applied
+        in this pass, their names checked first (`intervene`)."""
         c = self.config
         src, src_tokens = self._ids(source, c.src_vocab_size, c.max_positions, what="source")
         tgt, tgt_tokens = self._ids(target, c.tgt_vocab_size, c.max_positions, self.target_tokenizer, "target")
@@ -129,6 +132,7 @@ class EncoderDecoder(EncoderDecoderModel[Seq2SeqConfig]):
             lambda: self(src, tgt, mask),
             keep,
             meta={"predict_position": -1},
+            edits=edits,
             tokens=src_tokens,
             target_tokens=tgt_tokens,
             stack_layers={"encoder": c.n_encoder_layers, "decoder": c.n_decoder_layers},

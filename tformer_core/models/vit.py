@@ -8,7 +8,7 @@ and a pre-norm encoder runs over the sequence. The MLP head reads the class toke
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from ..attention import widened
-from ..capture import HookPoint, NameFilter
+from ..capture import Edit, HookPoint, NameFilter
 from ..inputs.preprocessing import ImagePreprocessing
 from ..trace import Trace
 from .base import Capabilities, LinearReadout
@@ -229,16 +229,22 @@ class ViT(VisionModel[ViTConfig]):
             n_prefix_tokens=c.n_prefix_tokens,
         )
 
-    def trace(self, image: torch.Tensor | np.ndarray, keep: NameFilter | None = None) -> Trace:
-        """Trace one preprocessed image (C, H, W) or (1, C, H, W)."""
+    def trace(
+        self, image: torch.Tensor | np.ndarray, keep: NameFilter | None = None, *, edits: Iterable[Edit] = ()
+    ) -> Trace:
+        """Trace one preprocessed image (C, H, W) or (1, C, H, W); edits: applied in this pass, their names
+        checked first (`intervene`)."""
         x = self._image(image)
-        return self._trace(lambda: self(x), keep, **self._trace_fields())
+        return self._trace(lambda: self(x), keep, edits=edits, **self._trace_fields())
 
-    def trace_batch(self, images: torch.Tensor | np.ndarray, keep: NameFilter | None = None) -> list[Trace]:
+    def trace_batch(
+        self, images: torch.Tensor | np.ndarray, keep: NameFilter | None = None, *, edits: Iterable[Edit] = ()
+    ) -> list[Trace]:
         """Trace a batch (B, C, H, W) in one pass; one Trace per image. Use `keep` to hold only what you need
-        (e.g. the attention weights for mean attention distance over many images)."""
+        (e.g. the attention weights for mean attention distance over many images); edits: applied to every image's
+        row, their names checked first."""
         batch = torch.as_tensor(images)
         if batch.dim() != 4 or batch.shape[0] == 0:
             raise ValueError(f"expected a batch of images (B, C, H, W), got shape {tuple(batch.shape)}")
         x = images_input(batch, self.config, self.device, self.dtype)  # checked as trace() checks one
-        return self._trace_batch(lambda: self(x), keep, x.shape[0], **self._trace_fields())
+        return self._trace_batch(lambda: self(x), keep, x.shape[0], edits, **self._trace_fields())
