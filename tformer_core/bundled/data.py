@@ -39,13 +39,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from .tokenizer import SPECIAL_TOKENS, UNK  # ids 0, 1, 2, 3 in both vocabularies
+
 # The training image stream is seeded far from the small seeds evaluation uses, so a training
 # batch can never be an evaluation sample drawn with the same number.
 TRAIN_STREAM_OFFSET = 2**40
-
-# ---- special tokens ----------------------------------------------------------------------
-PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
-SPECIAL_TOKENS = (PAD, BOS, EOS, UNK)  # ids 0, 1, 2, 3 in both vocabularies
 
 # ---- lexicon: (source word, target word) -------------------------------------------------
 DETERMINERS = (("the", "ta"), ("a", "na"), ("this", "ki"), ("that", "ko"), ("every", "sen"))
