@@ -16,8 +16,7 @@ import numpy as np
 import pandas as pd
 from PIL import Image
 
-from tformer_core import classroom
-from tformer_core.bundled import corpora
+from tformer_train import classroom, corpora
 
 from .charts.spec import cell_px, channel, fitting, heatmap, layered, named_data
 

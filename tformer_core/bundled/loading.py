@@ -2,7 +2,7 @@
 
 Each asset folder holds `config.json` (family, core config, special token ids, preprocessing),
 `model.safetensors`, the vocabulary or label files and `MODEL_CARD.md`. They are written by
-`python -m tformer_core.bundled.train <name>`; nothing here reaches the network.
+`python -m tformer_train.train <name>`; nothing here reaches the network.
 """
 
 from __future__ import annotations
@@ -131,7 +131,7 @@ def load_from_dir(
     for needed in (CONFIG_FILE, WEIGHTS_FILE):
         if not (folder / needed).is_file():
             raise CheckpointError(
-                f"{shown} has no {needed}: write it with `python -m tformer_core.bundled.train <name> --out {shown}`"
+                f"{shown} has no {needed}: write it with `python -m tformer_train.train <name> --out {shown}`"
             )
     meta = read_json(folder / CONFIG_FILE, f"{shown}/{CONFIG_FILE}")
     family = meta.get("family")

@@ -1,9 +1,9 @@
 """Train the bundled didactic models, reproducibly, on generated data.
 
-    python -m tformer_core.bundled.train translator            # -> ./trained/translator/
-    python -m tformer_core.bundled.train vit-tiny              # -> ./trained/vit-tiny/
-    python -m tformer_core.bundled.train mae-tiny              # -> ./trained/mae-tiny/ (also detr-tiny)
-    python -m tformer_core.bundled.train vit-tiny --steps 50 --seed 1 --out /tmp/vit
+    python -m tformer_train.train translator            # -> ./trained/translator/
+    python -m tformer_train.train vit-tiny              # -> ./trained/vit-tiny/
+    python -m tformer_train.train mae-tiny              # -> ./trained/mae-tiny/ (also detr-tiny)
+    python -m tformer_train.train vit-tiny --steps 50 --seed 1 --out /tmp/vit
 
 The shipped models in assets/ are never overwritten by default: to replace one deliberately, train
 into its folder (`--out assets/vit-tiny`) and commit the new files with their model card.
@@ -40,12 +40,7 @@ import torch.nn.functional as F
 from safetensors.torch import save_file
 from torch import nn
 
-from ..models.seq2seq import EncoderDecoder, Seq2SeqConfig
-from ..models.vit import ViT, ViTConfig
-from . import data as td
-from .cards import write_card
-from .evaluation import evaluate_translator, evaluate_vit, pad_batch
-from .loading import (
+from tformer_core.bundled.loading import (
     CONFIG_FILE,
     WEIGHTS_FILE,
     config_to_dict,
@@ -54,7 +49,13 @@ from .loading import (
     preprocessing_from_meta,
     write_lines,
 )
-from .tokenizer import WordTokenizer
+from tformer_core.bundled.tokenizer import WordTokenizer
+from tformer_core.models.seq2seq import EncoderDecoder, Seq2SeqConfig
+from tformer_core.models.vit import ViT, ViTConfig
+
+from . import data as td
+from .cards import write_card
+from .evaluation import evaluate_translator, evaluate_vit, pad_batch
 
 # Where a run writes by default (relative to the working directory): never the tracked assets/.
 DEFAULT_OUT = Path("trained")
@@ -369,7 +370,7 @@ def _write(
 
 
 def _command(name: str, steps: int | None, seed: int, threads: int) -> str:
-    parts = ["python -m tformer_core.bundled.train", name]
+    parts = ["python -m tformer_train.train", name]
     if steps is not None:
         parts += ["--steps", str(steps)]
     if seed != 0:
@@ -395,7 +396,7 @@ def all_trainers() -> dict[str, Callable[..., RunResult]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tformer_core.bundled.train", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m tformer_train.train", description=__doc__.split("\n\n")[0])
     trainers = all_trainers()
     parser.add_argument("name", choices=sorted(trainers), help="which bundled model to train")
     parser.add_argument("--steps", type=int, default=None, help="optimizer steps (default: the recipe's)")

@@ -1,6 +1,6 @@
 """The bundled masked autoencoder: a small ViT-MAE trained by this project on generated shape scenes.
 
-    python -m tformer_core.bundled.train mae-tiny        # -> ./trained/mae-tiny/
+    python -m tformer_train.train mae-tiny        # -> ./trained/mae-tiny/
 
 The pictures are vit-tiny's (`data.make_scenes`: 32 x 32, one shape on a striped, graded, noisy
 background), cut into 64 patches of 4 x 4 pixels; 75 % of them are masked at random and the model rebuilds
@@ -22,10 +22,11 @@ from pathlib import Path
 
 import torch
 
-from ..models.mae import MAE, MAEConfig, pixel_patches
+from tformer_core.bundled.loading import config_to_dict, preprocessing_from_meta
+from tformer_core.models.mae import MAE, MAEConfig, pixel_patches
+
 from . import data as td
 from .evaluation import EVAL_SEED
-from .loading import config_to_dict, preprocessing_from_meta
 from .train import (
     DEFAULT_OUT,
     VIT_PREPROCESSING,

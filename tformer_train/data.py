@@ -39,7 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .tokenizer import SPECIAL_TOKENS, UNK  # ids 0, 1, 2, 3 in both vocabularies
+from tformer_core.bundled.tokenizer import SPECIAL_TOKENS, UNK  # ids 0, 1, 2, 3 in both vocabularies
 
 # The training image stream is seeded far from the small seeds evaluation uses, so a training
 # batch can never be an evaluation sample drawn with the same number.

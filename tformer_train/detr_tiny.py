@@ -1,6 +1,6 @@
 """The bundled DETR: a small detector trained by this project on generated scenes of several shapes.
 
-    python -m tformer_core.bundled.train detr-tiny       # -> ./trained/detr-tiny/
+    python -m tformer_train.train detr-tiny       # -> ./trained/detr-tiny/
 
 64 x 64 scenes of 1 to 4 shapes of the eight classes (`data.make_detection_scenes`), each with its class
 and its box. The model is the core's `DETR`: a tiny ResNet (transformers' ResNetBackbone, basic blocks,
@@ -25,11 +25,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..models.detr import DETR, DETRConfig
+from tformer_core.bundled.loading import config_to_dict, detr_preprocessing_from_meta
+from tformer_core.models.detr import DETR, DETRConfig
+
 from . import data as td
 from .boxes import assign, box_iou, cxcywh_to_xyxy, generalized_iou, xyxy_to_cxcywh
 from .evaluation import EVAL_SEED
-from .loading import config_to_dict, detr_preprocessing_from_meta
 from .train import DEFAULT_OUT, Recipe, RunResult, _command, _environment, _optimise, _write, deterministic
 
 Log = Callable[[str], None]
