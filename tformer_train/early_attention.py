@@ -37,9 +37,18 @@ from tformer_core.models.rnn import RNNConfig, RNNSeq2Seq
 from . import corpora
 from . import data as td
 from .evaluation import EVAL_SEED, pad_batch
-from .train import DEFAULT_OUT, Recipe, RunResult, _command, _environment, _optimise, _write, deterministic
+from .runs import (
+    DEFAULT_OUT,
+    Log,
+    Recipe,
+    RunResult,
+    command_line,
+    deterministic,
+    environment_record,
+    optimise,
+    write_run,
+)
 
-Log = Callable[[str], None]
 VOCAB_FILE, LABELS_FILE = "vocab.txt", "labels.txt"
 
 
@@ -251,14 +260,14 @@ RNN_UNK_RATE = 0.03
 def _run(model, recipe: Recipe, loss: Callable, seed: int, threads: int, log: Log, name: str, command: str):
     """Optimise under `deterministic`; returns the meta record of the run."""
     start = time.perf_counter()
-    final_loss = _optimise(model, recipe, loss, log, name)
+    final_loss = optimise(model, recipe, loss, log, name)
     return {
         "command": command,
         "seed": seed,
         "recipe": asdict(recipe),
         "final_train_loss": round(final_loss, 5),
         "train_seconds": round(time.perf_counter() - start, 1),
-        "environment": _environment(threads),
+        "environment": environment_record(threads),
     }
 
 
@@ -285,11 +294,11 @@ def train_sentiment(
             threads,
             log,
             name,
-            _command(name, steps, seed, threads),
+            command_line(name, steps, seed, threads),
         )
     meta = {**sentiment_meta(pooling, model), "training": training}
     files = {VOCAB_FILE: tokenizer.vocab}
-    return _write(
+    return write_run(
         model, Path(out) if out else DEFAULT_OUT / name, meta, files, evaluate_sentiment if evaluate else None, log
     )
 
@@ -309,10 +318,12 @@ def train_rnn(
     with deterministic(seed, threads):
         model = RNNSeq2Seq(rnn_config(score))
         loss = rnn_loss(model, recipe.batch_size, seed, RNN_UNK_RATE)
-        training = _run(model, recipe, loss, seed, threads, log, name, _command(name, steps, seed, threads))
+        training = _run(model, recipe, loss, seed, threads, log, name, command_line(name, steps, seed, threads))
     meta = {**rnn_meta(score, model), "training": {**training, "unk_rate": RNN_UNK_RATE}}
     files = {"source_vocab.txt": td.SOURCE_VOCAB, "target_vocab.txt": td.TARGET_VOCAB}
-    return _write(model, Path(out) if out else DEFAULT_OUT / name, meta, files, evaluate_rnn if evaluate else None, log)
+    return write_run(
+        model, Path(out) if out else DEFAULT_OUT / name, meta, files, evaluate_rnn if evaluate else None, log
+    )
 
 
 TRAINERS = {
