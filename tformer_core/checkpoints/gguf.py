@@ -37,8 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import settings
+from .common import Progress
 from .errors import CheckpointError
-from .sources import Progress
 
 try:
     import fcntl
