@@ -162,7 +162,7 @@ def residual_patching(
 ) -> ResidualPatching:
     """Patch B's residual stream into A at every layer x position, one cell a batch row (see the module
     docstring). answers: (A's answer, B's answer) token ids, default `answers_of` the two inputs' logits."""
-    probes._require_core(model)
+    probes.require_core(model)
     c = model.config
     with torch.inference_mode(False):
         ids_a, tokens_a = model._ids(a, c.vocab_size, c.max_positions)

@@ -191,7 +191,7 @@ HOMES = {
     "softmax": ["tformer_core/numerics.py"],
     "head_scores": ["tformer_core/numerics.py"],
     "tex": ["tformer_views/lessons/attention.py"],
-    "_factor": ["tformer_views/lessons/attention.py"],
+    "as_factor": ["tformer_views/lessons/attention.py"],
     "finite_float": ["tformer_app/url.py"],
     "text_embedding": ["tformer_core/models/layers.py"],
 }

@@ -623,14 +623,15 @@ def tex(x: float, digits: int = 4) -> str:
     return power if mantissa == "1" else rf"{mantissa} \times {power}"
 
 
-def _factor(x: float) -> str:
+def as_factor(x: float) -> str:
+    """x written as a factor of a product ("2", "(-0.5)"): a negative number in parentheses."""
     s = fmt(x)
     return f"({s})" if s.startswith("-") else s
 
 
 def dot_written_out(a: np.ndarray, b: np.ndarray) -> str:
     """ "1·0 + 0·1 + 2·1" for a·b (negative factors in parentheses)."""
-    return " + ".join(f"{_factor(x)}·{_factor(y)}" for x, y in zip(a, b))
+    return " + ".join(f"{as_factor(x)}·{as_factor(y)}" for x, y in zip(a, b))
 
 
 @dataclass(frozen=True, eq=False)
