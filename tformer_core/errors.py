@@ -9,6 +9,8 @@ writes to the server's log, never as if the input were wrong. Subclasses say whe
 
 from __future__ import annotations
 
+__all__ = ["InputError"]
+
 
 class InputError(ValueError):
     """Something the user gave cannot be used; the message says why and what to do, for the user."""

@@ -33,6 +33,16 @@ from .interventions import branch
 from .models.decoder import Decoder
 from .workload import Workload
 
+__all__ = [
+    "Progress",
+    "ResidualPatching",
+    "UnequalInputs",
+    "answers_of",
+    "patching_workload",
+    "residual_patching",
+    "unequal_inputs_message",
+]
+
 Progress = Callable[[float, str], None]
 
 

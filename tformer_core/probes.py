@@ -36,6 +36,21 @@ from .models.seq2seq import EncoderDecoder
 from .models.vit import ViT, image_input
 from .workload import Workload
 
+__all__ = [
+    "ROW_TOKENS",
+    "HeadImportance",
+    "Probe",
+    "Progress",
+    "class_probe",
+    "head_importance",
+    "head_importance_workload",
+    "next_token_probe",
+    "require_core",
+    "similarity_probe",
+    "study_heads",
+    "translation_probe",
+]
+
 Progress = Callable[[float, str], None]
 ROW_TOKENS = 8192  # rows x tokens of one batched pass: SmolLM2's FFN holds 8192 x 1536 floats (50 MB) at most
 

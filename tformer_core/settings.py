@@ -28,6 +28,22 @@ from typing import Any
 
 import torch
 
+__all__ = [
+    "MIN_TOKEN_CHARS",
+    "REPO_ROOT",
+    "SETTINGS",
+    "Setting",
+    "cache_dir",
+    "check_environment",
+    "device",
+    "gpu_bytes",
+    "image_dirs",
+    "megabytes",
+    "model_dirs",
+    "request_flops",
+    "value",
+]
+
 log = logging.getLogger("tformer_core")
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

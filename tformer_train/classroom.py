@@ -44,6 +44,35 @@ from tformer_core.models.vit import ViT, ViTConfig
 
 from . import corpora
 
+__all__ = [
+    "DIGIT_PREPROCESSING",
+    "D_MODELS",
+    "FIXED_SENTENCE",
+    "HEADS",
+    "LIMITS",
+    "LN_EPS",
+    "MAX_WORDS",
+    "TRAIN_THREADS",
+    "Cancelled",
+    "Epoch",
+    "ImageJob",
+    "Job",
+    "LectureEncoderBlock",
+    "LectureTextClassifier",
+    "Progress",
+    "Report",
+    "Result",
+    "TextJob",
+    "Trainable",
+    "digit_pixels",
+    "initialise",
+    "steps_per_epoch",
+    "text_tokenizer",
+    "thread_count",
+    "to_core_encoder",
+    "train",
+]
+
 LN_EPS = 1e-6  # the lectures' LayerNorm
 # The training's matrices are small (64 sentences x 41 words x d_model 64): two threads gain little on a quiet
 # CPU, and on a server whose other cores serve other sessions they spin against each other (benchmarks/train.py:

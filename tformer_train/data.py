@@ -41,6 +41,40 @@ import torch
 
 from tformer_core.bundled.tokenizer import SPECIAL_TOKENS, UNK  # ids 0, 1, 2, 3 in both vocabularies
 
+__all__ = [
+    "ADJECTIVES",
+    "ADVERBS",
+    "DETECTION_IMAGE_SIZE",
+    "DETERMINERS",
+    "DICTIONARY",
+    "HELD_OUT_PERCENT",
+    "IMAGE_SIZE",
+    "INTRANSITIVE_VERBS",
+    "MAX_OBJECTS",
+    "MAX_SOURCE_WORDS",
+    "MAX_TARGET_WORDS",
+    "NOUNS",
+    "OBJECT_PARTICLE",
+    "PREPOSITIONS",
+    "SCENE_PREPROCESSING",
+    "SHAPE_CLASSES",
+    "SOURCE_VOCAB",
+    "SUBJECT_PARTICLE",
+    "TARGET_VOCAB",
+    "TRAIN_STREAM_OFFSET",
+    "TRANSITIVE_VERBS",
+    "DetectionScenes",
+    "Pair",
+    "Scenes",
+    "Uniform",
+    "is_held_out",
+    "make_detection_scenes",
+    "make_scenes",
+    "patch_coverage",
+    "random_pair",
+    "sample_pairs",
+]
+
 # The training image stream is seeded far from the small seeds evaluation uses, so a training
 # batch can never be an evaluation sample drawn with the same number.
 TRAIN_STREAM_OFFSET = 2**40

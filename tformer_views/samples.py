@@ -26,6 +26,17 @@ from tformer_train.data import SHAPE_CLASSES, make_detection_scenes, make_scenes
 
 from .pictures import to_png
 
+__all__ = [
+    "IMAGE_SUFFIXES",
+    "MAX_FOLDER_IMAGES",
+    "PHOTOS_DIR",
+    "digit_samples",
+    "first_digit",
+    "image_dirs",
+    "reads_digits",
+    "samples",
+]
+
 PHOTOS_DIR = ASSETS_DIR / "samples"
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp", ".tif", ".tiff", ".gif")
 MAX_FOLDER_IMAGES = 64

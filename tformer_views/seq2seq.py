@@ -35,6 +35,22 @@ from tformer_train import data as td
 from .text import HeadMatrix, mask_tensor
 from .tokens import display_tokens
 
+__all__ = [
+    "DEFAULT_SOURCES",
+    "MAX_NEW_TOKENS",
+    "Step",
+    "Translation",
+    "alignment",
+    "at_step",
+    "output_text",
+    "require_seq2seq",
+    "target_ids",
+    "teacher_agreement",
+    "teacher_force",
+    "translate",
+    "vocabulary",
+]
+
 DEFAULT_SOURCES = {
     "translator": "the big dog chases a small cat near the river",
     "Helsinki-NLP/opus-mt-en-de": "The animal didn't cross the street because it was too tired.",

@@ -20,6 +20,18 @@ from tformer_train import classroom, corpora
 
 from .charts.spec import cell_px, channel, fitting, heatmap, layered, named_data
 
+__all__ = [
+    "ACCURACY_COLOUR",
+    "LOSS_COLOUR",
+    "curves",
+    "curves_chart",
+    "fixed_digit",
+    "grid_side",
+    "snapshot",
+    "snapshot_chart",
+    "summary",
+]
+
 
 def curves(epochs: Sequence[classroom.Epoch]) -> pd.DataFrame:
     """One row per (epoch, series): the mean training loss and the validation accuracy, epochs from 1."""

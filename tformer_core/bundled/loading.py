@@ -32,6 +32,26 @@ from ..models.vit import ViT, ViTConfig
 from .sentence_tokenizer import SentenceTokenizer
 from .tokenizer import WordTokenizer
 
+__all__ = [
+    "ASSETS_DIR",
+    "BUNDLED_MODELS",
+    "CARD_FILE",
+    "CONFIG_FILE",
+    "FAMILIES",
+    "WEIGHTS_FILE",
+    "asset_dir",
+    "config_to_dict",
+    "detr_preprocessing_from_meta",
+    "file_sha256",
+    "load_bundled",
+    "load_from_dir",
+    "model_card",
+    "preprocessing_from_meta",
+    "read_lines",
+    "recorded",
+    "write_lines",
+]
+
 ASSETS_DIR = Path(__file__).resolve().parents[2] / "assets"
 # name -> folder in assets/
 BUNDLED_MODELS: dict[str, str] = {

@@ -14,6 +14,8 @@ from collections.abc import Iterable
 
 from .tokenizer import SPECIAL_TOKENS, WordTokenizer
 
+__all__ = ["SentenceTokenizer", "build_vocabulary", "sentence_words"]
+
 _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
 
 

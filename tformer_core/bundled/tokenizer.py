@@ -7,6 +7,8 @@ from collections.abc import Sequence
 
 from ..tokenizers import word_ends
 
+__all__ = ["BOS", "EOS", "PAD", "SPECIAL_TOKENS", "UNK", "WordTokenizer"]
+
 # Every vocabulary of the bundled models starts with these, ids 0, 1, 2, 3 (the loader checks them).
 PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
 SPECIAL_TOKENS = (PAD, BOS, EOS, UNK)

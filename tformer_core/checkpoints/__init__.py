@@ -246,4 +246,4 @@ def _check_generation_ids(model: TracedModel) -> None:
             )
 
 
-__all__ = ["CheckpointError", "load_folder", "load_model", "supported_model_types"]
+__all__ = ["BUNDLED_TEXT", "CheckpointError", "load_folder", "load_model", "supported_model_types"]

@@ -29,6 +29,24 @@ from .errors import CheckpointError
 from .hfconfig import read_json
 from .limits import check_params, hub_max_bytes, megabytes
 
+__all__ = [
+    "HUB_MIN_BYTES_PER_S",
+    "HUB_TIMEOUT_S",
+    "MAX_FOLDER_ENTRIES",
+    "OFFLINE_HINT",
+    "REPO_ROOT",
+    "display_name",
+    "hub_folder",
+    "local_folder",
+    "local_model_folders",
+    "local_model_names",
+    "local_models",
+    "looks_like_path",
+    "minilm_folder",
+    "model_dirs",
+    "validate_hub_id",
+]
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # Every request to the hub (metadata, each file's headers) gives up after this; huggingface_hub's own
 # HF_HUB_ETAG_TIMEOUT, when set, wins for the headers, and HF_HUB_DOWNLOAD_TIMEOUT (default 10 s) bounds

@@ -24,6 +24,31 @@ from ..attention import HALF_PRECISION, attention_logits, attention_weights, gro
 from ..capture import HookPoint
 from .positional import RelativePositionBias, Rope, RotaryEmbedding, apply_rotary, make_positions
 
+__all__ = [
+    "ACTIVATIONS",
+    "NORM_PLACEMENTS",
+    "NORM_TYPES",
+    "Block",
+    "BlockConfig",
+    "FeedForward",
+    "KVCache",
+    "LMHead",
+    "LayerCache",
+    "MultiHeadAttention",
+    "PatchEmbedding",
+    "PatchInputConfig",
+    "RMSNorm",
+    "Stack",
+    "TextEmbedding",
+    "TextInputConfig",
+    "causal_mask",
+    "causal_window_mask",
+    "key_padding_mask",
+    "make_norm",
+    "patchify",
+    "text_embedding",
+]
+
 ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "relu": F.relu,
     "gelu": F.gelu,  # exact (erf) GELU: BERT, ViT

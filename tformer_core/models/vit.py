@@ -24,6 +24,8 @@ from .base import Capabilities, LinearReadout
 from .kinds import VisionModel
 from .layers import BlockConfig, PatchEmbedding, Stack
 
+__all__ = ["ClassHead", "ViT", "ViTConfig", "image_input", "images_input", "patch_labels"]
+
 
 @dataclass(frozen=True, kw_only=True)
 class ViTConfig(BlockConfig):

@@ -33,6 +33,20 @@ from torch import nn
 from .layers import Block, FeedForward, MultiHeadAttention, PatchEmbedding, Stack, TextEmbedding
 from .positional import LearnedPositions, SinusoidalPositions
 
+__all__ = [
+    "AttentionWeights",
+    "BlockWeights",
+    "FFNWeights",
+    "NormWeights",
+    "PatchWeights",
+    "StackWeights",
+    "attention_weights_of",
+    "block_weights",
+    "ffn_weights",
+    "norm_weights",
+    "stack_weights",
+]
+
 
 @dataclass(frozen=True, eq=False)
 class NormWeights:
