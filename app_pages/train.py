@@ -15,7 +15,7 @@ from tformer_app.markdown import escape
 from tformer_app.page import device_summary, run_page
 from tformer_app.training import QUEUE, QueueFull, Ticket
 from tformer_app.url import UrlState
-from tformer_core import classroom
+from tformer_train import classroom
 from tformer_views import training as tv
 
 INTRO = (

@@ -2,7 +2,7 @@
 
     python benchmarks/train.py [--device cuda]
 
-Ours: tformer_core.classroom.train with the page's defaults (text: 2 layers, 2 heads, d_model 64, 3 epochs
+Ours: tformer_train.classroom.train with the page's defaults (text: 2 layers, 2 heads, d_model 64, 3 epochs
 over the 7,899 training sentences; image: a tiny ViT, 2 layers, 2 heads, d_model 64, patches of 2 px, 15
 epochs over the 1,435 training digits), everything the page gets included: the validation accuracy and the
 attention snapshot after every epoch, the test accuracy, the copy into the core's traced Encoder.
@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tformer_core import classroom as cr
+from tformer_train import classroom as cr
 
 BUDGET_S = 60.0
 

@@ -26,7 +26,7 @@ import uuid
 from collections import deque
 from dataclasses import dataclass, field
 
-from tformer_core import classroom
+from tformer_train import classroom
 
 log = logging.getLogger("tformer.training")
 

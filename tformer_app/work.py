@@ -33,8 +33,8 @@ from typing import Any
 import torch
 
 from tformer_core.capture import checkpoints
-from tformer_core.classroom import thread_count
 from tformer_core.errors import InputError
+from tformer_train.classroom import thread_count
 
 from .slots import PassGate
 

@@ -47,7 +47,7 @@ from .models.kinds import (
     RecurrentSeq2Seq,
     VisionModel,
 )
-from .models.layers import BlockConfig, MultiHeadAttention, causal_mask
+from .models.layers import BlockConfig, MultiHeadAttention, causal_mask, patchify
 from .models.llama import Llama, LlamaConfig
 from .models.positional import (
     Rope,
@@ -60,7 +60,7 @@ from .models.positional import (
     sinusoidal_encoding,
 )
 from .models.seq2seq import EncoderDecoder, Seq2SeqConfig
-from .models.vit import ViT, ViTConfig, patchify
+from .models.vit import ViT, ViTConfig
 from .models.weights import AttentionWeights, BlockWeights, FFNWeights, NormWeights, PatchWeights, StackWeights
 from .numerics import softmax
 from .projection import QKProjection, project_qk, qk_projection

@@ -26,6 +26,18 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+__all__ = [
+    "HALF_PRECISION",
+    "Attention",
+    "ExactAttention",
+    "attend",
+    "attend_float64",
+    "attention_logits",
+    "attention_weights",
+    "grouped_matmul",
+    "widened",
+]
+
 
 def grouped_matmul(per_query_head: torch.Tensor, per_kv_head: torch.Tensor) -> torch.Tensor:
     """a [..., h, Tq, m] @ b [..., h_kv, m, n] -> [..., h, Tq, n], query head i using key/value head i // group.

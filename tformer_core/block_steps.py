@@ -21,6 +21,20 @@ import torch.nn.functional as F
 
 from .errors import InputError
 
+__all__ = [
+    "FFN_ACTIVATIONS",
+    "FFNSteps",
+    "LayerNormSteps",
+    "PatchEmbeddingSteps",
+    "RMSNormSteps",
+    "activate",
+    "ffn_steps",
+    "layer_norm_steps",
+    "patch_embedding_steps",
+    "rms_norm_steps",
+    "unpatchify",
+]
+
 # The activations of the core's models (tformer_core.models.layers.ACTIVATIONS), computed in float64.
 FFN_ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu")
 

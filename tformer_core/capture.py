@@ -29,6 +29,21 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+__all__ = [
+    "CaptureSink",
+    "Edit",
+    "HookPoint",
+    "NameFilter",
+    "any_of",
+    "capture",
+    "capture_active",
+    "checkpoints",
+    "hook_name",
+    "intervene",
+    "matching",
+    "name_hook_points",
+]
+
 NameFilter = Callable[[str], bool]
 
 

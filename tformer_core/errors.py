@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+__all__ = ["HookNameError", "InputError"]
+
 
 class InputError(ValueError):
     """Something the user gave cannot be used; the message says why and what to do, for the user."""

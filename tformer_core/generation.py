@@ -19,6 +19,18 @@ import torch
 from .errors import InputError
 from .trace import Trace, to_host, top_k_tokens
 
+__all__ = [
+    "Decoded",
+    "Generation",
+    "GenerationSettings",
+    "Sampling",
+    "choose_next",
+    "decode_steps",
+    "next_token_probabilities",
+    "next_token_table",
+    "traced_steps",
+]
+
 
 @dataclass(frozen=True)
 class GenerationSettings:

@@ -33,6 +33,16 @@ from .interventions import Head, scale_heads
 from .models.decoder import Decoder
 from .models.kinds import CausalLM
 
+__all__ = [
+    "ROW_TOKENS",
+    "RepeatedTokens",
+    "ablated_losses",
+    "induction_scores",
+    "repeat_loss",
+    "repeated_tokens",
+    "token_losses",
+]
+
 ROW_TOKENS = 512  # rows x tokens of one pass: SmolLM2's logits for them take 100 MB
 
 

@@ -33,6 +33,8 @@ from .models.base import TracedModel
 from .numerics import softmax
 from .trace import Trace
 
+__all__ = ["Attribution", "LogitLens", "direct_attribution", "logit_lens"]
+
 
 def _lens_stack(trace: Trace) -> str:
     return "decoder" if "decoder" in trace.stack_layers else "encoder"

@@ -5,6 +5,15 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+__all__ = [
+    "mean_attention_distance",
+    "mean_attention_distance_tensor",
+    "mean_token_distance",
+    "mean_token_distance_tensor",
+    "patch_centre_distances",
+    "uniform_attention",
+]
+
 
 def patch_centre_distances(grid_hw: tuple[int, int], patch_size: float) -> np.ndarray:
     """Euclidean distance in pixels between the centres of every pair of patches, [N, N], row-major order."""

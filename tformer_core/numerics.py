@@ -6,6 +6,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+__all__ = ["SCORINGS", "head_scores", "head_scores_tensor", "softmax", "top_k_scores"]
+
 
 def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
     """Softmax along `axis` in float64; a slice that is entirely -inf (nothing to attend to) becomes all 0.

@@ -33,6 +33,16 @@ from .interventions import branch
 from .models.decoder import Decoder
 from .workload import Workload
 
+__all__ = [
+    "Progress",
+    "ResidualPatching",
+    "UnequalInputs",
+    "answers_of",
+    "patching_workload",
+    "residual_patching",
+    "unequal_inputs_message",
+]
+
 Progress = Callable[[float, str], None]
 
 
@@ -162,7 +172,7 @@ def residual_patching(
 ) -> ResidualPatching:
     """Patch B's residual stream into A at every layer x position, one cell a batch row (see the module
     docstring). answers: (A's answer, B's answer) token ids, default `answers_of` the two inputs' logits."""
-    probes._require_core(model)
+    probes.require_core(model)
     c = model.config
     with torch.inference_mode(False):
         ids_a, tokens_a = model._ids(a, c.vocab_size, c.max_positions)

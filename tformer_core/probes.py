@@ -36,6 +36,21 @@ from .models.seq2seq import EncoderDecoder
 from .models.vit import ViT, image_input
 from .workload import Workload
 
+__all__ = [
+    "ROW_TOKENS",
+    "HeadImportance",
+    "Probe",
+    "Progress",
+    "class_probe",
+    "head_importance",
+    "head_importance_workload",
+    "next_token_probe",
+    "require_core",
+    "similarity_probe",
+    "study_heads",
+    "translation_probe",
+]
+
 Progress = Callable[[float, str], None]
 ROW_TOKENS = 8192  # rows x tokens of one batched pass: SmolLM2's FFN holds 8192 x 1536 floats (50 MB) at most
 
@@ -66,7 +81,8 @@ class Probe:
             return self.score(self.run()).double().cpu().numpy()
 
 
-def _require_core(model: TracedModel) -> None:
+def require_core(model: TracedModel) -> None:
+    """ValueError unless the core runs `model` (its hook points take edits; transformers' own models have none)."""
     if model.path != "tformer":
         raise ValueError("interventions need the core's own modules (hook points); transformers runs this model")
 
@@ -94,7 +110,7 @@ def _probability_of(
 
 def next_token_probe(model: Decoder, text: str | list[int], token: int | None = None) -> Probe:
     """A language model's probability of `token` (default: its own top-1) after the last position of `text`."""
-    _require_core(model)
+    require_core(model)
     with torch.inference_mode(False):  # a plain tensor, which relevancy's backward pass may use
         ids, _ = model._ids(text, model.config.vocab_size, model.config.max_positions)
     last = (Edit("decoder.out", lambda x, hook: x[:, -1:]),)  # only the last position reaches the unembedding
@@ -109,7 +125,7 @@ def translation_probe(
 ) -> Probe:
     """A translator's probability of target token `token` (default: its top-1) after the target prefix `target`
     (token ids, starting with the start token), reading `source`."""
-    _require_core(model)
+    require_core(model)
     c = model.config
     with torch.inference_mode(False):
         src, _ = model._ids(source, c.src_vocab_size, c.max_positions, what="source")
@@ -124,7 +140,7 @@ def translation_probe(
 
 def class_probe(model: ViT, image: torch.Tensor | np.ndarray, class_id: int | None = None) -> Probe:
     """A ViT's probability of class `class_id` (default: its top-1) for one preprocessed image (C, H, W)."""
-    _require_core(model)
+    require_core(model)
     if model.head is None:
         raise ValueError("this ViT has no class head")
     with torch.inference_mode(False):
@@ -139,7 +155,7 @@ def class_probe(model: ViT, image: torch.Tensor | np.ndarray, class_id: int | No
 def similarity_probe(model: Encoder, first: str | list[int], second: str | list[int]) -> Probe:
     """The cosine similarity of two sentences' embeddings (each the mean of its final hidden states over its
     tokens, as MiniLM's sentence embedding): both sentences run under the same edits, row for row."""
-    _require_core(model)
+    require_core(model)
     c = model.config
     with torch.inference_mode(False):
         a, _ = model._ids(first, c.vocab_size, c.max_positions, what="first sentence")
@@ -211,7 +227,7 @@ def study_heads(model: TracedModel) -> dict[str, tuple[int, int]]:
     """The attention stacks every head of `model` is ablated in, and their (layers, heads), as its kind's probe
     names them (Probe.heads): a language model's "decoder", an encoder's or a ViT's "encoder", a translator's
     "encoder", "decoder" and "cross"."""
-    _require_core(model)
+    require_core(model)
     n_heads = int(model.config.n_heads)
     heads = {s: (workload.stack_layers(model, s), n_heads) for s in ("encoder", "decoder") if _has_stack(model, s)}
     if isinstance(model, EncoderDecoder):

@@ -31,6 +31,8 @@ import numpy as np
 
 from .trace import Trace, to_host
 
+__all__ = ["QKProjection", "project_qk", "qk_projection", "sign_fixed"]
+
 
 @dataclass(frozen=True)
 class QKProjection:

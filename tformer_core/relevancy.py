@@ -29,6 +29,8 @@ import torch
 from .capture import Edit, Hook
 from .probes import Probe
 
+__all__ = ["Relevancy", "propagate", "relevancy"]
+
 
 @dataclass(frozen=True, eq=False)
 class Relevancy:

@@ -30,6 +30,23 @@ import torch
 from .attention import attention_logits
 from .errors import InputError
 
+__all__ = [
+    "FORMULAS",
+    "MAX_MAGNITUDE",
+    "SCORE_NAMES",
+    "ScoreSteps",
+    "additive",
+    "additive_scores",
+    "bilinear",
+    "bilinear_scores",
+    "cosine",
+    "default_parameters",
+    "dot",
+    "dot_scores",
+    "scaled_dot",
+    "score_functions",
+]
+
 SCORE_NAMES = ("dot", "scaled dot", "cosine", "bilinear", "additive")
 FORMULAS = {
     "dot": "a · b = Σᵢ aᵢ bᵢ",

@@ -30,6 +30,23 @@ from typing import Any
 
 import torch
 
+__all__ = [
+    "REPO_ROOT",
+    "SETTINGS",
+    "Setting",
+    "cache_dir",
+    "check_environment",
+    "declare",
+    "device",
+    "folder",
+    "image_dirs",
+    "megabytes",
+    "model_dirs",
+    "positive",
+    "value",
+    "whole",
+]
+
 log = logging.getLogger("tformer_core")
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

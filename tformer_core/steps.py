@@ -14,6 +14,8 @@ import numpy as np
 from .attention import attend_float64
 from .errors import InputError
 
+__all__ = ["AttentionSteps", "attention_from_qkv", "attention_steps"]
+
 
 @dataclass(frozen=True)
 class AttentionSteps:

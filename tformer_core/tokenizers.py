@@ -17,6 +17,8 @@ from typing import Any, Protocol, runtime_checkable
 
 from .errors import InputError
 
+__all__ = ["HFTokenizer", "Tokenizer", "readable", "require_readable", "word_ends"]
+
 
 @runtime_checkable
 class Tokenizer(Protocol):

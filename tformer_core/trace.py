@@ -67,6 +67,27 @@ from .capture import matching
 from .errors import InputError
 from .numerics import top_k_scores
 
+__all__ = [
+    "ATTENTION_STACKS",
+    "CROSS_ATTENDING",
+    "DERIVED_PARTS",
+    "HOST_DEVICE_TYPES",
+    "KV_PARTS",
+    "QUADRATIC_PARTS",
+    "TOP_K",
+    "TOP_K_ROWS",
+    "TWO_SEQUENCES",
+    "Trace",
+    "TraceMeta",
+    "lean",
+    "reduces_on_device",
+    "stored_by_default",
+    "tensor_bytes",
+    "to_host",
+    "to_numpy",
+    "top_k_tokens",
+]
+
 # Attention stacks a trace may hold, and the activation prefix of each.
 ATTENTION_STACKS = {
     "encoder": "encoder.{layer}.attn",

@@ -29,6 +29,40 @@ from tformer_core.trace import Trace
 if TYPE_CHECKING:
     from tformer_views.head_matters import Ablation, HeadStudy
 
+__all__ = [
+    "ACTIONS",
+    "KINDS",
+    "MAX_CHOICES",
+    "MAX_EFFECT",
+    "MAX_PICTURE",
+    "MAX_PROMPT",
+    "PICTURE_PREFIX",
+    "ROUNDS",
+    "SPECIAL",
+    "ClassError",
+    "Deferred",
+    "Question",
+    "ablation_effect",
+    "answer_chart",
+    "check_question",
+    "decimals",
+    "effect_chart",
+    "from_trace",
+    "head_questions",
+    "histogram",
+    "key_token",
+    "lens_question",
+    "most_chosen",
+    "output_question",
+    "parse_answer",
+    "patch_answer_picker",
+    "question_picture",
+    "text_questions",
+    "view_questions",
+    "vision_questions",
+    "vote_shift",
+]
+
 # "output": one of the model's top outputs (what it will predict under an intervention); "layer": a layer of the
 # logit lens. Both are answered as tokens are (a bar per choice).
 KINDS = ("token", "patch", "head", "number", "output", "layer")

@@ -24,6 +24,19 @@ from tformer_core.trace import Trace, to_host
 
 from .pictures import enlarged, label_font
 
+__all__ = [
+    "COLOURS",
+    "KEEP",
+    "Detection",
+    "DetrResult",
+    "analyse",
+    "boxes_picture",
+    "class_probabilities",
+    "cross_map",
+    "detections",
+    "query_attention",
+]
+
 COLOURS = (
     (230, 25, 75),
     (60, 180, 75),

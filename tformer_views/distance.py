@@ -33,6 +33,17 @@ from .text import head_matrix, shown_weights
 from .tokens import visible_positions
 from .vision import require_vit
 
+__all__ = [
+    "BATCH_WEIGHTS_BYTES",
+    "GPU_BATCH_WEIGHTS_BYTES",
+    "auto_batch_size",
+    "distances_over_images",
+    "image_distances",
+    "token_distances",
+    "uniform_image_distance",
+    "uniform_token_distance",
+]
+
 
 def token_distances(trace: Trace, stack: str | None = None, hide_special: bool = False) -> np.ndarray:
     """[layers, heads] mean attention distance in tokens (tc.mean_token_distance of the shown weights), reduced

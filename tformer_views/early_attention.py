@@ -25,6 +25,16 @@ from .charts.spec import channel, fitting, layered, named_data, unique_labels
 from .text import HeadMatrix
 from .tokens import display_tokens
 
+__all__ = [
+    "PoolingComparison",
+    "argmax_agreement",
+    "compare_pooling",
+    "pooling_input",
+    "rnn_alignment",
+    "score_table",
+    "weights_chart",
+]
+
 
 # ---- score functions -----------------------------------------------------------------------------
 def _numbers(value: np.ndarray | float) -> str:

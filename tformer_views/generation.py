@@ -38,6 +38,19 @@ from tformer_core.trace import Trace, to_host
 
 from .tokens import display_next, display_tokens, ends_inside_a_character
 
+__all__ = [
+    "MAX_NEW_TOKENS",
+    "MAX_PROMPT_TOKENS",
+    "STEP_TOP_K",
+    "Continuation",
+    "Step",
+    "continue_text",
+    "next_token_frame",
+    "sampling_of",
+    "step_keep",
+    "supports_sampling",
+]
+
 MAX_NEW_TOKENS = 64  # new tokens one continuation may write (each is a traced pass)
 MAX_PROMPT_TOKENS = 256  # a longer prompt is refused: every step's attention row spans the whole prompt
 STEP_TOP_K = 10  # predictions kept per step

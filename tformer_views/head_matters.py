@@ -40,9 +40,17 @@ from tformer_core.workload import Workload
 from .pictures import to_jpeg
 from .tokens import display_token, display_tokens
 
-__all__ = ["Ablation", "HeadStudy", "ablated", "ablation", "display_token", "grid", "image_study", "lens_frame"]
-__all__ += [
+__all__ = [
     "PAIRS",
+    "Ablation",
+    "HeadStudy",
+    "ablated",
+    "ablation",
+    "display_token",
+    "grid",
+    "image_study",
+    "lens_frame",
+    "lens_of",
     "lens_table",
     "patching",
     "patching_axes",

@@ -33,6 +33,8 @@ from tformer_core.trace import Trace, to_host
 
 from .vision import require_vit
 
+__all__ = ["WANTED", "ShiftStudy", "embedding_error", "roll", "shift_study", "sweep"]
+
 WANTED = ("encoder.embed.patch", "head.logits")
 
 

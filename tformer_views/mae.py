@@ -22,6 +22,8 @@ from tformer_core.models.base import TracedModel
 from tformer_core.models.mae import MAE, random_mask
 from tformer_core.trace import Trace
 
+__all__ = ["MASK_GREY", "MAEResult", "analyse", "mask_only", "masked_picture", "patch_errors", "reconstruction"]
+
 MASK_GREY = 128
 
 

@@ -21,6 +21,8 @@ from .pictures import label_font
 from .text import allowed_cells, head_matrix, shown_weights
 from .tokens import visible_positions
 
+__all__ = ["THUMBNAIL_PX", "Overview", "block_mean", "block_mean_tensor", "overview", "overview_thumbnails"]
+
 THUMBNAIL_PX = 64  # the largest side of one head's thumbnail in the overview picture
 
 

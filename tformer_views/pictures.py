@@ -16,6 +16,20 @@ from PIL import Image, ImageDraw, ImageFont
 
 from .colour import colourise
 
+__all__ = [
+    "DISPLAY_PX",
+    "data_uri",
+    "display_scale",
+    "enlarged",
+    "grid_picture",
+    "label_font",
+    "overlay",
+    "patch_sequence",
+    "tiles",
+    "to_jpeg",
+    "to_png",
+]
+
 DISPLAY_PX = 448  # pictures smaller than this are enlarged (pixel-exact) for the screen
 
 

@@ -16,15 +16,26 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from tformer_core import classroom, settings
-from tformer_core.bundled import corpora
-from tformer_core.bundled.data import SHAPE_CLASSES, make_detection_scenes, make_scenes
+from tformer_core import settings
 from tformer_core.bundled.loading import ASSETS_DIR
 from tformer_core.inputs.image_file import MAX_BYTES
 from tformer_core.models.base import TracedModel
 from tformer_core.models.kinds import VisionModel
+from tformer_train import classroom, corpora
+from tformer_train.data import SHAPE_CLASSES, make_detection_scenes, make_scenes
 
 from .pictures import to_png
+
+__all__ = [
+    "IMAGE_SUFFIXES",
+    "MAX_FOLDER_IMAGES",
+    "PHOTOS_DIR",
+    "digit_samples",
+    "first_digit",
+    "image_dirs",
+    "reads_digits",
+    "samples",
+]
 
 PHOTOS_DIR = ASSETS_DIR / "samples"
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp", ".tif", ".tiff", ".gif")

@@ -19,6 +19,8 @@ from tformer_core.trace import Trace, reduces_on_device, to_host
 
 from .tokens import SPECIAL_TOKENS, plain_word
 
+__all__ = ["LECTURE_PAIRS", "content_keys", "default_key", "query_rows", "ranked_heads"]
+
 # The lecture's pairs: on these sentences, the question is what "it" refers to.
 LECTURE_PAIRS = {"it": ("animal", "trophy", "cat", "suitcase", "street")}
 

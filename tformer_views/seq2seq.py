@@ -24,16 +24,32 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from tformer_core.bundled import data as td
 from tformer_core.errors import InputError
 from tformer_core.generation import Generation
 from tformer_core.models.base import TracedModel
 from tformer_core.models.kinds import EncoderDecoderModel
 from tformer_core.tokenizers import Tokenizer
 from tformer_core.trace import Trace, to_host
+from tformer_train import data as td
 
 from .text import HeadMatrix, mask_tensor
 from .tokens import display_tokens
+
+__all__ = [
+    "DEFAULT_SOURCES",
+    "MAX_NEW_TOKENS",
+    "Step",
+    "Translation",
+    "alignment",
+    "at_step",
+    "output_text",
+    "require_seq2seq",
+    "target_ids",
+    "teacher_agreement",
+    "teacher_force",
+    "translate",
+    "vocabulary",
+]
 
 DEFAULT_SOURCES = {
     "translator": "the big dog chases a small cat near the river",

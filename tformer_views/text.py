@@ -31,6 +31,33 @@ from tformer_core.trace import Trace, reduces_on_device, to_host
 
 from .tokens import display_next, display_tokens, visible_positions
 
+__all__ = [
+    "DEFAULT_SENTENCE",
+    "HEAD_VIEW_MAX_LINES",
+    "HEAD_VIEW_MIN_WEIGHT",
+    "PAGE_MAX_TOKENS",
+    "FirstTokenAttention",
+    "HeadMatrix",
+    "HeadView",
+    "allowed_cells",
+    "allowed_mask",
+    "class_scores",
+    "difference",
+    "first_token_view",
+    "fit_text",
+    "head_matrix",
+    "head_view",
+    "mask_tensor",
+    "mask_token",
+    "peak_weights",
+    "prediction_kind",
+    "qkv",
+    "score_matrix",
+    "shown_weights",
+    "text_model_problem",
+    "top_predictions",
+]
+
 DEFAULT_SENTENCE = "The animal didn't cross the street because it was too tired."
 HEAD_VIEW_MAX_LINES = 6000  # the head view draws at most this many lines (the strongest ones)
 HEAD_VIEW_MIN_WEIGHT = 0.01  # lines below this weight are invisible anyway (opacity = weight)

@@ -12,6 +12,23 @@ from collections.abc import Sequence
 
 import numpy as np
 
+__all__ = [
+    "BYTE_LEVEL",
+    "MAX_DETAIL_TOKENS",
+    "MAX_PIECES",
+    "SHIFTED",
+    "SPECIAL_TOKENS",
+    "UNKNOWN_TOKENS",
+    "display_next",
+    "display_token",
+    "display_tokens",
+    "ends_inside_a_character",
+    "plain_word",
+    "text_changes",
+    "token_window",
+    "visible_positions",
+]
+
 # Labels that mark sequence boundaries rather than words (BERT, RoBERTa/BART, GPT-2, the toy models).
 # [MASK] is a word slot, not a boundary: it is never hidden.
 SPECIAL_TOKENS = frozenset(

@@ -16,10 +16,21 @@ import numpy as np
 import pandas as pd
 from PIL import Image
 
-from tformer_core import classroom
-from tformer_core.bundled import corpora
+from tformer_train import classroom, corpora
 
 from .charts.spec import cell_px, channel, fitting, heatmap, layered, named_data
+
+__all__ = [
+    "ACCURACY_COLOUR",
+    "LOSS_COLOUR",
+    "curves",
+    "curves_chart",
+    "fixed_digit",
+    "grid_side",
+    "snapshot",
+    "snapshot_chart",
+    "summary",
+]
 
 
 def curves(epochs: Sequence[classroom.Epoch]) -> pd.DataFrame:

@@ -29,6 +29,26 @@ from tformer_core.trace import Trace, reduces_on_device, to_host, to_numpy
 from .colour import colourise
 from .pictures import overlay, tiles
 
+__all__ = [
+    "FUSIONS",
+    "MAX_FIGURE_PX",
+    "MAX_MAPS_PER_SIDE",
+    "VisionResult",
+    "analyse",
+    "attention_map",
+    "embedding_filter_pcs",
+    "head_overlays",
+    "position_similarity",
+    "position_similarity_maps",
+    "query_token",
+    "read_pictures",
+    "relevancy_map",
+    "require_vit",
+    "rollout",
+    "rollout_map",
+    "similarity_map_step",
+]
+
 FUSIONS = ("mean", "max", "min")
 
 

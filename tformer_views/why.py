@@ -19,6 +19,8 @@ from tformer_core.trace import Trace, to_host
 from .text import mask_tensor
 from .tokens import display_token, display_tokens
 
+__all__ = ["WhyWeight", "why_this_weight"]
+
 
 @dataclass(frozen=True)
 class WhyWeight:

@@ -14,7 +14,7 @@ from tests.app.pages import charts, messages, no_exception, run, widget
 from tests.app.passes import PassCounter
 from tests.core.hf_helpers import save_tiny_t5
 from tformer_app import models
-from tformer_core.bundled import data as td
+from tformer_train import data as td
 from tformer_views import seq2seq as sv
 
 DEFAULT = sv.DEFAULT_SOURCES["translator"]

@@ -17,7 +17,8 @@ from tests.core.hf_helpers import DEIT
 from tests.core.test_mae_detr import save_tiny_detr, save_tiny_mae
 from tformer_app import training
 from tformer_app.presenter import PRESENT
-from tformer_core import bundled, classroom
+from tformer_core import bundled
+from tformer_train import classroom
 from tformer_views import detection as dv
 from tformer_views import mae as mv
 from tformer_views import samples

@@ -11,7 +11,7 @@ from streamlit.testing.v1 import AppTest
 
 from tests.app.pages import PAGES, no_exception
 from tformer_app import presenter
-from tformer_core import classroom
+from tformer_train import classroom
 from tformer_views import samples
 
 NAMES = {"text": "session:text-classifier-abc123", "image": "session:digits-vit-abc123"}

@@ -9,8 +9,7 @@ import torch
 import torch.nn.functional as F
 
 import tformer_core as tc
-from tformer_core.models.layers import BlockConfig, FeedForward, make_norm
-from tformer_core.models.vit import patchify
+from tformer_core.models.layers import BlockConfig, FeedForward, make_norm, patchify
 
 # The lecture's patch-embedding example: an 8 x 8 image with values 0..4, patch size 4, two 4 x 4 kernels.
 LECTURE_IMAGE = np.array(

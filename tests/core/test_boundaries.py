@@ -1,5 +1,6 @@
-"""The layers stay apart: the core imports no UI, no charts and no drawing; the views import no Streamlit;
-Streamlit lives only in tformer_app, app_pages/ and app.py.
+"""The layers stay apart: the core imports no UI, no charts, no drawing and no training; training
+(tformer_train) no UI, charts or drawing either; the views import no Streamlit; Streamlit lives only in
+tformer_app, app_pages/ and app.py.
 
 Checked twice: by what importing every module actually loads (a fresh interpreter), and by the import
 statements written in the files (so a lazy import inside a function is caught too).
@@ -13,8 +14,14 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-CORE_FORBIDDEN = ("streamlit", "altair", "vl_convert", "pandas", "PIL.ImageDraw", "tformer_views", "tformer_app")
+TRAIN_FORBIDDEN = ("streamlit", "altair", "vl_convert", "pandas", "PIL.ImageDraw", "tformer_views", "tformer_app")
+CORE_FORBIDDEN = (*TRAIN_FORBIDDEN, "tformer_train")
 VIEWS_FORBIDDEN = ("streamlit", "tformer_app")
+LAYERS_BELOW_THE_APP = [
+    ("tformer_core", CORE_FORBIDDEN),
+    ("tformer_train", TRAIN_FORBIDDEN),
+    ("tformer_views", VIEWS_FORBIDDEN),
+]
 
 
 def _loaded_after_importing(package: str) -> set[str]:
@@ -51,14 +58,14 @@ def _matches(module: str, forbidden: tuple[str, ...]) -> bool:
     return any(module == f or module.startswith(f + ".") for f in forbidden)
 
 
-@pytest.mark.parametrize("package, forbidden", [("tformer_core", CORE_FORBIDDEN), ("tformer_views", VIEWS_FORBIDDEN)])
+@pytest.mark.parametrize("package, forbidden", LAYERS_BELOW_THE_APP)
 def test_importing_every_module_loads_nothing_forbidden(package, forbidden):
     loaded = _loaded_after_importing(package)
     assert package in loaded
     assert not [m for m in loaded if _matches(m, forbidden)]
 
 
-@pytest.mark.parametrize("package, forbidden", [("tformer_core", CORE_FORBIDDEN), ("tformer_views", VIEWS_FORBIDDEN)])
+@pytest.mark.parametrize("package, forbidden", LAYERS_BELOW_THE_APP)
 def test_no_module_writes_a_forbidden_import(package, forbidden):
     bad = [(f, m) for f, m in _written_imports(ROOT / package) if _matches(m, forbidden)]
     assert not bad
@@ -81,7 +88,7 @@ def test_one_cache_layer():
     bytes), and no other module builds a cache of results of its own (a font table is fine)."""
     users = sorted(
         str(p.relative_to(ROOT))
-        for folder in ("tformer_app", "app_pages", "tformer_views", "tformer_core")
+        for folder in ("tformer_app", "app_pages", "tformer_views", "tformer_train", "tformer_core")
         for p in (ROOT / folder).rglob("*.py")
         if any(s in p.read_text() for s in ("st.cache_", "ByteBudgetCache(", "WeakKeyDictionary", "OrderedDict("))
     )
@@ -225,7 +232,7 @@ HOMES = {
     "softmax": ["tformer_core/numerics.py"],
     "head_scores": ["tformer_core/numerics.py"],
     "tex": ["tformer_views/lessons/attention.py"],
-    "_factor": ["tformer_views/lessons/attention.py"],
+    "as_factor": ["tformer_views/lessons/attention.py"],
     "finite_float": ["tformer_app/url.py"],
     "text_embedding": ["tformer_core/models/layers.py"],
 }
@@ -235,7 +242,7 @@ COPIES = {"_softmax", "latex_number", "lt_finite"}  # names the copies had
 def test_each_shared_helper_is_written_once():
     defined: dict[str, list[str]] = {}
     built: list[str] = []  # where a TextEmbedding is constructed
-    for folder in ("tformer_core", "tformer_views", "tformer_app", "app_pages"):
+    for folder in ("tformer_core", "tformer_train", "tformer_views", "tformer_app", "app_pages"):
         for path in sorted((ROOT / folder).rglob("*.py")):
             for node in ast.walk(ast.parse(path.read_text())):
                 if isinstance(node, ast.FunctionDef):

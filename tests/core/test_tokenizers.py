@@ -6,8 +6,8 @@ from transformers import AutoTokenizer
 
 import tformer_core as tc
 from tformer_core.bundled import WordTokenizer
-from tformer_core.bundled import data as td
 from tformer_core.checkpoints.sources import minilm_folder
+from tformer_train import data as td
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ import transformers
 
 import tformer_core as tc
 from tests.core.hf_helpers import save_tiny_t5
-from tformer_core.bundled import data as td
+from tformer_train import data as td
 from tformer_views import seq2seq as sv
 
 SENTENCE = "the big dog chases a small cat near the river"

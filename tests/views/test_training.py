@@ -6,8 +6,7 @@ import io
 import numpy as np
 from PIL import Image
 
-from tformer_core import classroom
-from tformer_core.bundled import corpora
+from tformer_train import classroom, corpora
 from tformer_views import samples
 from tformer_views import training as tv
 from tformer_views.charts.export import validate

@@ -1,16 +1,14 @@
-"""The models this project trains itself and ships in `assets/`, offline.
+"""The models this project trains itself and ships in `assets/`, loaded offline.
 
     from tformer_core import bundled
     translator = bundled.load_bundled("translator")        # or tc.load_model("translator")
-    bundled.evaluation.translate(translator, "the big dog chases a small cat")   # ['varo', 'gros', ...]
+    bundled.model_card("translator"); bundled.recorded("translator")["evaluation"]
 
-loading (assets/ -> models), tokenizer (the translator's word tokenizer), data (the generated
-languages and shape scenes), train (reproducible training, `python -m tformer_core.bundled.train`),
-evaluation (what the model cards report), cards (the model cards, from the recorded figures),
-mae_tiny and detr_tiny (training and measuring the masked autoencoder and the DETR), boxes (their box maths).
+loading (assets/ -> models), tokenizer (the translator's word tokenizer), sentence_tokenizer (the
+sentiment models'). Training them, their data, evaluation and model cards are `tformer_train`'s
+(`python -m tformer_train.train <name>`).
 """
 
-from . import evaluation
 from .loading import (
     ASSETS_DIR,
     BUNDLED_MODELS,
@@ -28,7 +26,6 @@ __all__ = [
     "BUNDLED_MODELS",
     "WordTokenizer",
     "asset_dir",
-    "evaluation",
     "file_sha256",
     "load_bundled",
     "load_from_dir",

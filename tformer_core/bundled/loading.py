@@ -2,7 +2,7 @@
 
 Each asset folder holds `config.json` (family, core config, special token ids, preprocessing),
 `model.safetensors`, the vocabulary or label files and `MODEL_CARD.md`. They are written by
-`python -m tformer_core.bundled.train <name>`; nothing here reaches the network.
+`python -m tformer_train.train <name>`; nothing here reaches the network.
 """
 
 from __future__ import annotations
@@ -31,6 +31,26 @@ from ..models.seq2seq import EncoderDecoder, Seq2SeqConfig
 from ..models.vit import ViT, ViTConfig
 from .sentence_tokenizer import SentenceTokenizer
 from .tokenizer import WordTokenizer
+
+__all__ = [
+    "ASSETS_DIR",
+    "BUNDLED_MODELS",
+    "CARD_FILE",
+    "CONFIG_FILE",
+    "FAMILIES",
+    "WEIGHTS_FILE",
+    "asset_dir",
+    "config_to_dict",
+    "detr_preprocessing_from_meta",
+    "file_sha256",
+    "load_bundled",
+    "load_from_dir",
+    "model_card",
+    "preprocessing_from_meta",
+    "read_lines",
+    "recorded",
+    "write_lines",
+]
 
 ASSETS_DIR = Path(__file__).resolve().parents[2] / "assets"
 # name -> folder in assets/
@@ -131,7 +151,7 @@ def load_from_dir(
     for needed in (CONFIG_FILE, WEIGHTS_FILE):
         if not (folder / needed).is_file():
             raise CheckpointError(
-                f"{shown} has no {needed}: write it with `python -m tformer_core.bundled.train <name> --out {shown}`"
+                f"{shown} has no {needed}: write it with `python -m tformer_train.train <name> --out {shown}`"
             )
     meta = read_json(folder / CONFIG_FILE, f"{shown}/{CONFIG_FILE}")
     family = meta.get("family")

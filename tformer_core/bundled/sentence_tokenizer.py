@@ -12,8 +12,9 @@ import re
 from collections import Counter
 from collections.abc import Iterable
 
-from .data import SPECIAL_TOKENS
-from .tokenizer import WordTokenizer
+from .tokenizer import SPECIAL_TOKENS, WordTokenizer
+
+__all__ = ["SentenceTokenizer", "build_vocabulary", "sentence_words"]
 
 _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
 

@@ -6,7 +6,12 @@ import re
 from collections.abc import Sequence
 
 from ..tokenizers import word_ends
-from .data import BOS, EOS, PAD, SPECIAL_TOKENS, UNK
+
+__all__ = ["BOS", "EOS", "PAD", "SPECIAL_TOKENS", "UNK", "WordTokenizer"]
+
+# Every vocabulary of the bundled models starts with these, ids 0, 1, 2, 3 (the loader checks them).
+PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
+SPECIAL_TOKENS = (PAD, BOS, EOS, UNK)
 
 # Sentence punctuation is dropped rather than turned into <unk>: the toy languages have none,
 # and "The dog sleeps." should read as the sentence the user meant.

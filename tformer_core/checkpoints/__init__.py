@@ -20,10 +20,10 @@ from ..models.mae import MAE
 from ..models.seq2seq import EncoderDecoder
 from ..models.vit import ViT
 from . import bart, bert, detr, fallback, gguf, gpt2, llama, mae, marian, passes, t5, vit
-from .common import load_tokenizer, on_meta, scrub
+from .common import Progress, load_tokenizer, on_meta, scrub
 from .errors import CheckpointError
 from .hfconfig import read_json
-from .sources import Progress, display_name, hub_folder, local_folder, looks_like_path, minilm_folder
+from .sources import display_name, hub_folder, local_folder, looks_like_path, minilm_folder
 from .weights import read_tensors
 
 FAMILIES = {t: module for module in (bert, vit, gpt2, llama, marian, bart, t5, mae, detr) for t in module.MODEL_TYPES}
@@ -246,4 +246,4 @@ def _check_generation_ids(model: TracedModel) -> None:
             )
 
 
-__all__ = ["CheckpointError", "load_folder", "load_model", "supported_model_types"]
+__all__ = ["BUNDLED_TEXT", "CheckpointError", "load_folder", "load_model", "supported_model_types"]

@@ -20,6 +20,17 @@ from .errors import CheckpointError
 from .hfconfig import HFConfig
 from .weights import Weights, assign, same_values
 
+__all__ = [
+    "MODEL_TYPES",
+    "build",
+    "check_post_norm",
+    "check_same_shape_stacks",
+    "generation_rules",
+    "layer_mapping",
+    "output_head",
+    "stack_sizes",
+]
+
 MODEL_TYPES = ("bart",)
 
 # core attention part -> Hugging Face module, per attention kind

@@ -17,6 +17,8 @@ from .errors import CheckpointError
 from .hfconfig import HFConfig
 from .weights import Weights, assign
 
+__all__ = ["CLASSIFIERS", "LAYERS", "MLM_HEADS", "MODEL_TYPES", "ROBERTA_LIKE", "build", "encoder_config"]
+
 MODEL_TYPES = ("bert", "roberta", "distilbert", "xlm-roberta", "camembert")
 # Checkpoints that are RoBERTa under another name (their weights sit under "roberta.").
 ROBERTA_LIKE = ("xlm-roberta", "camembert")

@@ -1,5 +1,5 @@
 """What every family converter shares: activations by Hugging Face name, building a module within the
-size limit, tokenizer loading, generation rules."""
+size limit, tokenizer loading, generation rules, the progress callback a load reports to."""
 
 from __future__ import annotations
 
@@ -21,6 +21,9 @@ from .hfconfig import HFConfig, read_json
 from .limits import check_params
 
 M = TypeVar("M", bound=nn.Module)
+
+# A load's progress: (fraction done in [0, 1], what it is doing), for the app's progress bar.
+Progress = Callable[[float, str], None]
 
 DEFAULT_MAX_NEW_TOKENS = 64  # interactive use: a page shows every step
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from ..errors import InputError
 
+__all__ = ["CheckpointError"]
+
 
 class CheckpointError(InputError):
     """A model could not be loaded; the message says why and what to do, for the user.

@@ -13,7 +13,7 @@ The same safety rules as the core's converters:
   pickles that hold anything but tensors refused, a .bin far over the parameter limit refused unread).
 - The parameter limit (TFORMER_MAX_PARAMS) is checked on the model built on PyTorch's meta device,
   before any weight is allocated; layer counts and widths are bounded before that; and so is the working
-  memory of a pass (TFORMER_PASS_MB, `passes.check`).
+  memory of a pass (TFORMER_PASS_MB, `limits.check_pass`).
 - Every parameter must come from the checkpoint: a weight transformers would have to initialise at
   random (a checkpoint of another architecture) is an error, not a warning.
 """
@@ -33,11 +33,10 @@ from ..models.fallback import (
     TransformersModel,
     TransformersSeq2Seq,
 )
-from .common import generation_settings, load_tokenizer, scrub
+from .common import Progress, generation_settings, load_tokenizer, scrub
 from .errors import CheckpointError
 from .hfconfig import HFConfig, read_json
-from .limits import check_params
-from .sources import Progress
+from .limits import check_params, check_pass
 from .weights import read_tensors
 
 # transformers' model classes and models (imported where a model is loaded: transformers takes seconds to
@@ -75,6 +74,12 @@ _WIDTH_KEYS = (
     "num_key_value_heads",
 )
 _MAX_POSITION_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length", "n_ctx")
+_TEXT_CONFIG_KEYS = {
+    "d_model": ("hidden_size", "n_embd", "d_model", "dim"),
+    "n_heads": ("num_attention_heads", "n_head", "n_heads", "encoder_attention_heads", "num_heads"),
+    "d_ff": ("intermediate_size", "ffn_dim", "encoder_ffn_dim", "d_ff", "n_inner", "hidden_dim"),
+    "n_layers": ("num_hidden_layers", "n_layer", "n_layers", "num_layers", "encoder_layers"),
+}
 NOT_OURS = "its code is not part of transformers; tformer never runs a checkpoint's own code"
 
 
@@ -277,6 +282,36 @@ def describe(model: HFModel, head: str | None, dropped: str, hf: dict) -> Transf
     )
 
 
+def estimate_config(hf: dict) -> TransformersConfig | None:
+    """A TransformersConfig with the sizes config.json (or its text_config) gives, for the estimate of a pass only
+    (`limits.check_pass`, before any weight is read); None when it gives no width, heads or layers."""
+    nested = hf.get("text_config")
+    text: dict[str, Any] = nested if isinstance(nested, dict) else hf
+    c = HFConfig(text)
+
+    def first(keys: tuple[str, ...], default: int | None = None) -> int | None:
+        return next((c.whole(k, None, low=0) for k in keys if k in c), default)
+
+    d_model, heads = first(_TEXT_CONFIG_KEYS["d_model"]), first(_TEXT_CONFIG_KEYS["n_heads"])
+    layers = first(_TEXT_CONFIG_KEYS["n_layers"])
+    if not d_model or not heads or not layers:
+        return None
+    positions = next((text[k] for k in _MAX_POSITION_KEYS if isinstance(text.get(k), int)), None)
+    seq2seq = bool(hf.get("is_encoder_decoder"))
+    return TransformersConfig(
+        model_type=str(hf.get("model_type")),
+        architecture="",
+        d_model=d_model,
+        n_heads=heads,
+        d_head=max(d_model // heads, 1),
+        d_ff=first(_TEXT_CONFIG_KEYS["d_ff"]) or 4 * d_model,
+        vocab_size=c.whole("vocab_size", 0, low=0),
+        max_positions=min(positions or TRACE_MAX_TOKENS, TRACE_MAX_TOKENS),
+        n_layers=layers,
+        n_decoder_layers=(first(("decoder_layers", "num_decoder_layers"), layers) or 0) if seq2seq else 0,
+    )
+
+
 def _class_labels(config: Any, n_labels: int) -> tuple[str, ...]:
     table = getattr(config, "id2label", None) or {}
     labels = tuple(str(table.get(i, f"LABEL_{i}"))[:200] for i in range(n_labels))
@@ -300,9 +335,8 @@ def load_transformers(folder: Path, progress: Progress | None = None, name: str 
     config = read_config(folder, cls)
     _report(progress, 0.75, "checking the size on the meta device")
     count_on_meta(cls, config, name)
-    from .passes import check as check_pass  # passes reads every family, this one included
-
-    pass_tokens = check_pass(hf, None, name)
+    estimate = estimate_config(hf)
+    pass_tokens = None if estimate is None else check_pass(estimate, None, name)
     _report(progress, 0.8, f"loading the weights into transformers' {cls.__name__}")
     hf_model = from_pretrained(cls, folder, config)
     try:

@@ -37,13 +37,29 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import settings
+from .common import Progress
 from .errors import CheckpointError
-from .sources import Progress
 
 try:
     import fcntl
 except ImportError:  # not on Windows: conversions in one process are still serialised
     fcntl = None  # type: ignore[assignment]  # no module there: the lock is skipped
+
+__all__ = [
+    "CACHE_FORMAT",
+    "CONVERSION_TIMEOUT_S",
+    "GGUF_MODELS",
+    "MARKER",
+    "GGUFModel",
+    "cache_root",
+    "convert",
+    "convert_in_a_process",
+    "converted_folder",
+    "gguf_file",
+    "is_complete",
+    "is_converted",
+    "write_marker",
+]
 
 log = logging.getLogger("tformer_core")
 CACHE_FORMAT = 1  # bump when the converted folder's layout changes: older folders are then converted again

@@ -13,6 +13,8 @@ from .errors import CheckpointError
 from .hfconfig import HFConfig
 from .weights import Weights, assign
 
+__all__ = ["MODEL_TYPES", "build", "config"]
+
 MODEL_TYPES = ("gpt2",)
 
 

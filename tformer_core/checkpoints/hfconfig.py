@@ -19,6 +19,8 @@ from typing import Any
 
 from .errors import CheckpointError
 
+__all__ = ["MAX_JSON_BYTES", "MAX_LAYERS", "MAX_SIZE", "HFConfig", "read_json"]
+
 MAX_JSON_BYTES = 16_000_000  # a config.json is a few kB; ImageNet-21k's id2label is about 1 MB
 MAX_LAYERS = 256  # GPT-2 XL has 48; the meta dry run builds every block, so this bounds its cost
 MAX_SIZE = 1 << 20  # widths, vocabularies, positions: 1,048,576 (real models: at most a few 100,000)

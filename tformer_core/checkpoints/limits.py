@@ -16,7 +16,7 @@ parameter limit bounds what a model holds; a pass over a large input holds more 
 memory budget reserves per pass (tformer_app.settings.WORKING_MB, docs/settings.md's TFORMER_PASSES). It admits
 the pages' models at their own inputs: a default trace of BERT-base at 512 tokens took 512 MB, GPT-2 575 MB,
 ViT-B/16 at 384 pixels 517 MB, DETR-R50 at 832 x 1386 pixels 463 MB (benchmarks/memory.py --largest-configs).
-`passes.check` estimates a pass from the config before any weight is read.
+`check_pass` answers for a pass estimated from the config (`passes.check`) before any weight is read.
 
 TFORMER_HUB_MAX_MB (default 2000): the most a model's files may take, summed, before a download from the
 hub starts. Twice the float32 size of a model at the default parameter limit: a model the limit admits is
@@ -32,10 +32,16 @@ tformer_core.settings (a bad value is logged once and the default used).
 
 from __future__ import annotations
 
-from .. import settings
+import logging
+from typing import Any
+
+from .. import pass_memory, settings
 from .errors import CheckpointError
 
+log = logging.getLogger("tformer_core")
+
 BYTES_PER_PARAM = 4  # float32, how the core holds every model on the CPU
+MIN_PASS_TOKENS = 64  # a text model that cannot read this many tokens in one pass is of no use on the pages
 
 
 def max_params() -> int:
@@ -82,3 +88,39 @@ def check_params(n: int, what: str = "this model") -> None:
             f"{what} has {count(n)} parameters ({megabytes(n * BYTES_PER_PARAM)} as float32), more than this "
             f"server loads: the limit is {count(limit)} (the setting TFORMER_MAX_PARAMS)"
         )
+
+
+def check_pass(config: Any, preprocessing: Any, name: str) -> int | None:
+    """The most tokens one pass of a text model with the core config `config` reads on this server (None for a
+    picture model, whose `preprocessing` sets its input), after the estimate of its pass (tformer_core.pass_memory)
+    against TFORMER_PASS_MB; CheckpointError naming the setting when a picture model's pass, or a text model's
+    over MIN_PASS_TOKENS tokens, would take more."""
+    budget = pass_bytes()
+    if pass_memory.reads_text(config):
+        tokens = pass_memory.tokens_within(config, budget)
+        most = pass_memory.text_tokens(getattr(config, "max_positions", None))
+        if tokens >= min(MIN_PASS_TOKENS, most):
+            if tokens < most:
+                log.info("%s reads at most %d tokens in one pass (TFORMER_PASS_MB)", name, tokens)
+            return tokens
+        cost = pass_memory.pass_cost(config, tokens=min(MIN_PASS_TOKENS, most))
+        raise CheckpointError(_too_big(name, cost, budget, "as few as "))
+    cost = pass_memory.pass_cost(config, preprocessing)
+    if cost.total > budget:
+        raise CheckpointError(_too_big(name, cost, budget))
+    return None
+
+
+def _too_big(name: str, cost: pass_memory.PassCost, budget: int, few: str = "") -> str:
+    return (
+        f"{name}: one pass over {few}{cost.input} would take about {_mb(cost.total)} of working memory (one "
+        f"layer's attention alone {_mb(cost.attention)}), more than this server gives a pass: the limit is "
+        f"{_mb(budget)} (the setting TFORMER_PASS_MB)"
+    )
+
+
+def _mb(n_bytes: int) -> str:
+    """Memory in MB of 2**20 bytes, as TFORMER_PASS_MB counts it (GB of 2**30 from 10 GB)."""
+    if n_bytes >= 10 * 2**30:
+        return f"{n_bytes / 2**30:,.0f} GB"
+    return f"{n_bytes / 2**20:,.0f} MB" if n_bytes >= 2**20 else f"{n_bytes / 2**20:.1f} MB"

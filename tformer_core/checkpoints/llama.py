@@ -20,6 +20,8 @@ from .errors import CheckpointError
 from .hfconfig import HFConfig
 from .weights import Weights, assign
 
+__all__ = ["MODEL_TYPES", "build", "llama_config", "rope_settings"]
+
 MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
 # transformers' defaults when config.json leaves max_position_embeddings out.
 _MAX_POSITIONS = {"llama": 2048, "mistral": 131072, "qwen2": 32768, "qwen3": 32768}

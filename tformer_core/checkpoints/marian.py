@@ -19,6 +19,8 @@ from .errors import CheckpointError
 from .hfconfig import HFConfig
 from .weights import Weights, assign
 
+__all__ = ["MAX_TABLE", "MODEL_TYPES", "build", "generation_rules"]
+
 # The sinusoid table is computed (in float64) when the model is built, even on the meta device: bounded
 # here so that a config cannot ask for gigabytes of it. Marian's is 512 x 512; 16.8 million entries is 134 MB.
 MAX_TABLE = 1 << 24

@@ -23,11 +23,29 @@ from pathlib import Path
 from typing import TypeVar
 
 from .. import settings
-from . import hub_disk
+from . import hub_disk, passes
+from .common import Progress
 from .errors import CheckpointError
+from .hfconfig import read_json
 from .limits import check_params, hub_max_bytes, megabytes
 
-Progress = Callable[[float, str], None]
+__all__ = [
+    "HUB_MIN_BYTES_PER_S",
+    "HUB_TIMEOUT_S",
+    "MAX_FOLDER_ENTRIES",
+    "OFFLINE_HINT",
+    "REPO_ROOT",
+    "display_name",
+    "hub_folder",
+    "local_folder",
+    "local_model_folders",
+    "local_model_names",
+    "local_models",
+    "looks_like_path",
+    "minilm_folder",
+    "model_dirs",
+    "validate_hub_id",
+]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # Every request to the hub (metadata, each file's headers) gives up after this; huggingface_hub's own
@@ -360,11 +378,10 @@ _CONFIG_FILES = ("config.json", "preprocessor_config.json")
 def _check_pass(folder: Path, repo_id: str) -> None:
     """CheckpointError when a pass of the model whose config files are in `folder` would take more working
     memory than TFORMER_PASS_MB allows (`passes.check`), before its weights are downloaded."""
-    from .hfconfig import read_json
-    from .passes import check  # it reads every family's config; the families import this module
-
     preprocessor = folder / _CONFIG_FILES[1]
-    check(read_json(folder / _CONFIG_FILES[0]), read_json(preprocessor) if preprocessor.is_file() else None, repo_id)
+    passes.check(
+        read_json(folder / _CONFIG_FILES[0]), read_json(preprocessor) if preprocessor.is_file() else None, repo_id
+    )
 
 
 def _check_sizes(repo_id: str, files: dict[str, int], n_params: int | None) -> int:

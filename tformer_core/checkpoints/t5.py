@@ -25,6 +25,8 @@ from .errors import CheckpointError
 from .hfconfig import HFConfig
 from .weights import Weights, assign, same_values
 
+__all__ = ["MODEL_TYPES", "build", "generation_rules", "t5_config"]
+
 MODEL_TYPES = ("t5",)
 
 

@@ -16,6 +16,8 @@ from .errors import CheckpointError
 from .hfconfig import HFConfig, read_json
 from .weights import Weights, assign
 
+__all__ = ["LAYER", "MODEL_TYPES", "PREPROCESSOR", "build", "encoder_fields", "preprocessing", "vit_config"]
+
 MODEL_TYPES = ("vit", "deit")
 
 

@@ -25,6 +25,18 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 
 from ..errors import InputError
 
+__all__ = [
+    "FORMATS",
+    "MAX_ASPECT",
+    "MAX_BYTES",
+    "MAX_PIXELS",
+    "MAX_SIDE",
+    "ImageError",
+    "LoadedImage",
+    "check_aspect",
+    "read_image",
+]
+
 MAX_BYTES = 25 * 2**20
 MAX_PIXELS = 60_000_000  # refused above this (a 60-megapixel photo is already far beyond any phone's)
 MAX_SIDE = 2048  # larger pictures are downscaled to this longest side

@@ -10,6 +10,8 @@ from PIL import Image
 
 from .image_file import check_aspect
 
+__all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "ImagePreprocessing"]
+
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 

@@ -14,6 +14,8 @@ from typing import NamedTuple, Protocol
 from ..errors import InputError
 from ..tokenizers import Tokenizer, require_readable
 
+__all__ = ["FittedInput", "TextReader", "fit_to_model"]
+
 
 class FittedInput(NamedTuple):
     """Text (and second segment) cut so the model can read it; counts in tokens, special tokens included."""

@@ -34,6 +34,19 @@ from ..trace import Trace, TraceMeta, stored_by_default
 from .layers import BlockConfig, Stack
 from .weights import StackWeights, stack_weights
 
+__all__ = [
+    "DTYPES",
+    "Capabilities",
+    "LinearReadout",
+    "ModelConfig",
+    "ModelKind",
+    "TokenInput",
+    "TracedModel",
+    "default_device",
+    "per_token",
+    "resolve_dtype",
+]
+
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 

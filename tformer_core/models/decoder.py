@@ -22,6 +22,8 @@ from .base import Capabilities, LinearReadout, TokenInput, per_token
 from .kinds import CausalLM
 from .layers import BlockConfig, KVCache, LMHead, Stack, causal_window_mask, key_padding_mask, text_embedding
 
+__all__ = ["Decoder", "DecoderConfig"]
+
 
 @dataclass(frozen=True, kw_only=True)
 class DecoderConfig(BlockConfig):

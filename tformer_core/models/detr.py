@@ -47,6 +47,18 @@ from .weights import StackWeights
 if TYPE_CHECKING:
     from transformers import ResNetConfig
 
+__all__ = [
+    "DETR",
+    "Backbone",
+    "DETRConfig",
+    "DetrBlock",
+    "DetrDecoder",
+    "DetrEncoder",
+    "DetrHead",
+    "DetrPreprocessing",
+    "sine_positions",
+]
+
 
 @dataclass(frozen=True, kw_only=True)
 class DETRConfig(BlockConfig):

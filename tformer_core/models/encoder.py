@@ -26,6 +26,18 @@ from .base import Capabilities, TokenInput, per_token
 from .kinds import EncoderModel
 from .layers import ACTIVATIONS, BlockConfig, Stack, key_padding_mask, text_embedding
 
+__all__ = [
+    "POOL_ACTIVATIONS",
+    "PROBLEM_TYPES",
+    "Encoder",
+    "EncoderConfig",
+    "MaskedLMHead",
+    "SequenceClassifierHead",
+    "class_scores",
+    "classifier_scoring",
+    "first_token_attention",
+]
+
 POOL_ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {"tanh": torch.tanh, "relu": F.relu}
 # transformers' problem_type values; "" when config.json names none.
 PROBLEM_TYPES = ("", "single_label_classification", "multi_label_classification", "regression")

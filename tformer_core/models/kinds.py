@@ -40,6 +40,18 @@ from ..tokenizers import Tokenizer
 from ..trace import Trace
 from .base import Capabilities, ConfigT, ModelKind, TokenInput, TracedModel
 
+__all__ = [
+    "CausalLM",
+    "DetectionModel",
+    "EncoderDecoderModel",
+    "EncoderModel",
+    "MaskedAutoencoder",
+    "PoolingModel",
+    "RecurrentSeq2Seq",
+    "VisionModel",
+    "WordTokenizing",
+]
+
 
 class EncoderModel(TracedModel[ConfigT]):
     """A bidirectional text encoder: one trace per sequence, with an optional second segment (`pair`).

@@ -1,4 +1,5 @@
-"""The parts every model family is built from: attention, feed-forward, blocks, stacks.
+"""The parts every model family is built from: attention, feed-forward, blocks, embeddings (of tokens and of
+image patches), stacks.
 
 Shapes use B = batch, T = tokens (Tq queries, Tk keys), D = d_model, h = heads,
 dh = d_head, F = d_ff. Attention is written out step by step (no fused kernel) so that every
@@ -22,6 +23,31 @@ from torch import nn
 from ..attention import HALF_PRECISION, attention_logits, attention_weights, grouped_matmul, widened
 from ..capture import HookPoint
 from .positional import RelativePositionBias, Rope, RotaryEmbedding, apply_rotary, make_positions
+
+__all__ = [
+    "ACTIVATIONS",
+    "NORM_PLACEMENTS",
+    "NORM_TYPES",
+    "Block",
+    "BlockConfig",
+    "FeedForward",
+    "KVCache",
+    "LMHead",
+    "LayerCache",
+    "MultiHeadAttention",
+    "PatchEmbedding",
+    "PatchInputConfig",
+    "RMSNorm",
+    "Stack",
+    "TextEmbedding",
+    "TextInputConfig",
+    "causal_mask",
+    "causal_window_mask",
+    "key_padding_mask",
+    "make_norm",
+    "patchify",
+    "text_embedding",
+]
 
 ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "relu": F.relu,
@@ -444,6 +470,64 @@ def text_embedding(
         pe_layout=c.pe_layout,
         position_first_row=c.position_first_row,
     )
+
+
+def patchify(images: torch.Tensor, patch_size: int) -> torch.Tensor:
+    """(B, C, H, W) -> (B, N, C*P*P): patches in row-major order, each flattened channel-first.
+
+    Channel-first flattening (c, py, px) makes the patch embedding the same linear map as a
+    Conv2d with kernel = stride = P, so convolutional checkpoints load as they are.
+    """
+    B, C, H, W = images.shape
+    P = patch_size
+    x = images.reshape(B, C, H // P, P, W // P, P)  # (B, C, rows, P, cols, P)
+    x = x.permute(0, 2, 4, 1, 3, 5)  # (B, rows, cols, C, P, P)
+    return x.reshape(B, (H // P) * (W // P), C * P * P)  # (B, N, C*P*P)
+
+
+class PatchInputConfig(Protocol):
+    """The fields of a vision config that its patch embedding reads (ViTConfig)."""
+
+    @property
+    def patch_size(self) -> int: ...
+    @property
+    def n_channels(self) -> int: ...
+    @property
+    def d_model(self) -> int: ...
+    @property
+    def distilled(self) -> bool: ...
+    @property
+    def n_prefix_tokens(self) -> int: ...
+    @property
+    def n_patches(self) -> int: ...
+
+
+class PatchEmbedding(nn.Module):
+    """Hooks: patches (B, N, C*P*P), patch (B, N, D) the embedded patches, tokens (B, n_prefix+N, D)
+    with the prefix tokens prepended, pos (B, n_prefix+N, D) the position embeddings, out their sum."""
+
+    def __init__(self, c: PatchInputConfig) -> None:
+        super().__init__()
+        self.patch_size = c.patch_size
+        self.project = nn.Linear(c.n_channels * c.patch_size**2, c.d_model)
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, c.d_model))
+        self.dist_token = nn.Parameter(torch.zeros(1, 1, c.d_model)) if c.distilled else None
+        self.pos = nn.Parameter(torch.zeros(1, c.n_prefix_tokens + c.n_patches, c.d_model))
+        for p in (self.cls_token, self.dist_token, self.pos):
+            if p is not None:
+                nn.init.normal_(p, std=0.02)
+        self.hook_patches, self.hook_patch, self.hook_tokens = HookPoint(), HookPoint(), HookPoint()
+        self.hook_pos, self.hook_out = HookPoint(), HookPoint()
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        B = images.shape[0]
+        patches = self.hook_patches(patchify(images, self.patch_size))  # (B, N, C*P*P)
+        x = self.hook_patch(self.project(patches))  # (B, N, D)
+        prefix = [self.cls_token] + ([self.dist_token] if self.dist_token is not None else [])
+        x = torch.cat([p.expand(B, -1, -1) for p in prefix] + [x], dim=1)  # (B, n_prefix+N, D)
+        x = self.hook_tokens(x)
+        pos = self.hook_pos(self.pos.expand(B, -1, -1))
+        return self.hook_out(x + pos)
 
 
 class LMHead(nn.Module):

@@ -25,6 +25,8 @@ import numpy as np
 from .decoder import Decoder, DecoderConfig
 from .positional import Rope, rope_attention_factor, rope_frequencies
 
+__all__ = ["Llama", "LlamaConfig"]
+
 
 @dataclass(frozen=True, kw_only=True)
 class LlamaConfig(DecoderConfig):

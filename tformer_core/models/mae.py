@@ -31,9 +31,21 @@ from ..errors import InputError
 from ..inputs.preprocessing import ImagePreprocessing
 from ..trace import Trace, stored_by_default
 from .kinds import MaskedAutoencoder
-from .layers import BlockConfig, Stack
-from .vit import ViTConfig, image_input, patch_labels, patchify
+from .layers import BlockConfig, Stack, patchify
+from .vit import ViTConfig, image_input, patch_labels
 from .weights import PatchWeights, StackWeights, block_weights, norm_weights
+
+__all__ = [
+    "MAE",
+    "MAEConfig",
+    "MAEDecoderEmbedding",
+    "MAEEmbedding",
+    "PixelHead",
+    "masking_noise",
+    "pixel_patches",
+    "random_mask",
+    "sincos_positions",
+]
 
 _MASKING = matching("encoder.embed.mask", "encoder.embed.kept")  # in every trace: they name its tokens
 

@@ -24,6 +24,8 @@ from ..trace import Trace
 from .base import TokenInput
 from .kinds import PoolingModel
 
+__all__ = ["POOLINGS", "ClassifierHead", "Pool", "PoolingClassifier", "PoolingConfig", "WordEmbedding", "WordEncoder"]
+
 POOLINGS = ("attention", "mean")
 
 

@@ -10,6 +10,27 @@ import numpy as np
 import torch
 from torch import nn
 
+__all__ = [
+    "POSITIONAL_KINDS",
+    "ROPE_TYPES",
+    "LearnedPositions",
+    "RelativePositionBias",
+    "Rope",
+    "RotaryEmbedding",
+    "SinusoidalPositions",
+    "apply_rotary",
+    "inverse_frequencies",
+    "make_positions",
+    "rope_attention_factor",
+    "rope_frequencies",
+    "rope_pair_dims",
+    "rope_rotate",
+    "rope_rotation",
+    "rope_scores",
+    "rotate_half",
+    "sinusoidal_encoding",
+]
+
 
 def sinusoidal_encoding(
     n_positions: int, d_model: int, base: float = 10000.0, *, layout: str = "interleaved"

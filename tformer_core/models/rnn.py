@@ -37,6 +37,8 @@ from ..trace import Trace
 from .base import TokenInput
 from .kinds import RecurrentSeq2Seq
 
+__all__ = ["SCORES", "Alignment", "RNNConfig", "RNNDecoder", "RNNEncoder", "RNNHead", "RNNSeq2Seq", "Scorer", "Step"]
+
 SCORES = ("additive", "dot", "bilinear")
 
 

@@ -22,6 +22,8 @@ from .base import LinearReadout, TokenInput, per_token
 from .kinds import EncoderDecoderModel
 from .layers import BlockConfig, LMHead, Stack, TextEmbedding, causal_mask, key_padding_mask, text_embedding
 
+__all__ = ["EncoderDecoder", "Seq2SeqConfig"]
+
 
 @dataclass(frozen=True, kw_only=True)
 class Seq2SeqConfig(BlockConfig):

@@ -4,6 +4,7 @@ An image (C, H, W) is cut into N = H*W / P^2 patches of P x P pixels; each patch
 to P*P*C numbers and linearly embedded to D. A learned class token (and, for distilled DeiT, a
 distillation token) is prepended, learned position embeddings ((n_prefix + N) x D) are added,
 and a pre-norm encoder runs over the sequence. The MLP head reads the class token.
+The patch embedding is `layers.PatchEmbedding`, beside the text embedding (the weights' accessors read both).
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ from ..inputs.preprocessing import ImagePreprocessing
 from ..trace import Trace
 from .base import Capabilities, LinearReadout
 from .kinds import VisionModel
-from .layers import BlockConfig, Stack
+from .layers import BlockConfig, PatchEmbedding, Stack
+
+__all__ = ["ClassHead", "ViT", "ViTConfig", "image_input", "images_input", "patch_labels"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -71,19 +74,6 @@ class ViTConfig(BlockConfig):
         return self.distilled if self.dist_head is None else self.dist_head
 
 
-def patchify(images: torch.Tensor, patch_size: int) -> torch.Tensor:
-    """(B, C, H, W) -> (B, N, C*P*P): patches in row-major order, each flattened channel-first.
-
-    Channel-first flattening (c, py, px) makes the patch embedding the same linear map as a
-    Conv2d with kernel = stride = P, so convolutional checkpoints load as they are.
-    """
-    B, C, H, W = images.shape
-    P = patch_size
-    x = images.reshape(B, C, H // P, P, W // P, P)  # (B, C, rows, P, cols, P)
-    x = x.permute(0, 2, 4, 1, 3, 5)  # (B, rows, cols, C, P, P)
-    return x.reshape(B, (H // P) * (W // P), C * P * P)  # (B, N, C*P*P)
-
-
 def images_input(images: torch.Tensor, config: ViTConfig, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
     """A batch of preprocessed images (B, C, H, W) checked against `config` (shape, floats, finite: one check for
     the whole batch, so a GPU batch waits once) and moved to `device` and `dtype` in one copy."""
@@ -116,34 +106,6 @@ def patch_labels(config: ViTConfig) -> tuple[str, ...]:
     rows, cols = config.grid_hw
     prefix = ("[CLS]", "[DIST]")[: config.n_prefix_tokens]
     return prefix + tuple(f"r{r}c{c}" for r in range(rows) for c in range(cols))
-
-
-class PatchEmbedding(nn.Module):
-    """Hooks: patches (B, N, C*P*P), patch (B, N, D) the embedded patches, tokens (B, n_prefix+N, D)
-    with the prefix tokens prepended, pos (B, n_prefix+N, D) the position embeddings, out their sum."""
-
-    def __init__(self, c: ViTConfig) -> None:
-        super().__init__()
-        self.patch_size = c.patch_size
-        self.project = nn.Linear(c.n_channels * c.patch_size**2, c.d_model)
-        self.cls_token = nn.Parameter(torch.zeros(1, 1, c.d_model))
-        self.dist_token = nn.Parameter(torch.zeros(1, 1, c.d_model)) if c.distilled else None
-        self.pos = nn.Parameter(torch.zeros(1, c.n_prefix_tokens + c.n_patches, c.d_model))
-        for p in (self.cls_token, self.dist_token, self.pos):
-            if p is not None:
-                nn.init.normal_(p, std=0.02)
-        self.hook_patches, self.hook_patch, self.hook_tokens = HookPoint(), HookPoint(), HookPoint()
-        self.hook_pos, self.hook_out = HookPoint(), HookPoint()
-
-    def forward(self, images: torch.Tensor) -> torch.Tensor:
-        B = images.shape[0]
-        patches = self.hook_patches(patchify(images, self.patch_size))  # (B, N, C*P*P)
-        x = self.hook_patch(self.project(patches))  # (B, N, D)
-        prefix = [self.cls_token] + ([self.dist_token] if self.dist_token is not None else [])
-        x = torch.cat([p.expand(B, -1, -1) for p in prefix] + [x], dim=1)  # (B, n_prefix+N, D)
-        x = self.hook_tokens(x)
-        pos = self.hook_pos(self.pos.expand(B, -1, -1))
-        return self.hook_out(x + pos)
 
 
 class ClassHead(nn.Module):

@@ -30,8 +30,22 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from .layers import Block, FeedForward, MultiHeadAttention, Stack, TextEmbedding
+from .layers import Block, FeedForward, MultiHeadAttention, PatchEmbedding, Stack, TextEmbedding
 from .positional import LearnedPositions, SinusoidalPositions
+
+__all__ = [
+    "AttentionWeights",
+    "BlockWeights",
+    "FFNWeights",
+    "NormWeights",
+    "PatchWeights",
+    "StackWeights",
+    "attention_weights_of",
+    "block_weights",
+    "ffn_weights",
+    "norm_weights",
+    "stack_weights",
+]
 
 
 @dataclass(frozen=True, eq=False)
@@ -286,8 +300,6 @@ def stack_weights(name: str, stack: Stack, activation: str) -> StackWeights:
             None if embed.ln is None else norm_weights(embed.ln),
             ln_final,
         )
-    from .vit import PatchEmbedding  # here: vit.py builds on base.py, which reads weights through this module
-
     if not isinstance(embed, PatchEmbedding):
         raise TypeError(f"not an embedding the core builds: {type(embed).__name__}")
     project = embed.project  # a Linear over channel-first flattened patches

@@ -11,6 +11,17 @@ import pandas as pd
 from ..text import HeadView
 from .spec import channel, layered, named_data
 
+__all__ = [
+    "FAINT",
+    "FAINT_COLOUR",
+    "HEAD_COLOURS",
+    "HEAD_VIEW_PARAMS",
+    "distance_chart",
+    "distance_frame",
+    "head_colour_scale",
+    "head_view_chart",
+]
+
 # One colour per head, the same in every view (Tableau 20: distinct enough for 16 heads).
 HEAD_COLOURS = (
     "#1f77b4",

@@ -12,6 +12,19 @@ import pandas as pd
 from ..lessons.block import FlowNode
 from .spec import AUTOSIZE, VEGA_LITE_SCHEMA, channel, fitting, layered, named_data
 
+__all__ = [
+    "BOX_HALF_HEIGHT",
+    "BOX_HALF_WIDTH",
+    "FLOW_COLOURS",
+    "NORM_COLOURS",
+    "ROW_PX",
+    "SKIP_X",
+    "WIDTH_PX",
+    "activation_chart",
+    "flow_chart",
+    "norms_chart",
+]
+
 # The colours of the lecture's figure (Attention Is All You Need, Fig. 1): attention orange, the FFN blue,
 # Add & Norm yellow.
 FLOW_COLOURS = {

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import pandas as pd
 
+__all__ = ["json_spec", "to_png", "to_svg", "validate"]
+
 
 def json_spec(spec: dict) -> dict:
     """The chart as pure JSON data: datasets as lists of records, missing values as null."""

@@ -18,6 +18,8 @@ import numpy as np
 
 from .spec import heatmap
 
+__all__ = ["CHAR_EM", "MAX_FONT_PX", "MIN_CELL_PX", "NUMBER_EM", "GridLook", "chrome", "grid_look", "head_grid"]
+
 MIN_CELL_PX = 12  # every axis label still shows
 MAX_FONT_PX = 24
 # Widths in font sizes (em) of what the grid draws, for its layout; a little more than a sans-serif's own.

@@ -17,6 +17,8 @@ from PIL import Image
 from ..pictures import data_uri
 from .spec import channel, layered, named_data
 
+__all__ = ["PICKER_PADDING", "SIDES", "head_grid_chart", "patch_picker", "thumbnail_picker"]
+
 
 def head_grid_chart(
     values: np.ndarray,

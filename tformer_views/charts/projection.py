@@ -22,6 +22,20 @@ from tformer_core.trace import Trace
 
 from ..tokens import display_tokens
 
+__all__ = [
+    "KEY_COLOUR",
+    "LINE_COLOUR",
+    "MAX_MARKER_TEXT",
+    "QUERY_COLOUR",
+    "TOP_KEYS",
+    "QKSpace",
+    "gl_text",
+    "plotly_text",
+    "qk_figure",
+    "qk_space",
+    "trace_named",
+]
+
 QUERY_COLOUR = "#1b9e77"  # AttentionViz's green queries
 KEY_COLOUR = "#d6336c"  # and pink keys
 LINE_COLOUR = "#555555"

@@ -28,6 +28,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+__all__ = ["MAX_PIXELS", "MIN_LINES", "chart_png", "draw_lines", "svg_to_png"]
+
 MIN_LINES = 200  # below this resvg is quick enough
 _SVG = "{http://www.w3.org/2000/svg}"
 _TRANSLATE = re.compile(r"^\s*translate\(\s*([-+\d.eE]+)(?:[\s,]+([-+\d.eE]+))?\s*\)\s*$")

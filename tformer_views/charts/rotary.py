@@ -12,6 +12,17 @@ import pandas as pd
 from ..lessons.positional import RotarySetting, RotationStep
 from .spec import channel, fitting, layered, named_data
 
+__all__ = [
+    "AFTER_COLOUR",
+    "BEFORE_COLOUR",
+    "LABELLED_POSITIONS",
+    "PATH_COLOUR",
+    "frequency_chart",
+    "offset_chart",
+    "rotation_chart",
+    "wavelength_chart",
+]
+
 BEFORE_COLOUR, AFTER_COLOUR, PATH_COLOUR = "#7f7f7f", "#d62728", "#1f77b4"
 LABELLED_POSITIONS = 16  # the dots of the first positions carry their number when there are at most this many
 

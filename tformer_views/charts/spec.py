@@ -22,6 +22,28 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+__all__ = [
+    "AUTOSIZE",
+    "AXES_PX",
+    "FIT_WIDTH",
+    "MASKED_COLOUR",
+    "MAX_ANNOTATED_CELLS",
+    "MAX_GRID_CELLS",
+    "VEGA_LITE_SCHEMA",
+    "cell_px",
+    "cell_text",
+    "channel",
+    "fitting",
+    "grid_heatmap",
+    "heatmap",
+    "layered",
+    "line_chart",
+    "matrix_frame",
+    "named_data",
+    "thin",
+    "unique_labels",
+]
+
 VEGA_LITE_SCHEMA = "https://vega.github.io/schema/vega-lite/v6.4.1.json"  # the version Streamlit 1.67 draws
 AUTOSIZE = {"type": "pad", "contains": "padding"}  # the chart at its own size, axes and legend around it
 # A chart that fits its width: the spec's width is the whole chart's (axes and legend included), the most it

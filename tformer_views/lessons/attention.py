@@ -26,6 +26,48 @@ from tformer_core.models.base import TracedModel
 from tformer_core.steps import AttentionSteps, attention_from_qkv, attention_steps
 from tformer_core.trace import Trace, to_numpy
 
+__all__ = [
+    "EXAMPLE_TOKENS",
+    "EXAMPLE_W_K",
+    "EXAMPLE_W_Q",
+    "EXAMPLE_W_V",
+    "EXAMPLE_X",
+    "MAX_CELLS_NAMED",
+    "MAX_TOKENS",
+    "SDPA_CODE",
+    "SDPA_K",
+    "SDPA_Q",
+    "SDPA_TOKENS",
+    "TAYO_TOKENS",
+    "TAYO_X",
+    "Example",
+    "MaskConventions",
+    "RowWalkthrough",
+    "as_factor",
+    "attention_input_name",
+    "available_from_qkv",
+    "available_steps",
+    "build_mask",
+    "default_example",
+    "dot_written_out",
+    "fmt",
+    "head_matrices",
+    "latex_name",
+    "mask_conventions",
+    "non_finite",
+    "qkv_shape_errors",
+    "random_example",
+    "real_model_example",
+    "row_walkthrough",
+    "run_example",
+    "sdpa_example",
+    "shape_errors",
+    "tayo_example",
+    "tex",
+    "torch_sdpa",
+    "with_bias",
+]
+
 MAX_TOKENS = 12  # the worked example is read cell by cell: beyond this the tables stop being readable
 
 
@@ -623,14 +665,15 @@ def tex(x: float, digits: int = 4) -> str:
     return power if mantissa == "1" else rf"{mantissa} \times {power}"
 
 
-def _factor(x: float) -> str:
+def as_factor(x: float) -> str:
+    """x written as a factor of a product ("2", "(-0.5)"): a negative number in parentheses."""
     s = fmt(x)
     return f"({s})" if s.startswith("-") else s
 
 
 def dot_written_out(a: np.ndarray, b: np.ndarray) -> str:
     """ "1·0 + 0·1 + 2·1" for a·b (negative factors in parentheses)."""
-    return " + ".join(f"{_factor(x)}·{_factor(y)}" for x, y in zip(a, b))
+    return " + ".join(f"{as_factor(x)}·{as_factor(y)}" for x, y in zip(a, b))
 
 
 @dataclass(frozen=True, eq=False)

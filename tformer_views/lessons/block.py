@@ -33,7 +33,55 @@ from tformer_core.trace import Trace, to_host, to_numpy
 from ..seq2seq import Translation, translate
 from ..tokens import display_tokens
 from ..vision import VisionResult, analyse
-from .attention import _factor, fmt, tex
+from .attention import as_factor, fmt, tex
+
+__all__ = [
+    "ACTIVATION_NAMES",
+    "EXAMPLE_BETA",
+    "EXAMPLE_EPS",
+    "EXAMPLE_GAMMA",
+    "EXAMPLE_TOKENS",
+    "EXAMPLE_X",
+    "NORM_NAMES",
+    "NORM_QUANTITIES",
+    "SUBLAYERS",
+    "TRACE_PARTS",
+    "AttentionRow",
+    "BlockLayout",
+    "BlockWalk",
+    "FlowNode",
+    "StreamNorms",
+    "SubLayerWalk",
+    "attention_row",
+    "block_layout",
+    "block_read",
+    "block_walk",
+    "dims_labels",
+    "eps_problem",
+    "example_norm_inputs",
+    "ffn_formula",
+    "ffn_rows",
+    "flow_nodes",
+    "norm_formulas",
+    "norm_rows",
+    "norm_summary",
+    "normalized_formula",
+    "output_formula",
+    "stacks_of",
+    "stream_norms",
+    "strongest_keys",
+    "token_labels",
+    "trace_image",
+    "trace_text",
+    "trace_translation",
+    "vectors_frame",
+    "walk_vectors",
+    "written_mean",
+    "written_output",
+    "written_rms",
+    "written_row",
+    "written_variance",
+]
 
 NORM_NAMES = {"layernorm": "LayerNorm", "rmsnorm": "RMSNorm"}
 ACTIVATION_NAMES = {"relu": "ReLU", "gelu": "GELU", "gelu_tanh": "GELU (tanh approximation)", "silu": "SiLU"}
@@ -615,8 +663,8 @@ def written_output(norm: LayerNormSteps | RMSNormSteps, row: int) -> str:
     beta = norm.beta if isinstance(norm, LayerNormSteps) else None
 
     def term(i: int) -> str:
-        product = rf"{_factor(gamma[i])}\cdot{_factor(x_hat[i])}"
-        return product if beta is None else f"{product} + {_factor(beta[i])}"
+        product = rf"{as_factor(gamma[i])}\cdot{as_factor(x_hat[i])}"
+        return product if beta is None else f"{product} + {as_factor(beta[i])}"
 
     terms = ", ".join(term(i) for i in range(len(x_hat)))
     return rf"y = [{terms}] = [{', '.join(fmt(v) for v in norm.output[row])}]"

@@ -26,6 +26,26 @@ from ..pictures import tiles
 from ..vision import require_vit
 from .attention import dot_written_out, fmt
 
+__all__ = [
+    "LECTURE_IMAGE",
+    "LECTURE_KERNELS",
+    "LECTURE_PATCH",
+    "MAX_KERNELS",
+    "MAX_PATCH",
+    "MAX_SIDE",
+    "RealPatch",
+    "default_image",
+    "default_kernels",
+    "embeddings_frame",
+    "kernel_pictures",
+    "patch_label",
+    "patch_matrix",
+    "patch_picture",
+    "products_frame",
+    "real_patch",
+    "statement",
+]
+
 # The lecture's example: an 8 x 8 image with values 0..4, cut into four 4 x 4 patches, and two kernels.
 LECTURE_IMAGE = np.array(
     [

@@ -35,6 +35,40 @@ from tformer_core.models.positional import (
 )
 from tformer_core.trace import Trace, to_host, to_numpy
 
+__all__ = [
+    "MAX_PE_D_MODEL",
+    "MAX_PE_POSITIONS",
+    "MAX_ROPE_HEAD_DIM",
+    "MAX_ROPE_POSITION",
+    "PATH_POINTS",
+    "ROPE_DEFAULT_BASE",
+    "EmbeddingSum",
+    "RotarySetting",
+    "RotationStep",
+    "curves_frame",
+    "embedding_sum",
+    "formula_cell",
+    "formula_table",
+    "frequencies",
+    "frequency_curves",
+    "frequency_frame",
+    "learned_positions",
+    "model_agreement",
+    "offset_formula",
+    "offset_products",
+    "offset_spread",
+    "pair_of",
+    "pe_problems",
+    "random_qk",
+    "rope_offset_scores",
+    "rope_problems",
+    "rotary_setting",
+    "rotation_step",
+    "sentence_qk",
+    "similarity",
+    "without_rotation",
+]
+
 MAX_PE_POSITIONS = 512
 MAX_PE_D_MODEL = 1024
 

@@ -17,6 +17,18 @@ import pandas as pd
 
 from tformer_core.errors import InputError
 
+__all__ = [
+    "Inputs",
+    "TableError",
+    "format_matrix_text",
+    "from_link_text",
+    "link_text",
+    "matrix_from_frame",
+    "parse_matrix_text",
+    "parse_tokens",
+    "tokens_from_column",
+]
+
 
 class TableError(InputError):
     """An input table that cannot be used; the message names the table, and the cell or the shape."""

@@ -29,6 +29,40 @@ from . import attention as ls
 from . import tables as lt
 from .tables import Inputs, TableError
 
+__all__ = [
+    "B_NAMES",
+    "EDITABLE",
+    "GIVEN",
+    "INPUTS_OF",
+    "LETTER",
+    "NO_W",
+    "OVERFLOWED",
+    "W_NAMES",
+    "Matrices",
+    "ModelSizes",
+    "as_table",
+    "block_formula",
+    "col_labels",
+    "example_formulas",
+    "example_matrices",
+    "formulas",
+    "head_formulas",
+    "heads_formula",
+    "link_texts",
+    "mask_conventions_frame",
+    "missing",
+    "model_sizes",
+    "not_runnable",
+    "read_link_edits",
+    "row_formulas",
+    "row_tables",
+    "run_inputs",
+    "sdpa_frames",
+    "too_many_tokens",
+    "validate",
+    "with_edits",
+]
+
 W_NAMES = ("W_q", "W_k", "W_v")
 B_NAMES = ("b_q", "b_k", "b_v")
 LETTER = {"W_q": "q", "W_k": "k", "W_v": "v"}

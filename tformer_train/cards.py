@@ -13,8 +13,9 @@ from pathlib import Path
 
 from safetensors import safe_open
 
+from tformer_core.bundled.loading import CARD_FILE, CONFIG_FILE, WEIGHTS_FILE
+
 from . import data as td
-from .loading import CARD_FILE, CONFIG_FILE, WEIGHTS_FILE
 
 TEMPLATES = Path(__file__).resolve().parent / "cards"
 

@@ -19,10 +19,10 @@ from PIL import Image
 
 import tformer_core as tc
 from tformer_core import bundled
-from tformer_core.bundled import boxes, detr_tiny, mae_tiny
-from tformer_core.bundled import data as td
 from tformer_core.models.detr import DETR
 from tformer_core.models.mae import MAE, pixel_patches, random_mask
+from tformer_train import boxes, detr_tiny, mae_tiny
+from tformer_train import data as td
 from tformer_views import detection as dv
 from tformer_views import mae as mv
 from tformer_views import samples
@@ -287,7 +287,7 @@ def test_detr_photo_preprocessing_matches_the_training_normalisation(detr):
 # ---- cards and training --------------------------------------------------------------------------
 @pytest.mark.parametrize("name", ["mae-tiny", "detr-tiny"])
 def test_shipped_cards_are_rendered_from_the_recorded_figures(name):
-    from tformer_core.bundled import cards
+    from tformer_train import cards
 
     assert cards.render(bundled.asset_dir(name)) == bundled.model_card(name)
     meta = json.loads((bundled.asset_dir(name) / "config.json").read_text())
@@ -304,7 +304,7 @@ def test_the_cards_state_the_measured_figures():
 
 @pytest.mark.parametrize("name", ["mae-tiny", "detr-tiny"])
 def test_training_reproduces_the_same_weights_for_the_same_seed(name, tmp_path):
-    from tformer_core.bundled.train import all_trainers
+    from tformer_train.train import all_trainers
 
     trainer = all_trainers()[name]
     quiet = lambda message: None  # noqa: E731
@@ -313,7 +313,7 @@ def test_training_reproduces_the_same_weights_for_the_same_seed(name, tmp_path):
     other = trainer(steps=3, seed=4, out=tmp_path / "c", evaluate=False, log=quiet)
     assert first.weights_sha256 == again.weights_sha256 != other.weights_sha256
     env = {**os.environ, "PYTHONHASHSEED": "12345", "PYTHONPATH": str(ROOT)}
-    command = [sys.executable, "-m", "tformer_core.bundled.train", name, "--steps", "3", "--seed", "3"]
+    command = [sys.executable, "-m", "tformer_train.train", name, "--steps", "3", "--seed", "3"]
     command += ["--out", str(tmp_path / "d"), "--no-eval"]
     subprocess.run(command, cwd=ROOT, env=env, check=True, capture_output=True, timeout=300)
     assert bundled.file_sha256(tmp_path / "d" / "model.safetensors") == first.weights_sha256

@@ -39,13 +39,45 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from tformer_core.bundled.tokenizer import SPECIAL_TOKENS, UNK  # ids 0, 1, 2, 3 in both vocabularies
+
+__all__ = [
+    "ADJECTIVES",
+    "ADVERBS",
+    "DETECTION_IMAGE_SIZE",
+    "DETERMINERS",
+    "DICTIONARY",
+    "HELD_OUT_PERCENT",
+    "IMAGE_SIZE",
+    "INTRANSITIVE_VERBS",
+    "MAX_OBJECTS",
+    "MAX_SOURCE_WORDS",
+    "MAX_TARGET_WORDS",
+    "NOUNS",
+    "OBJECT_PARTICLE",
+    "PREPOSITIONS",
+    "SCENE_PREPROCESSING",
+    "SHAPE_CLASSES",
+    "SOURCE_VOCAB",
+    "SUBJECT_PARTICLE",
+    "TARGET_VOCAB",
+    "TRAIN_STREAM_OFFSET",
+    "TRANSITIVE_VERBS",
+    "DetectionScenes",
+    "Pair",
+    "Scenes",
+    "Uniform",
+    "is_held_out",
+    "make_detection_scenes",
+    "make_scenes",
+    "patch_coverage",
+    "random_pair",
+    "sample_pairs",
+]
+
 # The training image stream is seeded far from the small seeds evaluation uses, so a training
 # batch can never be an evaluation sample drawn with the same number.
 TRAIN_STREAM_OFFSET = 2**40
-
-# ---- special tokens ----------------------------------------------------------------------
-PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
-SPECIAL_TOKENS = (PAD, BOS, EOS, UNK)  # ids 0, 1, 2, 3 in both vocabularies
 
 # ---- lexicon: (source word, target word) -------------------------------------------------
 DETERMINERS = (("the", "ta"), ("a", "na"), ("this", "ki"), ("that", "ko"), ("every", "sen"))
@@ -261,6 +293,15 @@ def sample_pairs(
 # ---- shape scenes --------------------------------------------------------------------------
 SHAPE_CLASSES = ("circle", "square", "triangle", "diamond", "plus", "cross", "ring", "frame")
 IMAGE_SIZE = 32
+# Channel mean / std of the generated scenes (measured on 20 000 of them, rounded): the normalisation the app
+# applies before a model trained on them (vit-tiny, mae-tiny) sees an image; recorded in their config.json.
+SCENE_PREPROCESSING = {
+    "image_size": [IMAGE_SIZE, IMAGE_SIZE],
+    "value_range": [0.0, 1.0],
+    "mean": [0.5, 0.5, 0.5],
+    "std": [0.3, 0.3, 0.3],
+    "formula": "pixel = (value / 255 - mean) / std, per channel, RGB, (3, H, W)",
+}
 _SUPERSAMPLE = 4  # coverage is computed on a 4x finer grid, giving anti-aliased edges
 
 

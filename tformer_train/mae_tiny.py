@@ -1,6 +1,6 @@
 """The bundled masked autoencoder: a small ViT-MAE trained by this project on generated shape scenes.
 
-    python -m tformer_core.bundled.train mae-tiny        # -> ./trained/mae-tiny/
+    python -m tformer_train.train mae-tiny        # -> ./trained/mae-tiny/
 
 The pictures are vit-tiny's (`data.make_scenes`: 32 x 32, one shape on a striped, graded, noisy
 background), cut into 64 patches of 4 x 4 pixels; 75 % of them are masked at random and the model rebuilds
@@ -16,29 +16,28 @@ nearest visible patch.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
 import torch
 
-from ..models.mae import MAE, MAEConfig, pixel_patches
+from tformer_core.bundled.loading import config_to_dict, preprocessing_from_meta
+from tformer_core.models.mae import MAE, MAEConfig, pixel_patches
+
 from . import data as td
 from .evaluation import EVAL_SEED
-from .loading import config_to_dict, preprocessing_from_meta
-from .train import (
+from .runs import (
     DEFAULT_OUT,
-    VIT_PREPROCESSING,
+    Log,
     Recipe,
     RunResult,
-    _command,
-    _environment,
-    _optimise,
-    _write,
+    command_line,
     deterministic,
+    environment_record,
+    optimise,
+    write_run,
 )
 
-Log = Callable[[str], None]
 NAME = "mae-tiny"
 
 MAE_CONFIG = MAEConfig(
@@ -61,7 +60,7 @@ MAE_CONFIG = MAEConfig(
 )
 MAE_RECIPE = Recipe(steps=4000, batch_size=128, lr=1.5e-3, warmup=200, weight_decay=0.05, betas=(0.9, 0.95))
 # vit-tiny's normalisation: the same pictures, so the same mean and spread.
-MAE_PREPROCESSING = VIT_PREPROCESSING
+MAE_PREPROCESSING = td.SCENE_PREPROCESSING
 
 
 def masked_mse(predicted: torch.Tensor, target: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -197,7 +196,7 @@ def train_mae(
             predicted, mask = model(x, noise)
             return masked_mse(predicted, pixel_patches(x, MAE_CONFIG.patch_size), mask)
 
-        final_loss = _optimise(model, recipe, loss_of_batch, log, NAME)
+        final_loss = optimise(model, recipe, loss_of_batch, log, NAME)
         train_seconds = time.perf_counter() - start
 
     meta = {
@@ -206,13 +205,13 @@ def train_mae(
         "config": config_to_dict(MAE_CONFIG),
         "preprocessing": MAE_PREPROCESSING,
         "training": {
-            "command": _command(NAME, steps, seed, threads),
+            "command": command_line(NAME, steps, seed, threads),
             "seed": seed,
             "recipe": asdict(recipe),
             "final_train_loss": round(final_loss, 5),
             "train_seconds": round(train_seconds, 1),
-            "environment": _environment(threads),
+            "environment": environment_record(threads),
             "images_seen": recipe.steps * recipe.batch_size,
         },
     }
-    return _write(model, out, meta, {}, evaluate_mae if evaluate else None, log)
+    return write_run(model, out, meta, {}, evaluate_mae if evaluate else None, log)

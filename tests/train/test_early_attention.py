@@ -8,13 +8,14 @@ import pytest
 import torch
 
 import tformer_core as tc
-from tformer_core.bundled import corpora, recorded
-from tformer_core.bundled import data as td
-from tformer_core.bundled.early_attention import evaluate_sentiment, rnn_alignment_accuracy, rnn_translate
+from tformer_core.bundled import recorded
 from tformer_core.bundled.sentence_tokenizer import SentenceTokenizer, sentence_words
 from tformer_core.models.pooling import PoolingClassifier, PoolingConfig
 from tformer_core.models.rnn import RNNConfig, RNNSeq2Seq
 from tformer_core.scores import score_functions
+from tformer_train import corpora
+from tformer_train import data as td
+from tformer_train.early_attention import evaluate_sentiment, rnn_alignment_accuracy, rnn_translate
 
 
 # ---- score functions ------------------------------------------------------------------------------
@@ -260,6 +261,7 @@ def test_the_shipped_rnns_translate_held_out_sentences_and_align_their_words(sco
 
 @pytest.mark.parametrize("name", ["sentiment-attention", "sentiment-mean", "rnn-additive", "rnn-dot", "rnn-bilinear"])
 def test_the_new_model_cards_are_rendered_from_their_recorded_figures(name):
-    from tformer_core.bundled import asset_dir, cards, model_card
+    from tformer_core.bundled import asset_dir, model_card
+    from tformer_train import cards
 
     assert cards.render(asset_dir(name)) == model_card(name)

@@ -15,11 +15,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..capture import capture, matching
-from ..models.seq2seq import EncoderDecoder
-from ..models.vit import ViT
+from tformer_core.bundled.tokenizer import WordTokenizer
+from tformer_core.capture import capture, matching
+from tformer_core.models.seq2seq import EncoderDecoder
+from tformer_core.models.vit import ViT
+
 from . import data as td
-from .tokenizer import WordTokenizer
 
 # Seed of the evaluation samples written into the model cards. The tests draw other seeds.
 EVAL_SEED = 20_240_601

@@ -17,8 +17,8 @@ from PIL import Image
 
 import tformer_core as tc
 from tformer_core import bundled
-from tformer_core.bundled import data as td
-from tformer_core.bundled import train
+from tformer_train import data as td
+from tformer_train import evaluation, train
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -68,7 +68,7 @@ def test_assets_hold_every_bundled_model_within_15_mb():
 @pytest.mark.parametrize("name", ["translator", "vit-tiny"])
 def test_shipped_model_cards_are_rendered_from_their_recorded_figures(name):
     """The card is the template filled with what config.json recorded: neither can drift from the other."""
-    from tformer_core.bundled import cards
+    from tformer_train import cards
 
     assert cards.render(bundled.asset_dir(name)) == bundled.model_card(name)
 
@@ -91,7 +91,7 @@ def test_translator_is_the_original_transformer_layout(translator):
 
 
 def test_translator_exact_match_on_fresh_held_out_sentences(translator, held_out_pairs):
-    accuracy = bundled.evaluation.translation_accuracy(translator, held_out_pairs)
+    accuracy = evaluation.translation_accuracy(translator, held_out_pairs)
     assert accuracy >= 0.98, f"held-out exact match {accuracy:.4f}"
 
 
@@ -100,7 +100,7 @@ def test_cross_attention_follows_the_reordering(translator, held_out_pairs):
     aligned = [(t, a) for p in pairs for t, a in enumerate(p.alignment) if a is not None]
     moved = sum(t != a for t, a in aligned) / len(aligned)
     assert moved > 0.7  # the languages really reorder: most words change index
-    per_head = bundled.evaluation.alignment_accuracy(translator, pairs)  # (decoder layers, heads)
+    per_head = evaluation.alignment_accuracy(translator, pairs)  # (decoder layers, heads)
     assert per_head.shape == (translator.config.n_decoder_layers, translator.config.n_heads)
     # Some head puts its maximum on the gold source word for most target words: the alignment is
     # real and not the diagonal (a diagonal head would score at most 1 - moved).
@@ -114,7 +114,7 @@ def test_generate_agrees_with_batched_greedy_translation_and_the_reference(trans
         assert result.finished
         assert result.tokens[0] == "<bos>" and result.tokens[-1] == "<eos>"
         words = list(result.generated_tokens[:-1])
-        assert words == bundled.evaluation.translate(translator, pair.source_text)
+        assert words == evaluation.translate(translator, pair.source_text)
         assert words == list(pair.target)
 
 
@@ -136,7 +136,7 @@ def test_unknown_words_stay_visible(translator):
     assert tok.convert_ids_to_tokens(tok.encode("the purple dog sleeps")) == ["the", "<unk>", "dog", "sleeps"]
     assert tok.unknown_words("the purple dog sleeps") == ["purple"]
     # The model was trained to put <unk> where the unknown word's translation belongs.
-    assert bundled.evaluation.translate(translator, "the dog chases a purple cat") == [
+    assert evaluation.translate(translator, "the dog chases a purple cat") == [
         "varo",
         "ta",
         "ga",
@@ -156,7 +156,7 @@ def test_translator_rejects_what_it_cannot_read(translator):
     ):
         translator.trace(" ".join(["dog"] * 40), "<bos>")
     with pytest.raises(ValueError, match=r"^the sentence '\?!' has no words to translate$"):
-        bundled.evaluation.translate(translator, "?!")
+        evaluation.translate(translator, "?!")
 
 
 # ---- vit-tiny ------------------------------------------------------------------------------------
@@ -169,12 +169,12 @@ def test_vit_tiny_is_a_pre_norm_vit_with_class_token(vit_tiny):
 
 
 def test_vit_tiny_accuracy_on_fresh_images(vit_tiny, scenes):
-    accuracy = float((bundled.evaluation.classify(vit_tiny, scenes.images) == scenes.labels).float().mean())
+    accuracy = float((evaluation.classify(vit_tiny, scenes.images) == scenes.labels).float().mean())
     assert accuracy >= 0.95, f"held-out accuracy {accuracy:.4f}"
 
 
 def test_class_token_attends_to_the_shape(vit_tiny, scenes):
-    figures = bundled.evaluation.foreground_figures(vit_tiny, scenes)["any_pixel"]
+    figures = evaluation.foreground_figures(vit_tiny, scenes)["any_pixel"]
     # "Clearly above the foreground's share": at least one and a half times the share, on average,
     # and on most single images.
     assert figures["ratio_of_means"] >= 1.5, figures
@@ -203,7 +203,7 @@ def test_unknown_bundled_name_and_missing_assets_fail_clearly(monkeypatch, tmp_p
     ):
         bundled.load_bundled("translater")
     monkeypatch.setattr(bundled.loading, "ASSETS_DIR", tmp_path)
-    with pytest.raises(tc.CheckpointError, match=r"python -m tformer_core\.bundled\.train"):
+    with pytest.raises(tc.CheckpointError, match=r"python -m tformer_train\.train"):
         tc.load_model("vit-tiny", device="cpu")
 
 
@@ -223,7 +223,7 @@ def test_training_reproduces_the_same_weights_for_the_same_seed(name, tmp_path):
     command = [
         sys.executable,
         "-m",
-        "tformer_core.bundled.train",
+        "tformer_train.train",
         name,
         "--steps",
         "4",

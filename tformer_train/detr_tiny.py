@@ -1,6 +1,6 @@
 """The bundled DETR: a small detector trained by this project on generated scenes of several shapes.
 
-    python -m tformer_core.bundled.train detr-tiny       # -> ./trained/detr-tiny/
+    python -m tformer_train.train detr-tiny       # -> ./trained/detr-tiny/
 
 64 x 64 scenes of 1 to 4 shapes of the eight classes (`data.make_detection_scenes`), each with its class
 and its box. The model is the core's `DETR`: a tiny ResNet (transformers' ResNetBackbone, basic blocks,
@@ -17,7 +17,6 @@ likely class has probability >= 0.7) that cover an object of their class with Io
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
@@ -25,14 +24,24 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..models.detr import DETR, DETRConfig
+from tformer_core.bundled.loading import config_to_dict, detr_preprocessing_from_meta
+from tformer_core.models.detr import DETR, DETRConfig
+
 from . import data as td
 from .boxes import assign, box_iou, cxcywh_to_xyxy, generalized_iou, xyxy_to_cxcywh
 from .evaluation import EVAL_SEED
-from .loading import config_to_dict, detr_preprocessing_from_meta
-from .train import DEFAULT_OUT, Recipe, RunResult, _command, _environment, _optimise, _write, deterministic
+from .runs import (
+    DEFAULT_OUT,
+    Log,
+    Recipe,
+    RunResult,
+    command_line,
+    deterministic,
+    environment_record,
+    optimise,
+    write_run,
+)
 
-Log = Callable[[str], None]
 NAME = "detr-tiny"
 
 DETR_CONFIG = DETRConfig(
@@ -144,7 +153,7 @@ def train_detr(
             layers = decoded_layers(model, preprocessing.normalise(scenes.images))
             return torch.stack([set_loss(logits, boxes, scenes) for logits, boxes in layers]).sum()
 
-        final_loss = _optimise(model, recipe, loss_of_batch, log, NAME)
+        final_loss = optimise(model, recipe, loss_of_batch, log, NAME)
         train_seconds = time.perf_counter() - start
 
     meta = {
@@ -153,7 +162,7 @@ def train_detr(
         "config": config_to_dict(DETR_CONFIG),
         "preprocessing": DETR_PREPROCESSING,
         "training": {
-            "command": _command(NAME, steps, seed, threads),
+            "command": command_line(NAME, steps, seed, threads),
             "seed": seed,
             "recipe": asdict(recipe),
             "loss_weights": {
@@ -164,11 +173,11 @@ def train_detr(
             },
             "final_train_loss": round(final_loss, 5),
             "train_seconds": round(train_seconds, 1),
-            "environment": _environment(threads),
+            "environment": environment_record(threads),
             "scenes_seen": recipe.steps * recipe.batch_size,
         },
     }
-    return _write(model, out, meta, {}, evaluate_detr if evaluate else None, log)
+    return write_run(model, out, meta, {}, evaluate_detr if evaluate else None, log)
 
 
 # ---- measuring it ---------------------------------------------------------------------------------

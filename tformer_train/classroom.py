@@ -7,8 +7,8 @@
 
 The text model is written as the lectures write it: nn.MultiheadAttention, a ReLU feed-forward network,
 post-norm residual blocks with LayerNorm(eps=1e-6), learned positions, the label read from the first
-token (`<bos>`, its [CLS]). It learns the movie snippets' sentiment (`bundled.corpora.sentences`); the
-ViT learns the handwritten digits (`bundled.corpora.digits`, 8 x 8 pictures, patches of 2 or 4 pixels).
+token (`<bos>`, its [CLS]). It learns the movie snippets' sentiment (`corpora.sentences`); the
+ViT learns the handwritten digits (`corpora.digits`, 8 x 8 pictures, patches of 2 or 4 pixels).
 After training, the text model's weights are copied into the core's instrumented `Encoder`
 (`to_core_encoder`; the same outputs) so the app's pages show it like any other model.
 
@@ -34,14 +34,44 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .bundled import corpora
-from .bundled.sentence_tokenizer import SentenceTokenizer, build_vocabulary
-from .capture import matching
-from .errors import InputError
-from .inputs.preprocessing import ImagePreprocessing
-from .models.base import TracedModel, default_device
-from .models.encoder import Encoder, EncoderConfig
-from .models.vit import ViT, ViTConfig
+from tformer_core.bundled.sentence_tokenizer import SentenceTokenizer, build_vocabulary
+from tformer_core.capture import matching
+from tformer_core.errors import InputError
+from tformer_core.inputs.preprocessing import ImagePreprocessing
+from tformer_core.models.base import TracedModel, default_device
+from tformer_core.models.encoder import Encoder, EncoderConfig
+from tformer_core.models.vit import ViT, ViTConfig
+
+from . import corpora
+
+__all__ = [
+    "DIGIT_PREPROCESSING",
+    "D_MODELS",
+    "FIXED_SENTENCE",
+    "HEADS",
+    "LIMITS",
+    "LN_EPS",
+    "MAX_WORDS",
+    "TRAIN_THREADS",
+    "Cancelled",
+    "Epoch",
+    "ImageJob",
+    "Job",
+    "LectureEncoderBlock",
+    "LectureTextClassifier",
+    "Progress",
+    "Report",
+    "Result",
+    "TextJob",
+    "Trainable",
+    "digit_pixels",
+    "initialise",
+    "steps_per_epoch",
+    "text_tokenizer",
+    "thread_count",
+    "to_core_encoder",
+    "train",
+]
 
 LN_EPS = 1e-6  # the lectures' LayerNorm
 # The training's matrices are small (64 sentences x 41 words x d_model 64): two threads gain little on a quiet

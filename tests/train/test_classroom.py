@@ -1,4 +1,4 @@
-"""Training in class (tformer_core.classroom): the lectures' encoder copied into the core's Encoder gives the
+"""Training in class (tformer_train.classroom): the lectures' encoder copied into the core's Encoder gives the
 same numbers, a seed gives the same run, the limits hold, a run can be cancelled. (Its time on the default
 sizes is measured in benchmarks/train.py, not here.)"""
 
@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from tformer_core import classroom as cr
-from tformer_core.bundled import corpora
 from tformer_core.errors import InputError
+from tformer_train import classroom as cr
+from tformer_train import corpora
 
 QUICK_TEXT = dict(n_layers=1, n_heads=2, d_model=32, epochs=2, limit=256)
 QUICK_IMAGE = dict(n_layers=1, n_heads=2, d_model=32, epochs=2, limit=256)

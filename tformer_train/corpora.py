@@ -36,7 +36,26 @@ from pathlib import Path
 
 import numpy as np
 
-DATASETS_DIR = Path(__file__).resolve().parents[2] / "assets" / "datasets"
+from tformer_core.bundled.loading import ASSETS_DIR
+
+__all__ = [
+    "DATASETS_DIR",
+    "DIGITS_FILE",
+    "DIGIT_LABELS",
+    "MAX_WORDS",
+    "SENTIMENT_LABELS",
+    "SNIPPETS_FILE",
+    "SPLITS",
+    "THRESHOLD",
+    "Sentence",
+    "digits",
+    "prepare_digits",
+    "prepare_movie_snippets",
+    "sentences",
+    "split_of",
+]
+
+DATASETS_DIR = ASSETS_DIR / "datasets"
 SNIPPETS_FILE = DATASETS_DIR / "movie-snippets" / "snippets.tsv.gz"
 DIGITS_FILE = DATASETS_DIR / "digits" / "digits.csv.gz"
 SPLITS = ("train", "valid", "test")
