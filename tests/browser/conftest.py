@@ -17,6 +17,7 @@ from tests.core.hf_helpers import DEIT, IMAGES
 
 from .server import streamlit_server
 
+HERE = Path(__file__).resolve().parent
 CHROMIUM = os.environ.get("TFORMER_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
     "--no-sandbox",
@@ -25,6 +26,14 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--no-first-run",
 ]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Every test under tests/browser is a browser test, whether or not its file says so: `-m "not browser"` (the
+    fast tier) must leave out all of them, as each needs the server and Chromium."""
+    for item in items:
+        if HERE in item.path.parents:
+            item.add_marker(pytest.mark.browser)
 
 
 @pytest.fixture(scope="session")
