@@ -37,8 +37,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture(scope="session")
-def server_url(tmp_path_factory):
-    """One server for the browser tests (sessions of its own for each page), its decks in a folder of its own."""
+def server_url(tmp_path_factory, smollm2_if_installed):
+    """One server for the browser tests (sessions of its own for each page), its decks in a folder of its own;
+    smollm2 converted before it starts (tests/conftest.py), rather than in its background as the first pages load."""
     extra = {"TFORMER_DECK_DIR": str(tmp_path_factory.mktemp("decks"))}
     if DEIT.is_dir():  # CI has ../shared: the real DeiT-Tiny and the photos are offered by the vision pages
         extra |= {"TFORMER_MODEL_DIRS": str(DEIT.parent), "TFORMER_IMAGE_DIRS": str(IMAGES)}

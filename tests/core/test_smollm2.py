@@ -26,23 +26,11 @@ needs_package = pytest.mark.skipif(
 )
 
 
-@pytest.fixture(scope="session")
-def smollm2_cache(request, tmp_path_factory):
-    """The cache folder the real conversion goes to: kept between test runs in pytest's cache when it has one
-    (the first run converts, about half a minute), else a temporary folder for this session."""
-    cache = getattr(request.config, "cache", None)
-    return cache.mkdir("tformer-converted") if cache is not None else tmp_path_factory.mktemp("tformer-converted")
-
-
-@pytest.fixture(scope="session")
-def smollm2(smollm2_cache):
+@pytest.fixture(scope="module")
+def smollm2(smollm2_folder):
     """(the core's smollm2, transformers' LlamaForCausalLM on the same converted folder), loaded offline."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("TFORMER_CACHE_DIR", str(smollm2_cache))
-        mp.setenv("HF_HUB_OFFLINE", "1")
-        model = tc.load_model("smollm2", device="cpu")
-        folder = gguf.converted_folder("smollm2")
-        hf = T.LlamaForCausalLM.from_pretrained(folder, dtype=torch.float32, attn_implementation="eager").eval()
+    model = tc.load_model("smollm2", device="cpu")
+    hf = T.LlamaForCausalLM.from_pretrained(smollm2_folder, dtype=torch.float32, attn_implementation="eager").eval()
     return model, hf
 
 

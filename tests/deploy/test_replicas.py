@@ -27,7 +27,9 @@ PER_ADDRESS = {"TFORMER_CLASS_PER_ADDRESS": "1"}  # one new student a minute per
 
 
 @pytest.fixture(scope="module")
-def deployment():
+def deployment(smollm2_if_installed):
+    """Two replicas behind nginx; smollm2 converted first (tests/conftest.py), which each replica would otherwise
+    start converting in the background as it starts."""
     if find_nginx() is None:
         pytest.skip("nginx is not installed: apt-get install nginx (Debian's package) to test the deployment")
     env = OFFLINE | PER_ADDRESS
