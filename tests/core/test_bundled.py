@@ -5,10 +5,6 @@ the training script is reproducible."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,8 +15,6 @@ import tformer_core as tc
 from tformer_core import bundled
 from tformer_core.bundled import data as td
 from tformer_core.bundled import train
-
-ROOT = Path(__file__).resolve().parents[2]
 
 # Seeds of the samples drawn here: neither the training stream nor the model cards' evaluation.
 TEST_SEED = 7_531
@@ -204,8 +198,22 @@ def test_unknown_bundled_name_and_missing_assets_fail_clearly(monkeypatch, tmp_p
 
 
 # ---- reproducible training ------------------------------------------------------------------------
-@pytest.mark.parametrize("name", ["translator", "vit-tiny"])
-def test_training_reproduces_the_same_weights_for_the_same_seed(name, tmp_path):
+TRAINED = ["translator", "vit-tiny"]
+
+
+@pytest.fixture(scope="module")
+def trained_by_the_command_line(command_lines):
+    """The training command line, `NAME --steps 4 --seed 3 --no-eval`, for both models (one fresh process, another
+    string-hash seed: tests/conftest.py), from an empty folder, so that each writes where it does by default.
+    Returns (that folder, the shipped weights' sha256 per model as they were before the runs)."""
+    shipped = {name: bundled.file_sha256(bundled.asset_dir(name) / "model.safetensors") for name in TRAINED}
+    runs = [[name, "--steps", "4", "--seed", "3", "--no-eval"] for name in TRAINED]
+    return command_lines(train.__name__, runs), shipped
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", TRAINED)
+def test_training_reproduces_the_same_weights_for_the_same_seed(name, tmp_path, trained_by_the_command_line):
     trainer = train.TRAINERS[name]
     quiet = lambda message: None  # noqa: E731
     first = trainer(steps=4, seed=3, out=tmp_path / "a", evaluate=False, log=quiet)
@@ -215,22 +223,8 @@ def test_training_reproduces_the_same_weights_for_the_same_seed(name, tmp_path):
     assert first.weights_sha256 != other.weights_sha256
     assert (tmp_path / "a" / "model.safetensors").read_bytes() == (tmp_path / "b" / "model.safetensors").read_bytes()
     # The command line in a fresh process, with another string-hash seed, writes the same bytes.
-    env = {**os.environ, "PYTHONHASHSEED": "12345", "PYTHONPATH": str(ROOT)}
-    command = [
-        sys.executable,
-        "-m",
-        "tformer_core.bundled.train",
-        name,
-        "--steps",
-        "4",
-        "--seed",
-        "3",
-        "--out",
-        str(tmp_path / "d"),
-        "--no-eval",
-    ]
-    subprocess.run(command, cwd=ROOT, env=env, check=True, capture_output=True, timeout=300)
-    assert bundled.file_sha256(tmp_path / "d" / "model.safetensors") == first.weights_sha256
+    folder, _ = trained_by_the_command_line
+    assert bundled.file_sha256(folder / "trained" / name / "model.safetensors") == first.weights_sha256
     # What was written loads back as a working model.
     model = bundled.load_from_dir(tmp_path / "a", "cpu")
     assert bundled.file_sha256(tmp_path / "a" / "model.safetensors") == first.weights_sha256
@@ -247,9 +241,9 @@ def test_training_command_line_rejects_bad_arguments(capsys):
         train.main(["gpt-5"])
 
 
-def test_training_writes_outside_the_shipped_assets_by_default(tmp_path, monkeypatch):
-    shipped = bundled.file_sha256(bundled.asset_dir("vit-tiny") / "model.safetensors")
-    monkeypatch.chdir(tmp_path)
-    assert train.main(["vit-tiny", "--steps", "1", "--no-eval"]) == 0
-    assert (tmp_path / "trained" / "vit-tiny" / "model.safetensors").is_file()
-    assert bundled.file_sha256(bundled.asset_dir("vit-tiny") / "model.safetensors") == shipped
+@pytest.mark.slow
+def test_training_writes_outside_the_shipped_assets_by_default(trained_by_the_command_line):
+    folder, shipped = trained_by_the_command_line
+    for name in TRAINED:
+        assert (folder / "trained" / name / "model.safetensors").is_file()
+        assert bundled.file_sha256(bundled.asset_dir(name) / "model.safetensors") == shipped[name]
