@@ -51,6 +51,7 @@ def _matches(module: str, forbidden: tuple[str, ...]) -> bool:
     return any(module == f or module.startswith(f + ".") for f in forbidden)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("package, forbidden", [("tformer_core", CORE_FORBIDDEN), ("tformer_views", VIEWS_FORBIDDEN)])
 def test_importing_every_module_loads_nothing_forbidden(package, forbidden):
     loaded = _loaded_after_importing(package)

@@ -84,11 +84,13 @@ def test_translator_is_the_original_transformer_layout(translator):
     assert translator.source == "translator"
 
 
+@pytest.mark.slow
 def test_translator_exact_match_on_fresh_held_out_sentences(translator, held_out_pairs):
     accuracy = bundled.evaluation.translation_accuracy(translator, held_out_pairs)
     assert accuracy >= 0.98, f"held-out exact match {accuracy:.4f}"
 
 
+@pytest.mark.slow
 def test_cross_attention_follows_the_reordering(translator, held_out_pairs):
     pairs = held_out_pairs[:120]
     aligned = [(t, a) for p in pairs for t, a in enumerate(p.alignment) if a is not None]
@@ -102,6 +104,7 @@ def test_cross_attention_follows_the_reordering(translator, held_out_pairs):
     assert per_head.max() > 1 - moved + 0.5
 
 
+@pytest.mark.slow
 def test_generate_agrees_with_batched_greedy_translation_and_the_reference(translator, held_out_pairs):
     for pair in held_out_pairs[:15]:
         result = translator.generate(pair.source_text)
@@ -160,6 +163,7 @@ def test_vit_tiny_is_a_pre_norm_vit_with_class_token(vit_tiny):
     assert vit_tiny.source == "vit-tiny"
 
 
+@pytest.mark.slow
 def test_vit_tiny_accuracy_on_fresh_images(vit_tiny, scenes):
     accuracy = float((bundled.evaluation.classify(vit_tiny, scenes.images) == scenes.labels).float().mean())
     assert accuracy >= 0.95, f"held-out accuracy {accuracy:.4f}"

@@ -34,6 +34,7 @@ def smollm2(smollm2_folder):
     return model, hf
 
 
+@pytest.mark.slow
 @needs_package
 def test_it_loads_offline_into_the_llama_decoder(smollm2):
     model, _ = smollm2
@@ -46,6 +47,7 @@ def test_it_loads_offline_into_the_llama_decoder(smollm2):
     assert model.dtype == torch.float32
 
 
+@pytest.mark.slow
 @needs_package
 def test_greedy_generation_matches_transformers_on_the_same_weights(smollm2):
     model, hf = smollm2
@@ -62,6 +64,7 @@ def test_greedy_generation_matches_transformers_on_the_same_weights(smollm2):
         np.testing.assert_allclose(step.attention(29)[:, 0], ours.trace.attention(29)[:, n + t - 1, : n + t], atol=1e-4)
 
 
+@pytest.mark.slow
 @needs_package
 def test_logits_attention_and_the_top_k_after_every_position(smollm2):
     model, hf = smollm2
@@ -79,6 +82,7 @@ def test_logits_attention_and_the_top_k_after_every_position(smollm2):
     assert trace.predictions(1)[0][0] == "ĠParis"
 
 
+@pytest.mark.slow
 @needs_package
 def test_sampling_is_reproducible_with_a_seed(smollm2):
     model, _ = smollm2
@@ -180,6 +184,7 @@ def test_missing_package_and_unwritable_cache_are_explained(tmp_path, monkeypatc
         tc.load_model("smollm2", device="cpu")
 
 
+@pytest.mark.slow
 def test_the_conversion_runs_in_a_process_of_its_own_and_a_failure_is_named_with_its_cause_logged(
     tmp_path, monkeypatch, caplog
 ):

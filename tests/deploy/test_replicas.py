@@ -18,6 +18,7 @@ import pytest
 from deploy.redis_server import find_redis
 from deploy.serve import ROUTE_COOKIE, Deployment, find_nginx
 
+pytestmark = pytest.mark.slow  # two replicas and nginx started, models loaded in each
 stclient = pytest.importorskip("benchmarks.stclient", reason="benchmarks/stclient.py needs Streamlit's websockets")
 
 SESSIONS = 4

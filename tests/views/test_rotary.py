@@ -154,6 +154,7 @@ def test_the_charts_are_valid_vega_lite():
 
 
 # ---- smollm2's own frequencies -------------------------------------------------------------------------------
+@pytest.mark.slow
 @needs_package
 def test_offset_only_on_smollm2s_frequencies(smollm2_folder):
     model = tc.load_model("smollm2", device="cpu")
