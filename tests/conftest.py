@@ -41,6 +41,34 @@ if _THREADS is not None:
     torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 
+# Test files that share what the app's caches keep in one process: smollm2's study on "Does this head matter?" (tens
+# of seconds on 2 cores, then read from the results cache by every test that opens the page on smollm2).
+SAME_WORKER = {
+    "tests/app/test_bad_inputs.py": "smollm2 heads",
+    "tests/app/test_class_session.py": "smollm2 heads",
+    "tests/app/test_fair_compute.py": "smollm2 heads",
+    "tests/app/test_head_matters.py": "smollm2 heads",
+}
+
+
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist's: absent without it
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """Under `pytest -n 2` (the README's command): each test file goes to one worker as a whole, so that its module
+    fixtures (a model loaded, held-out data drawn) are paid once, and the files of SAME_WORKER go to one worker
+    together. (pytest-xdist's own `--dist loadgroup` cannot group with pytest 9, which no longer reads the node ids
+    it rewrites.) An explicit `--dist` other than `load` keeps xdist's scheduling."""
+    if config.getoption("dist") != "load":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class ByFile(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = super()._split_scope(nodeid)
+            return SAME_WORKER.get(path, path)
+
+    return ByFile(config, log)
+
+
 @pytest.fixture(scope="session")
 def smollm2_if_installed() -> Path | None:
     """smollm2 converted into TFORMER_CACHE_DIR (the folder above) once for the whole run, or None without the
