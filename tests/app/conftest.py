@@ -10,6 +10,14 @@ from deploy.redis_server import RedisServer, find_redis
 from tformer_app.class_store import ClassSettings, open_store
 
 
+@pytest.fixture(scope="session", autouse=True)
+def smollm2_converted_first(smollm2_if_installed):
+    """Every run of the app starts converting smollm2 in its background when it is missing (caches.warm_up): the
+    app tests have it converted once, before the first of them (tests/conftest.py), instead of in whichever AppTest
+    or server came first, competing with its waits."""
+    return smollm2_if_installed
+
+
 @pytest.fixture
 def redis_server() -> Iterator[RedisServer]:
     """A redis-server of its own (Debian's), started, that the class store is then pointed at by the test; stopped

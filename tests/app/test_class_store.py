@@ -390,6 +390,7 @@ def test_an_unreachable_redis_leaves_the_class_in_this_process(caplog):
         open_store(ClassSettings(redis_url=None))
 
 
+@pytest.mark.slow
 def test_the_store_does_not_import_streamlit():
     code = "import sys, tformer_app.class_store; print('streamlit' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

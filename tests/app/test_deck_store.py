@@ -289,6 +289,7 @@ def test_settings_choose_the_store_and_bad_values_are_logged(tmp_path, caplog):
     ]
 
 
+@pytest.mark.slow
 def test_the_store_imports_no_streamlit_and_a_slide_holds_what_a_link_does():
     """The store is read by whatever runs the server (no Streamlit in it, nor in the deck file's checks it uses)."""
     code = "import sys, tformer_app.deck_store; print('streamlit' in sys.modules)"

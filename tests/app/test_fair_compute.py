@@ -84,6 +84,7 @@ def test_an_own_pair_whose_grid_no_class_could_afford_is_refused_before_it_runs(
     assert f"Two inputs of at most 16 tokens each (these have {n}) fits." in message
 
 
+@pytest.mark.slow
 @needs_smollm2
 def test_another_students_sentence_is_not_behind_a_study_and_a_study_nobody_waits_for_stops():
     model = models.cached_model("smollm2")
@@ -113,6 +114,7 @@ def test_another_students_sentence_is_not_behind_a_study_and_a_study_nobody_wait
         job.done.wait(WAIT_S)
 
 
+@pytest.mark.slow
 @needs_smollm2
 def test_a_study_whose_page_is_closed_stops_on_a_real_server(tmp_path):
     """The page closes while its study runs (the tab, or the student leaving): the study stops within seconds, as

@@ -88,6 +88,7 @@ def _in_columns(at) -> tuple[list[str], list[str]]:
     return titles, [i.caption for image in images for i in image.proto.imgs]
 
 
+@pytest.mark.slow
 @needs_smollm2
 def test_smollm2_predicts_paris_every_head_is_measured_and_patching_finds_where_italy_matters():
     at = run(PAGE, timeout=300)

@@ -75,6 +75,7 @@ async def _uploads_counted_then_released(url: str) -> None:
     await admin.close()
 
 
+@pytest.mark.slow
 def test_a_closed_sessions_upload_is_counted_then_given_back(server):
     stclient.run_sync(_uploads_counted_then_released(server))
 
@@ -143,5 +144,6 @@ async def _closed_tabs_media_withdrawn_then_resumed(url: str) -> None:
     await admin.close()
 
 
+@pytest.mark.slow
 def test_a_closed_tabs_pictures_are_withdrawn_at_once_and_drawn_again_when_it_comes_back(resumable_server):
     stclient.run_sync(_closed_tabs_media_withdrawn_then_resumed(resumable_server))

@@ -15,6 +15,7 @@ stclient = pytest.importorskip("benchmarks.stclient", reason="benchmarks/stclien
 TIMEOUT_S = 240.0  # per action: generous for a busy 2-core machine loading MiniLM on the first run
 
 
+@pytest.mark.slow
 def test_a_session_opens_the_text_page_changes_the_head_and_gets_that_heatmap(tmp_path):
     with streamlit_server(tmp_path / "streamlit.log") as url:
         stclient.run_sync(_open_and_change_head(url))

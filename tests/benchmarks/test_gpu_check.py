@@ -17,6 +17,7 @@ import torch
 from deploy.serve import find_nginx
 
 ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow  # one dry run of the whole check: a minute on 2 cores
 PARTS = ["environment", "vs_transformers", "half_precision", "vision", "capture_overhead", "load", "tests"]
 
 

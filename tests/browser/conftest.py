@@ -17,6 +17,7 @@ from tests.core.hf_helpers import DEIT, IMAGES
 
 from .server import streamlit_server
 
+HERE = Path(__file__).resolve().parent
 CHROMIUM = os.environ.get("TFORMER_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
     "--no-sandbox",
@@ -27,9 +28,18 @@ CHROMIUM_ARGS = [
 ]
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Every test under tests/browser is a browser test, whether or not its file says so: `-m "not browser"` (the
+    fast tier) must leave out all of them, as each needs the server and Chromium."""
+    for item in items:
+        if HERE in item.path.parents:
+            item.add_marker(pytest.mark.browser)
+
+
 @pytest.fixture(scope="session")
-def server_url(tmp_path_factory):
-    """One server for the browser tests (sessions of its own for each page), its decks in a folder of its own."""
+def server_url(tmp_path_factory, smollm2_if_installed):
+    """One server for the browser tests (sessions of its own for each page), its decks in a folder of its own;
+    smollm2 converted before it starts (tests/conftest.py), rather than in its background as the first pages load."""
     extra = {"TFORMER_DECK_DIR": str(tmp_path_factory.mktemp("decks"))}
     if DEIT.is_dir():  # CI has ../shared: the real DeiT-Tiny and the photos are offered by the vision pages
         extra |= {"TFORMER_MODEL_DIRS": str(DEIT.parent), "TFORMER_IMAGE_DIRS": str(IMAGES)}

@@ -58,6 +58,7 @@ def _matches(module: str, forbidden: tuple[str, ...]) -> bool:
     return any(module == f or module.startswith(f + ".") for f in forbidden)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("package, forbidden", LAYERS_BELOW_THE_APP)
 def test_importing_every_module_loads_nothing_forbidden(package, forbidden):
     loaded = _loaded_after_importing(package)

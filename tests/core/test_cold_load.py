@@ -100,8 +100,9 @@ def test_a_checkpoint_in_another_dtype_is_copied_not_mapped(tiny_llama):
         tensors.close()
 
 
+@pytest.mark.slow
 @needs_package
-def test_a_fresh_process_loads_smollm2_without_the_heavy_imports():
+def test_a_fresh_process_loads_smollm2_without_the_heavy_imports(smollm2_folder):
     """In a new interpreter, as a server starts: no torch._dynamo, no sympy, no Llama config module of
     transformers; the weights mapped; the tokenizer the one AutoTokenizer builds."""
     script = """

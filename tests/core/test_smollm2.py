@@ -26,26 +26,15 @@ needs_package = pytest.mark.skipif(
 )
 
 
-@pytest.fixture(scope="session")
-def smollm2_cache(request, tmp_path_factory):
-    """The cache folder the real conversion goes to: kept between test runs in pytest's cache when it has one
-    (the first run converts, about half a minute), else a temporary folder for this session."""
-    cache = getattr(request.config, "cache", None)
-    return cache.mkdir("tformer-converted") if cache is not None else tmp_path_factory.mktemp("tformer-converted")
-
-
-@pytest.fixture(scope="session")
-def smollm2(smollm2_cache):
+@pytest.fixture(scope="module")
+def smollm2(smollm2_folder):
     """(the core's smollm2, transformers' LlamaForCausalLM on the same converted folder), loaded offline."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("TFORMER_CACHE_DIR", str(smollm2_cache))
-        mp.setenv("HF_HUB_OFFLINE", "1")
-        model = tc.load_model("smollm2", device="cpu")
-        folder = gguf.converted_folder("smollm2")
-        hf = T.LlamaForCausalLM.from_pretrained(folder, dtype=torch.float32, attn_implementation="eager").eval()
+    model = tc.load_model("smollm2", device="cpu")
+    hf = T.LlamaForCausalLM.from_pretrained(smollm2_folder, dtype=torch.float32, attn_implementation="eager").eval()
     return model, hf
 
 
+@pytest.mark.slow
 @needs_package
 def test_it_loads_offline_into_the_llama_decoder(smollm2):
     model, _ = smollm2
@@ -58,6 +47,7 @@ def test_it_loads_offline_into_the_llama_decoder(smollm2):
     assert model.dtype == torch.float32
 
 
+@pytest.mark.slow
 @needs_package
 def test_greedy_generation_matches_transformers_on_the_same_weights(smollm2):
     model, hf = smollm2
@@ -74,6 +64,7 @@ def test_greedy_generation_matches_transformers_on_the_same_weights(smollm2):
         np.testing.assert_allclose(step.attention(29)[:, 0], ours.trace.attention(29)[:, n + t - 1, : n + t], atol=1e-4)
 
 
+@pytest.mark.slow
 @needs_package
 def test_logits_attention_and_the_top_k_after_every_position(smollm2):
     model, hf = smollm2
@@ -91,6 +82,7 @@ def test_logits_attention_and_the_top_k_after_every_position(smollm2):
     assert trace.predictions(1)[0][0] == "ĠParis"
 
 
+@pytest.mark.slow
 @needs_package
 def test_sampling_is_reproducible_with_a_seed(smollm2):
     model, _ = smollm2
@@ -195,6 +187,7 @@ def test_missing_package_and_unwritable_cache_are_explained(tmp_path, monkeypatc
         tc.load_model("smollm2", device="cpu")
 
 
+@pytest.mark.slow
 def test_the_conversion_runs_in_a_process_of_its_own_and_a_failure_is_named_with_its_cause_logged(
     tmp_path, monkeypatch, caplog
 ):

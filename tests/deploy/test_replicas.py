@@ -18,6 +18,7 @@ import pytest
 from deploy.redis_server import find_redis
 from deploy.serve import ROUTE_COOKIE, Deployment, find_nginx
 
+pytestmark = pytest.mark.slow  # two replicas and nginx started, models loaded in each
 stclient = pytest.importorskip("benchmarks.stclient", reason="benchmarks/stclient.py needs Streamlit's websockets")
 
 SESSIONS = 4
@@ -27,7 +28,9 @@ PER_ADDRESS = {"TFORMER_CLASS_PER_ADDRESS": "1"}  # one new student a minute per
 
 
 @pytest.fixture(scope="module")
-def deployment():
+def deployment(smollm2_if_installed):
+    """Two replicas behind nginx; smollm2 converted first (tests/conftest.py), which each replica would otherwise
+    start converting in the background as it starts."""
     if find_nginx() is None:
         pytest.skip("nginx is not installed: apt-get install nginx (Debian's package) to test the deployment")
     env = OFFLINE | PER_ADDRESS

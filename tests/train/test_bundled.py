@@ -5,10 +5,6 @@ the training script is reproducible."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,8 +15,6 @@ import tformer_core as tc
 from tformer_core import bundled
 from tformer_train import data as td
 from tformer_train import evaluation, train
-
-ROOT = Path(__file__).resolve().parents[2]
 
 # Seeds of the samples drawn here: neither the training stream nor the model cards' evaluation.
 TEST_SEED = 7_531
@@ -90,11 +84,13 @@ def test_translator_is_the_original_transformer_layout(translator):
     assert translator.source == "translator"
 
 
+@pytest.mark.slow
 def test_translator_exact_match_on_fresh_held_out_sentences(translator, held_out_pairs):
     accuracy = evaluation.translation_accuracy(translator, held_out_pairs)
     assert accuracy >= 0.98, f"held-out exact match {accuracy:.4f}"
 
 
+@pytest.mark.slow
 def test_cross_attention_follows_the_reordering(translator, held_out_pairs):
     pairs = held_out_pairs[:120]
     aligned = [(t, a) for p in pairs for t, a in enumerate(p.alignment) if a is not None]
@@ -108,6 +104,7 @@ def test_cross_attention_follows_the_reordering(translator, held_out_pairs):
     assert per_head.max() > 1 - moved + 0.5
 
 
+@pytest.mark.slow
 def test_generate_agrees_with_batched_greedy_translation_and_the_reference(translator, held_out_pairs):
     for pair in held_out_pairs[:15]:
         result = translator.generate(pair.source_text)
@@ -168,6 +165,7 @@ def test_vit_tiny_is_a_pre_norm_vit_with_class_token(vit_tiny):
     assert vit_tiny.source == "vit-tiny"
 
 
+@pytest.mark.slow
 def test_vit_tiny_accuracy_on_fresh_images(vit_tiny, scenes):
     accuracy = float((evaluation.classify(vit_tiny, scenes.images) == scenes.labels).float().mean())
     assert accuracy >= 0.95, f"held-out accuracy {accuracy:.4f}"
@@ -208,8 +206,22 @@ def test_unknown_bundled_name_and_missing_assets_fail_clearly(monkeypatch, tmp_p
 
 
 # ---- reproducible training ------------------------------------------------------------------------
-@pytest.mark.parametrize("name", ["translator", "vit-tiny"])
-def test_training_reproduces_the_same_weights_for_the_same_seed(name, tmp_path):
+TRAINED = ["translator", "vit-tiny"]
+
+
+@pytest.fixture(scope="module")
+def trained_by_the_command_line(command_lines):
+    """The training command line, `NAME --steps 4 --seed 3 --no-eval`, for both models (one fresh process, another
+    string-hash seed: tests/conftest.py), from an empty folder, so that each writes where it does by default.
+    Returns (that folder, the shipped weights' sha256 per model as they were before the runs)."""
+    shipped = {name: bundled.file_sha256(bundled.asset_dir(name) / "model.safetensors") for name in TRAINED}
+    runs = [[name, "--steps", "4", "--seed", "3", "--no-eval"] for name in TRAINED]
+    return command_lines(train.__name__, runs), shipped
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", TRAINED)
+def test_training_reproduces_the_same_weights_for_the_same_seed(name, tmp_path, trained_by_the_command_line):
     trainer = train.TRAINERS[name]
     quiet = lambda message: None  # noqa: E731
     first = trainer(steps=4, seed=3, out=tmp_path / "a", evaluate=False, log=quiet)
@@ -219,22 +231,8 @@ def test_training_reproduces_the_same_weights_for_the_same_seed(name, tmp_path):
     assert first.weights_sha256 != other.weights_sha256
     assert (tmp_path / "a" / "model.safetensors").read_bytes() == (tmp_path / "b" / "model.safetensors").read_bytes()
     # The command line in a fresh process, with another string-hash seed, writes the same bytes.
-    env = {**os.environ, "PYTHONHASHSEED": "12345", "PYTHONPATH": str(ROOT)}
-    command = [
-        sys.executable,
-        "-m",
-        "tformer_train.train",
-        name,
-        "--steps",
-        "4",
-        "--seed",
-        "3",
-        "--out",
-        str(tmp_path / "d"),
-        "--no-eval",
-    ]
-    subprocess.run(command, cwd=ROOT, env=env, check=True, capture_output=True, timeout=300)
-    assert bundled.file_sha256(tmp_path / "d" / "model.safetensors") == first.weights_sha256
+    folder, _ = trained_by_the_command_line
+    assert bundled.file_sha256(folder / "trained" / name / "model.safetensors") == first.weights_sha256
     # What was written loads back as a working model.
     model = bundled.load_from_dir(tmp_path / "a", "cpu")
     assert bundled.file_sha256(tmp_path / "a" / "model.safetensors") == first.weights_sha256
@@ -251,9 +249,9 @@ def test_training_command_line_rejects_bad_arguments(capsys):
         train.main(["gpt-5"])
 
 
-def test_training_writes_outside_the_shipped_assets_by_default(tmp_path, monkeypatch):
-    shipped = bundled.file_sha256(bundled.asset_dir("vit-tiny") / "model.safetensors")
-    monkeypatch.chdir(tmp_path)
-    assert train.main(["vit-tiny", "--steps", "1", "--no-eval"]) == 0
-    assert (tmp_path / "trained" / "vit-tiny" / "model.safetensors").is_file()
-    assert bundled.file_sha256(bundled.asset_dir("vit-tiny") / "model.safetensors") == shipped
+@pytest.mark.slow
+def test_training_writes_outside_the_shipped_assets_by_default(trained_by_the_command_line):
+    folder, shipped = trained_by_the_command_line
+    for name in TRAINED:
+        assert (folder / "trained" / name / "model.safetensors").is_file()
+        assert bundled.file_sha256(bundled.asset_dir(name) / "model.safetensors") == shipped[name]

@@ -6,11 +6,7 @@ from __future__ import annotations
 
 import io
 import json
-import os
-import subprocess
-import sys
 from itertools import permutations
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -28,7 +24,6 @@ from tformer_views import mae as mv
 from tformer_views import samples
 from tformer_views.pictures import to_png
 
-ROOT = Path(__file__).resolve().parents[2]
 TEST_SEED = 7_531  # neither the training stream nor the model cards' evaluation
 N_MAE, N_DETR = 400, 300
 
@@ -302,8 +297,22 @@ def test_the_cards_state_the_measured_figures():
     assert f"Precision **{detr['precision']:.1%}**, recall **{detr['recall']:.1%}**" in card
 
 
-@pytest.mark.parametrize("name", ["mae-tiny", "detr-tiny"])
-def test_training_reproduces_the_same_weights_for_the_same_seed(name, tmp_path):
+TRAINED = ["mae-tiny", "detr-tiny"]
+
+
+@pytest.fixture(scope="module")
+def trained_by_the_command_line(command_lines):
+    """The training command line, `NAME --steps 3 --seed 3 --out d/NAME --no-eval`, for both models (one fresh
+    process, another string-hash seed: tests/conftest.py); the folder holding their d/."""
+    from tformer_train import train
+
+    runs = [[name, "--steps", "3", "--seed", "3", "--out", f"d/{name}", "--no-eval"] for name in TRAINED]
+    return command_lines(train.__name__, runs)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", TRAINED)
+def test_training_reproduces_the_same_weights_for_the_same_seed(name, tmp_path, trained_by_the_command_line):
     from tformer_train.train import all_trainers
 
     trainer = all_trainers()[name]
@@ -312,11 +321,8 @@ def test_training_reproduces_the_same_weights_for_the_same_seed(name, tmp_path):
     again = trainer(steps=3, seed=3, out=tmp_path / "b", evaluate=False, log=quiet)
     other = trainer(steps=3, seed=4, out=tmp_path / "c", evaluate=False, log=quiet)
     assert first.weights_sha256 == again.weights_sha256 != other.weights_sha256
-    env = {**os.environ, "PYTHONHASHSEED": "12345", "PYTHONPATH": str(ROOT)}
-    command = [sys.executable, "-m", "tformer_train.train", name, "--steps", "3", "--seed", "3"]
-    command += ["--out", str(tmp_path / "d"), "--no-eval"]
-    subprocess.run(command, cwd=ROOT, env=env, check=True, capture_output=True, timeout=300)
-    assert bundled.file_sha256(tmp_path / "d" / "model.safetensors") == first.weights_sha256
+    written = trained_by_the_command_line / "d" / name / "model.safetensors"
+    assert bundled.file_sha256(written) == first.weights_sha256
     model = bundled.load_from_dir(tmp_path / "a", "cpu")  # what was written loads back
     assert model.kind == ("mae" if name == "mae-tiny" else "detr") and not model.training
     assert not torch.are_deterministic_algorithms_enabled()

@@ -66,6 +66,7 @@ def walk_everything(model, trace, stack, tokens=None):
 
 
 # ---- recomposition against the next layer's input ------------------------------------------------------------
+@pytest.mark.slow
 def test_minilm_recomposes_every_layer_and_token(minilm):
     model, trace = minilm
     assert walk_everything(model, trace, "encoder") <= TOLERANCE

@@ -154,12 +154,11 @@ def test_the_charts_are_valid_vega_lite():
 
 
 # ---- smollm2's own frequencies -------------------------------------------------------------------------------
+@pytest.mark.slow
 @needs_package
-def test_offset_only_on_smollm2s_frequencies():
-    from tformer_core.checkpoints import gguf
-
+def test_offset_only_on_smollm2s_frequencies(smollm2_folder):
     model = tc.load_model("smollm2", device="cpu")
-    config = json.loads((gguf.converted_folder("smollm2") / "config.json").read_text())
+    config = json.loads((smollm2_folder / "config.json").read_text())
     theta = (config.get("rope_parameters") or {}).get("rope_theta", config.get("rope_theta"))
     setting = lp.rotary_setting(model)
     assert setting.base == theta == 100000.0 and setting.head_dim == config["head_dim"] == 64

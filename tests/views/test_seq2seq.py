@@ -34,6 +34,7 @@ def tiny_t5(tmp_path_factory):
     return folder, tc.load_model(str(folder), device="cpu", model_dirs=[root])
 
 
+@pytest.mark.slow
 def test_greedy_translation_of_held_out_sentences_is_the_reference(translator):
     for pair in td.sample_pairs(25, 4_242, "held-out"):
         t = sv.translate(translator, pair.source_text)

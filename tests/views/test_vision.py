@@ -155,6 +155,7 @@ def test_position_similarity_is_the_cosine_of_the_patch_embeddings(vit):
     assert vv.position_similarity_maps(vit).size[0] > 0
 
 
+@pytest.mark.slow
 def test_position_maps_of_a_large_grid_stay_a_few_megapixels_and_show_every_kth_patch():
     """A ViT made for 1536-pixel pictures (a 96 x 96 grid) drew 18,622 x 18,622 pixels here: 347 megapixels,
     refused by Pillow as a decompression bomb (a traceback on the Vision page)."""
