@@ -305,7 +305,10 @@ def _seated(seat: Seat) -> None:
 def sidebar() -> Any:
     """The sidebar's Class panel: start a session (lecturer) or join one (student); then the session's state.
     Returns where a student's state goes (`after` fills it once the page ran: a change of theirs forks)."""
-    with st.expander("Class session", expanded=lecturing() or attending() or MESSAGE in st.session_state):
+    # Open while a class is on, a message is said, or a class ended under this student: the join it offers next is
+    # in view (closed, its form is hidden from the student, and from a browser test's role query).
+    opened = lecturing() or attending() or MESSAGE in st.session_state or ENDED in st.session_state
+    with st.expander("Class session", expanded=opened):
         if lecturing():
             _lecturer_sidebar()  # a session that is over is left here, and said below
         message = _message()
