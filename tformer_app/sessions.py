@@ -243,6 +243,10 @@ def look_interval() -> float:
     return min(LOOK_S, sweep_interval())
 
 
+# Held by the sweeper while it sweeps: whoever must see the process's memory accounting hold still (a test that
+# drives memory.GiveBack's sweeps by hand) holds it too, and the sweeper waits.
+SWEEPING = threading.Lock()
+
 MAX_FAILED_SWEEPS = 10  # in a row: Streamlit works differently from what this module reads; stop trying
 
 
@@ -264,7 +268,8 @@ def _sweep_forever(after: Callable[[int, bool], None] | None) -> None:
         try:
             withdraw_media()
             if ticked % ticks_per_look == 0:
-                sweep_once(after, full=(ticked // ticks_per_look) % looks_per_sweep == 0)
+                with SWEEPING:
+                    sweep_once(after, full=(ticked // ticks_per_look) % looks_per_sweep == 0)
             failed = 0
         except Exception as error:  # a list changed while it was read (the next sweep reads it again), or worse
             failed += 1

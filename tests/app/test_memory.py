@@ -38,7 +38,10 @@ def memory_readings(monkeypatch):
     monkeypatch.setattr(memory, "rss_bytes", lambda: readings.pop(0) * mb)
     monkeypatch.setattr(memory.GIVE_BACK, "holders", [])  # the server's own counts nothing held either
     monkeypatch.setattr(memory, "release_freed_memory", lambda: trims.append(1) or True)
-    return readings, trims
+    # The server's sweeper (started by earlier AppTests in this process) would sweep the test's GiveBack with the
+    # real models' bytes, starting its floor anew mid-test: it waits while the test holds its lock.
+    with sessions.SWEEPING:
+        yield readings, trims
 
 
 def test_freed_memory_is_handed_back_against_the_lowest_level_seen(memory_readings):
