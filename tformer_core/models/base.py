@@ -30,7 +30,7 @@ from ..capture import intervene as unchecked_intervene
 from ..errors import InputError
 from ..interventions import check_names
 from ..tokenizers import Tokenizer, require_readable
-from ..trace import Trace, TraceMeta, stored_by_default
+from ..trace import BatchRow, Trace, TraceMeta, stored_by_default
 from .layers import BlockConfig, Stack
 from .weights import StackWeights, stack_weights
 
@@ -326,7 +326,7 @@ class TracedModel(nn.Module, Generic[ConfigT], metaclass=ABCMeta):
         **trace_fields: Any,
     ) -> list[Trace]:
         """Run one batched pass under capture and `edits` (checked first); every batch element becomes its own
-        Trace (views of the batch's tensors on the model's device: no copies)."""
+        Trace (views of the batch's tensors on the model's device, each taken when first read: no copies)."""
         with self.intervene(edits), torch.inference_mode(), capture(keep or stored_by_default) as sink:
             run()
             arrays = sink.tensors
@@ -334,7 +334,7 @@ class TracedModel(nn.Module, Generic[ConfigT], metaclass=ABCMeta):
         return [
             Trace(
                 kind=self.kind,
-                activations={n: a[i] for n, a in arrays.items()},
+                activations=BatchRow(arrays, i),  # sliced when read: see BatchRow
                 n_heads=self.config.n_heads,
                 meta=meta,
                 **trace_fields,
