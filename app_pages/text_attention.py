@@ -10,14 +10,13 @@ classifier shows its labels and where its first token looked.
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
 from typing import Any
 
 import streamlit as st
 
 import tformer_core as tc
 from tformer_app import attention_panel as panel
-from tformer_app import class_session, compare, derived_views, models, outputs, presenter, results
+from tformer_app import class_session, compare, lecture, models, outputs, presenter, results
 from tformer_app.markdown import escape
 from tformer_app.page import (
     DECODER_MODEL_SUGGESTIONS,
@@ -29,7 +28,7 @@ from tformer_app.page import (
 )
 from tformer_app.url import UrlState
 from tformer_app.widgets import choose_model, kind_of, short_name
-from tformer_views import class_questions, search
+from tformer_views import class_questions
 from tformer_views import text as tv
 from tformer_views.tokens import display_tokens, plain_word, text_changes
 
@@ -147,7 +146,7 @@ def page(url: UrlState) -> None:
     it = next((i for i, token in enumerate(tokens) if plain_word(token).lower() == "it"), None)
     # A class sees the two views a lecture starts with, on the head that answers its question (which head
     # links "it" to "animal"?); the others are one choice away (and in links).
-    found = lecture_head(key, trace, it)
+    found = lecture.lecture_head(key, trace, it)
     c = panel.controls(
         url,
         trace,
@@ -156,7 +155,7 @@ def page(url: UrlState) -> None:
         default_views=("head", "heatmap", "search"),
         where=settings,
     )
-    say_the_lecture_head(found, trace, c, labels)
+    lecture.say_the_lecture_head(found, trace, c, labels)
     class_session.offer(lambda: class_questions.from_trace(trace, c.stack, c.layer, c.head, c.query, labels))
     if isinstance(model, tc.CausalLM) and trace.has_head and c.head is not None:
         class_session.offer_interventions(source, "text", (fitted.text,), trace, (c.stack, c.layer, c.head), "text")
@@ -227,17 +226,6 @@ def say_what_was_dropped(model: tc.TracedModel, fitted) -> None:
     )
 
 
-@dataclass(frozen=True)
-class LectureHead:
-    """The head whose query ("it") weighs the lecture's noun ("animal") most, of all layers and heads."""
-
-    layer: int
-    head: int
-    weight: float
-    query: int
-    key: int
-
-
 def say_what_the_tokenizer_changed(text: str, tokens: tuple[str, ...]) -> None:
     """One line when the tokens do not spell the text: accents stripped, characters the vocabulary lacks written
     [UNK] (lowercasing alone goes unsaid: an uncased model's every capital would be a note)."""
@@ -245,39 +233,6 @@ def say_what_the_tokenizer_changed(text: str, tokens: tuple[str, ...]) -> None:
     if any(not change.startswith("lowercases") for change in changes):
         listed = ", ".join(changes[:-1]) + (" and " if len(changes) > 1 else "") + changes[-1]
         st.caption(f"The tokenizer changed your text: it {escape(listed)}. The views show its tokens.")
-
-
-def lecture_head(key: results.Request[tc.Trace], trace: tc.Trace, query: int | None) -> LectureHead | None:
-    """The head linking `query` ("it") to the lecture's noun ("animal") most, when the sentence has them."""
-    if query is None or not trace.n_layers:
-        return None
-    noun = search.default_key(trace.tokens, query, -1)
-    if noun < 0:
-        return None
-    rows = derived_views.query_rows(key, trace.main_stack, query)  # [layers, heads, keys]
-    layer, head, weight = search.ranked_heads(rows[..., noun], 1)[0]
-    return LectureHead(layer, head, weight, query, noun)
-
-
-def say_the_lecture_head(found: LectureHead | None, trace: tc.Trace, c: panel.Controls, labels: list[str]) -> None:
-    """One line with the lecture's answer, while its head is the one shown: the page's key idea on its first
-    screen, before the views that show it (in presenter mode, on the line below the title; else the key idea of
-    any head)."""
-    if found is None or (c.layer, c.head) != (found.layer, found.head) or c.query != found.query:
-        presenter.idea(f"Layer {c.layer}, head {c.head}: how much each token attends to every other (a row sums to 1).")
-        return
-    q, k = escape(labels[found.query]), escape(labels[found.key])
-    if presenter.presenting():
-        presenter.idea(
-            f"**{q} → {k}**: layer {found.layer}, head {found.head} gives “{k}” {found.weight:.2f} of “{q}”'s "
-            f"attention, the most of all {trace.n_layers * trace.n_heads} heads."
-        )
-        return
-    st.markdown(
-        f"**{q} → {k}**: in layer {found.layer}, head {found.head}, “{q}” gives “{k}” {found.weight:.2f} of its "
-        f"attention, more than in any other of the {trace.n_layers * trace.n_heads} heads. The views below show "
-        "that head."
-    )
 
 
 def show_path(trace: tc.Trace, model: tc.TracedModel, where=st, shape: str = "") -> None:
