@@ -69,7 +69,6 @@ from .numerics import top_k_scores
 
 __all__ = [
     "ATTENTION_STACKS",
-    "BatchRow",
     "CROSS_ATTENDING",
     "DERIVED_PARTS",
     "HOST_DEVICE_TYPES",
@@ -78,6 +77,7 @@ __all__ = [
     "TOP_K",
     "TOP_K_ROWS",
     "TWO_SEQUENCES",
+    "BatchRow",
     "Trace",
     "TraceMeta",
     "lean",
