@@ -16,10 +16,10 @@ same layer. A ratio, not Darcet et al.'s absolute line at 150: norms grow with a
 cut-off that fits ViT-L says nothing about a tiny ViT. The median, not the mean: a few tokens many times longer
 than the rest would pull a mean up; the median of hundreds of patches stays where the typical patch is. 4: well
 above what a model without artefacts reaches (DeiT-Tiny's longest patch: 2.44 times its layer's median, layer 11
-on assets/samples/coffee.jpg, the most over the bundled and shared photos; tests/core/test_artefacts.py), so the line is crossed only by tokens that are
-a different kind of token, as Darcet et al.'s are (a separate mode of the histogram, not its tail). Whether 4 is
-where a real DINOv2's artefacts sit has not been measured here (no DINOv2 weights offline); it is a parameter, so
-a notebook can move the line and see what changes.
+on assets/samples/coffee.jpg, the most over the bundled and shared photos; tests/core/test_artefacts.py), so the
+line is crossed only by tokens of another kind, as Darcet et al.'s are (a mode of the histogram of its own, not
+its tail). Whether 4 is where a real DINOv2's artefacts sit has not been measured here (no DINOv2 weights
+offline); it is a parameter, so a notebook can move the line and see what changes.
 """
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ class TokenNorms:
 
     def artefacts(self, layer: int | None = None) -> list[Artefact]:
         """The artefact patches of one layer (every layer's with None), longest first (by ratio)."""
-        layers = range(self.n_layers) if layer is None else [self._layer(layer)]
+        layers = range(self.n_layers) if layer is None else [self.layer_index(layer)]
         cols = self.grid_hw[1]
         found = [
             Artefact(
@@ -108,16 +108,19 @@ class TokenNorms:
         ]
         return sorted(found, key=lambda a: -a.ratio)
 
-    def largest(self) -> Artefact:
-        """The patch with the largest ratio to its layer's median over every layer (an artefact or not)."""
-        flat = int(np.argmax(self.ratio))
-        layer, rest = divmod(flat, self.grid_hw[0] * self.grid_hw[1])
+    def largest(self, layer: int | None = None) -> Artefact:
+        """The patch with the largest ratio to its layer's median (an artefact or not), in `layer` or in any."""
+        ratio = self.ratio if layer is None else self.ratio[self.layer_index(layer)][None]
+        flat = int(np.argmax(ratio))
+        per_layer = self.grid_hw[0] * self.grid_hw[1]
+        found, rest = divmod(flat, per_layer)
+        found = found if layer is None else self.layer_index(layer)
         row, col = divmod(rest, self.grid_hw[1])
-        return Artefact(
-            layer, row, col, rest, float(self.patch_norms[layer, row, col]), float(self.ratio[layer, row, col])
-        )
+        norm, share = float(self.patch_norms[found, row, col]), float(self.ratio[found, row, col])
+        return Artefact(found, row, col, rest, norm, share)
 
-    def _layer(self, layer: int) -> int:
+    def layer_index(self, layer: int) -> int:
+        """`layer` checked: InputError when the stack has no such layer."""
         if not 0 <= layer < self.n_layers:
             raise InputError(
                 f"layer {layer} is out of range: the stack has {self.n_layers} layers (0..{self.n_layers - 1})"
