@@ -112,7 +112,10 @@ def verdict(norms: TokenNorms, layer: int | None = None) -> str:
     if layer is None:
         layers = sorted({a.layer for a in found})
         scope = f" in layer {layers[0]}" if len(layers) == 1 else f" in layers {layers[0]} to {layers[-1]}"
-    shown = ", ".join(f"r{a.row}c{a.col} ({a.ratio:.1f}x)" for a in found[:6]) + (", ..." if len(found) > 6 else "")
+    at = (lambda a: "") if layer is not None else (lambda a: f" of layer {a.layer}")  # which layer, when several
+    shown = ", ".join(f"r{a.row}c{a.col}{at(a)} ({a.ratio:.1f}x)" for a in found[:6]) + (
+        ", ..." if len(found) > 6 else ""
+    )
     return (
         f"{len(found)} artefact patch{'es' if len(found) > 1 else ''}{scope} (norm above "
         f"{norms.threshold:g}x the median patch norm): {shown}."

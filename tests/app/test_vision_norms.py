@@ -67,6 +67,6 @@ def test_a_long_patch_is_named_as_an_artefact(monkeypatch, dinov2_folders):
     at = _page(monkeypatch, dinov2_folders, "registers-long-patch")
     warnings = [m for m in messages(at, "warning") if "artefact patch" in m]
     assert len(warnings) == 1 and warnings[0].startswith("2 artefact patches in layers 0 to 1 (norm above 4x")
-    assert "r1c2 (" in warnings[0]
+    assert "r1c2 of layer 0 (" in warnings[0] and "r1c2 of layer 1 (" in warnings[0]
     layer_line = [m for m in messages(at, "markdown") if m.startswith("1 artefact patch in layer 1")]
     assert layer_line and "r1c2" in layer_line[0]

@@ -25,7 +25,9 @@ def test_the_verdict_says_no_artefact_with_the_largest_ratio_or_names_the_patche
         "(layer 0, patch r0c2; an artefact would be above 4x)."
     )
     assert verdict(norms, 1) == "1 artefact patch in layer 1 (norm above 4x the median patch norm): r1c2 (12.0x)."
-    assert verdict(norms) == "1 artefact patch in layer 1 (norm above 4x the median patch norm): r1c2 (12.0x)."
+    assert (
+        verdict(norms) == "1 artefact patch in layer 1 (norm above 4x the median patch norm): r1c2 of layer 1 (12.0x)."
+    )
     with pytest.raises(InputError, match="layer 2 is out of range"):
         verdict(norms, 2)
 
