@@ -14,7 +14,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from tformer_app import class_session, derived_views, downloads, patch_embedding, presenter, results
+from tformer_app import class_session, derived_views, downloads, patch_embedding, presenter, results, vision_norms
 from tformer_app import vision_explain as explain
 from tformer_app import vision_inputs as vi
 from tformer_app.events import clicked_patch
@@ -63,12 +63,14 @@ def page(url: UrlState) -> None:
         show_patches(key, result, model)
         patch_embedding.draw(url, result, model)
         explain.show_figure_7(source, key, result)
+        vision_norms.draw(url, result)
         return
     show_prediction(result.trace)
     show_patches(key, result, model)
     patch_embedding.draw(url, result, model)
     show_attention(url, key, result)
     explain.show_figure_7(source, key, result)
+    vision_norms.draw(url, result)
 
 
 def show_prediction(trace, title: str = "What the model sees: top 5") -> None:
@@ -111,7 +113,7 @@ def show_patches(key: results.Request[vv.VisionResult], result: vv.VisionResult,
         caption="The same patches as the sequence the model reads: row by row, left to right "
         "(the number under every tenth)",
     )
-    prefix = "[CLS]" + (" and [DIST]" if n_prefix == 2 else "")
+    prefix = ", ".join(trace.tokens[:n_prefix])  # [CLS], DeiT's [DIST] or DINOv2's registers
     shapes = pd.DataFrame(
         [
             ("flatten each patch", f"N × P²·C = {rows * cols} × {P}²·{C}", f"{patches[0]} × {patches[1]}"),
@@ -252,7 +254,7 @@ def show_query_picker(url: UrlState, result: vv.VisionResult, choice: AttentionC
             show_prediction(trace, "What the model sees")
         else:
             st.markdown(f"**Layer {choice.layer}, {head_name}**: where {who} looks.")
-        prefix = "class token" if trace.n_prefix_tokens == 1 else "class and distillation tokens"
+        prefix = vv.prefix_tokens_named(trace)
         st.caption(
             f"Brightest = the patch it attends to most ({grid.max():.3f} of its attention). "
             f"{1 - grid.sum():.1%} of its attention goes to the {prefix} (not drawn). "

@@ -9,7 +9,7 @@ from typing import Any
 import streamlit as st
 
 from tformer_core.bundled import BUNDLED_MODELS
-from tformer_core.checkpoints import BUNDLED_TEXT, bart, bert, gpt2, llama, marian, t5, vit
+from tformer_core.checkpoints import BUNDLED_TEXT, bart, bert, dinov2, gpt2, llama, marian, t5, vit
 from tformer_core.checkpoints.errors import CheckpointError
 from tformer_core.checkpoints.hfconfig import read_json
 from tformer_core.checkpoints.sources import display_name, local_models, looks_like_path
@@ -26,7 +26,7 @@ KINDS = {
     "encoder": bert.MODEL_TYPES,
     "decoder": gpt2.MODEL_TYPES + llama.MODEL_TYPES,
     "encoder-decoder": marian.MODEL_TYPES + bart.MODEL_TYPES + t5.MODEL_TYPES,
-    "vit": vit.MODEL_TYPES,
+    "vit": vit.MODEL_TYPES + dinov2.MODEL_TYPES,
 }
 NEEDS_INTERNET = " (needs the internet)"
 TRAINED_HERE = " (trained in this session)"

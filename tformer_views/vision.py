@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from PIL import Image
 
+from tformer_core.artefacts import TokenNorms, token_norms
 from tformer_core.errors import InputError
 from tformer_core.inputs.image_file import ImageError, read_image
 from tformer_core.inputs.preprocessing import ImagePreprocessing
@@ -40,6 +41,7 @@ __all__ = [
     "head_overlays",
     "position_similarity",
     "position_similarity_maps",
+    "prefix_tokens_named",
     "query_token",
     "read_pictures",
     "relevancy_map",
@@ -69,7 +71,8 @@ class VisionResult:
     original_size: (width, height) as uploaded; preprocessing: what made `image` of it (the page says whether
     it cropped); notes: what reading it changed (rotation, modes, size).
     The uploaded picture itself is not kept (a cached result holds the model's 224-px view of a
-    56-megapixel photo, not the photo).
+    56-megapixel photo, not the photo). norms: every token's norm after every layer (tformer_core.artefacts),
+    taken from the full trace before a cache drops its residual stream; None where a result was made without.
     """
 
     image: Image.Image
@@ -77,6 +80,7 @@ class VisionResult:
     original_size: tuple[int, int]
     preprocessing: ImagePreprocessing
     notes: tuple[str, ...] = ()
+    norms: TokenNorms | None = None
 
     @property
     def grid_hw(self) -> tuple[int, int]:
@@ -95,7 +99,7 @@ def analyse(model: TracedModel, data: bytes, name: str = "") -> VisionResult:
     loaded = read_image(data, name)
     seen = preprocessing.resized(loaded.image)
     trace = vit.trace(preprocessing(loaded.image))
-    return VisionResult(seen, trace, loaded.original_size, preprocessing, loaded.notes)
+    return VisionResult(seen, trace, loaded.original_size, preprocessing, loaded.notes, token_norms(trace))
 
 
 def query_token(trace: Trace, patch: int | None) -> int:
@@ -107,6 +111,15 @@ def query_token(trace: Trace, patch: int | None) -> int:
     if not 0 <= patch < n:
         raise InputError(f"patch {patch} is out of range: the grid has {n} patches (0..{n - 1})")
     return trace.n_prefix_tokens + int(patch)
+
+
+def prefix_tokens_named(trace: Trace) -> str:
+    """The tokens before the patches, in words: "class token", "class and distillation tokens" (DeiT), "class
+    token and 4 registers" (DINOv2 with registers)."""
+    registers = sum(token.startswith("[REG") for token in trace.tokens[: trace.n_prefix_tokens])
+    if registers:
+        return f"class token and {registers} register{'s' if registers > 1 else ''}"
+    return "class token" if trace.n_prefix_tokens == 1 else "class and distillation tokens"
 
 
 def attention_map(trace: Trace, layer: int, head: int | None, patch: int | None = None) -> np.ndarray:

@@ -45,8 +45,8 @@ def ran() -> dict:
 
 
 def test_the_blocks_that_run_are_the_pages_own():
-    assert len(blocks("runs")) == 5 and len(blocks("runs: slow")) == 2
-    assert PAGE.count("<!-- runs") == 7  # no marked block the pattern above misses
+    assert len(blocks("runs")) == 6 and len(blocks("runs: slow")) == 2
+    assert PAGE.count("<!-- runs") == 8  # no marked block the pattern above misses
 
 
 def test_ablating_a_head_three_ways(ran):
@@ -135,3 +135,13 @@ def test_the_studies_patching_grid_and_every_head_ablated(ran):
     # The batched study agrees with the one-head ablation run on its own: p(' Paris') 0.773 - 0.141.
     assert drop1 == pytest.approx(p_paris(scope["clean"]) - p_paris(scope["ablated"]), abs=1e-4)
     said("0.631", "0.562", "(30, 9)", "271 rows")
+
+
+def test_token_norms_of_the_bundled_vit(ran):
+    norms = ran["norms"]
+    assert norms.patch_norms.shape == (4, 8, 8) and norms.prefix_tokens == ("[CLS]",)
+    np.testing.assert_array_equal(norms.patch_norms, ran["seen"].norms.patch_norms)
+    largest = norms.largest()
+    assert (largest.layer, largest.row, largest.col) == (0, 2, 2) and f"{largest.ratio:.2f}" == "1.57"
+    assert norms.artefacts() == []
+    said("1.57 in layer 0", "(layer 0, patch r2c2; ...)", "(4, 8, 8) [layers, rows, cols], ('[CLS]',)")

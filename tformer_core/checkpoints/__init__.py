@@ -19,14 +19,16 @@ from ..models.kinds import CausalLM, EncoderDecoderModel
 from ..models.mae import MAE
 from ..models.seq2seq import EncoderDecoder
 from ..models.vit import ViT
-from . import bart, bert, detr, fallback, gguf, gpt2, llama, mae, marian, passes, t5, vit
+from . import bart, bert, detr, dinov2, fallback, gguf, gpt2, llama, mae, marian, passes, t5, vit
 from .common import Progress, load_tokenizer, on_meta, scrub
 from .errors import CheckpointError
 from .hfconfig import read_json
 from .sources import display_name, hub_folder, local_folder, looks_like_path, minilm_folder
 from .weights import read_tensors
 
-FAMILIES = {t: module for module in (bert, vit, gpt2, llama, marian, bart, t5, mae, detr) for t in module.MODEL_TYPES}
+FAMILIES = {
+    t: module for module in (bert, vit, dinov2, gpt2, llama, marian, bart, t5, mae, detr) for t in module.MODEL_TYPES
+}
 # Text models that need no network: name -> its folder (smollm2's is the cache of its converted GGUF file).
 BUNDLED_TEXT = {"minilm": minilm_folder, "smollm2": lambda: gguf.converted_folder("smollm2")}
 
@@ -187,11 +189,14 @@ def _load_folder(folder: Path, progress: Progress | None, name: str, converted: 
     tensors = read_tensors(folder, mapped=converted)
     try:
         _report(progress, 0.75, "checking the weights against config.json")
+        preprocessor = _preprocessor(folder)
+        # DINOv2 reads pictures of the size its preprocessing gives, not config.json's (its table is resized).
+        sized: dict[str, Any] = {"preprocessor": preprocessor} if family is dinov2 else {}
         with on_meta():  # this thread only: shapes and sizes, no memory
-            family.build(hf, tensors.meta(), generation)
-        pass_tokens = passes.check(hf, _preprocessor(folder), name)  # what a pass over its largest input takes
+            family.build(hf, tensors.meta(), generation, **sized)
+        pass_tokens = passes.check(hf, preprocessor, name)  # what a pass over its largest input takes
         _report(progress, 0.8, "building the instrumented model")
-        model = family.build(hf, tensors, generation)
+        model = family.build(hf, tensors, generation, **sized)
     finally:
         tensors.close()
     model.pass_tokens = pass_tokens

@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..models.seq2seq import Seq2SeqConfig
-from . import bart, bert, detr, fallback, gpt2, llama, mae, marian, t5, vit
+from . import bart, bert, detr, dinov2, fallback, gpt2, llama, mae, marian, t5, vit
 from .hfconfig import HFConfig
 from .limits import check_pass
 
@@ -44,6 +44,8 @@ def core_config(hf: dict, preprocessor: dict | None = None) -> tuple[Any, Any]:
     if model_type in vit.MODEL_TYPES:
         distilled = model_type == "deit"
         return vit.vit_config(c, _n_classes(c), distilled, distilled), None
+    if model_type in dinov2.MODEL_TYPES:
+        return dinov2.dinov2_config(c, preprocessor, model_type == "dinov2_with_registers"), None
     if model_type in mae.MODEL_TYPES:
         return mae.mae_config(c), None
     if model_type in detr.MODEL_TYPES:

@@ -16,7 +16,16 @@ from .errors import CheckpointError
 from .hfconfig import HFConfig, read_json
 from .weights import Weights, assign
 
-__all__ = ["LAYER", "MODEL_TYPES", "PREPROCESSOR", "build", "encoder_fields", "preprocessing", "vit_config"]
+__all__ = [
+    "LAYER",
+    "MODEL_TYPES",
+    "PREPROCESSOR",
+    "build",
+    "config_image_size",
+    "encoder_fields",
+    "preprocessing",
+    "vit_config",
+]
 
 MODEL_TYPES = ("vit", "deit")
 
@@ -34,7 +43,7 @@ LAYER = {
 }
 
 
-def _image_size(c: HFConfig) -> int | tuple[int, int]:
+def config_image_size(c: HFConfig) -> int | tuple[int, int]:
     """config.json's image_size: one side (square pictures) or [height, width], in pixels."""
     size = c.raw("image_size")
     if isinstance(size, (list, tuple)):
@@ -73,7 +82,7 @@ def vit_config(c: HFConfig, n_classes: int, distilled: bool, dist_head: bool) ->
     """The core's config for a ViT or DeiT config.json (the heads come from the weights), checked."""
     if not c.flag("qkv_bias", True):
         raise CheckpointError("ViT checkpoints without Q/K/V biases are not supported yet")
-    image_size, patch_size = _image_size(c), c.whole("patch_size", high=1 << 14)
+    image_size, patch_size = config_image_size(c), c.whole("patch_size", high=1 << 14)
     for side in (image_size,) if isinstance(image_size, int) else image_size:
         if side % patch_size:
             raise CheckpointError(

@@ -46,6 +46,7 @@ __all__ = [
     "key_padding_mask",
     "make_norm",
     "patchify",
+    "resized_positions",
     "text_embedding",
 ]
 
@@ -499,35 +500,78 @@ class PatchInputConfig(Protocol):
     @property
     def n_prefix_tokens(self) -> int: ...
     @property
+    def n_registers(self) -> int: ...
+    @property
     def n_patches(self) -> int: ...
+    @property
+    def grid_hw(self) -> tuple[int, int]: ...
+    @property
+    def position_grid(self) -> tuple[int, int]: ...
+    @property
+    def pos_antialias(self) -> bool: ...
 
 
 class PatchEmbedding(nn.Module):
     """Hooks: patches (B, N, C*P*P), patch (B, N, D) the embedded patches, tokens (B, n_prefix+N, D)
-    with the prefix tokens prepended, pos (B, n_prefix+N, D) the position embeddings, out their sum."""
+    with the prefix tokens prepended ([CLS], DeiT's [DIST], then the registers), pos (B, n_prefix+N, D) the
+    position embeddings as added (`positions`), out their sum.
+
+    Registers (DINOv2 with registers, Darcet et al. 2024) are learned tokens after the class token that have no
+    position: their rows of `pos` are zeros. The table `self.pos` holds a row for each token before the registers
+    and one per cell of its own grid (`position_grid`); when that grid is not the picture's, its patch rows are
+    resized to the picture's grid bicubically in every pass, as DINOv2 does (trained at 518 pixels, read at 224).
+    """
 
     def __init__(self, c: PatchInputConfig) -> None:
         super().__init__()
         self.patch_size = c.patch_size
+        self.grid_hw, self.position_grid, self.pos_antialias = c.grid_hw, c.position_grid, c.pos_antialias
         self.project = nn.Linear(c.n_channels * c.patch_size**2, c.d_model)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, c.d_model))
         self.dist_token = nn.Parameter(torch.zeros(1, 1, c.d_model)) if c.distilled else None
-        self.pos = nn.Parameter(torch.zeros(1, c.n_prefix_tokens + c.n_patches, c.d_model))
+        self.registers = nn.Parameter(torch.zeros(1, c.n_registers, c.d_model)) if c.n_registers else None
+        self.n_positioned = c.n_prefix_tokens - c.n_registers  # prefix tokens with a row in the table
+        rows, cols = c.position_grid
+        self.pos = nn.Parameter(torch.zeros(1, self.n_positioned + rows * cols, c.d_model))
         for p in (self.cls_token, self.dist_token, self.pos):
             if p is not None:
                 nn.init.normal_(p, std=0.02)
         self.hook_patches, self.hook_patch, self.hook_tokens = HookPoint(), HookPoint(), HookPoint()
         self.hook_pos, self.hook_out = HookPoint(), HookPoint()
 
+    def positions(self) -> torch.Tensor:
+        """(1, n_prefix+N, D): what is added to each token, the picture's grid (registers' rows zero)."""
+        if self.registers is None and self.position_grid == self.grid_hw:
+            return self.pos
+        prefix, grid = self.pos[:, : self.n_positioned], self.pos[:, self.n_positioned :]
+        if self.position_grid != self.grid_hw:
+            grid = resized_positions(grid, self.position_grid, self.grid_hw, self.pos_antialias)
+        parts = [prefix]
+        if self.registers is not None:
+            parts.append(torch.zeros_like(self.registers))
+        return torch.cat([*parts, grid], dim=1)
+
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         B = images.shape[0]
         patches = self.hook_patches(patchify(images, self.patch_size))  # (B, N, C*P*P)
         x = self.hook_patch(self.project(patches))  # (B, N, D)
-        prefix = [self.cls_token] + ([self.dist_token] if self.dist_token is not None else [])
+        prefix = [self.cls_token] + [t for t in (self.dist_token, self.registers) if t is not None]
         x = torch.cat([p.expand(B, -1, -1) for p in prefix] + [x], dim=1)  # (B, n_prefix+N, D)
         x = self.hook_tokens(x)
-        pos = self.hook_pos(self.pos.expand(B, -1, -1))
+        pos = self.hook_pos(self.positions().expand(B, -1, -1))
         return self.hook_out(x + pos)
+
+
+def resized_positions(
+    grid: torch.Tensor, from_hw: tuple[int, int], to_hw: tuple[int, int], antialias: bool = False
+) -> torch.Tensor:
+    """A grid's position embeddings (1, rows*cols, D) resized to another grid (1, rows'*cols', D): bicubic, in
+    float32, corners not aligned, as DINOv2 (facebookresearch/dinov2 and transformers) resizes its table; DINOv2
+    with registers also antialiases (which only changes a table that shrinks)."""
+    D = grid.shape[-1]
+    table = grid.reshape(1, *from_hw, D).permute(0, 3, 1, 2)  # (1, D, rows, cols)
+    table = F.interpolate(table.float(), size=to_hw, mode="bicubic", align_corners=False, antialias=antialias)
+    return table.to(grid.dtype).permute(0, 2, 3, 1).reshape(1, to_hw[0] * to_hw[1], D)  # (1, rows'*cols', D)
 
 
 class LMHead(nn.Module):

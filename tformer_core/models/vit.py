@@ -1,9 +1,12 @@
-"""Vision Transformer (Dosovitskiy et al. 2021), with DeiT's optional distillation token.
+"""Vision Transformer (Dosovitskiy et al. 2021), with DeiT's optional distillation token, and DINOv2's
+registers and resized position table (Oquab et al. 2023; Darcet et al. 2024, "Vision Transformers Need Registers").
 
 An image (C, H, W) is cut into N = H*W / P^2 patches of P x P pixels; each patch is flattened
 to P*P*C numbers and linearly embedded to D. A learned class token (and, for distilled DeiT, a
 distillation token) is prepended, learned position embeddings ((n_prefix + N) x D) are added,
 and a pre-norm encoder runs over the sequence. The MLP head reads the class token.
+DINOv2 with registers puts R learned register tokens after the class token, with no position embedding: they
+hold no patch, and give the model somewhere other than a background patch to keep global information.
 The patch embedding is `layers.PatchEmbedding`, beside the text embedding (the weights' accessors read both).
 """
 
@@ -38,6 +41,9 @@ class ViTConfig(BlockConfig):
     n_classes: int = 10  # 0: no head, the output is the final hidden states
     distilled: bool = False  # DeiT: a second prefix token (distillation token)
     dist_head: bool | None = None  # average a second head on the distillation token; default: = distilled
+    n_registers: int = 0  # DINOv2 with registers: learned tokens after [CLS], without a position
+    pos_grid: tuple[int, int] | None = None  # the position table's grid when not the picture's (resized per pass)
+    pos_antialias: bool = False  # resize the position table with antialiasing (DINOv2 with registers)
     norm: str = "pre"
     ln_eps: float = 1e-6
 
@@ -45,6 +51,10 @@ class ViTConfig(BlockConfig):
         super().__post_init__()
         if self.dist_head and not self.distilled:
             raise ValueError("dist_head needs distilled=True (a distillation token to read)")
+        if self.n_registers < 0 or (self.n_registers and self.distilled):
+            raise ValueError(f"n_registers must be >= 0, without a distillation token; got {self.n_registers}")
+        if self.pos_grid is not None and min(self.pos_grid) < 1:
+            raise ValueError(f"the position table's grid must have at least one row and column, got {self.pos_grid}")
         H, W = self.image_hw
         if H % self.patch_size or W % self.patch_size:
             raise ValueError(f"image size {H}x{W} is not a whole number of {self.patch_size}-px patches")
@@ -66,8 +76,14 @@ class ViTConfig(BlockConfig):
         return rows * cols
 
     @property
+    def position_grid(self) -> tuple[int, int]:
+        """Rows and columns of the learned position table: pos_grid, or the picture's patch grid."""
+        return self.grid_hw if self.pos_grid is None else (int(self.pos_grid[0]), int(self.pos_grid[1]))
+
+    @property
     def n_prefix_tokens(self) -> int:
-        return 2 if self.distilled else 1
+        """Tokens before the patches: [CLS], DeiT's [DIST], the registers."""
+        return (2 if self.distilled else 1) + self.n_registers
 
     @property
     def has_dist_head(self) -> bool:
@@ -102,9 +118,10 @@ def image_input(
 
 
 def patch_labels(config: ViTConfig) -> tuple[str, ...]:
-    """The tokens' labels: "[CLS]" (and DeiT's "[DIST]"), then "r{row}c{col}" per patch in row-major order."""
+    """The tokens' labels: "[CLS]" (and DeiT's "[DIST]", or the registers "[REG0]", "[REG1]", ...), then
+    "r{row}c{col}" per patch in row-major order."""
     rows, cols = config.grid_hw
-    prefix = ("[CLS]", "[DIST]")[: config.n_prefix_tokens]
+    prefix = ("[CLS]", "[DIST]")[: 2 if config.distilled else 1] + tuple(f"[REG{i}]" for i in range(config.n_registers))
     return prefix + tuple(f"r{r}c{c}" for r in range(rows) for c in range(cols))
 
 

@@ -122,12 +122,13 @@ class BlockWeights:
 @dataclass(frozen=True, eq=False)
 class PatchWeights:
     """A ViT's patch embedding: kernels W [D, C, P, P] (a stride-P convolution), bias b [D], the class token
-    [D] and DeiT's distillation token [D] (None without)."""
+    [D], DeiT's distillation token [D] (None without) and DINOv2's registers [R, D] (None without)."""
 
     W: torch.Tensor
     b: torch.Tensor
     cls_token: torch.Tensor
     dist_token: torch.Tensor | None
+    registers: torch.Tensor | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -306,9 +307,14 @@ def stack_weights(name: str, stack: Stack, activation: str) -> StackWeights:
     P = embed.patch_size
     kernels = project.weight.detach().view(project.out_features, -1, P, P)  # [D, C, P, P]
     dist = embed.dist_token
+    registers = None if embed.registers is None else embed.registers.detach()[0]
     patch = PatchWeights(
-        kernels, _bias(project), embed.cls_token.detach()[0, 0], None if dist is None else dist.detach()[0, 0]
+        kernels,
+        _bias(project),
+        embed.cls_token.detach()[0, 0],
+        None if dist is None else dist.detach()[0, 0],
+        registers,
     )
-    return StackWeights(
-        name, len(modules), read_block, "learned", embed.pos.detach()[0], ln_final=ln_final, patch=patch
-    )
+    with torch.no_grad():  # what is added per token at the picture's size (a resized table, registers' zero rows)
+        W_pos = embed.positions().detach()[0]
+    return StackWeights(name, len(modules), read_block, "learned", W_pos, ln_final=ln_final, patch=patch)
