@@ -148,7 +148,7 @@ def show_cross_attention(
         window=slice(None),
     )
     panel.draw_qkv(translation.trace, url, cross, label="cross-attention, ")
-    panel.draw_why(translation.trace, url, cross, label="cross-attention, ", rerun=rerun)
+    panel.draw_why(translation.trace, url, cross, label="cross-attention, ", rerun=rerun, sources_opt_in=True)
     # Off by default: a Plotly chart on every step change would slow the page a class steps through.
     if st.toggle("Query–key space of the cross-attention (decoder queries, encoder keys)", key=url.key("x_qk", False)):
         panel.draw_qk(translation.trace, url, cross, label="cross-attention, ")

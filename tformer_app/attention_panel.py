@@ -569,10 +569,14 @@ def _why_formulas(why, query: int, key: int) -> None:
 
 
 def draw_why(
-    trace: Trace, url: UrlState, c: Controls, label: str = "", rerun: score_sources_panel.Rerun | None = None
+    trace: Trace,
+    url: UrlState,
+    c: Controls,
+    label: str = "",
+    rerun: score_sources_panel.Rerun | None = None,
+    sources_opt_in: bool = False,
 ) -> None:
-    """The query's row recomputed step by step, and with `rerun` (how to run the input again) the chosen cell's
-    score split into its sources."""
+    """The query's row step by step; with `rerun` (the input again), the cell's sources (toggled: sources_opt_in)."""
     layer, head, query = c.layer, c.head, c.query
     st.subheader(f"Why this weight · {label}layer {layer}, head {head}, query {query}")
     if qkv_absent(trace, c.stack, VIEWS["why"]):
@@ -593,7 +597,7 @@ def draw_why(
     )
     _why_formulas(why, query, key)
     if rerun is not None:
-        score_sources_panel.draw(url, rerun, Cell(c.stack, layer, head, query, key), c.prefix)
+        score_sources_panel.draw(url, rerun, Cell(c.stack, layer, head, query, key), c.prefix, sources_opt_in)
     st.caption(
         f"Query {escape(why.query_label)} against every key: the softmax runs over all "
         f"{n_k} keys (special tokens included, whatever the views hide). Exponentials are shifted by the "

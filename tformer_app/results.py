@@ -43,6 +43,7 @@ from tformer_views import seq2seq as sv
 from tformer_views import vision as vv
 from tformer_views import why_sources as ws
 from tformer_views.lessons import block as lb
+from tformer_views.lessons import why_here as wh
 
 from . import gpu, memory, models, session_models, sessions
 from .budget import ByteBudgetCache
@@ -275,6 +276,11 @@ def score_sources(source: str, inputs: tuple, options: tuple, cell: Cell) -> Req
 def source_removal(source: str, inputs: tuple, options: tuple, cell: Cell, name: str) -> Request[Removal]:
     """Source `name` of `cell` removed from a real pass, beside the linear prediction."""
     return Request.of("source_removal", ws.cell_removal, source, inputs, options, cell, name)
+
+
+def why_here(source: str) -> Request[wh.WhyHere]:
+    """The "Why here?" lesson on the lecture's sentence (two passes: the split's and one source removed)."""
+    return Request.of("why_here", wh.why_here, source)
 
 
 def result(request: Request[ResultT], label: str | None = None) -> ResultT:

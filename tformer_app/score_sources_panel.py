@@ -36,9 +36,12 @@ class Rerun:
     options: tuple[tuple[str, Any], ...] = ()
 
 
-def draw(url: UrlState, rerun: Rerun, cell: Cell, prefix: str) -> None:
+def draw(url: UrlState, rerun: Rerun, cell: Cell, prefix: str, opt_in: bool = False) -> None:
     """The sources of `cell`'s softmax input: the check, the top query-side and key-side sources and pairs, and
-    the remove button."""
+    the remove button. opt_in: behind a toggle, off by default (a view a class steps through, where every step
+    would otherwise cost a pass)."""
+    if opt_in and not st.toggle("Where the score comes from (one more pass)", key=url.key(f"{prefix}sources", False)):
+        return
     st.markdown("**Where the score comes from**")
     try:
         s = results.result(results.score_sources(rerun.source, rerun.inputs, rerun.options, cell), "Splitting")

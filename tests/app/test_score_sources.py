@@ -53,7 +53,27 @@ def test_a_masked_cell_says_so_instead_of_a_table():
 def test_cross_attention_on_the_encoder_decoder_page_has_its_sources():
     at = run("encoder_decoder", model="translator", text="the cat sees the dog")
     no_exception(at)
+    assert not any("Query side (through q of" in m for m in messages(at, "caption"))  # a toggle: stepping runs no pass
+    next(t for t in at.toggle if t.label.startswith("Where the score comes from")).set_value(True).run()
+    no_exception(at)
     captions = messages(at, "caption")
     assert any("Query side (through q of" in m for m in captions)
     key_sides = [d.value for d in at.dataframe if d.value.index.name == "key side"]
     assert any(str(source).startswith("enc.") for frame in key_sides for source in frame["source"])
+
+
+def test_the_why_here_lesson_page_walks_its_steps():
+    at = run("why_here")
+    no_exception(at)
+    titles = [h.value for h in at.subheader]
+    assert titles == [
+        "1. The head",
+        "2. The score",
+        "3. Split into sources",
+        "4. The query side",
+        "5. The key side",
+        "6. The pairs",
+        "7. Remove the largest",
+    ]
+    assert any("gives “animal”" in m and "of its attention" in m for m in messages(at, "markdown"))
+    assert len(table(at, "query side")) == 8 and len(table(at, "key side")) == 8
