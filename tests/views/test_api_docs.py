@@ -45,8 +45,8 @@ def ran() -> dict:
 
 
 def test_the_blocks_that_run_are_the_pages_own():
-    assert len(blocks("runs")) == 5 and len(blocks("runs: slow")) == 2
-    assert PAGE.count("<!-- runs") == 7  # no marked block the pattern above misses
+    assert len(blocks("runs")) == 6 and len(blocks("runs: slow")) == 2
+    assert PAGE.count("<!-- runs") == 8  # no marked block the pattern above misses
 
 
 def test_ablating_a_head_three_ways(ran):
@@ -135,3 +135,13 @@ def test_the_studies_patching_grid_and_every_head_ablated(ran):
     # The batched study agrees with the one-head ablation run on its own: p(' Paris') 0.773 - 0.141.
     assert drop1 == pytest.approx(p_paris(scope["clean"]) - p_paris(scope["ablated"]), abs=1e-4)
     said("0.631", "0.562", "(30, 9)", "271 rows")
+
+
+def test_why_this_weight_traced_to_its_sources(ran):
+    s, removed = ran["s"], ran["removed"]
+    assert s.table.shape == (53, 53) and s.error < 1e-6
+    figures = {"3.8339": s.score, "0.677": removed.weight, "0.470": removed.linear_weight, "0.317": removed.real_weight}
+    for quoted, value in figures.items():
+        assert f"{value:.{len(quoted.split('.')[1])}f}" == quoted
+    assert s.query_sources[int(abs(s.query_totals).argmax())] == "L2.mlp"
+    said(*figures, "(53, 53)", "'L2.mlp'")
