@@ -39,6 +39,7 @@ PAGES = {
         ),
         st.Page("app_pages/positional.py", title="Positional encoding", icon=":material/waves:", url_path="positional"),
         st.Page("app_pages/inside_block.py", title="Inside a block", icon=":material/view_agenda:", url_path="block"),
+        st.Page("app_pages/why_here.py", title="Why here?", icon=":material/help:", url_path="why-here"),
     ],
     "Explore": [
         st.Page("app_pages/text_attention.py", title="Text attention", icon=":material/text_fields:", url_path="text"),

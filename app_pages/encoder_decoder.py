@@ -15,7 +15,7 @@ import pandas as pd
 import streamlit as st
 
 from tformer_app import attention_panel as panel
-from tformer_app import derived_views, downloads, models, presenter, results
+from tformer_app import derived_views, downloads, models, presenter, results, score_sources_panel
 from tformer_app import translation_steps as steps
 from tformer_app.markdown import escape
 from tformer_app.page import run_page, run_safely
@@ -118,16 +118,23 @@ def page(url: UrlState) -> None:
         show_translation(key, translation)
         show_vocabulary(model, source)
     show_alignment(translation, layer, head)
-    show_cross_attention(url, translation, layer, head)
+    show_cross_attention(url, translation, layer, head, _rerun(key, translation))
     st.header("The encoder's self-attention")
     st.caption("The same views as on the Text attention page, for the encoder reading the source sentence.")
     enc = panel.controls(
         url, trace, stack="encoder", prefix="enc_", default_views=("heatmap", "overview"), label="encoder ", keys=False
     )
-    panel.draw(panel.Shown(key, trace), url, enc, label="encoder ")
+    panel.draw(panel.Shown(key, trace, _rerun(key, translation)), url, enc, label="encoder ")
 
 
-def show_cross_attention(url: UrlState, translation: sv.Translation, layer: int, head: int) -> None:
+def _rerun(key: results.Request[sv.Translation], translation: sv.Translation) -> score_sources_panel.Rerun:
+    """The translation's teacher-forced pass again: the source sentence and the decoder's input ids."""
+    return score_sources_panel.Rerun(key.source, (key.args[0], translation.decoder_ids))
+
+
+def show_cross_attention(
+    url: UrlState, translation: sv.Translation, layer: int, head: int, rerun: score_sources_panel.Rerun
+) -> None:
     """Q, K, V and "why this weight" of the cross-attention, for the position that wrote the step's token."""
     cross = panel.Controls(
         stack="cross",
@@ -141,7 +148,7 @@ def show_cross_attention(url: UrlState, translation: sv.Translation, layer: int,
         window=slice(None),
     )
     panel.draw_qkv(translation.trace, url, cross, label="cross-attention, ")
-    panel.draw_why(translation.trace, url, cross, label="cross-attention, ")
+    panel.draw_why(translation.trace, url, cross, label="cross-attention, ", rerun=rerun, sources_opt_in=True)
     # Off by default: a Plotly chart on every step change would slow the page a class steps through.
     if st.toggle("Query–key space of the cross-attention (decoder queries, encoder keys)", key=url.key("x_qk", False)):
         panel.draw_qk(translation.trace, url, cross, label="cross-attention, ")

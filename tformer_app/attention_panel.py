@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
+from tformer_core.score_sources import Cell
 from tformer_core.trace import ATTENTION_STACKS, Trace
 from tformer_views import search
 from tformer_views import text as tv
@@ -33,7 +34,7 @@ from tformer_views.text import peak_weights
 from tformer_views.tokens import MAX_DETAIL_TOKENS, SPECIAL_TOKENS, display_tokens, token_window, visible_positions
 from tformer_views.why import why_this_weight
 
-from . import derived_views, downloads, presenter, results
+from . import derived_views, downloads, presenter, results, score_sources_panel
 from .events import clicked_cell
 from .markdown import escape
 from .page import scroll_to
@@ -66,10 +67,18 @@ MATRICES = {"weights": "weights (softmax)", "scaled": "softmax input QKᵀ/√d_
 
 @dataclass(frozen=True)
 class Shown:
-    """A trace on screen: `key` is the cache request whose result holds it."""
+    """A trace on screen: `key` is the cache request whose result holds it; `rerun`: how to run its input again
+    (the sources of "Why this weight"), derived from a text request when None."""
 
     key: results.Request[Any]
     trace: Trace
+    rerun: score_sources_panel.Rerun | None = None
+
+    def input_again(self) -> score_sources_panel.Rerun | None:
+        if self.rerun is not None or self.key.kind != "text":
+            return self.rerun
+        text, pair = self.key.args
+        return score_sources_panel.Rerun(self.key.source, (text,), (("pair", pair),) if pair else ())
 
 
 @dataclass(frozen=True)
@@ -271,7 +280,7 @@ def draw(shown: Shown, url: UrlState, c: Controls, label: str = "") -> None:
     if "qkv" in c.views:
         draw_qkv(trace, url, c, label)
     if "why" in c.views:
-        draw_why(trace, url, c, label)
+        draw_why(trace, url, c, label, shown.input_again())
     if "qk" in c.views:
         draw_qk(trace, url, c, label)
     if "distance" in c.views:
@@ -363,9 +372,12 @@ def draw_heatmap(trace: Trace, url: UrlState, c: Controls, label: str = "") -> N
         if cell is not None and cell[0] < len(m.queries) and cell[1] < len(m.keys):
             choose_token(url, f"{c.prefix}query", int(m.queries[cell[0]]))
             choose_token(url, f"{c.prefix}pair_key", int(m.keys[cell[1]]))
+            choose_token(url, f"{c.prefix}key", int(m.keys[cell[1]]))  # the cell "Why this weight" explains
 
     downloads.chart(chart, key=pick_key, file_name=name, on_select=url.callback(pick), selection_mode="pair")
-    st.caption("Click a cell to make its row the query and search the heads that link its two tokens.")
+    st.caption(
+        "Click a cell to make its row the query, search the heads that link its two tokens and explain its weight."
+    )
     downloads.matrix_download(
         full.weights, full.query_labels, full.key_labels, f"{name}.csv", key=_key(url, c, "csv_matrix")
     )
@@ -556,7 +568,15 @@ def _why_formulas(why, query: int, key: int) -> None:
     )
 
 
-def draw_why(trace: Trace, url: UrlState, c: Controls, label: str = "") -> None:
+def draw_why(
+    trace: Trace,
+    url: UrlState,
+    c: Controls,
+    label: str = "",
+    rerun: score_sources_panel.Rerun | None = None,
+    sources_opt_in: bool = False,
+) -> None:
+    """The query's row step by step; with `rerun` (the input again), the cell's sources (toggled: sources_opt_in)."""
     layer, head, query = c.layer, c.head, c.query
     st.subheader(f"Why this weight · {label}layer {layer}, head {head}, query {query}")
     if qkv_absent(trace, c.stack, VIEWS["why"]):
@@ -576,6 +596,8 @@ def draw_why(trace: Trace, url: UrlState, c: Controls, label: str = "") -> None:
         follow_default=True,
     )
     _why_formulas(why, query, key)
+    if rerun is not None:
+        score_sources_panel.draw(url, rerun, Cell(c.stack, layer, head, query, key), c.prefix, sources_opt_in)
     st.caption(
         f"Query {escape(why.query_label)} against every key: the softmax runs over all "
         f"{n_k} keys (special tokens included, whatever the views hide). Exponentials are shifted by the "

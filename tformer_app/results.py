@@ -31,6 +31,7 @@ import tformer_core as tc
 from tformer_core.capture import matching
 from tformer_core.interventions import Head
 from tformer_core.lens import LogitLens
+from tformer_core.score_sources import Cell, Removal, ScoreSources
 from tformer_core.trace import lean
 from tformer_views import detection as dv
 from tformer_views import distance
@@ -40,7 +41,9 @@ from tformer_views import inductive_bias as ib
 from tformer_views import mae as mv
 from tformer_views import seq2seq as sv
 from tformer_views import vision as vv
+from tformer_views import why_sources as ws
 from tformer_views.lessons import block as lb
+from tformer_views.lessons import why_here as wh
 
 from . import gpu, memory, models, session_models, sessions
 from .budget import ByteBudgetCache
@@ -262,6 +265,22 @@ def view_ablation(
 def view_lens(source: str, kind: str, inputs: tuple, output: int) -> Request[LogitLens]:
     """The logit lens of an input a study would read, following `output` (one traced pass, cached)."""
     return Request.of("heads_lens", _head_lens, source, kind, int(output), *inputs)
+
+
+def score_sources(source: str, inputs: tuple, options: tuple, cell: Cell) -> Request[ScoreSources]:
+    """One attention cell's softmax input split into its sources (a pass keeping what the split reads).
+    inputs: what model.trace takes; options: its keywords as (name, value) pairs."""
+    return Request.of("score_sources", ws.cell_sources, source, inputs, options, cell)
+
+
+def source_removal(source: str, inputs: tuple, options: tuple, cell: Cell, name: str) -> Request[Removal]:
+    """Source `name` of `cell` removed from a real pass, beside the linear prediction."""
+    return Request.of("source_removal", ws.cell_removal, source, inputs, options, cell, name)
+
+
+def why_here(source: str) -> Request[wh.WhyHere]:
+    """The "Why here?" lesson on the lecture's sentence (two passes: the split's and one source removed)."""
+    return Request.of("why_here", wh.why_here, source)
 
 
 def result(request: Request[ResultT], label: str | None = None) -> ResultT:

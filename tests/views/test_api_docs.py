@@ -45,8 +45,8 @@ def ran() -> dict:
 
 
 def test_the_blocks_that_run_are_the_pages_own():
-    assert len(blocks("runs")) == 6 and len(blocks("runs: slow")) == 2
-    assert PAGE.count("<!-- runs") == 8  # no marked block the pattern above misses
+    assert len(blocks("runs")) == 7 and len(blocks("runs: slow")) == 2
+    assert PAGE.count("<!-- runs") == 9  # no marked block the pattern above misses
 
 
 def test_ablating_a_head_three_ways(ran):
@@ -145,3 +145,13 @@ def test_token_norms_of_the_bundled_vit(ran):
     assert (largest.layer, largest.row, largest.col) == (0, 2, 2) and f"{largest.ratio:.2f}" == "1.57"
     assert norms.artefacts() == []
     said("1.57 in layer 0", "(layer 0, patch r2c2; ...)", "(4, 8, 8) [layers, rows, cols], ('[CLS]',)")
+
+
+def test_why_this_weight_traced_to_its_sources(ran):
+    s, removed = ran["s"], ran["removed"]
+    assert s.table.shape == (53, 53) and s.error < 1e-6
+    figures = {"3.8339": s.score, "0.677": removed.weight, "0.470": removed.linear_weight, "0.317": removed.real_weight}
+    for quoted, value in figures.items():
+        assert f"{value:.{len(quoted.split('.')[1])}f}" == quoted
+    assert s.query_sources[int(abs(s.query_totals).argmax())] == "L2.mlp"
+    said(*figures, "(53, 53)", "'L2.mlp'")
