@@ -96,7 +96,7 @@ def cell_removal(model: TracedModel, inputs: tuple, options: Options, cell: Cell
 
 def ranked_sources(s: ScoreSources, side: str, n: int = 8) -> pd.DataFrame:
     """The `n` sources of `side` ("query" or "key") adding the most to the score in absolute value: source,
-    what it is, what it adds (its row or column of the table summed, in softmax-input units), its share."""
+    what it adds (its row or column of the table summed, in softmax-input units), its share, what it is."""
     if side not in SIDES:
         raise ValueError(f"side must be one of {SIDES}, got {side!r}")
     names, totals = (s.query_sources, s.query_totals) if side == "query" else (s.key_sources, s.key_totals)
@@ -105,9 +105,9 @@ def ranked_sources(s: ScoreSources, side: str, n: int = 8) -> pd.DataFrame:
     return pd.DataFrame(
         {
             "source": [names[i] for i in order],
-            "what": [describe(names[i]) for i in order],
             "adds": totals[order],
             "share": share[order],
+            "what": [describe(names[i]) for i in order],  # last: at 1280 px two tables side by side cut the last
         }
     ).rename_axis(f"{side} side")
 
