@@ -430,7 +430,7 @@ def knock_out_activation(
     stack = stack or ("encoder" if isinstance(model, EncoderModel) else "decoder")
     name = f"{stack}.{layer}.{part}"
     if name not in model.hook_names:
-        raise InputError(f"this model has no {name!r}: layers count from 0, parts are resid_pre and resid_post")
+        raise InputError(f"this model has no {name!r} to edit: layers count from 0, parts are resid_pre and resid_post")
     before = _run(model, inputs, (*_READ_OUT, name), ())
     stream = before.tensor(name)
     if not (-stream.shape[0] <= position < stream.shape[0] and -stream.shape[1] <= dim < stream.shape[1]):
@@ -465,6 +465,8 @@ def block_sink(
         raise InputError(f"layer {from_layer} is out of range: the {stack} stack has {n_layers} layers")
     chosen = _key_positions(positions, n)
     blocks = [ATTENTION_STACKS[stack].format(layer=layer) for layer in range(from_layer, n_layers)]
+    if f"{blocks[0]}.scaled" not in model.hook_names:  # transformers' own code runs it: no softmax input to edit
+        raise InputError("this model's attention cannot be edited here: it has no hook point before its softmax")
     where = ", ".join(f"{before.tokens[p]!r} ({p})" for p in chosen)
     what = f"attention to {where} blocked in layers {from_layer}-{n_layers - 1}"
     return _knockout(model, inputs, what, [block_keys(b, chosen) for b in blocks], before, target, k)
