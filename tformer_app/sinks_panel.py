@@ -34,6 +34,9 @@ INTRO = (
     "activations** (Sun et al. 2024): a few numbers of the residual stream, at the first token and in fixed "
     "dimensions, a thousand times the median, that every later layer reads as a fixed bias."
 )
+GRID_SHARE = 0.4  # of the main column, beside the per-layer bars
+GRID_HEIGHT_PX = 420  # the grid's cells, all layers together (SmolLM2's 30 rows of 14 px)
+GRID_MARGIN_PX = 150  # beside the grid's cells: the layer labels, the axis title, the colour legend
 KNOCKOUTS = {
     "activation": "Set one activation to its layer's median",
     "block": "Block attention to the first token from a layer on",
@@ -75,12 +78,17 @@ def draw(url: UrlState, source: str, model: tc.TracedModel, trace: tc.Trace, tex
 
 def _shares(view: sv.SinksView) -> None:
     layers, heads = view.shares[0].share.shape
-    left, right = st.columns([2, 3]) if not presenter.presenting() else (st.container(), st.container())
+    beside = not presenter.presenting()  # on a projector each chart takes the whole width, one under the other
+    share = GRID_SHARE if beside else 1.0
+    left, right = st.columns([GRID_SHARE, 1 - GRID_SHARE]) if beside else (st.container(), st.container())
     with left:
-        cell = int(max(12, min(presenter.cell_size(heads, share=0.4, most=30), 420 // max(layers, 1) + 4)))
-        downloads.chart(sv.share_grid(view.shares[0], cell=cell), key="sinks.chart.grid")
+        # Rows of at least 12 px (every layer's label shows), at most 30; columns as wide as the column allows.
+        cell = int(max(12, min(30 * presenter.scale(), GRID_HEIGHT_PX // max(layers, 1))))
+        width = int(max(12, min(56 * presenter.scale(), (presenter.room() * share - GRID_MARGIN_PX) // heads)))
+        downloads.chart(sv.share_grid(view.shares[0], cell=cell, cell_width=width), key="sinks.chart.grid")
     with right:
-        downloads.chart(sv.per_layer_chart(view.shares, width=int(420 * presenter.scale())), key="sinks.chart.layers")
+        plot = int(presenter.room() * (1 - share if beside else 1.0)) - 150  # less its axes and legend
+        downloads.chart(sv.per_layer_chart(view.shares, width=max(plot, 240)), key="sinks.chart.layers")
     st.caption(
         "Each cell: the mean, over the queries, of the weight a head puts on the first token. The first query of a "
         "decoder-only model is left out: it can see only itself, so its 1.0 there is no choice."

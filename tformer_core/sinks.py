@@ -440,8 +440,13 @@ def knock_out_activation(
             (median,) = to_host([_median(stream.float().flatten()[None])[0]])
         value = float(median)
     (old,) = to_host([stream[position, dim]])
-    what = f"{name}[{position}, {dim}]: {float(old):,.4g} -> {value:,.4g}"
+    what = f"{name}[{position}, {dim}]: {_readable(float(old))} -> {_readable(value)}"
     return _knockout(model, inputs, what, [set_activation(name, position, dim, value)], before, target, k)
+
+
+def _readable(x: float) -> str:
+    """22,552.0 and -0.1319: a large number with its thousands, a small one with four significant digits."""
+    return f"{x:,.1f}" if abs(x) >= 100 else f"{x:.4g}"
 
 
 def block_sink(

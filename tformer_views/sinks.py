@@ -73,8 +73,11 @@ def _layer_labels(n: int) -> list[str]:
     return [f"L{layer}" for layer in range(n)]
 
 
-def share_grid(share: sinks.SinkShare, cell: int = 14, title: str | list[str] | None = None) -> dict:
-    """The layers x heads grid of `share` (0..1, one colour scale for every model), each cell `cell` px high."""
+def share_grid(
+    share: sinks.SinkShare, cell: int = 14, cell_width: int | None = None, title: str | list[str] | None = None
+) -> dict:
+    """The layers x heads grid of `share` (0..1, one colour scale for every model), each cell `cell` px high and
+    `cell_width` px wide (default: as wide as high, at least; a few heads get wider cells, up to 48 px)."""
     layers, heads = share.share.shape
     where = ", ".join(display_token(t) for t in share.tokens)
     label = "the first token" if share.name == "first token" else share.name
@@ -88,7 +91,7 @@ def share_grid(share: sinks.SinkShare, cell: int = 14, title: str | list[str] | 
         domain=(0.0, 1.0),
         annotate=cell >= 30,
         cell_size=cell,
-        cell_width=max(cell, min(48, 360 // max(heads, 1))),
+        cell_width=cell_width or max(cell, min(48, 360 // max(heads, 1))),
     )
 
 
@@ -187,6 +190,7 @@ def activation_chart(view: SinksView, width: int = 560) -> dict:
                 "layer", "ordinal", title=f"layer ({big.part}: the stream entering it)", axis={"labelAngle": 0}
             ),
             "y": channel("ratio", "quantitative", title="largest |x| ÷ median |x|", scale={"type": "log"}),
+            "y2": {"datum": 1},  # on a log scale a bar cannot start at 0: it starts at 1x, the median itself
             "color": channel("massive", "nominal", title=None, scale=colours, legend={"orient": "bottom"}),
             "tooltip": [
                 channel("layer", "ordinal"),

@@ -56,7 +56,7 @@ def test_smollm2s_sinks_and_its_massive_activation_knocked_out():
         assert counter.count == 2  # the pass before and the pass after
     metrics = {m.label: m.value for m in at.metric}
     assert metrics == {"P(␣Paris) before": "0.773", "P(␣Paris) after": "0.000"}
-    assert any("decoder.12.resid_pre[0, 507]" in c for c in messages(at, "caption"))
+    assert "decoder.12.resid_pre[0, 507]: 22,552.0 -> -0.1319" in messages(at, "caption")
     with PassCounter(model) as counter:
         at.session_state["text.head"] = 3  # another view of the same trace: the knockout is shown from the cache
         at.run()

@@ -148,7 +148,7 @@ def test_knocking_out_an_activation_is_the_pass_patched_by_hand():
     assert knock.before.target_probability == pytest.approx(_next_token(model)[7], rel=1e-5)
     assert [p for _, p in knock.after.top] == pytest.approx(np.sort(expected)[::-1][:5], rel=1e-5)
     assert knock.after.position == 5 and knock.hidden_change > 0
-    assert f"[0, 5]: {stream[0, 5]:,.4g} -> " in knock.what
+    assert f"decoder.1.resid_pre[0, 5]: {stream[0, 5]:.4g} -> {np.median(stream):.4g}" == knock.what
 
 
 def test_blocking_the_sink_equals_zeroing_its_weights_and_renormalising():
@@ -234,4 +234,4 @@ def test_removing_smollm2s_massive_activation_takes_paris_away(smollm2):
     assert knock.before.target == "ĠParis"
     assert knock.before.target_probability == pytest.approx(0.773, abs=5e-4)
     assert knock.after.target_probability < 5e-4  # the 0.000 (1.5e-6 measured)
-    assert knock.after.top[0][0] != "ĠParis"
+    assert knock.after.top[0][0] != "ĠParis" and knock.what == "decoder.12.resid_pre[0, 507]: 22,552.0 -> -0.1319"
