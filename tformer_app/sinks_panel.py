@@ -83,9 +83,12 @@ def _shares(view: sv.SinksView) -> None:
     left, right = st.columns([GRID_SHARE, 1 - GRID_SHARE]) if beside else (st.container(), st.container())
     with left:
         # Rows of at least 12 px (every layer's label shows), at most 30; columns as wide as the column allows.
-        cell = int(max(12, min(30 * presenter.scale(), GRID_HEIGHT_PX // max(layers, 1))))
-        width = int(max(12, min(56 * presenter.scale(), (presenter.room() * share - GRID_MARGIN_PX) // heads)))
-        downloads.chart(sv.share_grid(view.shares[0], cell=cell, cell_width=width), key="sinks.chart.grid")
+        scale = presenter.scale()
+        cell = int(max(12, min(30 * scale, GRID_HEIGHT_PX * scale // max(layers, 1))))
+        width = int(max(12, min(40 * scale, (presenter.room() * share - GRID_MARGIN_PX * scale) // heads)))
+        grid = sv.share_grid(view.shares[0], cell=cell, cell_width=width)
+        grid["usermeta"] = {"scale": scale}  # sized for presenter mode already: chart_fonts must not enlarge it
+        downloads.chart(grid, key="sinks.chart.grid")
     with right:
         plot = int(presenter.room() * (1 - share if beside else 1.0)) - 150  # less its axes and legend
         downloads.chart(sv.per_layer_chart(view.shares, width=max(plot, 240)), key="sinks.chart.layers")
