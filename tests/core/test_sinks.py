@@ -10,7 +10,7 @@ from tformer_core import sinks
 from tformer_core.capture import Edit, intervene
 from tformer_core.errors import HookNameError
 
-from .tiny_models import _seeded
+from .tiny_models import _seeded, tiny_seq2seq
 
 D, H = 16, 4
 
@@ -235,3 +235,18 @@ def test_removing_smollm2s_massive_activation_takes_paris_away(smollm2):
     assert knock.before.target_probability == pytest.approx(0.773, abs=5e-4)
     assert knock.after.target_probability < 5e-4  # the 0.000 (1.5e-6 measured)
     assert knock.after.top[0][0] != "ĠParis" and knock.what == "decoder.12.resid_pre[0, 507]: 22,552.0 -> -0.1319"
+
+
+def test_every_stack_of_an_encoder_decoder_against_its_weights_in_float64():
+    trace = tiny_seq2seq().trace([3, 7, 9, 4, 2], [1, 5, 8, 6])
+    for stack, first_query in (("encoder", 0), ("decoder", 1), ("cross", 0)):
+        # The decoder is causal: its first query sees only itself and is left out; the encoder's and the
+        # cross-attention's queries each see every key.
+        weights = np.stack([trace.attention(layer, stack=stack) for layer in range(trace.layers_in(stack))])
+        expected = weights.astype(np.float64)[:, :, first_query:, 0].mean(-1)
+        share = sinks.sink_share(trace, stack=stack)
+        np.testing.assert_allclose(share.share, expected, atol=1e-6)
+        assert share.stack == stack and share.queries == weights.shape[2] - first_query
+    big = sinks.massive_activations(trace, stack="decoder")
+    stream = np.abs(trace["decoder.2.resid_pre"].astype(np.float64))
+    assert big.ratio[2] == pytest.approx(stream.max() / np.median(stream), rel=1e-5)
