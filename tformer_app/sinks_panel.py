@@ -23,7 +23,7 @@ from .markdown import escape
 from .page import run_safely
 from .url import UrlState
 
-__all__ = ["EXPANDER", "INTRO", "KNOCKOUTS", "draw", "knockout"]
+__all__ = ["EXPANDER", "INTRO", "KNOCKOUTS", "LINKED", "draw", "knockout"]
 
 EXPANDER = "Attention sinks and massive activations: why does attention look at nothing?"
 INTRO = (
@@ -37,6 +37,7 @@ INTRO = (
 GRID_SHARE = 0.4  # of the main column, beside the per-layer bars
 GRID_HEIGHT_PX = 420  # the grid's cells, all layers together (SmolLM2's 30 rows of 14 px)
 GRID_MARGIN_PX = 150  # beside the grid's cells: the layer labels, the axis title, the colour legend
+LINKED = ("sink_ko", "sink_layer", "sink_from")  # the expander's settings a link carries
 KNOCKOUTS = {
     "activation": "Set one activation to its layer's median",
     "block": "Block attention to the first token from a layer on",
@@ -62,7 +63,8 @@ def knockout(
 
 def draw(url: UrlState, source: str, model: tc.TracedModel, trace: tc.Trace, text: str, pair: str | None) -> None:
     """The expander, below the page's views; its content runs only while it is open."""
-    box = st.expander(EXPANDER, key=f"{url.page}.sinks_open", on_change="rerun")
+    linked = any(name in (url.incoming or {}) for name in LINKED)  # a link with its settings opens it, and reads them
+    box = st.expander(EXPANDER, expanded=linked, key=f"{url.page}.sinks_open", on_change="rerun")
     if not box.open:
         return
     with box:

@@ -82,3 +82,11 @@ def test_minilm_in_presenter_mode_finds_its_separator_and_blocks_it():
     no_exception(at)
     moved = [c for c in messages(at, "caption") if c.startswith("The final hidden state (its mean) moved by")]
     assert len(moved) == 1 and not at.metric  # no head: the sentence embedding's change is the measure
+
+
+def test_a_link_with_a_knockouts_settings_opens_the_expander_and_keeps_them():
+    at = run("text_attention", text="The cat sat on the mat.", sink_ko="block", sink_from="2")
+    no_exception(at)
+    assert not [m for m in messages(at, "info") if "ignored" in m]
+    assert at.slider(key="text.sink_from").value == 2 and at.query_params["sink_ko"] == "block"
+    assert any(t.startswith("Share of attention on the first token") for t in charts(at))
