@@ -60,6 +60,7 @@ def page(url: UrlState) -> None:
     if study is not None:
         heads_view.show(url, source, study, top)
     if model.kind == "decoder":
+        heads_experiments.sinks_note(source, inputs[0])
         heads_experiments.patching(url, source, model)
         heads_experiments.induction(url, source, model)
 

@@ -82,8 +82,10 @@ GUIDE = [
         "same head on both, and their difference where the tokens line up); masked-word and next-token top 5 after "
         "every position; a continuation, written when asked (greedy, or sampled with temperature, top-k and a "
         "seed), stepped through token by token with the new token's attention in every layer and head; a "
-        "classifier's labels and its first token's attention; any other architecture transformers implements, "
-        "weights only",
+        "classifier's labels and its first token's attention; attention sinks and massive activations (the share "
+        "of attention on the first token, [CLS] and [SEP] per layer × head, each layer's largest activation against "
+        "its median, and a knockout of either with the prediction before and after); any other architecture "
+        "transformers implements, weights only",
     ),
     (
         "app_pages/encoder_decoder.py",

@@ -16,7 +16,7 @@ import streamlit as st
 
 import tformer_core as tc
 from tformer_app import attention_panel as panel
-from tformer_app import class_session, compare, lecture, models, outputs, presenter, results
+from tformer_app import class_session, compare, lecture, models, outputs, presenter, results, sinks_panel
 from tformer_app.markdown import escape
 from tformer_app.page import (
     DECODER_MODEL_SUGGESTIONS,
@@ -174,6 +174,7 @@ def page(url: UrlState) -> None:
         outputs.show_predictions(trace, model, c.query, labels)
     if isinstance(model, tc.CausalLM) and trace.has_head:
         outputs.show_continuation(url, source, model, fitted.text)
+    sinks_panel.draw(url, source, model, trace, fitted.text, fitted.pair)
     with st.expander("What attention does and does not explain"):
         st.markdown(CAVEAT)
 

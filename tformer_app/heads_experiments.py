@@ -6,6 +6,8 @@ with a progress bar while it runs.
 
 from __future__ import annotations
 
+from urllib.parse import quote, urlencode
+
 import streamlit as st
 
 import tformer_core as tc
@@ -19,6 +21,17 @@ from .page import run_safely
 from .url import UrlState
 
 OWN_PAIR = "your own pair"
+
+
+def sinks_note(source: str, text: str) -> None:
+    """A line under a language model's grid: why so many heads change nothing, with a link to where that is shown
+    (Text attention's expander on attention sinks, the same model and text)."""
+    query = urlencode({"arch": "decoder", "model": source, "text": text}, quote_via=quote)  # ( and ) quoted too
+    st.caption(
+        "Many heads change nothing when ablated: most of their attention sits on the first token, an *attention "
+        "sink* that lets a head do nothing. Why, and what the model does without it: the expander “Attention sinks "
+        f"and massive activations” on [Text attention](./text?{query})."
+    )
 
 
 def patching(url: UrlState, source: str, model: tc.TracedModel) -> None:

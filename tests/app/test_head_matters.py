@@ -109,6 +109,9 @@ def test_smollm2_predicts_paris_every_head_is_measured_and_patching_finds_where_
     lens = at.dataframe[2].value
     assert list(lens["after layer"])[:2] == ["embed", "0"] and len(lens) == 31
     assert lens.iloc[-1]["top"] == "␣Paris" and lens.iloc[-1].iloc[3] == 0  # Paris is first at the end
+    # Why so many heads change nothing: a line links to Text attention's sinks, the same model and text.
+    sinks = [c.value for c in at.caption if "attention sink" in c.value]
+    assert len(sinks) == 1 and "](./text?arch=decoder&model=smollm2&text=The%20capital%20of%20France%20is)" in sinks[0]
     # Patching Italy into France: the last row's last cell gives B's logit difference (all the way: 1), and
     # the positions before " France" carry nothing (the inputs agree there).
     patched = _grid_values(at, "Share of the way from A's answer to B's")

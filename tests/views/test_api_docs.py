@@ -45,8 +45,8 @@ def ran() -> dict:
 
 
 def test_the_blocks_that_run_are_the_pages_own():
-    assert len(blocks("runs")) == 7 and len(blocks("runs: slow")) == 2
-    assert PAGE.count("<!-- runs") == 9  # no marked block the pattern above misses
+    assert len(blocks("runs")) == 8 and len(blocks("runs: slow")) == 2
+    assert PAGE.count("<!-- runs") == 10  # no marked block the pattern above misses
 
 
 def test_ablating_a_head_three_ways(ran):
@@ -103,6 +103,20 @@ def test_the_logit_lens_and_direct_attribution(ran):
     assert parts.heads[23, 4] == pytest.approx(2.82, abs=0.005)
     assert parts.mlp.sum() == pytest.approx(12.45, abs=0.005) and parts.embed == pytest.approx(-0.06, abs=0.005)
     said(str(quoted), "('Ġcapital', 'Ġthe', 'ĠParis')", "17.37, 17.37", "2.82", "12.45", "-0.06")
+
+
+def test_smollm2s_sinks_massive_activation_and_knockouts(ran):
+    share, big, knock, blocked = ran["share"], ran["big"], ran["knock"], ran["blocked"]
+    assert share.share.shape == (30, 9) and len(share.sink_layers()) == 27 and share.tokens == ("The",)
+    top = big.top[12][0]
+    assert (top.layer, top.position, top.dim, top.massive) == (12, 0, 507, True)
+    assert top.value == pytest.approx(22552.0, abs=0.5) and top.ratio == pytest.approx(9347.8, abs=0.1)
+    assert big.median_value[12] == pytest.approx(-0.13, abs=0.005)
+    assert knock.before.target == "ĠParis" and knock.before.target_probability == pytest.approx(0.773, abs=0.001)
+    assert f"{knock.after.target_probability:.3f}" == "0.000" and f"{knock.after.target_probability:.1e}" == "1.5e-06"
+    assert blocked.after.top[0][0] == "_" and blocked.after.top[0][1] == pytest.approx(0.038, abs=0.001)
+    assert f"{blocked.after.target_probability:.3f}" == "0.000" and "layers 3-29" in blocked.what
+    said("(30, 9), 27", "dim=507, value=22552.0", "ratio=9347.8", "-0.13", "0.773 -> 0.000 (1.5e-06)", "('_', 0.038)")
 
 
 def test_the_views_draw_in_a_notebook(ran):
