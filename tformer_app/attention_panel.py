@@ -280,7 +280,7 @@ def draw(shown: Shown, url: UrlState, c: Controls, label: str = "") -> None:
     if "qkv" in c.views:
         draw_qkv(trace, url, c, label)
     if "why" in c.views:
-        draw_why(trace, url, c, label, shown.input_again())
+        draw_why(trace, url, c, label, shown.input_again(), cached=shown.key)
     if "qk" in c.views:
         draw_qk(trace, url, c, label)
     if "distance" in c.views:
@@ -575,6 +575,7 @@ def draw_why(
     label: str = "",
     rerun: score_sources_panel.Rerun | None = None,
     sources_opt_in: bool = False,
+    cached: results.Request[Any] | None = None,
 ) -> None:
     """The query's row step by step; with `rerun` (the input again), the cell's sources (toggled: sources_opt_in)."""
     layer, head, query = c.layer, c.head, c.query
@@ -597,7 +598,7 @@ def draw_why(
     )
     _why_formulas(why, query, key)
     if rerun is not None:
-        score_sources_panel.draw(url, rerun, Cell(c.stack, layer, head, query, key), c.prefix, sources_opt_in)
+        score_sources_panel.draw(url, rerun, Cell(c.stack, layer, head, query, key), c.prefix, sources_opt_in, cached)
     st.caption(
         f"Query {escape(why.query_label)} against every key: the softmax runs over all "
         f"{n_k} keys (special tokens included, whatever the views hide). Exponentials are shifted by the "

@@ -11,6 +11,8 @@ from typing import TypeVar, TypeVarTuple
 import numpy as np
 
 import tformer_core as tc
+from tformer_core.score_sources import Cell, ScoreSources
+from tformer_core.score_sources import score_sources as split_score
 from tformer_views import distance, overview, pictures, samples, search
 from tformer_views import seq2seq as sv
 from tformer_views import vision as vv
@@ -121,6 +123,17 @@ def _stream_norms(result: Traced, stack: str) -> lb.StreamNorms:
 def stream_norms(request: Request[Traced], stack: str) -> lb.StreamNorms:
     """The residual stream's size per layer and token."""
     return derived("stream_norms", request, _stream_norms, stack)
+
+
+def _score_sources(result: Traced, source: str, cell: Cell) -> ScoreSources:
+    return split_score(models.cached_model(source), trace_of(result), cell)
+
+
+def score_sources(request: Request[Traced], cell: Cell) -> ScoreSources:
+    """One cell's softmax input split into its sources, from the cached trace (it keeps what the split reads:
+    tformer_app.results.views_read): no pass. ValueError when that trace lacks a part (see results.score_sources,
+    which runs a pass keeping them)."""
+    return derived("score_sources", request, _score_sources, request.source, cell)
 
 
 def from_model(name: str, source: str, view: Callable[[tc.TracedModel, *Args], ViewT], *args: *Args) -> ViewT:

@@ -58,12 +58,15 @@ _REPORT: ContextVar[Progress | None] = ContextVar("tformer_report", default=None
 
 
 # ---- what a model computes for an input ----------------------------------------------------------
-_UNREAD = (".mlp.hidden", ".mlp.out", ".attn.out", ".resid_after_attn", ".resid_after_cross", ".resid_post")
+# The FFN's output stays: "Why this weight" splits a score into the parts that wrote the stream, each FFN's among
+# them (tformer_core.score_sources), from the cached trace and without a pass of its own. It costs one [tokens,
+# d_model] per layer, about a tenth of what a cached trace holds.
+_UNREAD = (".mlp.hidden", ".attn.out", ".resid_after_attn", ".resid_after_cross", ".resid_post")
 
 
 def views_read(name: str) -> bool:
     """What the attention, vision and lesson views read from a trace: no [heads, n, n] parts (recomputed
-    from Q and K when read), no FFN internals, no residual stream after the attention."""
+    from Q and K when read), of the FFN only its output, no residual stream after the attention."""
     return lean(name) and not name.endswith(_UNREAD) and ".cross_attn.out" not in name
 
 

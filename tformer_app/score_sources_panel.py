@@ -19,7 +19,8 @@ from tformer_core.errors import InputError
 from tformer_core.score_sources import Cell
 from tformer_views import why_sources as ws
 
-from . import downloads, results
+from . import derived_views, downloads, results
+from .logs import log
 from .markdown import escape
 from .url import UrlState
 
@@ -36,15 +37,23 @@ class Rerun:
     options: tuple[tuple[str, Any], ...] = ()
 
 
-def draw(url: UrlState, rerun: Rerun, cell: Cell, prefix: str, opt_in: bool = False) -> None:
+def draw(
+    url: UrlState,
+    rerun: Rerun,
+    cell: Cell,
+    prefix: str,
+    opt_in: bool = False,
+    cached: results.Request[Any] | None = None,
+) -> None:
     """The sources of `cell`'s softmax input: the check, the top query-side and key-side sources and pairs, and
-    the remove button. opt_in: behind a toggle, off by default (a view a class steps through, where every step
-    would otherwise cost a pass)."""
+    the remove button. cached: the request whose cached result holds the trace shown; the split reads it (no pass)
+    when it keeps every part the split needs, else `rerun` runs one. opt_in: behind a toggle, off by default (a view
+    a class steps through, where every step would otherwise cost a pass)."""
     if opt_in and not st.toggle("Where the score comes from (one more pass)", key=url.key(f"{prefix}sources", False)):
         return
     st.markdown("**Where the score comes from**")
     try:
-        s = results.result(results.score_sources(rerun.source, rerun.inputs, rerun.options, cell), "Splitting")
+        s = _split(rerun, cell, cached)
     except InputError as refused:  # a masked cell: its input is -inf
         st.caption(escape(str(refused)))
         return
@@ -64,6 +73,17 @@ def draw(url: UrlState, rerun: Rerun, cell: Cell, prefix: str, opt_in: bool = Fa
     st.caption("The largest pairs (query source, key source)")
     downloads.table(ws.ranked_pairs(s), key=f"{prefix}sources_pairs")
     _removal(url, rerun, cell, s, prefix)
+
+
+def _split(rerun: Rerun, cell: Cell, cached: results.Request[Any] | None) -> Any:
+    """The split from the cached trace when it holds every part (a click costs no pass: the page's text traces
+    keep the FFN outputs for this), else from a pass of its own keeping them (a generation step's trace)."""
+    if cached is not None:
+        try:
+            return derived_views.score_sources(cached, cell)
+        except ValueError as missing:  # "the trace does not hold ...": that trace was kept leaner
+            log.info("the cached trace cannot be split (%s): running a pass that keeps the sources", missing)
+    return results.result(results.score_sources(rerun.source, rerun.inputs, rerun.options, cell), "Splitting")
 
 
 def _removal(url: UrlState, rerun: Rerun, cell: Cell, s: Any, prefix: str) -> None:
