@@ -582,8 +582,7 @@ def draw_why(
     st.subheader(f"Why this weight · {label}layer {layer}, head {head}, query {query}")
     if qkv_absent(trace, c.stack, VIEWS["why"]):
         return
-    sharing = kv_sharing(trace, head)
-    if sharing:
+    if sharing := kv_sharing(trace, head):
         st.info(f"{sharing} The keys k_j and values v_j below are key/value head {trace.kv_head(head)}'s.")
     why = why_this_weight(trace, layer, head, query, c.stack)
     n_k = len(why.key_labels)

@@ -19,13 +19,24 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from tformer_core.errors import InputError
 from tformer_core.models.base import TracedModel
+from tformer_core.models.kinds import CausalLM, EncoderDecoderModel, EncoderModel, VisionModel
 from tformer_core.score_sources import SOURCES_KEPT, Cell, Removal, ScoreSources, remove_source, score_sources
 from tformer_core.trace import Trace
 
 from .tokens import display_token
 
-__all__ = ["SIDES", "cell_removal", "cell_sources", "describe", "ranked_pairs", "ranked_sources", "shares"]
+__all__ = [
+    "SIDES",
+    "cell_removal",
+    "cell_sources",
+    "describe",
+    "ranked_pairs",
+    "ranked_sources",
+    "shares",
+    "traced_for_split",
+]
 
 SIDES = ("query", "key")
 Options = tuple[tuple[str, Any], ...]  # keyword arguments of model.trace, as hashable pairs (("pair", "..."),)
@@ -72,20 +83,20 @@ def shares(values: np.ndarray) -> np.ndarray:
     return np.zeros_like(values) if mass == 0 else values / mass
 
 
-def _trace(model: TracedModel, inputs: tuple, options: Options) -> Trace:
-    run = getattr(model, "trace", None)
-    if run is None:
-        raise ValueError(f"this {model.kind} model has no traces to split")
-    trace = run(*inputs, keep=SOURCES_KEPT, **dict(options))
-    if not isinstance(trace, Trace):
-        raise TypeError(f"{model.kind}.trace returned {type(trace).__name__}, not a Trace")
-    return trace
+def traced_for_split(model: TracedModel, inputs: tuple, options: Options = ()) -> Trace:
+    """One pass of `model` over `inputs` (what its trace takes; options: its keywords) keeping what the split
+    reads (SOURCES_KEPT). InputError for a kind whose scores the split does not read (before Transformers, MAE,
+    DETR)."""
+    if not isinstance(model, (EncoderModel, CausalLM, EncoderDecoderModel, VisionModel)):
+        raise InputError(f"a {model.kind} model's attention scores are not split into sources here")
+    keywords: dict[str, Any] = {**dict(options), "keep": SOURCES_KEPT}
+    return model.trace(*inputs, **keywords)
 
 
 def cell_sources(model: TracedModel, inputs: tuple, options: Options, cell: Cell) -> ScoreSources:
     """`cell` of the pass over `inputs` (what model.trace takes; options: its keywords) split into sources: one
     traced pass keeping what the split reads (SOURCES_KEPT), then `score_sources`."""
-    return score_sources(model, _trace(model, inputs, options), cell)
+    return score_sources(model, traced_for_split(model, inputs, options), cell)
 
 
 def cell_removal(model: TracedModel, inputs: tuple, options: Options, cell: Cell, name: str) -> Removal:

@@ -17,12 +17,12 @@ import numpy as np
 
 from tformer_core.errors import InputError
 from tformer_core.models.base import TracedModel
-from tformer_core.score_sources import SOURCES_KEPT, Cell, Removal, ScoreSources, remove_source, score_sources
+from tformer_core.score_sources import Cell, Removal, ScoreSources, remove_source, score_sources
 from tformer_core.trace import Trace
 
 from ..search import default_key, ranked_heads
 from ..tokens import display_token
-from ..why_sources import describe, ranked_pairs, ranked_sources
+from ..why_sources import describe, ranked_pairs, ranked_sources, traced_for_split
 
 __all__ = ["LECTURE_SENTENCE", "WhyHere", "lecture_cell", "why_here"]
 
@@ -89,12 +89,7 @@ def _steps(s: ScoreSources, removed: Removal, n: int, top: str) -> tuple[tuple[s
 def why_here(model: TracedModel, sentence: str = LECTURE_SENTENCE) -> WhyHere:
     """The lesson for `model` (MiniLM, the lecture's) on `sentence`: one traced pass, the split, one real pass
     with the largest query-side source removed."""
-    run = getattr(model, "trace", None)
-    if run is None:
-        raise ValueError(f"this {model.kind} model has no traces")
-    trace = run(sentence, keep=SOURCES_KEPT)
-    if not isinstance(trace, Trace):
-        raise TypeError(f"{model.kind}.trace returned {type(trace).__name__}, not a Trace")
+    trace = traced_for_split(model, (sentence,))
     cell = lecture_cell(trace)
     s = score_sources(model, trace, cell)
     top = str(ranked_sources(s, "query", 1)["source"].iloc[0])
