@@ -118,7 +118,7 @@ def page(url: UrlState) -> None:
         show_translation(key, translation)
         show_vocabulary(model, source)
     show_alignment(translation, layer, head)
-    show_cross_attention(url, translation, layer, head, _rerun(key, translation))
+    show_cross_attention(url, key, translation, layer, head)
     st.header("The encoder's self-attention")
     st.caption("The same views as on the Text attention page, for the encoder reading the source sentence.")
     enc = panel.controls(
@@ -133,9 +133,10 @@ def _rerun(key: results.Request[sv.Translation], translation: sv.Translation) ->
 
 
 def show_cross_attention(
-    url: UrlState, translation: sv.Translation, layer: int, head: int, rerun: score_sources_panel.Rerun
+    url: UrlState, key: results.Request[sv.Translation], translation: sv.Translation, layer: int, head: int
 ) -> None:
-    """Q, K, V and "why this weight" of the cross-attention, for the position that wrote the step's token."""
+    """Q, K, V and "why this weight" of the cross-attention, for the position that wrote the step's token; its
+    sources are split from the translation's cached trace (`key`), the remove button reruns the pass."""
     cross = panel.Controls(
         stack="cross",
         prefix="x_",
@@ -148,7 +149,8 @@ def show_cross_attention(
         window=slice(None),
     )
     panel.draw_qkv(translation.trace, url, cross, label="cross-attention, ")
-    panel.draw_why(translation.trace, url, cross, label="cross-attention, ", rerun=rerun, sources_opt_in=True)
+    rerun = _rerun(key, translation)
+    panel.draw_why(translation.trace, url, cross, "cross-attention, ", rerun, sources_opt_in=True, cached=key)
     # Off by default: a Plotly chart on every step change would slow the page a class steps through.
     if st.toggle("Query–key space of the cross-attention (decoder queries, encoder keys)", key=url.key("x_qk", False)):
         panel.draw_qk(translation.trace, url, cross, label="cross-attention, ")

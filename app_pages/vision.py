@@ -208,6 +208,7 @@ def show_attention(
     st.subheader(f"Every head of layer {choice.layer}")
     strip = vv.head_overlays(result, choice.layer, choice.patch, choice.alpha, choice.smooth)
     st.image(to_jpeg(strip), caption=f"Where {who} looks, head by head; each picture is scaled to its own maximum.")
+    explain.show_why(url, key, result, choice)
     rolled = explain.show_rollout(url, key, result, choice)
     if rolled is not None and result.trace.has_head:
         explain.show_class_explanations(url, key, result, choice, rolled)

@@ -26,6 +26,7 @@ from typing import Any, Generic, TypeVar, TypeVarTuple
 
 import numpy as np
 import pandas as pd
+import torch
 
 import tformer_core as tc
 from tformer_core.capture import matching
@@ -313,10 +314,21 @@ def _request_key(request: Request[Any]) -> tuple:
 
 
 def key_of(args: tuple) -> tuple:
-    """A cache key for `args`: file contents (bytes) by their digest, so keys stay small and cheap to hash."""
-    return tuple(
-        ("blake2b", len(a), hashlib.blake2b(a, digest_size=16).hexdigest()) if isinstance(a, bytes) else a for a in args
-    )
+    """A cache key for `args`: file contents (bytes) and tensors (a picture's pixels, in the inputs of a model's
+    trace) by their digest, so keys stay small, cheap to hash and equal for equal contents (a tensor hashes by
+    its identity), also inside a plain tuple of arguments."""
+    return tuple(_key_part(a) for a in args)
+
+
+def _key_part(a: Any) -> Any:
+    if isinstance(a, bytes):
+        return ("blake2b", len(a), hashlib.blake2b(a, digest_size=16).hexdigest())
+    if isinstance(a, torch.Tensor):
+        data = a.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()  # any dtype, bit for bit
+        return ("tensor", str(a.dtype), tuple(a.shape), hashlib.blake2b(data, digest_size=16).hexdigest())
+    if type(a) is tuple:  # not a named tuple: its type is part of what it means
+        return key_of(a)
+    return a
 
 
 def check_owned(source: object) -> None:

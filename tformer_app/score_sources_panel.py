@@ -49,7 +49,8 @@ def draw(
     the remove button. cached: the request whose cached result holds the trace shown; the split reads it (no pass)
     when it keeps every part the split needs, else `rerun` runs one. opt_in: behind a toggle, off by default (a view
     a class steps through, where every step would otherwise cost a pass)."""
-    if opt_in and not st.toggle("Where the score comes from (one more pass)", key=url.key(f"{prefix}sources", False)):
+    label = "Where the score comes from" + ("" if cached is not None else " (one more pass)")
+    if opt_in and not st.toggle(label, key=url.key(f"{prefix}sources", False)):
         return
     st.markdown("**Where the score comes from**")
     try:

@@ -1,6 +1,7 @@
-"""The Vision page's views beyond one head's attention: attention rollout, raw attention / rollout / relevancy
-side by side for a class, and the ViT paper's Fig. 7 (the patch-embedding filters, the position embeddings'
-similarities, the mean attention distance). Streamlit drawing only; the numbers come from tformer_views.
+"""The Vision page's views beyond one head's attention: why one weight (its score traced to its sources), attention
+rollout, raw attention / rollout / relevancy side by side for a class, and the ViT paper's Fig. 7 (the
+patch-embedding filters, the position embeddings' similarities, the mean attention distance). Streamlit drawing
+only; the numbers come from tformer_views.
 """
 
 from __future__ import annotations
@@ -10,15 +11,19 @@ from dataclasses import dataclass
 import numpy as np
 import streamlit as st
 
+from tformer_core.score_sources import Cell
 from tformer_views import distance
 from tformer_views import vision as vv
 from tformer_views.charts.attention import distance_chart
 from tformer_views.pictures import overlay, to_jpeg
 
-from . import derived_views, downloads, results
+from . import derived_views, downloads, results, score_sources_panel
 from .markdown import escape
 from .page import run_safely
 from .url import UrlState
+from .widgets import following_choice
+
+WHY = "Why this weight: its score traced to its sources"
 
 
 @dataclass(frozen=True)
@@ -30,6 +35,42 @@ class AttentionChoice:
     patch: int | None  # None: the class token is the query
     alpha: float
     smooth: bool
+
+
+def show_why(
+    url: UrlState, key: results.Request[vv.VisionResult], result: vv.VisionResult, choice: AttentionChoice
+) -> None:
+    """Folded (its content runs only while open): for the chosen layer, head and query, a key (the strongest
+    until one is picked), its weight, and the sources of its score, split from the page's cached trace (a key,
+    layer or head changed runs no pass); "remove this source" runs the same picture again (result.pixels)."""
+    box = st.expander(WHY, key=f"{url.page}.why_open", on_change="rerun")
+    if not box.open:
+        return
+    with box:
+        if choice.head is None:  # the mean of the heads is no softmax: it has no score to split
+            st.caption("The mean of the heads has no single score: choose a head above to trace one weight.")
+            return
+        trace = result.trace
+        query = vv.query_token(trace, choice.patch)
+        weights = vv.key_weights(trace, choice.layer, choice.head, choice.patch)
+        labels = list(trace.tokens)  # "[CLS]", DeiT's "[DIST]", then the patches "r0c0", "r0c1", ...
+        picked = following_choice(
+            url,
+            "why_key",
+            "Key (the column): a patch or a prefix token",
+            range(len(labels)),
+            labels,
+            int(np.argmax(weights)),
+            follow_default=True,  # the strongest key until the user picks one: it changes with the head and query
+        )
+        st.markdown(
+            f"Layer {choice.layer}, head {choice.head}: **{escape(labels[query])}** gives "
+            f"**{escape(labels[picked])}** a weight of **{float(weights[picked]):.4f}**, the softmax of its score "
+            f"over all {len(labels)} keys (largest {float(weights.max()):.4f})."
+        )
+        cell = Cell(trace.main_stack, choice.layer, choice.head, query, picked)
+        rerun = score_sources_panel.Rerun(key.source, (result.pixels,))
+        score_sources_panel.draw(url, rerun, cell, "why_", cached=key)
 
 
 def show_rollout(

@@ -39,6 +39,7 @@ __all__ = [
     "attention_map",
     "embedding_filter_pcs",
     "head_overlays",
+    "key_weights",
     "position_similarity",
     "position_similarity_maps",
     "prefix_tokens_named",
@@ -90,6 +91,12 @@ class VisionResult:
     def patch_size(self) -> int:
         return self.trace.patch_side
 
+    @property
+    def pixels(self) -> torch.Tensor:
+        """The model's input for this picture, (C, H, W) float32, normalised: what `analyse` traced, rebuilt from
+        `image` (a pass over it again, e.g. with a source removed, runs the same picture)."""
+        return self.preprocessing.to_tensor(self.image)
+
 
 def analyse(model: TracedModel, data: bytes, name: str = "") -> VisionResult:
     """Read an image file, preprocess it as the checkpoint does, trace it. ImageError / ValueError for bad input."""
@@ -98,7 +105,7 @@ def analyse(model: TracedModel, data: bytes, name: str = "") -> VisionResult:
     assert preprocessing is not None  # require_vit refuses a ViT without one
     loaded = read_image(data, name)
     seen = preprocessing.resized(loaded.image)
-    trace = vit.trace(preprocessing(loaded.image))
+    trace = vit.trace(preprocessing.to_tensor(seen))  # what `VisionResult.pixels` rebuilds
     return VisionResult(seen, trace, loaded.original_size, preprocessing, loaded.notes, token_norms(trace))
 
 
@@ -120,6 +127,13 @@ def prefix_tokens_named(trace: Trace) -> str:
     if registers:
         return f"class token and {registers} register{'s' if registers > 1 else ''}"
     return "class token" if trace.n_prefix_tokens == 1 else "class and distillation tokens"
+
+
+def key_weights(trace: Trace, layer: int, head: int, patch: int | None = None) -> np.ndarray:
+    """One head's attention row [tokens] for the query (the class token, or patch `patch`): the weight it gives
+    every key, the prefix tokens ([CLS], DeiT's [DIST], registers) first, then the patches; it sums to 1."""
+    w = trace.block_tensor("weights", layer)[head, query_token(trace, patch)]
+    return np.asarray(to_host([w])[0], dtype=np.float64)
 
 
 def attention_map(trace: Trace, layer: int, head: int | None, patch: int | None = None) -> np.ndarray:

@@ -6,6 +6,8 @@ import pytest
 
 import tformer_core as tc
 from tests.app.pages import messages, no_exception, run, table
+from tests.app.passes import PassCounter
+from tformer_app import models
 from tformer_core.score_sources import SOURCES_KEPT, Cell, remove_source, score_sources
 from tformer_views import why_sources as ws
 
@@ -54,8 +56,10 @@ def test_cross_attention_on_the_encoder_decoder_page_has_its_sources():
     at = run("encoder_decoder", model="translator", text="the cat sees the dog")
     no_exception(at)
     assert not any("Query side (through q of" in m for m in messages(at, "caption"))  # a toggle: stepping runs no pass
-    next(t for t in at.toggle if t.label.startswith("Where the score comes from")).set_value(True).run()
-    no_exception(at)
+    with PassCounter(models.cached_model("translator")) as counter:  # split from the translation's cached trace
+        next(t for t in at.toggle if t.label.startswith("Where the score comes from")).set_value(True).run()
+        no_exception(at)
+        assert counter.count == 0
     captions = messages(at, "caption")
     assert any("Query side (through q of" in m for m in captions)
     key_sides = [d.value for d in at.dataframe if d.value.index.name == "key side"]

@@ -81,6 +81,28 @@ def test_attention_maps_are_rows_of_the_weights(result):
         vv.attention_map(trace, 0, 0, patch=12)
 
 
+def test_key_weights_are_the_querys_whole_row_and_pixels_rebuild_the_input(vit, result):
+    w = result.trace.attention(1)
+    np.testing.assert_allclose(vv.key_weights(result.trace, 1, 2), w[2, 0], atol=1e-7)  # prefix tokens included
+    np.testing.assert_allclose(vv.key_weights(result.trace, 0, 1, patch=5), result.trace.attention(0)[1, 7], atol=1e-7)
+    # The model's input rebuilt from the picture the result holds: the pass over it is the page's pass, bit for bit.
+    rebuilt = vit.trace(result.pixels)
+    np.testing.assert_array_equal(rebuilt.output, result.trace.output)
+
+
+@needs_deit
+def test_pixels_rebuild_deits_input_where_the_resize_keeps_the_aspect_and_the_crop_cuts(deit):
+    """DeiT resizes the shorter side to 256 and crops 224: resizing the held 224-px picture again would not give
+    the input back; rescaling and normalising it does."""
+    picture = next(iter(sorted(IMAGES.glob("*.png"))))
+    page = vv.analyse(deit, picture.read_bytes(), picture.name)
+    with Image.open(picture) as original:
+        expected = deit.preprocessing(original.convert("RGB"))
+    assert page.preprocessing.crop == (224, 224) and page.preprocessing.resize == ("shortest_edge", 256)
+    torch.testing.assert_close(page.pixels, expected, rtol=0, atol=0)
+    assert not torch.equal(page.preprocessing(page.image), expected)  # why `pixels` does not resize again
+
+
 def _rollout_reference(weights: list[np.ndarray], fusion: str, discard: float) -> np.ndarray:
     """An independent rollout in torch, as jacobgil/vit-explain writes it (rows renormalised)."""
     result = torch.eye(weights[0].shape[-1], dtype=torch.float64)

@@ -89,7 +89,13 @@ class ImagePreprocessing:
         std = torch.tensor(self.std, dtype=pixels.dtype, device=pixels.device).view(shape)
         return (pixels - mean) / std
 
+    def to_tensor(self, seen: Image.Image) -> torch.Tensor:
+        """An image already resized and cropped (`resized`'s) -> float32 tensor (C, H, W): rescaled, normalised.
+        A page holding the picture the model saw rebuilds the model's input from it (resizing it again would not
+        give it back where the resize keeps the aspect ratio and the crop cuts)."""
+        pixels = np.asarray(seen.convert("RGB"), dtype=np.float32) * np.float32(self.rescale)  # (H, W, C)
+        return self.normalise(torch.from_numpy(np.ascontiguousarray(pixels.transpose(2, 0, 1))))
+
     def __call__(self, image: Image.Image) -> torch.Tensor:
         """PIL image -> float32 tensor (C, H, W): resized, cropped, rescaled, normalised."""
-        pixels = np.asarray(self.resized(image), dtype=np.float32) * np.float32(self.rescale)  # (H, W, C)
-        return self.normalise(torch.from_numpy(np.ascontiguousarray(pixels.transpose(2, 0, 1))))
+        return self.to_tensor(self.resized(image))
