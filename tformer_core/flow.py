@@ -2,7 +2,8 @@
 
     flow = information_flow(model, trace)            # every update's parts and their shares, every layer
     flow.attention.blocks[l, i, j]                   # share of source j (all heads) in position i's update at l
-    flow.heads.blocks[l, i, j, h]                    # the same split by head: the (j, h) parts
+    flow.top_head[l, i, j]                           # the head with the largest share of that edge
+    information_flow(model, trace, keep_heads=True).heads.blocks[l, i, j, h]   # the whole split by (j, h)
     flow.ffn.blocks[l, i, 0], flow.ffn.residual[l, i]   # the FFN's share, the residual's, at (l, i)
     graph = flow_graph(flow, threshold=0.04)         # edges above it that lead to the prediction
     graph.edges[0].layer, .source, .target, .share, .head
@@ -112,9 +113,11 @@ class UpdateShares:
 @dataclass(frozen=True, eq=False)
 class Flow:
     """The shares of every update of one pass (module docstring). attention: by source position, blocks
-    [L, T, T] (layer, position i, source j); heads: the same update split into (source, head) parts, blocks
-    [L, T, T, h] (its own normalisation: it sums to 1 with its residual, bias and beta); ffn: blocks [L, T, 1].
-    tokens: the positions' labels; prediction: the position predicted (a decoder's last, an encoder's first
+    [L, T, T] (layer, position i, source j); ffn: blocks [L, T, 1]. top_head [L, T, T]: the head whose (source,
+    head) part has the largest share of the per-head split of each edge, top_head_share [L, T, T] that share;
+    heads: the per-head split itself, blocks [L, T, T, h] (its own normalisation: it sums to 1 with its residual,
+    bias and beta), kept only when asked (`information_flow(..., keep_heads=True)`: L x T^2 x h numbers), else
+    None. tokens: the positions' labels; prediction: the position predicted (a decoder's last, an encoder's first
     [MASK] or [CLS], a ViT's class token); norm: "pre" or "post"; p: the norm of the proximity."""
 
     tokens: tuple[str, ...]
@@ -123,20 +126,14 @@ class Flow:
     p: int
     prediction: int
     attention: UpdateShares
-    heads: UpdateShares
     ffn: UpdateShares
+    top_head: np.ndarray
+    top_head_share: np.ndarray
+    heads: UpdateShares | None = None
 
     @property
     def n_layers(self) -> int:
         return int(self.attention.blocks.shape[0])
-
-    @property
-    def n_heads(self) -> int:
-        return int(self.heads.blocks.shape[-1])
-
-    def top_head(self, layer: int, target: int, source: int) -> int:
-        """The head whose part of the edge source -> target at `layer` has the largest share."""
-        return int(np.argmax(self.heads.blocks[layer, target, source]))
 
 
 @dataclass(frozen=True)
@@ -144,6 +141,7 @@ class FlowEdge:
     """One edge of the graph. kind: "attention" (source j -> position i through the layer's heads), "ffn", or
     "residual" (stage says which update it skips: "attn" or "ffn"). share: its share of the update at (layer,
     target). head: for an attention edge, the head with the largest share of it (Flow.top_head), else None.
+    head_share: that head's share in the per-head split (Flow.top_head_share), 0 for other edges.
     source_level, target_level: the nodes' levels (module docstring)."""
 
     kind: Literal["attention", "ffn", "residual"]
@@ -153,6 +151,7 @@ class FlowEdge:
     target: int
     share: float
     head: int | None = None
+    head_share: float = 0.0
 
     @property
     def source_level(self) -> int:
@@ -297,43 +296,61 @@ def _prediction(trace: Trace, position: int | None) -> int:
 
 
 def information_flow(
-    model: TracedModel, trace: Trace, p: int = 1, position: int | None = None, dtype: torch.dtype = torch.float32
+    model: TracedModel,
+    trace: Trace,
+    p: int = 1,
+    position: int | None = None,
+    dtype: torch.dtype = torch.float32,
+    keep_heads: bool = False,
 ) -> Flow:
-    """Every attention edge's, head's, FFN's and residual's share of its update, at every layer and position, from
-    `trace` (one pass of `model`) and the model's W_O and norms; computed where the trace lives, in `dtype`,
-    copied to the host once. position: the prediction the graph leads to (default: the trace's, else 0).
-    p: 1 (L1, the paper's) or 2. Raises ValueError for an encoder-decoder, a model transformers runs, or a trace
-    that lacks the residual stream."""
+    """Every attention edge's, FFN's and residual's share of its update, and each edge's top head, at every layer
+    and position, from `trace` (one pass of `model`) and the model's W_O and norms; computed where the trace
+    lives, in `dtype`, copied to the host once. position: the prediction the graph leads to (default: the
+    trace's, else 0). p: 1 (L1, the paper's) or 2. keep_heads: keep the whole per-head split (Flow.heads).
+    Raises ValueError for an encoder-decoder, a model transformers runs, or a trace without the residual stream."""
     norm = _norm_placement(model)
     if p not in (1, 2):
         raise ValueError(f"p must be 1 or 2, got {p!r}")
     if trace.kind != model.kind or trace.meta.query_start:
         raise ValueError("the trace must be one whole pass of this model (not a generation step)")
-    n, layers = len(trace.tokens), trace.n_layers
-    d_model = trace.tensor(f"{trace.main_stack}.0.resid_pre").shape[-1] if layers else 1
-    chunk = max(1, CHUNK_ELEMENTS // max(1, n * trace.n_heads * d_model))
-    by_source, by_head, ffn = [], [], []
+    by_source, by_head, top, ffn = [], [], [], []
     with torch.inference_mode():
-        for layer in range(layers):
+        for layer in range(trace.n_layers):
             by_source.append(_shares(attention_parts(model, trace, layer, "source", dtype=dtype), p))
-            pieces = [
-                _shares(attention_parts(model, trace, layer, "head", slice(start, start + chunk), dtype), p)
-                for start in range(0, n, chunk)
-            ]
-            by_head.append(tuple(torch.cat(piece) for piece in zip(*pieces, strict=True)))
+            heads = _head_shares(model, trace, layer, p, dtype)
+            best = heads[0].max(-1)  # over the heads: [T, T]
+            top.append((best.indices.to(torch.int16), best.values))
+            if keep_heads:
+                by_head.append(heads)
             ffn.append(_shares(ffn_parts(model, trace, layer, dtype=dtype), p))
-        tensors = _stacked(by_source) + _stacked(by_head) + _stacked(ffn)
-    arrays = [a.astype(np.float64) for a in to_host(tensors)]
+        tensors = _stacked(by_source) + _stacked(ffn) + _stacked(top) + (_stacked(by_head) if keep_heads else [])
+    arrays = to_host(tensors)
+    shares = [a.astype(np.float64) for a in arrays[:8]]
     return Flow(
         tokens=tuple(trace.tokens),
         stack=trace.main_stack,
         norm=norm,
         p=p,
         prediction=_prediction(trace, position),
-        attention=UpdateShares(*arrays[0:4]),
-        heads=UpdateShares(*arrays[4:8]),
-        ffn=UpdateShares(*arrays[8:12]),
+        attention=UpdateShares(*shares[0:4]),
+        ffn=UpdateShares(*shares[4:8]),
+        top_head=arrays[8].astype(np.int64),
+        top_head_share=arrays[9].astype(np.float64),
+        heads=UpdateShares(*(a.astype(np.float64) for a in arrays[10:14])) if keep_heads else None,
     )
+
+
+def _head_shares(model: TracedModel, trace: Trace, layer: int, p: int, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
+    """The per-head split's shares at one layer (as _shares), a chunk of query rows at a time: a long input's
+    parts [rows, T, h, D] never take more than CHUNK_ELEMENTS numbers."""
+    n = len(trace.tokens)
+    d_model = trace.tensor(f"{trace.main_stack}.{layer}.resid_pre").shape[-1]
+    chunk = max(1, CHUNK_ELEMENTS // max(1, n * trace.n_heads * d_model))
+    pieces = [
+        _shares(attention_parts(model, trace, layer, "head", slice(start, start + chunk), dtype), p)
+        for start in range(0, n, chunk)
+    ]
+    return tuple(torch.cat(piece) for piece in zip(*pieces, strict=True))
 
 
 def flow_graph(flow: Flow, threshold: float = 0.04, position: int | None = None) -> FlowGraph:
@@ -359,8 +376,9 @@ def flow_graph(flow: Flow, threshold: float = 0.04, position: int | None = None)
         attn_residual = middle & (flow.attention.residual[layer] > threshold)
         alive[2 * layer] = attended.any(0) | attn_residual
         for i, j in zip(*np.nonzero(attended), strict=True):
-            share = float(flow.attention.blocks[layer, i, j])
-            edges.append(FlowEdge("attention", "attn", layer, int(j), int(i), share, flow.top_head(layer, i, j)))
+            share, head = float(flow.attention.blocks[layer, i, j]), int(flow.top_head[layer, i, j])
+            top = float(flow.top_head_share[layer, i, j])
+            edges.append(FlowEdge("attention", "attn", layer, int(j), int(i), share, head, top))
         edges += _edges("residual", "attn", layer, attn_residual, flow.attention.residual[layer])
     nodes = (
         {(2 * L, target)} | {(e.source_level, e.source) for e in edges} | {(e.target_level, e.target) for e in edges}

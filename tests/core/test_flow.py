@@ -60,7 +60,7 @@ def test_shares_against_their_definition_computed_from_the_trace_one_cell_at_a_t
     """Each head's part w^h_ij v^h_j W_O^h rebuilt from trace.attention, trace.v (the key/value head the query head
     reads) and W_O in numpy; every part's proximity to the whole by the formula, normalised over the parts."""
     model, trace = case
-    flow = information_flow(model, trace, p=p, dtype=torch.float64)
+    flow = information_flow(model, trace, p=p, dtype=torch.float64, keep_heads=True)
     w = model.weights()
     layer = trace.n_layers - 1
     n, H = len(trace.tokens), trace.n_heads
@@ -81,6 +81,8 @@ def test_shares_against_their_definition_computed_from_the_trace_one_cell_at_a_t
         by_source = np.array([proximity(head_parts[j].sum(0), whole, p) for j in range(n)])
         rest = [proximity(x, whole, p) for x in (residual, bias, beta)]
         np.testing.assert_allclose(flow.heads.blocks[layer, i], by_head / (by_head.sum() + sum(rest)), atol=1e-12)
+        np.testing.assert_array_equal(flow.top_head[layer, i], np.argmax(flow.heads.blocks[layer, i], -1))
+        np.testing.assert_allclose(flow.top_head_share[layer, i], flow.heads.blocks[layer, i].max(-1), atol=1e-15)
         np.testing.assert_allclose(
             flow.attention.blocks[layer, i], by_source / (by_source.sum() + sum(rest)), atol=1e-12
         )
@@ -106,7 +108,8 @@ def post_norm(head_parts, model, trace, layer, i):
 
 def test_shares_of_each_update_sum_to_one_and_lie_between_0_and_1(case):
     model, trace = case
-    flow = information_flow(model, trace)
+    flow = information_flow(model, trace, keep_heads=True)
+    assert information_flow(model, trace).heads is None  # kept only when asked: L x T^2 x heads numbers
     for shares in (flow.attention, flow.heads, flow.ffn):
         np.testing.assert_allclose(shares.total(), 1.0, atol=1e-5)
         for part in (shares.blocks, shares.residual, shares.bias, shares.beta):
@@ -164,7 +167,7 @@ def reachable_by_hand(flow, threshold):
 def test_the_pruned_graph_keeps_exactly_the_edges_above_the_threshold_that_reach_the_prediction(case_name):
     build, run = CASES[case_name]
     model = build()
-    flow = information_flow(model, run(model))
+    flow = information_flow(model, run(model), keep_heads=True)
     for threshold in (0.0, 0.02, 0.1, 0.3):
         graph = flow_graph(flow, threshold)
         kept = {(e.kind, e.stage, e.layer, e.source, e.target) for e in graph.edges}
@@ -174,7 +177,8 @@ def test_the_pruned_graph_keeps_exactly_the_edges_above_the_threshold_that_reach
         for e in graph.edges:
             assert (e.head is not None) == (e.kind == "attention")
             if e.head is not None:
-                assert e.head == int(np.argmax(flow.heads.blocks[e.layer, e.target, e.source]))
+                shares = flow.heads.blocks[e.layer, e.target, e.source]
+                assert e.head == int(np.argmax(shares)) and e.head_share == pytest.approx(shares.max())
     zero = flow_graph(flow, 0.0)
     assert any(e.layer == 0 for e in zero.edges)  # the input tokens reached
     assert flow_graph(flow, 1.0).edges == ()
@@ -195,10 +199,11 @@ def test_the_prediction_defaults_to_the_next_token_and_the_class_token():
 def test_long_inputs_split_into_chunks_give_the_same_shares(monkeypatch):
     model = tiny_llama().double()
     trace = model.trace(A)
-    whole = information_flow(model, trace, dtype=torch.float64)
+    whole = information_flow(model, trace, dtype=torch.float64, keep_heads=True)
     monkeypatch.setattr(flow_module, "CHUNK_ELEMENTS", 2 * len(A) * trace.n_heads * 16)  # two query rows a chunk
-    chunked = information_flow(model, trace, dtype=torch.float64)
+    chunked = information_flow(model, trace, dtype=torch.float64, keep_heads=True)
     np.testing.assert_allclose(chunked.heads.blocks, whole.heads.blocks, atol=1e-14)
+    np.testing.assert_array_equal(chunked.top_head, whole.top_head)
 
 
 def test_bad_requests_say_why():
