@@ -80,6 +80,9 @@ def draw(
     if why_not:
         st.caption(escape(why_not))
         return
+    # Opened on request: the graph needs a pass of its own (the page's cached trace leaves the residual stream out).
+    if not st.toggle("Show the routes from the input tokens to the prediction", key=url.key("flow", False)):
+        return
     labels = display_tokens(trace.tokens)
     predicted = trace.meta.predict_position
     default = 0 if predicted is None else predicted % len(labels)

@@ -5,7 +5,8 @@ import numpy as np
 
 import tformer_core as tc
 from tests.app.pages import charts, messages, no_exception, run
-from tformer_app import flow_panel
+from tests.app.passes import PassCounter
+from tformer_app import flow_panel, models
 from tformer_core.flow import flow_graph, information_flow
 from tformer_core.trace import lean
 from tformer_views import text as tv
@@ -28,6 +29,11 @@ def test_the_page_draws_the_cores_graph_for_minilm_and_the_threshold_prunes_it()
     at = run("text_attention", flow_threshold="0.05")
     no_exception(at)
     assert "How information flows to the prediction" in [h.value for h in at.subheader]
+    assert not [t for t in charts(at) if t.startswith(TITLE)]  # folded: a new sentence costs the page one pass
+    with PassCounter(models.cached_model("minilm")) as counter:
+        at.toggle(key="text.flow").set_value(True).run()
+        no_exception(at)
+        assert counter.count == 1  # the flow's own pass, the page's trace reused
     model = tc.load_model("minilm", device="cpu")
     expected = flow_graph(information_flow(model, model.trace(tv.DEFAULT_SENTENCE, keep=lean)), 0.05, 0)
     drawn = attention_edges(flow_chart_frames(at))
@@ -46,12 +52,12 @@ def test_the_page_draws_the_cores_graph_for_minilm_and_the_threshold_prunes_it()
 
 
 def test_routes_to_another_position_and_a_long_input_says_why_there_is_no_graph():
-    at = run("text_attention", flow_to="3")
+    at = run("text_attention", flow="1", flow_to="3")
     no_exception(at)
     drawn = attention_edges(flow_chart_frames(at))
     assert set(drawn["target"]) and max(drawn.loc[drawn["layer"] == drawn["layer"].max(), "target"]) == 3
     long_text = " ".join(["word"] * (flow_panel.MAX_TOKENS + 5))
-    at = run("text_attention", text=long_text)
+    at = run("text_attention", flow="1", text=long_text)
     no_exception(at)
     assert any(f"up to {flow_panel.MAX_TOKENS} tokens" in m for m in messages(at, "caption"))
 
@@ -63,7 +69,7 @@ def test_a_click_on_an_attention_edge_names_its_layer_and_head():
 
 
 def test_smollm2_routes_lead_to_its_next_token_printed_above_the_graph(smollm2_folder):
-    at = run("text_attention", arch="decoder", text="The capital of France is")
+    at = run("text_attention", flow="1", arch="decoder", text="The capital of France is")
     no_exception(at)
     frames = flow_chart_frames(at)
     top = next(f for f in frames if "text" in f and len(f) == 1)
