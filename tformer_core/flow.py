@@ -242,7 +242,8 @@ def attention_parts(
     v = v.repeat_interleave(w.attn.n_heads // v.shape[0], dim=0)  # [h, T, dh]: query head h reads h // group
     value_out = torch.einsum("hjd,hdm->hjm", v, w.attn.W_O.to(v.device, dtype))  # [h, T, D]: v^h_j W_O^h
     if by == "head":
-        blocks = torch.einsum("hij,hjm->ijhm", weights, value_out)  # [rows, T, h, D]
+        # A broadcast product, no sum: written straight into [rows, T, h, D] (einsum's matmul then permute copies).
+        blocks = weights.permute(1, 2, 0)[..., None] * value_out.transpose(0, 1)[None]  # [rows, T, h, D]
     elif by == "source":
         blocks = torch.einsum("hij,hjm->ijm", weights, value_out)  # [rows, T, D]
     else:

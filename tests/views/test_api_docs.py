@@ -45,8 +45,8 @@ def ran() -> dict:
 
 
 def test_the_blocks_that_run_are_the_pages_own():
-    assert len(blocks("runs")) == 5 and len(blocks("runs: slow")) == 2
-    assert PAGE.count("<!-- runs") == 7  # no marked block the pattern above misses
+    assert len(blocks("runs")) == 6 and len(blocks("runs: slow")) == 2
+    assert PAGE.count("<!-- runs") == 8  # no marked block the pattern above misses
 
 
 def test_ablating_a_head_three_ways(ran):
@@ -103,6 +103,15 @@ def test_the_logit_lens_and_direct_attribution(ran):
     assert parts.heads[23, 4] == pytest.approx(2.82, abs=0.005)
     assert parts.mlp.sum() == pytest.approx(12.45, abs=0.005) and parts.embed == pytest.approx(-0.06, abs=0.005)
     said(str(quoted), "('Ġcapital', 'Ġthe', 'ĠParis')", "17.37, 17.37", "2.82", "12.45", "-0.06")
+
+
+def test_the_information_flow_finds_the_head_that_ablation_finds(ran):
+    flow, graph = ran["flow"], ran["graph"]
+    assert flow.attention.blocks.shape == (30, 5, 5) and flow.prediction == 4
+    assert flow.attention.blocks[23, 4, 3] == pytest.approx(0.20, abs=0.005) and flow.top_head[23, 4, 3] == 4
+    at_23 = [e for e in graph.edges if e.layer == 23 and e.kind == "attention"]
+    assert [(e.source, e.target, e.head) for e in at_23] == [(3, 4, 4)]
+    said("(30, 5, 5)", "0.20: ' France'", "4: mostly through head 4", "source 3, target 4, head 4")
 
 
 def test_the_views_draw_in_a_notebook(ran):
