@@ -170,7 +170,7 @@ def page(url: UrlState) -> None:
         outputs.show_predictions(trace, model, c.query, labels)
     panel.draw(panel.Shown(key, trace), url, c)
     compare.draw(url, source, model, trace, c, fitted.pair)
-    flow_panel.draw(url, source, model, fitted.text, fitted.pair, trace, c)
+    flow_panel.draw(url, source, model, fitted.text, fitted.pair, trace, (c.layer, c.head), c.prefix)
     if not first:
         outputs.show_predictions(trace, model, c.query, labels)
     if isinstance(model, tc.CausalLM) and trace.has_head:

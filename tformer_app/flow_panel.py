@@ -72,9 +72,14 @@ def draw(
     text: str,
     pair: str | None,
     trace: tc.Trace,
-    c: attention_panel.Controls,
+    selected: tuple[int, int],
+    prefix: str = "",
+    scroll: bool = True,
 ) -> None:
-    """The section: the routes to a chosen position above a threshold, the strongest edges beside them."""
+    """The section: the routes to a chosen position above a threshold, the strongest edges under them. trace: the
+    page's pass of `text` (its tokens and predictions); selected: the page's (layer, head), outlined; a click on an
+    edge sets the page's layer and head (URL names `prefix`layer, `prefix`head) and, with `scroll`, brings the
+    attention views into sight."""
     st.subheader("How information flows to the prediction", anchor="information-flow")
     why_not = unavailable(model, trace)
     if why_not:
@@ -112,14 +117,15 @@ def draw(
     def pick() -> None:
         cell = clicked_edge(st.session_state.get(pick_key))
         if cell is not None:
-            attention_panel.select_head(url, c.prefix, *cell)
-            attention_panel.scroll_to_views(url, c.prefix)
+            attention_panel.select_head(url, prefix, *cell)
+            if scroll:
+                attention_panel.scroll_to_views(url, prefix)
 
-    chart = flow_chart(graph, labels, trace.n_heads, predicted=said, selected=(c.layer, c.head))
+    chart = flow_chart(graph, labels, trace.n_heads, predicted=said, selected=selected)
     downloads.chart(
         chart, key=pick_key, file_name="information_flow", on_select=url.callback(pick), selection_mode="edge"
     )
-    st.caption(EXPLAINED + f" Dashed red: the chosen head (layer {c.layer}, head {c.head}).")
+    st.caption(EXPLAINED + f" Dashed red: the chosen head's edges (layer {selected[0]}, head {selected[1]}).")
     table = strongest_edges(graph, labels)
     if len(table):
         st.markdown("Strongest attention edges on these routes:")

@@ -77,3 +77,14 @@ def test_smollm2_routes_lead_to_its_next_token_printed_above_the_graph(smollm2_f
     drawn = attention_edges(frames)
     assert (drawn["source"] <= drawn["target"]).all()  # causal: every edge reads an earlier (or the same) token
     assert (drawn["head"].between(0, 8)).all()
+
+
+def test_does_this_head_matter_shows_the_routes_beside_the_ablations_and_outlines_the_chosen_head(smollm2_folder):
+    at = run("head_matters", timeout=300, flow="1", layer="23", head="4")
+    no_exception(at)
+    drawn = attention_edges(flow_chart_frames(at))
+    at_23 = drawn[drawn["layer"] == 23]
+    # The routes to ' Paris' pass through layer 23's head 4 (' France' -> ' is'), the head whose ablation costs most.
+    assert list(zip(at_23["source"], at_23["target"], at_23["head"], strict=True)) == [(3, 4, 4)]
+    outlined = [f for f in flow_chart_frames(at) if "kind" in f and len(f) == 1 and f["layer"][0] == 23]
+    assert outlined  # the chosen head's edge, dashed red
