@@ -22,6 +22,7 @@ from . import attention_panel, downloads, results
 from .events import clicked_cell
 from .markdown import escape
 from .url import UrlState
+from .widgets import following_choice
 
 MAX_TOKENS = 64  # the per-head split grows as layers x tokens^2 x heads x d_model: SmolLM2 at 64 tokens ~ 1 s
 EXPLAINED = (
@@ -92,11 +93,15 @@ def draw(
     predicted = trace.meta.predict_position
     default = 0 if predicted is None else predicted % len(labels)
     left, right = st.columns([1, 2], vertical_alignment="bottom")
-    to = left.selectbox(
+    to = following_choice(
+        url,
+        "flow_to",
         "Routes to",
         range(len(labels)),
-        format_func=lambda i: f"{i}: {labels[i]}",
-        key=url.key("flow_to", default, choices=range(len(labels))),
+        labels,
+        default,
+        follow_default=True,
+        where=left,
         help="The position whose final residual stream the graph leads to: a decoder's last token (its next-token "
         "prediction), an encoder's [MASK] or its [CLS].",
     )

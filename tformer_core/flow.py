@@ -63,6 +63,7 @@ __all__ = [
     "ffn_parts",
     "flow_graph",
     "information_flow",
+    "proximity",
     "proximity_shares",
 ]
 
@@ -175,17 +176,28 @@ class FlowGraph:
     nodes: frozenset[tuple[int, int]]
 
 
+def proximity(parts: torch.Tensor, whole: torch.Tensor, p: int = 1) -> torch.Tensor:
+    """max(0, ||whole|| - ||whole - part||) in the norm p, for parts [N, P, D] of wholes [N, D]: [N, P]."""
+    # cdist sums |whole - part| without building the difference (a copy of every part: the per-head parts are
+    # the largest tensor of the flow); never through a matrix product, which would round ||w - x||^2 differently.
+    distance = torch.cdist(whole[:, None], parts, p=p, compute_mode="donot_use_mm_for_euclid_dist")[:, 0]
+    return (whole.norm(p=p, dim=-1)[:, None] - distance).clamp_min(0)
+
+
 def proximity_shares(parts: torch.Tensor, whole: torch.Tensor, p: int = 1) -> torch.Tensor:
     """Shares of `parts` [N, P..., D] in `whole` [N, D]: max(0, ||whole|| - ||whole - part||) (norm p), divided by
     the sum over the P... parts of each of the N wholes; [N, P...], each row summing to 1 (0 where every part
     has proximity 0)."""
-    if parts.shape[0] != whole.shape[0] or parts.shape[-1] != whole.shape[-1]:
+    if parts.dim() < 2 or parts.shape[0] != whole.shape[0] or parts.shape[-1] != whole.shape[-1]:
         raise ValueError(f"parts {tuple(parts.shape)} do not match the whole {tuple(whole.shape)}: [N, P..., D]")
-    middle = (1,) * (parts.dim() - 2)
-    wide = whole.view(whole.shape[0], *middle, whole.shape[1])
-    proximity = (wide.norm(p=p, dim=-1) - (wide - parts).norm(p=p, dim=-1)).clamp_min(0)
-    total = proximity.flatten(1).sum(1).view(-1, *middle)
-    return proximity / torch.where(total > 0, total, torch.ones_like(total))
+    near = proximity(parts.reshape(parts.shape[0], -1, parts.shape[-1]), whole, p)
+    return _normalised(near).view(parts.shape[:-1])
+
+
+def _normalised(near: torch.Tensor, *more: torch.Tensor) -> torch.Tensor:
+    """near [N, P] divided by each row's sum over near and `more` [N, Q]... (left at 0 where that sum is 0)."""
+    total = near.sum(1) + sum((m.sum(1) for m in more), torch.zeros_like(near[:, 0]))
+    return near / torch.where(total > 0, total, torch.ones_like(total))[:, None]
 
 
 def _norm_placement(model: TracedModel) -> str:
@@ -242,7 +254,7 @@ def attention_parts(
     v = v.repeat_interleave(w.attn.n_heads // v.shape[0], dim=0)  # [h, T, dh]: query head h reads h // group
     value_out = torch.einsum("hjd,hdm->hjm", v, w.attn.W_O.to(v.device, dtype))  # [h, T, D]: v^h_j W_O^h
     if by == "head":
-        # A broadcast product, no sum: written straight into [rows, T, h, D] (einsum's matmul then permute copies).
+        # A broadcast product, no sum: written straight into [rows, T, h, D], contiguous as cdist reads it.
         blocks = weights.permute(1, 2, 0)[..., None] * value_out.transpose(0, 1)[None]  # [rows, T, h, D]
     elif by == "source":
         blocks = torch.einsum("hij,hjm->ijm", weights, value_out)  # [rows, T, D]
@@ -275,14 +287,14 @@ def ffn_parts(
 
 
 def _shares(parts: UpdateParts, p: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(blocks [rows, ...], residual, bias, beta [rows]): proximity_shares over every part of the update."""
+    """(blocks [rows, ...], residual, bias, beta [rows]): proximity_shares over every part of the update, the blocks
+    and the three others apart (joined, the blocks would be copied once more)."""
     rows, d = parts.residual.shape
-    block_shape = parts.blocks.shape[1:-1]
-    extra = torch.stack([parts.residual, parts.bias, parts.beta], dim=1)  # [rows, 3, D]
-    every = torch.cat([parts.blocks.reshape(rows, -1, d), extra], dim=1)
-    shares = proximity_shares(every, parts.whole, p)
-    n = shares.shape[1] - 3
-    return shares[:, :n].reshape(rows, *block_shape), shares[:, n], shares[:, n + 1], shares[:, n + 2]
+    blocks = proximity(parts.blocks.reshape(rows, -1, d), parts.whole, p)
+    others = proximity(torch.stack([parts.residual, parts.bias, parts.beta], dim=1), parts.whole, p)  # [rows, 3]
+    block_shares, other_shares = _normalised(blocks, others), _normalised(others, blocks)
+    shape = parts.blocks.shape[1:-1]
+    return block_shares.view(rows, *shape), other_shares[:, 0], other_shares[:, 1], other_shares[:, 2]
 
 
 def _stacked(per_layer: Sequence[tuple[torch.Tensor, ...]]) -> list[torch.Tensor]:

@@ -4,7 +4,7 @@ prunes it, a click on an edge names its head."""
 import numpy as np
 
 import tformer_core as tc
-from tests.app.pages import charts, messages, no_exception, run
+from tests.app.pages import charts, messages, no_exception, run, widget
 from tests.app.passes import PassCounter
 from tformer_app import flow_panel, models
 from tformer_core.flow import flow_graph, information_flow
@@ -77,6 +77,11 @@ def test_smollm2_routes_lead_to_its_next_token_printed_above_the_graph(smollm2_f
     drawn = attention_edges(frames)
     assert (drawn["source"] <= drawn["target"]).all()  # causal: every edge reads an earlier (or the same) token
     assert (drawn["head"].between(0, 8)).all()
+    # A longer sentence: the routes follow its own last position (its prediction), not the old one's index.
+    widget(at, "text.text").input("The capital of France is Paris and the capital of Italy is").run()
+    no_exception(at)
+    drawn = attention_edges(flow_chart_frames(at))
+    assert set(drawn.loc[drawn["layer"] == drawn["layer"].max(), "target"]) == {11}
 
 
 def test_does_this_head_matter_shows_the_routes_beside_the_ablations_and_outlines_the_chosen_head(smollm2_folder):
