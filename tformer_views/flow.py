@@ -89,9 +89,9 @@ def flow_chart(
 ) -> dict:
     """The graph as a Vega-Lite chart (module docstring). labels: the positions' tokens as shown; n_heads: the
     heads the colours are for; predicted: the prediction's label, printed above its node; selected: a (layer,
-    head) whose edges are outlined. Width: about 36 px a position (at most 900) unless given."""
+    head) whose edges are outlined. Width: about 56 px a position (360 to 900) unless given."""
     n, levels = len(labels), 2 * graph.n_layers + 1
-    width = width or max(240, min(900, 36 * n))
+    width = width or max(360, min(900, 56 * n))
     level_px = max(10, min(34, 620 // levels))
     datasets: dict = {}
     frame = edge_frame(graph, labels)
@@ -125,7 +125,10 @@ def flow_chart(
             "select": {"type": "point", "fields": ["layer", "head"], "on": "click"},
         }
     ]
-    return layered(layers, datasets, title, width=width, height=level_px * (levels + 2), params=params)
+    # Room on the left for the layer labels: Streamlit's column would otherwise cut their first letters.
+    padding = {"left": 12, "top": 5, "right": 5, "bottom": 5}
+    height = level_px * (levels + 2)
+    return layered(layers, datasets, title, width=width, height=height, params=params, padding=padding)
 
 
 def _level_axis(n_layers: int) -> dict:
