@@ -83,7 +83,9 @@ GUIDE = [
         "every position; a continuation, written when asked (greedy, or sampled with temperature, top-k and a "
         "seed), stepped through token by token with the new token's attention in every layer and head; a "
         "classifier's labels and its first token's attention; any other architecture transformers implements, "
-        "weights only",
+        "weights only; the routes to the prediction from one pass (opened on request, up to 64 tokens): each "
+        "edge's share of its update (Ferrando & Voita 2024), pruned by a threshold, a click on an edge opening its "
+        "head",
     ),
     (
         "app_pages/encoder_decoder.py",
@@ -140,7 +142,8 @@ GUIDE = [
         "and the answer's rank after every layer); patching input B's residual stream into A (which layer × "
         "position carries the difference); induction heads on smollm2 (a repeated random sequence: each head's "
         "induction score, the loss on the second repeat vs the first, the top k induction heads ablated vs k "
-        "random heads)",
+        "random heads); on smollm2 the routes to the prediction from one pass (opened on request) beside each "
+        "head's ablation",
     ),
     (
         "app_pages/train.py",
