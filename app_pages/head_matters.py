@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from tformer_app import heads_experiments, heads_view, long_work, models, presenter, vision_inputs
+from tformer_app import flow_panel, heads_experiments, heads_view, long_work, models, presenter, vision_inputs
 from tformer_app.markdown import escape
 from tformer_app.page import run_page, run_safely
 from tformer_app.url import UrlState
@@ -59,6 +59,9 @@ def page(url: UrlState) -> None:
     study = run_safely(lambda: long_work.head_study(source, model, kind, inputs), "Input")
     if study is not None:
         heads_view.show(url, source, study, top)
+        if model.kind == "decoder":  # the routes read from one pass, beside what ablating each head changes
+            selected = (url.value("layer"), url.value("head"))
+            flow_panel.draw(url, source, model, inputs[0], None, study.trace, selected, scroll=False)
     if model.kind == "decoder":
         heads_experiments.sinks_note(source, inputs[0])
         heads_experiments.patching(url, source, model)

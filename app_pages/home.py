@@ -85,7 +85,9 @@ GUIDE = [
         "classifier's labels and its first token's attention; attention sinks and massive activations (the share "
         "of attention on the first token, [CLS] and [SEP] per layer × head, each layer's largest activation against "
         "its median, and a knockout of either with the prediction before and after); any other architecture "
-        "transformers implements, weights only",
+        "transformers implements, weights only; the routes to the prediction from one pass (opened on request, up "
+        "to 64 tokens): each edge's share of its update (Ferrando & Voita 2024), pruned by a threshold, a click on "
+        "an edge opening its head",
     ),
     (
         "app_pages/encoder_decoder.py",
@@ -142,7 +144,8 @@ GUIDE = [
         "and the answer's rank after every layer); patching input B's residual stream into A (which layer × "
         "position carries the difference); induction heads on smollm2 (a repeated random sequence: each head's "
         "induction score, the loss on the second repeat vs the first, the top k induction heads ablated vs k "
-        "random heads)",
+        "random heads); on smollm2 the routes to the prediction from one pass (opened on request) beside each "
+        "head's ablation",
     ),
     (
         "app_pages/train.py",

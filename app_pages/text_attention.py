@@ -16,7 +16,7 @@ import streamlit as st
 
 import tformer_core as tc
 from tformer_app import attention_panel as panel
-from tformer_app import class_session, compare, lecture, models, outputs, presenter, results, sinks_panel
+from tformer_app import class_session, compare, flow_panel, lecture, models, outputs, presenter, results, sinks_panel
 from tformer_app.markdown import escape
 from tformer_app.page import (
     DECODER_MODEL_SUGGESTIONS,
@@ -170,6 +170,7 @@ def page(url: UrlState) -> None:
         outputs.show_predictions(trace, model, c.query, labels)
     panel.draw(panel.Shown(key, trace), url, c)
     compare.draw(url, source, model, trace, c, fitted.pair)
+    flow_panel.draw(url, source, model, fitted.text, fitted.pair, trace, (c.layer, c.head), c.prefix)
     if not first:
         outputs.show_predictions(trace, model, c.query, labels)
     if isinstance(model, tc.CausalLM) and trace.has_head:

@@ -45,8 +45,8 @@ def ran() -> dict:
 
 
 def test_the_blocks_that_run_are_the_pages_own():
-    assert len(blocks("runs")) == 8 and len(blocks("runs: slow")) == 2
-    assert PAGE.count("<!-- runs") == 10  # no marked block the pattern above misses
+    assert len(blocks("runs")) == 9 and len(blocks("runs: slow")) == 2
+    assert PAGE.count("<!-- runs") == 11  # no marked block the pattern above misses
 
 
 def test_ablating_a_head_three_ways(ran):
@@ -117,6 +117,15 @@ def test_smollm2s_sinks_massive_activation_and_knockouts(ran):
     assert blocked.after.top[0][0] == "_" and blocked.after.top[0][1] == pytest.approx(0.038, abs=0.001)
     assert f"{blocked.after.target_probability:.3f}" == "0.000" and "layers 3-29" in blocked.what
     said("(30, 9), 27", "dim=507, value=22552.0", "ratio=9347.8", "-0.13", "0.773 -> 0.000 (1.5e-06)", "('_', 0.038)")
+
+
+def test_the_information_flow_finds_the_head_that_ablation_finds(ran):
+    flow, graph = ran["flow"], ran["graph"]
+    assert flow.attention.blocks.shape == (30, 5, 5) and flow.prediction == 4
+    assert flow.attention.blocks[23, 4, 3] == pytest.approx(0.20, abs=0.005) and flow.top_head[23, 4, 3] == 4
+    at_23 = [e for e in graph.edges if e.layer == 23 and e.kind == "attention"]
+    assert [(e.source, e.target, e.head) for e in at_23] == [(3, 4, 4)]
+    said("(30, 5, 5)", "0.20: ' France'", "4: mostly through head 4", "source 3, target 4, head 4")
 
 
 def test_the_views_draw_in_a_notebook(ran):
