@@ -64,7 +64,12 @@ def knockout(
 def draw(url: UrlState, source: str, model: tc.TracedModel, trace: tc.Trace, text: str, pair: str | None) -> None:
     """The expander, below the page's views; its content runs only while it is open."""
     linked = any(name in (url.incoming or {}) for name in LINKED)  # a link with its settings opens it, and reads them
-    box = st.expander(EXPANDER, expanded=linked, key=f"{url.page}.sinks_open", on_change="rerun")
+    opened = f"{url.page}.sinks_open"
+    if linked and opened not in st.session_state:
+        st.session_state[opened] = True
+    # `expanded` stays constant: Streamlit counts it in a stateful expander's identity, so a value that changed once
+    # the link was read (the browser's next run) made a new expander, closed, and the link's settings were lost.
+    box = st.expander(EXPANDER, key=opened, on_change="rerun")
     if not box.open:
         return
     with box:

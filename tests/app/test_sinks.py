@@ -90,3 +90,14 @@ def test_a_link_with_a_knockouts_settings_opens_the_expander_and_keeps_them():
     assert not [m for m in messages(at, "info") if "ignored" in m]
     assert at.slider(key="text.sink_from").value == 2 and at.query_params["sink_ko"] == "block"
     assert any(t.startswith("Share of attention on the first token") for t in charts(at))
+
+
+def test_the_expander_a_link_opened_stays_open_on_the_next_run():
+    """The browser reruns the page at once (its width measured); a link's open expander, its settings with it, must
+    survive that run, when the link has been read and the URL is the page's own."""
+    at = run("text_attention", text="The cat sat on the mat.", sink_ko="block", sink_from="2")
+    at.run()
+    no_exception(at)
+    assert at.session_state[OPEN] is True
+    assert any(t.startswith("Share of attention on the first token") for t in charts(at))
+    assert at.slider(key="text.sink_from").value == 2 and at.query_params["sink_ko"] == "block"
