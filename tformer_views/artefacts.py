@@ -102,7 +102,7 @@ def verdict(norms: TokenNorms, layer: int | None = None) -> str:
     """One sentence: no artefact, with the largest ratio to the median and where it is, or the artefact patches
     (of `layer`, or of every layer) with their ratios, the largest first."""
     found = norms.artefacts(layer)
-    scope = "" if layer is None else f" in layer {layer}"
+    scope = " in any layer" if layer is None else f" in layer {layer}"  # a page shows it beside one layer's picture
     if not found:
         a = norms.largest(layer)
         return (
