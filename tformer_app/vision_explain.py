@@ -47,12 +47,19 @@ def show_why(
     if not box.open:
         return
     with box:
-        if choice.head is None:  # the mean of the heads is no softmax: it has no score to split
-            st.caption("The mean of the heads has no single score: choose a head above to trace one weight.")
-            return
         trace = result.trace
+        head = choice.head
+        if head is None:  # the page shows the mean of the heads, which is no softmax and has no score to split
+            heads = list(range(trace.n_heads))
+            head = int(
+                st.selectbox(
+                    "Head (the mean of the heads above has no single score to split)",
+                    heads,
+                    key=url.key("why_head", 0, choices=heads),
+                )
+            )
         query = vv.query_token(trace, choice.patch)
-        weights = vv.key_weights(trace, choice.layer, choice.head, choice.patch)
+        weights = vv.key_weights(trace, choice.layer, head, choice.patch)
         labels = list(trace.tokens)  # "[CLS]", DeiT's "[DIST]", then the patches "r0c0", "r0c1", ...
         picked = following_choice(
             url,
@@ -64,11 +71,11 @@ def show_why(
             follow_default=True,  # the strongest key until the user picks one: it changes with the head and query
         )
         st.markdown(
-            f"Layer {choice.layer}, head {choice.head}: **{escape(labels[query])}** gives "
+            f"Layer {choice.layer}, head {head}: **{escape(labels[query])}** gives "
             f"**{escape(labels[picked])}** a weight of **{float(weights[picked]):.4f}**, the softmax of its score "
             f"over all {len(labels)} keys (largest {float(weights.max()):.4f})."
         )
-        cell = Cell(trace.main_stack, choice.layer, choice.head, query, picked)
+        cell = Cell(trace.main_stack, choice.layer, head, query, picked)
         rerun = score_sources_panel.Rerun(key.source, (result.pixels,))
         score_sources_panel.draw(url, rerun, cell, "why_", cached=key)
 

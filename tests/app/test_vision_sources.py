@@ -88,15 +88,6 @@ def test_the_why_expander_splits_the_strongest_key_from_the_cached_trace(vit_tin
     assert removed.real_weight != pytest.approx(removed.weight, abs=1e-4)  # the source did change the pass
 
 
-def test_the_mean_of_the_heads_asks_for_one_head():
-    at = run("vision", timeout=120, model="vit-tiny", sample=SAMPLE)
-    at.session_state[OPEN] = True
-    at.run()
-    no_exception(at)
-    assert any("choose a head above" in m for m in messages(at, "caption"))
-    assert not any("is the sum of" in m for m in messages(at, "caption"))
-
-
 def test_a_tensor_in_a_requests_inputs_is_keyed_by_its_contents(vit_tiny):
     """The remove button's request carries the picture's pixels: equal contents share one cached result (a
     tensor hashes by its identity), one changed pixel or dtype does not."""
@@ -110,3 +101,22 @@ def test_a_tensor_in_a_requests_inputs_is_keyed_by_its_contents(vit_tiny):
     assert hash(results.key_of(key.args)) == hash(results.key_of(same.args))
     assert results.key_of(key.args) != results.key_of(results.score_sources("vit-tiny", (nudged,), (), cell).args)
     assert results.key_of((pixels,)) != results.key_of((pixels.double(),))
+
+
+def test_on_the_mean_of_the_heads_the_expander_offers_a_head_and_splits_it(vit_tiny):
+    """The page opens on the mean of the heads, which has no score: the expander then asks for a head (head 0 first)
+    and splits that head's strongest key, as the core does."""
+    model, pixels = vit_tiny
+    at = run("vision", timeout=120, model="vit-tiny", sample=SAMPLE, layer="1")
+    no_exception(at)
+    at.session_state[OPEN] = True
+    at.run()
+    no_exception(at)
+    assert widget(at, "vit.why_head").value == 0
+    full = model.trace(pixels, keep=SOURCES_KEPT)
+    row = full.block_tensor("weights", 1)[0, 0].double().numpy()  # the class token's row, layer 1, head 0
+    _split_shown(at, score_sources(model, full, Cell("encoder", 1, 0, 0, int(np.argmax(row)))))
+    widget(at, "vit.why_head").set_value(2).run()
+    no_exception(at)
+    row = full.block_tensor("weights", 1)[2, 0].double().numpy()
+    _split_shown(at, score_sources(model, full, Cell("encoder", 1, 2, 0, int(np.argmax(row)))))
