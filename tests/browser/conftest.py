@@ -15,6 +15,7 @@ import pytest
 
 from tests.core.hf_helpers import DEIT, IMAGES
 
+from .helpers import WATCH_SENDS_JS
 from .server import streamlit_server
 
 HERE = Path(__file__).resolve().parent
@@ -61,6 +62,7 @@ def browser():
 @pytest.fixture
 def page(browser):
     context = browser.new_context(viewport={"width": 1400, "height": 1000}, accept_downloads=True)
+    context.add_init_script(WATCH_SENDS_JS)  # from the first message on (helpers.settle)
     page = context.new_page()
     yield page
     context.close()
