@@ -29,8 +29,10 @@ RUNNING_JS = """() => ['running', 'rerunRequested'].includes(
 # measured) goes out as a message, and the server's run starts a moment later, a moment in which the page still
 # says "not running". `settle` counts such a message as a run under way until a run has begun after it; a message
 # that starts no run counts until UNANSWERED_MS have passed (what the page's old one-second quiet window covered).
-# Installed when a page is created (`WATCH_SENDS_JS` as an init script, tests/browser/conftest.py) and, for a page
-# opened otherwise, at its first `settle`: Streamlit's socket sends through WebSocket.prototype.send either way.
+# Installed in every page the tests' browser opens, before its first message (an init script: the `browser`
+# fixture, tests/browser/conftest.py). A page opened otherwise gets it at its first `settle`, which cannot know what
+# the page sent before: it counts as having just sent a message (`WATCH_SENDS_LATE_JS`), so that first settle waits
+# as the old quiet window did.
 UNANSWERED_MS = 1000
 WATCH_SENDS_JS = """(() => {
   if (window.__tformerSent) return;
@@ -42,6 +44,11 @@ WATCH_SENDS_JS = """(() => {
     if (state === 'running' || state === 'rerunRequested') seen.ran = Date.now();
   }).observe(document, { subtree: true, attributes: true, attributeFilter: ['data-test-script-state'] });
 })()"""
+WATCH_SENDS_LATE_JS = f"""() => {{
+  const late = !window.__tformerSent;
+  {WATCH_SENDS_JS};
+  if (late) window.__tformerSent.sent = Date.now();
+}}"""
 # Anything under way, read in one go: a run (`RUNNING_JS`), Streamlit's status widget, stale elements, a message
 # sent and not yet answered by a run.
 BUSY_JS = f"""() => ({RUNNING_JS})() || !!document.querySelector('[data-testid="stStatusWidget"]')
@@ -64,7 +71,7 @@ def settle(page, timeout: float = TIMEOUT_S) -> None:
     """
     page.wait_for_selector('[data-testid="stApp"]', timeout=timeout * 1000)
     page.wait_for_selector('[data-testid="stMain"] h1', timeout=timeout * 1000)
-    page.evaluate(f"() => {WATCH_SENDS_JS}")  # a page opened without the fixture's init script
+    page.evaluate(WATCH_SENDS_LATE_JS)  # a page opened without the init script
     deadline = time.monotonic() + timeout
     quiet_since = None
     while time.monotonic() < deadline:
