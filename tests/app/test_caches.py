@@ -242,6 +242,49 @@ def test_sessions_streamlit_drops_by_itself_are_collected_at_the_next_sweep(monk
     assert sweep() == 1 and third() is None
 
 
+def test_a_tab_that_opens_while_the_sweeper_looks_is_not_taken_for_a_closed_one(monkeypatch):
+    """withdraw_media reads Streamlit's sessions twice (all it knows, those connected). A tab that connected
+    between the two reads was known and not connected when the connected ones were read first: taken for a
+    closed tab, its pictures withdrawn, and a second later run again as a tab that came back, with its first
+    message, in the middle of its first runs (its Model box then showed the list's first model, and the next
+    click ran it). A tab that did close is withdrawn, and drawn again when it comes back."""
+    connected: dict[str, SimpleNamespace] = {"open": SimpleNamespace(id="open")}
+    resumable: dict[str, SimpleNamespace] = {}
+    reads: list[str] = []
+
+    def reader(what: str, sessions_of):
+        def read() -> list[SimpleNamespace]:
+            found = [SimpleNamespace(session=s) for s in sessions_of()]
+            reads.append(what)
+            if len(reads) == 1:  # a tab connects just after the sweeper's first read
+                connected["opening"] = SimpleNamespace(id="opening")
+            return found
+
+        return read
+
+    withdrawn, drawn_again = [], []
+    runtime = SimpleNamespace(
+        _session_mgr=SimpleNamespace(
+            list_sessions=reader("known", lambda: [*connected.values(), *resumable.values()]),
+            list_active_sessions=reader("connected", lambda: list(connected.values())),
+        ),
+        media_file_mgr=SimpleNamespace(clear_session_refs=withdrawn.append, remove_orphaned_files=lambda: None),
+    )
+    monkeypatch.setattr(sessions, "_runtime", lambda: runtime)
+    monkeypatch.setattr(sessions, "_hidden", set())
+    monkeypatch.setattr(sessions, "_withdrawn_last", False)
+    monkeypatch.setattr(sessions, "_rerun_as_last", lambda session: drawn_again.append(session.id))
+
+    assert sessions.withdraw_media() == 0 and withdrawn == []
+    assert sorted(connected) == ["open", "opening"]  # it did open during that look
+    assert sessions.withdraw_media() == 0 and withdrawn == [] and drawn_again == []
+
+    resumable["open"] = connected.pop("open")  # a tab closes: Streamlit keeps its session to resume it
+    assert sessions.withdraw_media() == 1 and withdrawn == ["open"] and drawn_again == []
+    connected["open"] = resumable.pop("open")  # and comes back
+    assert sessions.withdraw_media() == 0 and withdrawn == ["open"] and drawn_again == ["open"]
+
+
 def test_the_sweeper_looks_for_ended_sessions_between_full_sweeps(monkeypatch, no_automatic_gc):
     """A look (every 10 s) collects what sessions that ended left, without releasing sessions nor trimming the
     results; a full sweep (every 30 s) does both. At 30 s, a class uploading photos kept up to 145 MB beyond the

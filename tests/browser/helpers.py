@@ -25,27 +25,63 @@ RUNNING_JS = """() => ['running', 'rerunRequested'].includes(
   || !window.__tformerKeys || !window.__tformerKeys.data || window.__tformerKeys.measuring"""
 
 
+# What the page sent the server, and when a run last began: a widget's change (a click, a typed value, the width
+# measured) goes out as a message, and the server's run starts a moment later, a moment in which the page still
+# says "not running". `settle` counts such a message as a run under way until a run has begun after it; a message
+# that starts no run counts until UNANSWERED_MS have passed (what the page's old one-second quiet window covered).
+# Installed in every page the tests' browser opens, before its first message (an init script: the `browser`
+# fixture, tests/browser/conftest.py). A page opened otherwise gets it at its first `settle`, which cannot know what
+# the page sent before: it counts as having just sent a message (`WATCH_SENDS_LATE_JS`), so that first settle waits
+# as the old quiet window did.
+UNANSWERED_MS = 1000
+WATCH_SENDS_JS = """(() => {
+  if (window.__tformerSent) return;
+  const seen = window.__tformerSent = { sent: 0, ran: 0 };
+  const send = WebSocket.prototype.send;
+  WebSocket.prototype.send = function (data) { seen.sent = Date.now(); return send.call(this, data); };
+  new MutationObserver(() => {
+    const state = document.querySelector('[data-testid="stApp"]')?.getAttribute('data-test-script-state');
+    if (state === 'running' || state === 'rerunRequested') seen.ran = Date.now();
+  }).observe(document, { subtree: true, attributes: true, attributeFilter: ['data-test-script-state'] });
+})()"""
+WATCH_SENDS_LATE_JS = f"""() => {{
+  const late = !window.__tformerSent;
+  {WATCH_SENDS_JS};
+  if (late) window.__tformerSent.sent = Date.now();
+}}"""
+# Anything under way, read in one go: a run (`RUNNING_JS`), Streamlit's status widget, stale elements, a message
+# sent and not yet answered by a run.
+BUSY_JS = f"""() => ({RUNNING_JS})() || !!document.querySelector('[data-testid="stStatusWidget"]')
+  || !!document.querySelector('[data-stale="true"]')
+  || (window.__tformerSent && window.__tformerSent.sent >= window.__tformerSent.ran
+      && Date.now() - window.__tformerSent.sent < {UNANSWERED_MS})"""
+# How long nothing may be under way for the page to count as settled. Every run the page starts shows in BUSY_JS
+# from the message that asks for it to its end, so this only has to outlast the moments between one condition's
+# end and the next one's start (a run's end and the width measure it schedules, 150 ms later, which shows as
+# `measuring` from the start): a few polls, not the second it was before the messages were watched.
+QUIET_S = 0.3
+
+
 def settle(page, timeout: float = TIMEOUT_S) -> None:
     """Wait until Streamlit has drawn the page and finished the current run.
 
     A page counts as drawn once it has its title (h1); it is finished when no run is in progress
-    (the app's script state, no status widget, no stale elements) and no width is waiting to be sent
-    (`RUNNING_JS`) for a full second.
+    (the app's script state, no status widget, no stale elements), no width is waiting to be sent
+    (`RUNNING_JS`) and no message the page sent is waiting for its run (`WATCH_SENDS_JS`), for QUIET_S.
     """
     page.wait_for_selector('[data-testid="stApp"]', timeout=timeout * 1000)
     page.wait_for_selector('[data-testid="stMain"] h1', timeout=timeout * 1000)
+    page.evaluate(WATCH_SENDS_LATE_JS)  # a page opened without the init script
     deadline = time.monotonic() + timeout
     quiet_since = None
     while time.monotonic() < deadline:
-        running = page.locator('[data-testid="stStatusWidget"]').count() > 0 or page.evaluate(RUNNING_JS)
-        stale = page.locator('[data-stale="true"]').count() > 0
-        if running or stale:
+        if page.evaluate(BUSY_JS):
             quiet_since = None
         elif quiet_since is None:
             quiet_since = time.monotonic()
-        elif time.monotonic() - quiet_since > 1.0:
+        elif time.monotonic() - quiet_since >= QUIET_S:
             return
-        page.wait_for_timeout(200)  # polling interval of the condition above
+        page.wait_for_timeout(100)  # polling interval of the condition above
     raise AssertionError("the page kept running")
 
 
