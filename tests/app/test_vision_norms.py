@@ -47,7 +47,8 @@ def _page(monkeypatch, root, name):
 def test_a_register_model_from_the_model_folders_shows_no_artefact_and_its_registers(monkeypatch, dinov2_folders):
     at = _page(monkeypatch, dinov2_folders, "registers-plain")
     assert [e.label for e in at.expander if e.label == vision_norms.TITLE] == [vision_norms.TITLE]
-    verdicts = [m for m in messages(at, "success") if m.startswith("No artefact in any layer: the largest token norm is ")]
+    said = "No artefact in any layer: the largest token norm is "
+    verdicts = [m for m in messages(at, "success") if m.startswith(said)]
     assert len(verdicts) == 1 and "x the median patch norm (layer " in verdicts[0]
     table = next(d.value for d in at.dataframe if list(d.value.columns) == ["token", "norm", "x median"])
     assert list(table["token"]) == ["[CLS]", "[REG0]", "[REG1]", "median patch", "longest patch"]
