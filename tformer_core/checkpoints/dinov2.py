@@ -24,7 +24,7 @@ from ..models.vit import ViT, ViTConfig
 from .common import activation, build_module
 from .errors import CheckpointError
 from .hfconfig import HFConfig
-from .vit import PREPROCESSOR, config_image_size
+from .vit import PREPROCESSOR, config_image_size, encoder_ends
 from .weights import Weights, assign
 
 __all__ = ["MODEL_TYPES", "build", "dinov2_config", "picture_size", "swiglu_width"]
@@ -121,15 +121,7 @@ def build(hf: dict, tensors: dict, generation: dict | None = None, preprocessor:
         )
     config = dinov2_config(c, preprocessor, hf["model_type"] == "dinov2_with_registers")
     model = build_module(ViT, config)
-    conv = w["embeddings.patch_embeddings.projection.weight"]  # (D, C, P, P)
-    m = {
-        "encoder.embed.project.weight": conv.reshape(conv.shape[0], -1),
-        "encoder.embed.project.bias": w["embeddings.patch_embeddings.projection.bias"],
-        "encoder.embed.cls_token": w["embeddings.cls_token"],
-        "encoder.embed.pos": w["embeddings.position_embeddings"],
-        "encoder.ln_final.weight": w["layernorm.weight"],
-        "encoder.ln_final.bias": w["layernorm.bias"],
-    }
+    m = encoder_ends(w)
     if config.n_registers:
         m["encoder.embed.registers"] = w["embeddings.register_tokens"]
     for i in range(config.n_layers):

@@ -15,7 +15,7 @@ from ..models.mae import MAE, MAEConfig
 from .common import build_module
 from .errors import CheckpointError
 from .hfconfig import HFConfig
-from .vit import LAYER, encoder_fields
+from .vit import LAYER, encoder_ends, encoder_fields
 from .vit import preprocessing as vit_preprocessing
 from .weights import Weights, assign
 
@@ -63,14 +63,8 @@ def build(hf: dict, tensors: dict, generation: dict | None = None) -> MAE:
     w = Weights(tensors, prefixes=("vit.",))
     decoder = _decoder_prefix(w)
     model = build_module(MAE, config)
-    conv = w["embeddings.patch_embeddings.projection.weight"]  # (D, C, P, P): channel-first, as patchify
     m = {
-        "encoder.embed.project.weight": conv.reshape(conv.shape[0], -1),
-        "encoder.embed.project.bias": w["embeddings.patch_embeddings.projection.bias"],
-        "encoder.embed.cls_token": w["embeddings.cls_token"],
-        "encoder.embed.pos": w["embeddings.position_embeddings"],
-        "encoder.ln_final.weight": w["layernorm.weight"],
-        "encoder.ln_final.bias": w["layernorm.bias"],
+        **encoder_ends(w),
         "decoder.embed.project.weight": w["decoder.decoder_embed.weight"],
         "decoder.embed.project.bias": w["decoder.decoder_embed.bias"],
         "decoder.embed.mask_token": w["decoder.mask_token"],

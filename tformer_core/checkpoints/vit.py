@@ -22,6 +22,7 @@ __all__ = [
     "PREPROCESSOR",
     "build",
     "config_image_size",
+    "encoder_ends",
     "encoder_fields",
     "preprocessing",
     "vit_config",
@@ -98,6 +99,21 @@ def vit_config(c: HFConfig, n_classes: int, distilled: bool, dist_head: bool) ->
     )
 
 
+def encoder_ends(w: Weights) -> dict[str, Any]:
+    """The encoder's two ends by core name, as every Hugging Face ViT-layout checkpoint names them (ViT, DeiT, MAE,
+    DINOv2): the patch embedding (its conv kernel flattened channel-first, as `patchify` reads a patch), the class
+    token, the position table and the final LayerNorm."""
+    conv = w["embeddings.patch_embeddings.projection.weight"]  # (D, C, P, P)
+    return {
+        "encoder.embed.project.weight": conv.reshape(conv.shape[0], -1),
+        "encoder.embed.project.bias": w["embeddings.patch_embeddings.projection.bias"],
+        "encoder.embed.cls_token": w["embeddings.cls_token"],
+        "encoder.embed.pos": w["embeddings.position_embeddings"],
+        "encoder.ln_final.weight": w["layernorm.weight"],
+        "encoder.ln_final.bias": w["layernorm.bias"],
+    }
+
+
 def build(hf: dict, tensors: dict, generation: dict | None = None) -> ViT:
     """The checkpoint's tensors in a core ViT (generation_config.json plays no part in a ViT)."""
     c = HFConfig(hf)
@@ -107,15 +123,7 @@ def build(hf: dict, tensors: dict, generation: dict | None = None) -> ViT:
     n_classes = w[head + ".weight"].shape[0] if head else 0
     config = vit_config(c, n_classes, distilled, dist_head is not None)
     model = build_module(ViT, config)
-    conv = w["embeddings.patch_embeddings.projection.weight"]  # (D, C, P, P)
-    m = {
-        "encoder.embed.project.weight": conv.reshape(conv.shape[0], -1),
-        "encoder.embed.project.bias": w["embeddings.patch_embeddings.projection.bias"],
-        "encoder.embed.cls_token": w["embeddings.cls_token"],
-        "encoder.embed.pos": w["embeddings.position_embeddings"],
-        "encoder.ln_final.weight": w["layernorm.weight"],
-        "encoder.ln_final.bias": w["layernorm.bias"],
-    }
+    m = encoder_ends(w)
     if distilled:
         m["encoder.embed.dist_token"] = w["embeddings.distillation_token"]
     for i in range(config.n_layers):
