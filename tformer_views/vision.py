@@ -132,8 +132,7 @@ def prefix_tokens_named(trace: Trace) -> str:
 def key_weights(trace: Trace, layer: int, head: int, patch: int | None = None) -> np.ndarray:
     """One head's attention row [tokens] for the query (the class token, or patch `patch`): the weight it gives
     every key, the prefix tokens ([CLS], DeiT's [DIST], registers) first, then the patches; it sums to 1."""
-    w = trace.block_tensor("weights", layer)[head, query_token(trace, patch)]
-    return np.asarray(to_host([w])[0], dtype=np.float64)
+    return np.asarray(trace.attention(layer, head)[query_token(trace, patch)], dtype=np.float64)  # that head alone
 
 
 def attention_map(trace: Trace, layer: int, head: int | None, patch: int | None = None) -> np.ndarray:
