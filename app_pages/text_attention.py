@@ -175,7 +175,7 @@ def page(url: UrlState) -> None:
         outputs.show_predictions(trace, model, c.query, labels)
     if isinstance(model, tc.CausalLM) and trace.has_head:
         outputs.show_continuation(url, source, model, fitted.text)
-    sinks_panel.draw(url, source, model, trace, fitted.text, fitted.pair)
+    sinks_panel.draw(url, key, fitted.text, fitted.pair)
     with st.expander("What attention does and does not explain"):
         st.markdown(CAVEAT)
 

@@ -15,6 +15,7 @@ from tformer_core.score_sources import Cell, ScoreSources
 from tformer_core.score_sources import score_sources as split_score
 from tformer_views import distance, overview, pictures, samples, search
 from tformer_views import seq2seq as sv
+from tformer_views import sinks as sinks_view
 from tformer_views import vision as vv
 from tformer_views.lessons import block as lb
 
@@ -134,6 +135,16 @@ def score_sources(request: Request[Traced], cell: Cell) -> ScoreSources:
     tformer_app.results.views_read): no pass. ValueError when that trace lacks a part (see results.score_sources,
     which runs a pass keeping them)."""
     return derived("score_sources", request, _score_sources, request.source, cell)
+
+
+def _sinks(result: Traced) -> sinks_view.SinksView:
+    return sinks_view.sinks_of(trace_of(result))
+
+
+def sinks(request: Request[Traced]) -> sinks_view.SinksView:
+    """The attention sinks and massive activations of the cached trace (a few small arrays): computed once, not
+    on every rerun of a page whose sinks expander is open."""
+    return derived("sinks", request, _sinks)
 
 
 def from_model(name: str, source: str, view: Callable[[tc.TracedModel, *Args], ViewT], *args: *Args) -> ViewT:

@@ -3,8 +3,9 @@ expander below the views, with a knockout (one activation set to its layer's med
 token blocked from a layer on) and the prediction before and after.
 
 The expander runs its content only while it is open (Streamlit's lazy expander): a page that never opens it
-computes nothing for it. The shares and ratios come from the page's cached trace (a few milliseconds); a knockout
-is two passes, cached per (model, text, knockout) for the whole server in the results cache.
+computes nothing for it. The shares and ratios come from the page's cached trace, once for it (derived_views.sinks:
+not again on every rerun while the expander is open); a knockout is two passes, cached per (model, text,
+knockout) for the whole server in the results cache.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from tformer_core import sinks
 from tformer_views import sinks as sv
 from tformer_views.tokens import display_token
 
-from . import downloads, presenter, results
+from . import derived_views, downloads, presenter, results
 from .markdown import escape
 from .page import run_safely
 from .url import UrlState
@@ -61,8 +62,8 @@ def knockout(
     return results.Request.of("sinks_knockout", _knock_out, source, text, how, int(layer), int(position), int(dim))
 
 
-def draw(url: UrlState, source: str, model: tc.TracedModel, trace: tc.Trace, text: str, pair: str | None) -> None:
-    """The expander, below the page's views; its content runs only while it is open."""
+def draw(url: UrlState, key: results.Request[tc.Trace], text: str, pair: str | None) -> None:
+    """The expander, below the page's views, for the trace `key` caches; its content runs only while it is open."""
     linked = any(name in (url.incoming or {}) for name in LINKED)  # a link with its settings opens it, and reads them
     opened = f"{url.page}.sinks_open"
     if linked and opened not in st.session_state:
@@ -74,13 +75,13 @@ def draw(url: UrlState, source: str, model: tc.TracedModel, trace: tc.Trace, tex
         return
     with box:
         st.markdown(INTRO)
-        view = run_safely(lambda: sv.sinks_of(trace), "Attention sinks")
+        view = run_safely(lambda: derived_views.sinks(key), "Attention sinks")
         if view is None:
             return
         st.markdown(f"**{escape(sv.summary(view))}**")
         _shares(view)
         _activations(view)
-        _knockout(url, source, view, text, pair)
+        _knockout(url, key.source, view, text, pair)
 
 
 def _shares(view: sv.SinksView) -> None:
