@@ -127,6 +127,13 @@ def choose_model(
     if choice_key not in st.session_state:
         st.session_state[choice_key] = current if current in options else OTHER
         st.session_state[other_key] = "" if current in options else current
+    else:
+        # Told every run, as UrlState.key tells its widgets: a box the browser mounts afresh (a first run cut short
+        # by a click) starts at the list's first model, shows it, and sends it back with the next change of any
+        # other widget, which switched the page's model (the vision page's vit-tiny became DeiT-Tiny when the
+        # patch size was typed; the heads page's translator became smollm2 when the grid was clicked).
+        for key in (choice_key, other_key):
+            st.session_state[key] = st.session_state.get(key, "")
     left, right = (st, st) if stacked else st.columns([1, 1])
     choice = left.selectbox(
         "Model",

@@ -105,3 +105,17 @@ def test_a_number_from_a_link_is_finite_or_refused():
     for raw, message in (("inf", "^inf$"), ("-inf", "^-inf$"), ("nan", "^nan$"), ("ten", "^could not convert string")):
         with pytest.raises(ValueError, match=message):
             finite_float(raw)
+
+
+@pytest.mark.parametrize("page, model, key", [("vision", "vit-tiny", "vit"), ("head_matters", "translator", "heads")])
+def test_every_run_tells_the_model_box_its_model(page, model, key):
+    """The Model box is told its model on every run, not only the first: a box the browser mounts afresh (a first
+    run cut short by a click) otherwise shows the list's first model and sends it back with the next change of any
+    widget. In CI, the vision page opened on vit-tiny became DeiT-Tiny when a patch size was typed, and the heads
+    page's translator became smollm2 when its grid was clicked."""
+    at = run(page, timeout=120, model=model)
+    at.run(timeout=120)  # a later run: no longer the session's first
+    no_exception(at)
+    box = at.selectbox(key=f"{key}.model_choice")
+    assert box.value == model and box.options[0] != model  # a box mounted afresh would show another model
+    assert box.proto.set_value  # the browser is told the value, whatever its box holds
