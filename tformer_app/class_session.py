@@ -64,6 +64,7 @@ SEEN = "_tformer.class.seen"  # the session's version this page last drew
 SENT = "_tformer.class.sent"  # the lecturer's view last published
 OFFER = "_tformer.class.offer"  # the questions this run's page offered
 ANSWERED = "_tformer.class.answered"  # (question id, round) -> the student's answer (their own screen only)
+ASKING = "_tformer.class.asking"  # the lecturer's Ask click: (row, kind), asked when the panel is drawn
 INTERVENTION = "_tformer.class.intervention"  # the offered questions' Intervention (the page's, this run)
 INTERVENTIONS = "_tformer.class.interventions"  # the lecturer's: question id -> the Intervention its reveal runs
 MESSAGE = "_tformer.class.message"  # a refusal to say: (text, when first shown) (a code that expired, a second answer)
@@ -404,7 +405,10 @@ def _lecturer_sidebar() -> None:
     link = join_link(code)
     st.code(link, language=None)
     st.image(qr_svg(link, 4), caption="Scan to join")
-    st.checkbox("Show the join code above the page", value=True, key=SHOW_CODE)
+    # Its value in session state only (Asking a question hides the code from the panel): a default given here too
+    # made Streamlit warn on every run after a question.
+    st.session_state.setdefault(SHOW_CODE, True)
+    st.checkbox("Show the join code above the page", key=SHOW_CODE)
     if st.checkbox("Lecture from another device", key=SHOW_LECTURER_LINK):
         st.caption("Open this link on your other device: it drives the class too. Whoever has it can, so keep it "
                    "off the projector and untick the box once it is open.")  # fmt: skip
@@ -683,12 +687,16 @@ def _notice_fork(page_path: str) -> None:
 
 def _lecturer_panel() -> None:
     sid = st.session_state[SID]
+    offered: list[Question | Deferred] = st.session_state.get(OFFER, [])
+    intervention = st.session_state.pop(INTERVENTION, None)  # this run's page's, never a page before it
+    asking = st.session_state.pop(ASKING, None)
+    if asking is not None:
+        index, kind = asking
+        _ask_of_this_view(offered, index, kind, intervention)
     try:
         current = store().current(sid)
     except ClassError:
         return
-    offered: list[Question | Deferred] = st.session_state.get(OFFER, [])
-    intervention = st.session_state.pop(INTERVENTION, None)  # this run's page's, never a page before it
     if st.session_state.get(SHOW_CODE, True):
         _join_banner(sid)
     else:
@@ -706,7 +714,7 @@ def _lecturer_panel() -> None:
         for i, q in enumerate(offered):
             with st.container(horizontal=True, gap="small", vertical_alignment="center"):
                 st.markdown(f"**{q.kind}** · {escape(q.prompt)}")
-                st.button("Ask", key=f"_tformer.class.ask.{i}", on_click=_ask, args=(q, intervention))
+                st.button("Ask", key=f"_tformer.class.ask.{i}", on_click=_ask_clicked, args=(i, q.kind))
 
 
 def _show_code(show: bool) -> None:
@@ -744,9 +752,33 @@ def _count(sid: str) -> None:
     st.markdown(f"**{n} student{'s' if n != 1 else ''}**", width="content")
 
 
+def _ask_clicked(index: int, kind: str) -> None:
+    """An Ask click is asked at the end of the run it starts, of the view that run drew (`_ask_of_this_view`): a
+    lecturer who changes the layer and clicks Ask before the page has redrawn clicks the button of the old view,
+    whose question (about layer 2 while the class already follows to layer 3) no one sees any more."""
+    st.session_state[SHOW_CODE] = False  # the question takes the projector's first screen (the box brings it back)
+    st.session_state[ASKING] = (index, kind)
+
+
+def _ask_of_this_view(
+    offered: Sequence[Question | Deferred], index: int, kind: str, intervention: Intervention | None
+) -> None:
+    """Ask this run's question of the kind clicked (the same row when it is that kind); said when this view offers
+    none (the lecturer left the page meanwhile)."""
+    same = [q for q in offered if q.kind == kind]
+    if not same:
+        log.info("class session: an Ask of %r came for a view that offers none", kind)
+        _say(f"This view asks no “{kind}” question: nothing was asked.")
+        st.warning(f"This view asks no “{escape(kind)}” question: nothing was asked.")
+        return
+    _ask(offered[index] if index < len(offered) and offered[index].kind == kind else same[0], intervention)
+    said = st.session_state.get(MESSAGE)
+    if said is not None and said[1] is None:  # this ask's refusal: at the panel now, in the sidebar from the next run
+        st.warning(escape(said[0]))
+
+
 @guarded
 def _ask(asked: Question | Deferred, intervention: Intervention | None = None) -> None:
-    st.session_state[SHOW_CODE] = False  # the question takes the projector's first screen (the box brings it back)
     try:
         q = asked.make() if isinstance(asked, Deferred) else asked  # its model answer: an ablation, a lens (cached)
     except (InputError, ValueError) as error:

@@ -157,6 +157,23 @@ def test_a_token_question_is_answered_once_counted_and_revealed(room):
     assert any(m.startswith(f"The model's answer: **{model}**") for m in map(shown, (m.value for m in ada.markdown)))
 
 
+def test_an_ask_clicked_as_the_layer_changes_asks_about_the_new_layer():
+    """The lecturer changes the layer and clicks Ask before the page has redrawn: the click is on the old view's
+    button, and it used to ask the old view's question ("in layer 2" while the class had followed to layer 3; seen
+    in the browser test under load). The click is asked of the view its run draws."""
+    lecturer, (ada, _), sid = open_room()
+    offered = lecturer.session_state[class_session.OFFER]
+    i = next(i for i, q in enumerate(offered) if q.kind == "token")
+    assert "in layer 2, head 1?" in offered[i].prompt  # the button on screen is the layer-2 view's
+    lecturer.selectbox(key="text.layer").set_value(3)
+    lecturer.button(key=f"_tformer.class.ask.{i}").click().run()  # one message: the change and the click
+    ok(lecturer)
+    assert open_store().current(sid).prompt == "Which token does “it” attend to most in layer 3, head 1?"
+    assert open_store().view(sid).params["layer"] == "3"
+    ok(ada.run())
+    assert any("in layer 3, head 1?" in m.value for m in ada.markdown)
+
+
 def test_head_and_number_questions(room):
     lecturer, (ada, _), sid = room
     ask(lecturer, "head")
