@@ -183,6 +183,7 @@ def withdraw_media() -> int:
     for session_id in closed:
         runtime.media_file_mgr.clear_session_refs(session_id)
     for session_id in back:  # its page still shows what was withdrawn: draw it again, as its last run did
+        logs.log.info("a closed tab came back: its page is run again to send its pictures and downloads anew")
         _rerun_as_last(active[session_id])
     global _withdrawn_last
     if closed or _withdrawn_last:  # Streamlit deletes a download in two calls: this one and the next

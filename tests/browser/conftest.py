@@ -29,6 +29,33 @@ CHROMIUM_ARGS = [
 ]
 
 
+_server_logs: list[Path] = []  # the log of the server the browser tests use, once it started
+_log_start = pytest.StashKey[int]()
+SERVER_LOG_TAIL = 12_000  # characters of the server's log shown with a failed test
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    """Note where the server's log stood when the test body began: a failure shows what the server said since."""
+    if _server_logs:
+        item.stash[_log_start] = _server_logs[0].stat().st_size
+    yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """A failed browser test carries the server's log written while it ran (what CI prints with the failure): a
+    page that did not come is explained there (a model switched, a session replayed, a warning with its cause)."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.when != "call" or not report.failed or not _server_logs or _log_start not in item.stash:
+        return
+    with open(_server_logs[0], errors="replace") as log:
+        log.seek(item.stash[_log_start])
+        said = log.read()
+    report.sections.append(("the server's log during this test", said[-SERVER_LOG_TAIL:] or "(nothing)"))
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Every test under tests/browser is a browser test, whether or not its file says so: `-m "not browser"` (the
     fast tier) must leave out all of them, as each needs the server and Chromium."""
@@ -44,8 +71,11 @@ def server_url(tmp_path_factory, smollm2_if_installed):
     extra = {"TFORMER_DECK_DIR": str(tmp_path_factory.mktemp("decks"))}
     if DEIT.is_dir():  # CI has ../shared: the real DeiT-Tiny and the photos are offered by the vision pages
         extra |= {"TFORMER_MODEL_DIRS": str(DEIT.parent), "TFORMER_IMAGE_DIRS": str(IMAGES)}
-    with streamlit_server(tmp_path_factory.mktemp("server") / "streamlit.log", **extra) as url:
+    log = tmp_path_factory.mktemp("server") / "streamlit.log"
+    with streamlit_server(log, **extra) as url:
+        _server_logs.append(log)
         yield url
+        _server_logs.remove(log)
 
 
 @pytest.fixture(scope="session")
