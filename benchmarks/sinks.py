@@ -8,6 +8,8 @@ Rows, each against the plain trace (`model.trace(ids)`, the pass Text attention 
   and K);
 - massive activations: `sinks.massive_activations` (every layer's median and top 3 of the residual stream);
 - one knockout: `sinks.knock_out_activation` of layer 12, position 0, dimension 507 (two passes: before, after);
+- one knockout, held trace: the same with the compact trace given as `held` (one pass: the page's cached trace is
+  the one before, as Text attention's button runs it);
 - all three together, as Text attention's expander and its button ask them.
 Goal: the knockout well under a second (the app's button); the reading of the trace a small fraction of its pass.
 Medians of --repeats; the load average before and after is printed (the machine may be shared).
@@ -44,10 +46,11 @@ def run(device: str, repeats: int) -> None:
         "sink share, compact trace": lambda: sinks.sink_share(compact),
         "massive activations": lambda: sinks.massive_activations(trace),
         "one knockout (2 passes)": lambda: sinks.knock_out_activation(model, ids, (12, 0, 507)),
+        "one knockout, held trace (1 pass)": lambda: sinks.knock_out_activation(model, ids, (12, 0, 507), held=compact),
         "all three": lambda: (
             sinks.sink_share(compact),
             sinks.massive_activations(compact),
-            sinks.knock_out_activation(model, ids, (12, 0, 507)),
+            sinks.knock_out_activation(model, ids, (12, 0, 507), held=compact),
         ),
     }
     load_before = os.getloadavg()[0]

@@ -4,13 +4,15 @@ token blocked from a layer on) and the prediction before and after.
 
 The expander runs its content only while it is open (Streamlit's lazy expander): a page that never opens it
 computes nothing for it. The shares and ratios come from the page's cached trace, once for it (derived_views.sinks:
-not again on every rerun while the expander is open); a knockout is two passes, cached per (model, text,
-knockout) for the whole server in the results cache.
+not again on every rerun while the expander is open); a knockout is one pass (the cached trace is the one before),
+cached per (model, text, knockout) for the whole server in the results cache.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
+from dataclasses import replace
 
 import streamlit as st
 
@@ -45,14 +47,17 @@ KNOCKOUTS = {
 }
 
 
-def _knock_out(model: tc.TracedModel, text: str, how: str, layer: int, position: int, dim: int) -> sinks.Knockout:
-    """One knockout of `text` (two passes): "activation" sets [position, dim] entering `layer` to the layer's median;
-    "block" blocks attention to the first token in `layer` and every later one."""
+def _knock_out(
+    model: tc.TracedModel, text: str, how: str, layer: int, position: int, dim: int, held: tc.Trace | None = None
+) -> sinks.Knockout:
+    """One knockout of `text`: "activation" sets [position, dim] entering `layer` to the layer's median; "block"
+    blocks attention to the first token in `layer` and every later one. Two passes, or one with `held` (the page's
+    cached trace of `text`, which holds what the first pass would give)."""
     if not isinstance(model, (tc.EncoderModel, tc.CausalLM)):
         raise tc.InputError(f"knockouts read text with an encoder or a decoder-only model, not a {model.kind} model")
     if how == "activation":
-        return sinks.knock_out_activation(model, text, (layer, position, dim))
-    return sinks.block_sink(model, text, from_layer=layer)
+        return sinks.knock_out_activation(model, text, (layer, position, dim), held=held)
+    return sinks.block_sink(model, text, from_layer=layer, held=held)
 
 
 def knockout(
@@ -81,7 +86,7 @@ def draw(url: UrlState, key: results.Request[tc.Trace], text: str, pair: str | N
         st.markdown(f"**{escape(sv.summary(view))}**")
         _shares(view)
         _activations(view)
-        _knockout(url, key.source, view, text, pair)
+        _knockout(url, key, view, text, pair)
 
 
 def _shares(view: sv.SinksView) -> None:
@@ -136,7 +141,8 @@ def _choices(view: sv.SinksView) -> Sequence[str]:
     return list(KNOCKOUTS) if view.activations is not None else ["block"]
 
 
-def _knockout(url: UrlState, source: str, view: sv.SinksView, text: str, pair: str | None) -> None:
+def _knockout(url: UrlState, key: results.Request[tc.Trace], view: sv.SinksView, text: str, pair: str | None) -> None:
+    source = key.source
     st.markdown("**Knock it out: a real forward pass with the sink removed**")
     if pair:
         st.caption("The knockouts read one text: clear the second segment to run them.")
@@ -163,7 +169,13 @@ def _knockout(url: UrlState, source: str, view: sv.SinksView, text: str, pair: s
     if st.button("Run the knockout", key=f"{url.page}.sinks_run", type="primary"):
         st.session_state[asked] = request
     if st.session_state.get(asked) == request:
-        knock = run_safely(lambda: results.result(request, "Knockout"), "Knockout")
+        # The page's trace of this text (cached: the views above read it) stands for the knockout's first pass: one
+        # pass, not two. Bound only here: the request kept in session state must not hold a trace alive.
+        def knock_out() -> sinks.Knockout:
+            held = results.result(key)
+            return results.result(replace(request, compute=functools.partial(_knock_out, held=held)), "Knockout")
+
+        knock = run_safely(knock_out, "Knockout")
         if knock is not None:
             _show(knock)
 

@@ -372,11 +372,41 @@ def _prediction(trace: Trace, position: int | None, target: int | None, k: int) 
     if position is None or target is None:
         return Prediction(None, (), None, None), vector
     labels = trace.meta.labels
-    logits = trace.tensor("head.logits")
-    scores = head_scores_tensor(logits if logits.ndim == 1 else logits[position], trace.meta.probabilities)
-    (p_target,) = to_host([scores[target]])
+    if "head.logits" in trace.activations:
+        logits = trace.tensor("head.logits")
+        scores = head_scores_tensor(logits if logits.ndim == 1 else logits[position], trace.meta.probabilities)
+        (p_target,) = to_host([scores[target]])
+    else:  # a compact trace (`_reads_out` checked that it ranks the target)
+        ids, probs = trace.ranked(_ranked(trace), position)
+        p_target = probs[list(ids).index(target)]
     name = str(labels[target]) if labels is not None else str(target)
     return Prediction(position, tuple(trace.predictions(k, position)), name, float(p_target)), vector
+
+
+def _ranked(trace: Trace) -> int:
+    """How many predictions per position a trace can rank: its vocabulary, or a compact trace's kept top ones."""
+    if "head.logits" in trace.activations:
+        return int(trace.activations["head.logits"].shape[-1])
+    return int(trace.activations["head.top_ids"].shape[-1])
+
+
+def _reads_out(
+    trace: Trace, stack: str, names: Sequence[str], position: int | None, target: int | None, k: int
+) -> bool:
+    """Whether `trace` holds what a knockout's first pass gives: `names`, the final hidden state, and (with a
+    prediction followed) the target's probability and the top `k`: a page's cached trace does, once compacted to
+    its top 50 tokens, when the target is among them."""
+    held = trace.activations
+    if any(n not in held for n in (*names, f"{stack}.out")):
+        return False
+    if position is None or target is None:
+        return True
+    if "head.logits" in held:
+        return True
+    if "head.top_ids" not in held or k > _ranked(trace):
+        return False
+    ids, _ = trace.ranked(_ranked(trace), position)
+    return target in set(ids.tolist())
 
 
 def _knockout(
@@ -387,14 +417,19 @@ def _knockout(
     before: Trace,
     target: int | str | None,
     k: int,
+    stack: str,
 ) -> Knockout:
     position = before.meta.predict_position if before.has_head else None
     if position is not None:
         position %= len(before.tokens)
-    elif before.has_head and before.tensor("head.logits").ndim == 1:
+    elif before.has_head and "head.logits" in before.activations and before.tensor("head.logits").ndim == 1:
         position = 0  # a classifier: one set of scores, read from the first token's final state
     target_id = None if position is None else _target_id(model, before, target, position)
+    if not _reads_out(before, stack, (), position, target_id, k):  # a held trace that ranks too few tokens
+        before = _run(model, inputs, _READ_OUT, ())
     after = _run(model, inputs, _READ_OUT, edits)
+    if list(after.tokens) != list(before.tokens):
+        raise InputError("the trace held for the knockout is of another input: give the trace of the same text")
     first, h_before = _prediction(before, position, target_id, k)
     second, h_after = _prediction(after, position, target_id, k)
     with torch.inference_mode():
@@ -415,14 +450,17 @@ def knock_out_activation(
     part: str = "resid_pre",
     target: int | str | None = None,
     k: int = 5,
+    held: Trace | None = None,
 ) -> Knockout:
-    """Set one activation of the residual stream to a typical value and run the model again (two passes).
+    """Set one activation of the residual stream to a typical value and run the model again (two passes, or one
+    with `held`).
 
     activation: an `Activation` (from `massive_activations`) or (layer, position, dim). value: what it becomes,
     by default the median of the signed values of its layer in this input (the stream's typical number, near 0).
     The edit is made where the activation was measured (`{stack}.{layer}.{part}`), so every later layer reads the
     changed stream. target: the output followed, an id or a label ("ĠParis") or a text of one token (" Paris");
-    by default the top-1 before the edit.
+    by default the top-1 before the edit. held: a trace of the same input already at hand (a page's, compacted
+    or not), read instead of the first pass when it holds that stream, the final hidden state and the prediction.
     """
     layer, position, dim = (
         (activation.layer, activation.position, activation.dim) if isinstance(activation, Activation) else activation
@@ -431,7 +469,8 @@ def knock_out_activation(
     name = f"{stack}.{layer}.{part}"
     if name not in model.hook_names:
         raise InputError(f"this model has no {name!r} to edit: layers count from 0, parts are resid_pre and resid_post")
-    before = _run(model, inputs, (*_READ_OUT, name), ())
+    before = held if held is not None and _reads_out(held, stack, (name,), None, None, k) else None
+    before = before or _run(model, inputs, (*_READ_OUT, name), ())
     stream = before.tensor(name)
     if not (-stream.shape[0] <= position < stream.shape[0] and -stream.shape[1] <= dim < stream.shape[1]):
         raise InputError(f"[{position}, {dim}] is outside {name}'s {tuple(stream.shape)} (tokens, dimensions)")
@@ -441,7 +480,7 @@ def knock_out_activation(
         value = float(median)
     (old,) = to_host([stream[position, dim]])
     what = f"{name}[{position}, {dim}]: {_readable(float(old))} -> {_readable(value)}"
-    return _knockout(model, inputs, what, [set_activation(name, position, dim, value)], before, target, k)
+    return _knockout(model, inputs, what, [set_activation(name, position, dim, value)], before, target, k, stack)
 
 
 def _readable(x: float) -> str:
@@ -458,13 +497,15 @@ def block_sink(
     stack: str | None = None,
     target: int | str | None = None,
     k: int = 5,
+    held: Trace | None = None,
 ) -> Knockout:
     """Stop attention to the key `positions` (by default the first token) in every head of every layer from
     `from_layer` on, and run the model again (two passes). Each row's weight on them is 0 and its other weights
     renormalised (`block_keys`); a query that could attend to nothing else keeps its row. target: as
-    `knock_out_activation`."""
+    `knock_out_activation`; held: as there (one pass instead of two)."""
     stack = stack or ("encoder" if isinstance(model, EncoderModel) else "decoder")
-    before = _run(model, inputs, _READ_OUT, ())
+    before = held if held is not None and _reads_out(held, stack, (), None, None, k) else None
+    before = before or _run(model, inputs, _READ_OUT, ())
     n_layers, n = before.stack_layers[stack], len(before.tokens)
     if not 0 <= from_layer < n_layers:
         raise InputError(f"layer {from_layer} is out of range: the {stack} stack has {n_layers} layers")
@@ -474,4 +515,4 @@ def block_sink(
         raise InputError("this model's attention cannot be edited here: it has no hook point before its softmax")
     where = ", ".join(f"{before.tokens[p]!r} ({p})" for p in chosen)
     what = f"attention to {where} blocked in layers {from_layer}-{n_layers - 1}"
-    return _knockout(model, inputs, what, [block_keys(b, chosen) for b in blocks], before, target, k)
+    return _knockout(model, inputs, what, [block_keys(b, chosen) for b in blocks], before, target, k, stack)

@@ -194,6 +194,41 @@ def _without(w, keys):
     return cut / cut.sum(-1, keepdim=True)
 
 
+def test_a_held_trace_stands_for_the_first_pass_when_it_holds_what_that_pass_gives(monkeypatch):
+    """A page's cached trace of the same input (compacted to each position's top tokens) is read instead of the
+    knockout's first pass: one pass, the same knockout. A held trace that cannot give the followed token's
+    probability or the top k falls back to the pass; one of another input is refused."""
+    model = _tiny_llama()
+    passes = []
+    trace = model.trace
+    monkeypatch.setattr(model, "trace", lambda *a, **kw: (passes.append(kw.get("edits") or ()), trace(*a, **kw))[1])
+    held = model.trace(IDS).compact(top_k=5)  # 5 of the 40 tokens per position, as a page's cache keeps 50
+    assert "head.logits" not in held.activations
+    top = [int(i) for i in held.ranked(5)[0]]
+    cases = [  # (what, the knockout's keyword arguments, passes with the held trace)
+        ("activation", dict(activation=(1, 0, 5)), 1),
+        ("activation", dict(activation=(1, 0, 5), target=top[4]), 1),
+        ("activation", dict(activation=(1, 0, 5), target=next(t for t in range(40) if t not in top)), 2),
+        ("activation", dict(activation=(1, 0, 5), k=6), 2),
+        ("block", dict(from_layer=1), 1),
+    ]
+    for how, kwargs, n in cases:
+        knock_out = sinks.knock_out_activation if how == "activation" else sinks.block_sink
+        passes.clear()
+        expected = knock_out(model, IDS, **kwargs)
+        assert len(passes) == 2 and passes[0] == ()  # without: the plain pass, then the edited one
+        passes.clear()
+        got = knock_out(model, IDS, **kwargs, held=held)
+        assert len(passes) == n and sum(not edits for edits in passes) == n - 1  # a plain pass only when it must
+        assert got.what == expected.what and got.before.target == expected.before.target
+        assert got.before.target_probability == pytest.approx(expected.before.target_probability, rel=1e-5)
+        assert got.after.target_probability == pytest.approx(expected.after.target_probability, rel=1e-5)
+        assert [p for _, p in got.before.top] == pytest.approx([p for _, p in expected.before.top], rel=1e-5)
+        assert got.hidden_change == pytest.approx(expected.hidden_change, rel=1e-5)
+    with pytest.raises(tc.InputError, match="another input"):
+        sinks.block_sink(model, IDS[:-1], from_layer=1, held=held)
+
+
 def test_bad_knockouts_are_explained():
     model = _tiny_llama()
     with pytest.raises(tc.InputError, match="outside"):
