@@ -18,7 +18,7 @@ from tformer_core.trace import lean
 from tformer_views.flow import EDGE_PARAM, flow_chart, strongest_edges
 from tformer_views.tokens import display_token, display_tokens
 
-from . import attention_panel, downloads, results
+from . import attention_panel, downloads, presenter, results
 from .events import clicked_cell
 from .markdown import escape
 from .url import UrlState
@@ -105,7 +105,7 @@ def draw(
             if scroll:
                 attention_panel.scroll_to_views(url, prefix)
 
-    chart = flow_chart(graph, labels, trace.n_heads, predicted=said, selected=selected)
+    chart = flow_chart(graph, labels, trace.n_heads, predicted=said, selected=selected, room=presenter.room())
     downloads.chart(
         chart, key=pick_key, file_name="information_flow", on_select=url.callback(pick), selection_mode="edge"
     )

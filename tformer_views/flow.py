@@ -79,6 +79,10 @@ def _edge_words(e: FlowEdge, labels: Sequence[str]) -> str:
     return f"layer {e.layer} residual past the {'attention' if e.stage == 'attn' else 'FFN'} at {labels[e.target]}"
 
 
+MIN_WIDTH = 200  # the graph's plot, at the narrowest
+LABELS_PX = 70  # beside the plot: the layer labels on the left and the padding
+
+
 def flow_chart(
     graph: FlowGraph,
     labels: Sequence[str],
@@ -86,12 +90,16 @@ def flow_chart(
     predicted: str = "",
     selected: tuple[int, int] | None = None,
     width: int | None = None,
+    room: int | None = None,
 ) -> dict:
     """The graph as a Vega-Lite chart (module docstring). labels: the positions' tokens as shown; n_heads: the
     heads the colours are for; predicted: the prediction's label, printed above its node; selected: a (layer,
-    head) whose edges are outlined. Width: about 56 px a position (360 to 900) unless given."""
+    head) whose edges are outlined. Width: about 56 px a position (360 to 900) unless given, and no wider than
+    `room` (the page's column, CSS pixels) allows beside the layer labels: a phone's 358 px."""
     n, levels = len(labels), 2 * graph.n_layers + 1
     width = width or max(360, min(900, 56 * n))
+    if room is not None:
+        width = max(MIN_WIDTH, min(width, room - LABELS_PX))
     level_px = max(10, min(34, 620 // levels))
     datasets: dict = {}
     frame = edge_frame(graph, labels)
@@ -117,7 +125,8 @@ def flow_chart(
                 "encoding": {"x": x, "y": y, "text": channel("text", "nominal")},
             }
         )
-    title = f"Routes to the prediction at {labels[graph.prediction]} (edges with share > {graph.threshold:.2f})"
+    # Two lines: one would be cut at a phone's width (the chart's own width, not the title's, is what fits).
+    title = [f"Routes to the prediction at {labels[graph.prediction]}", f"(edges with share > {graph.threshold:.2f})"]
     params = [
         {
             "name": EDGE_PARAM,

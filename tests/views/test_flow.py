@@ -58,3 +58,14 @@ def test_a_graph_with_no_edges_still_draws():
     spec = flow_chart(empty, LABELS, n_heads=4)
     validate(spec)
     assert strongest_edges(empty, LABELS).empty
+
+
+def test_the_chart_fits_the_column_it_is_given(graph):
+    """A phone's column (390 px wide, 358 px of it for the page) cut the 56-px-a-position graph and its one-line
+    title; the chart is now no wider than the room beside its layer labels, the title on two lines."""
+    wide = flow_chart(graph, LABELS * 2, n_heads=4)  # 56 px a position, over 14 positions
+    assert wide["width"] == 56 * len(LABELS) * 2
+    for room, width in ((358, 358 - 70), (1000, wide["width"]), (100, 200)):
+        assert flow_chart(graph, LABELS * 2, n_heads=4, room=room)["width"] == width
+    title = flow_chart(graph, LABELS, n_heads=4)["title"]
+    assert title == [f"Routes to the prediction at {LABELS[graph.prediction]}", "(edges with share > 0.05)"]
