@@ -215,12 +215,22 @@ def before(pages: dict[str, Any], page_path: str = "") -> None:
     if st.session_state.get(FOLLOWING, False) and view is not None and view.page in pages and _newer(view):
         _open(view, pages[view.page])
     applied = st.session_state.get(APPLIED)
-    if st.session_state.get(FRESH) and applied is not None and page_path != applied.page and applied.page in pages:
-        # The run meant to draw the lecturer's page was cut short by a request the browser sent from the page it
-        # showed before (the page's width, measured after each run): that page ran instead, and the student stayed
-        # on it, "following", until the lecturer's next change. Not their choice: they never saw the new page.
-        log.info("a student's old page %r ran before the lecturer's %r: opened again", page_path, applied.page)
-        _open(applied, pages[applied.page])
+    if st.session_state.get(FRESH) and applied is not None and applied.page in pages:
+        # The run meant to draw the lecturer's view was cut short by a request the browser sent from the view it
+        # showed before (the page's width, measured after each run; a widget's value): that page, or the same page
+        # with its old link, ran instead, and the student stayed on it, "following", until the lecturer's next
+        # change. Not their choice: they never saw the new view. With the same page, the address bar already
+        # showed the new link (the CI run's student at head=5 in the address, its heatmap still head 1).
+        query = st.query_params.to_dict()
+        stale = [k for k, v in applied.params.items() if k != PRESENT_PARAM and query.get(k) != v]
+        if page_path != applied.page or stale:
+            log.info(
+                "a student's old view ran before the lecturer's (page %r for %r, settings %s): opened again",
+                page_path,
+                applied.page,
+                stale,
+            )
+            _open(applied, pages[applied.page])
 
 
 def _page_hash() -> str:
