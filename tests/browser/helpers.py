@@ -113,6 +113,22 @@ def wait_for_step_at_least(page, step: int, timeout: float = TIMEOUT_S) -> int:
     return int(re.search(r"Step (\d+) of", page.inner_text("body")).group(1))
 
 
+def describe(pages: dict[str, object], words: tuple[str, ...] = ()) -> str:
+    """Each page's address and its lines that hold one of `words` (and its first heading): printed when a test of
+    several browsers fails, so that CI's output says where each one stood."""
+    told = []
+    for name, page in pages.items():
+        try:
+            text = page.inner_text("body")  # type: ignore[attr-defined]
+            heading = page.locator('[data-testid="stMain"] h1').first.inner_text(timeout=2000)  # type: ignore[attr-defined]
+        except Exception as error:  # a closed or crashed page: say so, and go on with the others
+            told.append(f"{name}: unreadable ({type(error).__name__})")
+            continue
+        lines = [line.strip() for line in text.splitlines() if any(w in line for w in words)]
+        told.append(f"{name}: {page.url}\n  {heading}\n  " + "\n  ".join(dict.fromkeys(lines)))  # type: ignore[attr-defined]
+    return "\n".join(told)
+
+
 def assert_no_error(page) -> None:
     exceptions = page.locator('[data-testid="stException"]')
     assert exceptions.count() == 0, exceptions.first.inner_text()

@@ -16,7 +16,17 @@ import time
 import pytest
 from playwright.sync_api import expect
 
-from .helpers import TIMEOUT_S, assert_no_error, choose, click, screenshot, settle, wait_for_text, wait_for_url
+from .helpers import (
+    TIMEOUT_S,
+    assert_no_error,
+    choose,
+    click,
+    describe,
+    screenshot,
+    settle,
+    wait_for_text,
+    wait_for_url,
+)
 
 pytestmark = pytest.mark.browser
 
@@ -38,8 +48,10 @@ def start_class(lecturer, server_url: str) -> str:
 
 def test_a_lecturer_and_three_students(server_url, browser, screenshots):
     contexts = [browser.new_context(viewport={"width": 1400, "height": 1000}) for _ in range(4)]
+    pages = {}
     try:
         lecturer, *students = [c.new_page() for c in contexts]
+        pages = {"lecturer": lecturer} | {f"student {i}": s for i, s in enumerate(students)}
         code = start_class(lecturer, server_url)
         link = lecturer.get_by_test_id("stSidebar").get_by_test_id("stCode").inner_text().strip()
         assert link == f"{server_url}/?class={code}"
@@ -90,6 +102,9 @@ def test_a_lecturer_and_three_students(server_url, browser, screenshots):
         # One student's answers reach no other student: their pages show their own answer only.
         assert "Your answer: it" not in students[0].inner_text("body")
         assert_no_error(lecturer)
+    except BaseException:  # where each browser stood, in CI's output
+        print(describe(pages, ("Heatmap ·", "Following", "Exploring", "students", "answered", "Q1.", "Your answer")))
+        raise
     finally:
         for c in contexts:
             c.close()
