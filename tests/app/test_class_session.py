@@ -88,7 +88,7 @@ def test_a_run_of_the_old_view_after_the_lecturers_opened_opens_it_again():
     """The run meant to draw the lecturer's view (head 5) is cut short by a request the browser sent from the view it
     showed (head 1, its old link): that view ran instead, and the student stayed on it, "following", while the
     address bar showed the new link (the CI run under load). The next run of the old view opens the lecturer's."""
-    lecturer, (ada, _), sid = open_room()
+    lecturer, (ada, _), _ = open_room()
     ok(lecturer.selectbox(key="text.head").set_value(5).run())
     ok(ada.run())
     assert head_of(ada) == (2, 5)
