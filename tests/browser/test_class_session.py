@@ -126,6 +126,9 @@ def test_a_student_stays_one_student_through_a_reload_and_is_told_when_the_class
         click(student.locator(".st-key-tformer-class-question").get_by_text("animal", exact=True))
         wait_for_text(student, "Your answer: animal")
         wait_for_text(lecturer, "1 of 1 answered")
+        student.wait_for_function(  # written by the page's cookie element, in the browser, once it is drawn
+            "() => document.cookie.split('; ').some((c) => c.startsWith('tformer_class='))", timeout=TIMEOUT_S * 1000
+        )
         cookie = next(c["value"] for c in contexts[1].cookies() if c["name"] == "tformer_class")
         assert cookie.count(".") == 2  # the session's id, the student's, the signature
 
@@ -143,7 +146,12 @@ def test_a_student_stays_one_student_through_a_reload_and_is_told_when_the_class
         expect(student.get_by_test_id("stSidebar")).not_to_contain_text("Following the lecturer")
         join = student.get_by_test_id("stSidebar").get_by_role("button", name="Join the class")
         expect(join).to_have_count(1, timeout=TIMEOUT_S * 1000)  # the sidebar's next run: seconds on a loaded machine
-        assert not any(c["name"] == "tformer_class" for c in contexts[1].cookies())  # the token is forgotten
+        # The token is forgotten: the page's cookie element deletes it once it is drawn, in the browser, after the
+        # run that drew the Join button (CI once read the cookies in between).
+        student.wait_for_function(
+            "() => !document.cookie.split('; ').some((c) => c.startsWith('tformer_class='))", timeout=TIMEOUT_S * 1000
+        )
+        assert not any(c["name"] == "tformer_class" for c in contexts[1].cookies())
         assert_no_error(student)
     finally:
         for c in contexts:
