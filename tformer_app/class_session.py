@@ -779,11 +779,10 @@ def _ask_of_this_view(
     if not same:
         log.info("class session: an Ask of %r came for a view that offers none", kind)
         _say(f"This view asks no “{kind}” question: nothing was asked.")
-        st.warning(f"This view asks no “{escape(kind)}” question: nothing was asked.")
-        return
-    _ask(offered[index] if index < len(offered) and offered[index].kind == kind else same[0], intervention)
+    else:
+        _ask(offered[index] if index < len(offered) and offered[index].kind == kind else same[0], intervention)
     said = st.session_state.get(MESSAGE)
-    if said is not None and said[1] is None:  # this ask's refusal: at the panel now, in the sidebar from the next run
+    if said is not None and said[1] is None:  # this click's refusal: at the panel now, in the sidebar from the next run
         st.warning(escape(said[0]))
 
 

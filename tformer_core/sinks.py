@@ -409,6 +409,15 @@ def _reads_out(
     return target in set(ids.tolist())
 
 
+def _first_pass(
+    model: TextModel, inputs: str | Sequence[int], stack: str, names: Sequence[str], held: Trace | None, k: int
+) -> Trace:
+    """The knockout's pass before its edit, keeping `names` too: `held` when it holds what that pass gives."""
+    if held is not None and _reads_out(held, stack, names, None, None, k):
+        return held
+    return _run(model, inputs, (*_READ_OUT, *names), ())
+
+
 def _knockout(
     model: TextModel,
     inputs: str | Sequence[int],
@@ -469,8 +478,7 @@ def knock_out_activation(
     name = f"{stack}.{layer}.{part}"
     if name not in model.hook_names:
         raise InputError(f"this model has no {name!r} to edit: layers count from 0, parts are resid_pre and resid_post")
-    before = held if held is not None and _reads_out(held, stack, (name,), None, None, k) else None
-    before = before or _run(model, inputs, (*_READ_OUT, name), ())
+    before = _first_pass(model, inputs, stack, (name,), held, k)
     stream = before.tensor(name)
     if not (-stream.shape[0] <= position < stream.shape[0] and -stream.shape[1] <= dim < stream.shape[1]):
         raise InputError(f"[{position}, {dim}] is outside {name}'s {tuple(stream.shape)} (tokens, dimensions)")
@@ -504,8 +512,7 @@ def block_sink(
     renormalised (`block_keys`); a query that could attend to nothing else keeps its row. target: as
     `knock_out_activation`; held: as there (one pass instead of two)."""
     stack = stack or ("encoder" if isinstance(model, EncoderModel) else "decoder")
-    before = held if held is not None and _reads_out(held, stack, (), None, None, k) else None
-    before = before or _run(model, inputs, _READ_OUT, ())
+    before = _first_pass(model, inputs, stack, (), held, k)
     n_layers, n = before.stack_layers[stack], len(before.tokens)
     if not 0 <= from_layer < n_layers:
         raise InputError(f"layer {from_layer} is out of range: the {stack} stack has {n_layers} layers")
