@@ -254,8 +254,12 @@ def attention_parts(
     v = v.repeat_interleave(w.attn.n_heads // v.shape[0], dim=0)  # [h, T, dh]: query head h reads h // group
     value_out = torch.einsum("hjd,hdm->hjm", v, w.attn.W_O.to(v.device, dtype))  # [h, T, D]: v^h_j W_O^h
     if by == "head":
-        # A broadcast product, no sum: written straight into [rows, T, h, D], contiguous as cdist reads it.
-        blocks = weights.permute(1, 2, 0)[..., None] * value_out.transpose(0, 1)[None]  # [rows, T, h, D]
+        # A broadcast product, no sum, written straight into a contiguous [rows, T, h, D] as cdist reads it: left to
+        # itself the product takes its inputs' head-major strides, and the reshape before cdist copied it again.
+        w_ijh = weights.permute(1, 2, 0)[..., None]  # [rows, T, h, 1]
+        v_jhm = value_out.transpose(0, 1)[None]  # [1, T, h, D]
+        blocks = torch.empty(*w_ijh.shape[:3], v_jhm.shape[-1], dtype=dtype, device=v.device)
+        torch.mul(w_ijh, v_jhm, out=blocks)
     elif by == "source":
         blocks = torch.einsum("hij,hjm->ijm", weights, value_out)  # [rows, T, D]
     else:
