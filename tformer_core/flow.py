@@ -7,6 +7,7 @@
     flow.ffn.blocks[l, i, 0], flow.ffn.residual[l, i]   # the FFN's share, the residual's, at (l, i)
     graph = flow_graph(flow, threshold=0.04)         # edges above it that lead to the prediction
     graph.edges[0].layer, .source, .target, .share, .head
+    held = flow_rollout(flow)                        # [2L + 1, T]: every route followed back, no threshold
 
 Each residual update is a sum of parts. At layer l and position i the attention block writes
 
@@ -62,6 +63,7 @@ __all__ = [
     "attention_parts",
     "ffn_parts",
     "flow_graph",
+    "flow_rollout",
     "information_flow",
     "proximity",
     "proximity_shares",
@@ -115,7 +117,8 @@ class UpdateShares:
 class Flow:
     """The shares of every update of one pass (module docstring). attention: by source position, blocks
     [L, T, T] (layer, position i, source j); ffn: blocks [L, T, 1]. top_head [L, T, T]: the head whose (source,
-    head) part has the largest share of the per-head split of each edge, top_head_share [L, T, T] that share;
+    head) part has the largest share of the per-head split of each edge (-1 everywhere when the flow was computed
+    with top_heads=False), top_head_share [L, T, T] that share (then 0);
     heads: the per-head split itself, blocks [L, T, T, h] (its own normalisation: it sums to 1 with its residual,
     bias and beta), kept only when asked (`information_flow(..., keep_heads=True)`: L x T^2 x h numbers), else
     None. tokens: the positions' labels; prediction: the position predicted (a decoder's last, an encoder's first
@@ -141,7 +144,8 @@ class Flow:
 class FlowEdge:
     """One edge of the graph. kind: "attention" (source j -> position i through the layer's heads), "ffn", or
     "residual" (stage says which update it skips: "attn" or "ffn"). share: its share of the update at (layer,
-    target). head: for an attention edge, the head with the largest share of it (Flow.top_head), else None.
+    target). head: for an attention edge, the head with the largest share of it (Flow.top_head), else None (and
+    None for every edge of a flow computed without the per-head split).
     head_share: that head's share in the per-head split (Flow.top_head_share), 0 for other edges.
     source_level, target_level: the nodes' levels (module docstring)."""
 
@@ -319,24 +323,33 @@ def information_flow(
     position: int | None = None,
     dtype: torch.dtype = torch.float32,
     keep_heads: bool = False,
+    top_heads: bool = True,
 ) -> Flow:
     """Every attention edge's, FFN's and residual's share of its update, and each edge's top head, at every layer
     and position, from `trace` (one pass of `model`) and the model's W_O and norms; computed where the trace
     lives, in `dtype`, copied to the host once. position: the prediction the graph leads to (default: the
     trace's, else 0). p: 1 (L1, the paper's) or 2. keep_heads: keep the whole per-head split (Flow.heads).
+    top_heads=False leaves the per-head split out (Flow.top_head -1, no edge has a head): it is the flow's largest
+    cost (L x T^2 x h x d_model numbers), what a ViT's 197 tokens and more cannot afford on every picture.
     Raises ValueError for an encoder-decoder, a model transformers runs, or a trace without the residual stream."""
     norm = _norm_placement(model)
     if p not in (1, 2):
         raise ValueError(f"p must be 1 or 2, got {p!r}")
     if trace.kind != model.kind or trace.meta.query_start:
         raise ValueError("the trace must be one whole pass of this model (not a generation step)")
+    if keep_heads and not top_heads:
+        raise ValueError("keep_heads needs the per-head split that top_heads=False leaves out")
     by_source, by_head, top, ffn = [], [], [], []
     with torch.inference_mode():
         for layer in range(trace.n_layers):
             by_source.append(_shares(attention_parts(model, trace, layer, "source", dtype=dtype), p))
-            heads = _head_shares(model, trace, layer, p, dtype)
-            best = heads[0].max(-1)  # over the heads: [T, T]
-            top.append((best.indices.to(torch.int16), best.values))
+            if top_heads:
+                heads = _head_shares(model, trace, layer, p, dtype)
+                best = heads[0].max(-1)  # over the heads: [T, T]
+                top.append((best.indices.to(torch.int16), best.values))
+            else:
+                none = torch.zeros_like(by_source[-1][0])
+                top.append(((none - 1).to(torch.int16), none))
             if keep_heads:
                 by_head.append(heads)
             ffn.append(_shares(ffn_parts(model, trace, layer, dtype=dtype), p))
@@ -395,12 +408,32 @@ def flow_graph(flow: Flow, threshold: float = 0.04, position: int | None = None)
         for i, j in zip(*np.nonzero(attended), strict=True):
             share, head = float(flow.attention.blocks[layer, i, j]), int(flow.top_head[layer, i, j])
             top = float(flow.top_head_share[layer, i, j])
-            edges.append(FlowEdge("attention", "attn", layer, int(j), int(i), share, head, top))
+            edges.append(FlowEdge("attention", "attn", layer, int(j), int(i), share, head if head >= 0 else None, top))
         edges += _edges("residual", "attn", layer, attn_residual, flow.attention.residual[layer])
     nodes = (
         {(2 * L, target)} | {(e.source_level, e.source) for e in edges} | {(e.target_level, e.target) for e in edges}
     )
     return FlowGraph(flow.tokens, L, target, float(threshold), tuple(edges), frozenset(nodes))
+
+
+def flow_rollout(flow: Flow, position: int | None = None) -> np.ndarray:
+    """[2L + 1, T]: how much of the final residual stream at `position` (default flow.prediction) each node holds,
+    every edge followed back by its share, no threshold: level 2L is 1 at the position and 0 elsewhere; a node
+    holds the sum, over the edges it feeds, of the target's amount times the edge's share. This is attention
+    rollout (Abnar & Zuidema 2020) with the flow's shares in place of the attention weights and the residual as
+    one of them. The biases' and beta's shares have no source node: what they hold is lost, so each level sums
+    to at most 1. Level 0 says how much of the prediction came from each input token (a ViT's patches: over the
+    picture), level 2l what sits where just before layer l."""
+    n, L = len(flow.tokens), flow.n_layers
+    held = np.zeros((2 * L + 1, n))
+    held[2 * L, flow.prediction if position is None else _checked_position(position, n)] = 1.0
+    for layer in reversed(range(L)):
+        # Both the FFN's edge and the residual's leave position i's stream after attention: the FFN reads only it.
+        ffn = flow.ffn.blocks[layer, :, 0] + flow.ffn.residual[layer]
+        held[2 * layer + 1] = held[2 * layer + 2] * ffn
+        middle = held[2 * layer + 1]
+        held[2 * layer] = middle @ flow.attention.blocks[layer] + middle * flow.attention.residual[layer]
+    return held
 
 
 def _checked_position(position: int, n: int) -> int:

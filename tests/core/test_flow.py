@@ -9,7 +9,16 @@ from tests.core.hf_helpers import DEIT
 from tests.core.test_interventions import tiny_llama
 from tests.core.tiny_models import image, tiny_decoder, tiny_encoder, tiny_seq2seq, tiny_vit
 from tformer_core import flow as flow_module
-from tformer_core.flow import attention_parts, ffn_parts, flow_graph, information_flow, proximity_shares
+from tformer_core.flow import (
+    Flow,
+    UpdateShares,
+    attention_parts,
+    ffn_parts,
+    flow_graph,
+    flow_rollout,
+    information_flow,
+    proximity_shares,
+)
 
 A = [3, 7, 1, 12, 9, 4, 22]
 
@@ -194,6 +203,82 @@ def test_the_prediction_defaults_to_the_next_token_and_the_class_token():
     assert information_flow(vit, vit.trace(image().double())).prediction == 0
     graph = flow_graph(information_flow(decoder, decoder.trace(A), position=2), 0.0)
     assert graph.prediction == 2 and all(e.target <= 2 for e in graph.edges)  # causal: nothing after 2 reaches it
+
+
+def test_without_the_per_head_split_the_shares_are_the_same_and_no_edge_has_a_head():
+    build, run = CASES["deit"]
+    model = build()
+    trace = run(model)
+    whole, lean_flow = information_flow(model, trace), information_flow(model, trace, top_heads=False)
+    for kind in ("attention", "ffn"):
+        for field in ("blocks", "residual", "bias", "beta"):
+            np.testing.assert_array_equal(
+                getattr(getattr(lean_flow, kind), field), getattr(getattr(whole, kind), field)
+            )
+    assert (lean_flow.top_head == -1).all() and (lean_flow.top_head_share == 0).all()
+    assert (whole.top_head >= 0).all()
+    edges, with_heads = flow_graph(lean_flow, 0.02).edges, flow_graph(whole, 0.02).edges
+    assert [(e.kind, e.layer, e.source, e.target) for e in edges] == [
+        (e.kind, e.layer, e.source, e.target) for e in with_heads
+    ]
+    assert any(e.kind == "attention" for e in edges) and all(e.head is None for e in edges)
+    with pytest.raises(ValueError, match="keep_heads needs the per-head split"):
+        information_flow(model, trace, keep_heads=True, top_heads=False)
+
+
+def test_the_rollout_worked_by_hand():
+    # One layer, two positions, the prediction at 1. The FFN at 1: its part 0.5, the residual 0.4 (beta 0.1, lost),
+    # so the stream after attention at 1 holds 0.9. Attention at 1: source 0 0.2, source 1 0.5, the residual 0.2
+    # (bias 0.1, lost): the input at 0 holds 0.9 * 0.2 = 0.18, at 1 0.9 * (0.5 + 0.2) = 0.63.
+    shares = UpdateShares(
+        blocks=np.array([[[0.7, 0.0], [0.2, 0.5]]]),
+        residual=np.array([[0.2, 0.2]]),
+        bias=np.array([[0.1, 0.1]]),
+        beta=np.zeros((1, 2)),
+    )
+    ffn = UpdateShares(
+        blocks=np.array([[[0.3], [0.5]]]),
+        residual=np.array([[0.6, 0.4]]),
+        bias=np.zeros((1, 2)),
+        beta=np.full((1, 2), 0.1),
+    )
+    flow = Flow(("a", "b"), "blocks", "pre", 1, 1, shares, ffn, np.zeros((1, 2, 2), int), np.zeros((1, 2, 2)))
+    np.testing.assert_allclose(flow_rollout(flow), [[0.18, 0.63], [0.0, 0.9], [0.0, 1.0]], rtol=1e-15)
+    # From position 0: the FFN keeps 0.3 + 0.6 = 0.9 of it; attention at 0 reads 0.7 from 0 and its residual 0.2.
+    np.testing.assert_allclose(flow_rollout(flow, 0), [[0.9 * 0.9, 0.0], [0.9, 0.0], [1.0, 0.0]], rtol=1e-15)
+    with pytest.raises(ValueError, match="outside the input"):
+        flow_rollout(flow, 2)
+
+
+def rollout_by_paths(flow, level, position, target):
+    """What node (level, position) holds: every path from it to the prediction's node, one edge at a time, the product
+    of the shares along it, summed (exponential, for a tiny model only)."""
+    if level == 2 * flow.n_layers:
+        return float(position == target)
+    layer, after_attention = divmod(level, 2)
+    if after_attention:  # the FFN's edge and the residual's, both to (level + 1, position)
+        edges = [(position, flow.ffn.blocks[layer, position, 0]), (position, flow.ffn.residual[layer, position])]
+    else:  # attention edges position -> i, and the residual edge position -> position
+        edges = [(i, flow.attention.blocks[layer, i, position]) for i in range(len(flow.tokens))]
+        edges.append((position, flow.attention.residual[layer, position]))
+    return sum(share * rollout_by_paths(flow, level + 1, i, target) for i, share in edges)
+
+
+@pytest.mark.parametrize("case_name", ["deit", "llama-gqa", "encoder-post"])
+def test_the_rollout_is_the_sum_over_every_path_of_the_products_of_its_shares(case_name):
+    build, run = CASES[case_name]
+    model = build()
+    flow = information_flow(model, run(model), dtype=torch.float64)
+    held = flow_rollout(flow)
+    n, L = len(flow.tokens), flow.n_layers
+    assert held.shape == (2 * L + 1, n)
+    for level in range(2 * L + 1):
+        by_paths = [rollout_by_paths(flow, level, j, flow.prediction) for j in range(n)]
+        np.testing.assert_allclose(held[level], by_paths, rtol=1e-12, atol=1e-15)
+    totals = held.sum(1)
+    assert totals[-1] == 1.0 and np.all(totals[:-1] <= 1.0 + 1e-12) and np.all(np.diff(totals) >= -1e-12)
+    if flow.norm == "post":  # beta's share is lost at every update: the input holds strictly less than the output
+        assert totals[0] < 1.0
 
 
 def test_long_inputs_split_into_chunks_give_the_same_shares(monkeypatch):
