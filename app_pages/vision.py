@@ -14,7 +14,16 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from tformer_app import class_session, derived_views, downloads, patch_embedding, presenter, results, vision_norms
+from tformer_app import (
+    class_session,
+    derived_views,
+    downloads,
+    patch_embedding,
+    presenter,
+    results,
+    vision_flow,
+    vision_norms,
+)
 from tformer_app import vision_explain as explain
 from tformer_app import vision_inputs as vi
 from tformer_app.events import clicked_patch
@@ -64,6 +73,7 @@ def page(url: UrlState) -> None:
         patch_embedding.draw(url, result, model)
         explain.show_figure_7(source, key, result)
         vision_norms.draw(url, result)
+        vision_flow.draw(url, source, data, name, result)
         return
     show_prediction(result.trace)
     show_patches(key, result, model)
@@ -71,6 +81,7 @@ def page(url: UrlState) -> None:
     show_attention(url, key, result)
     explain.show_figure_7(source, key, result)
     vision_norms.draw(url, result)
+    vision_flow.draw(url, source, data, name, result)
 
 
 def show_prediction(trace, title: str = "What the model sees: top 5") -> None:

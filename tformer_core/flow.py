@@ -8,6 +8,7 @@
     graph = flow_graph(flow, threshold=0.04)         # edges above it that lead to the prediction
     graph.edges[0].layer, .source, .target, .share, .head
     held = flow_rollout(flow)                        # [2L + 1, T]: every route followed back, no threshold
+    edges_into(flow)                                 # every attention edge into the prediction, unpruned
 
 Each residual update is a sum of parts. At layer l and position i the attention block writes
 
@@ -61,6 +62,7 @@ __all__ = [
     "UpdateParts",
     "UpdateShares",
     "attention_parts",
+    "edges_into",
     "ffn_parts",
     "flow_graph",
     "flow_rollout",
@@ -118,7 +120,8 @@ class Flow:
     """The shares of every update of one pass (module docstring). attention: by source position, blocks
     [L, T, T] (layer, position i, source j); ffn: blocks [L, T, 1]. top_head [L, T, T]: the head whose (source,
     head) part has the largest share of the per-head split of each edge (-1 everywhere when the flow was computed
-    with top_heads=False), top_head_share [L, T, T] that share (then 0);
+    with top_heads=False, and in the rows left out when it names positions), top_head_share [L, T, T] that share
+    (then 0);
     heads: the per-head split itself, blocks [L, T, T, h] (its own normalisation: it sums to 1 with its residual,
     bias and beta), kept only when asked (`information_flow(..., keep_heads=True)`: L x T^2 x h numbers), else
     None. tokens: the positions' labels; prediction: the position predicted (a decoder's last, an encoder's first
@@ -323,33 +326,35 @@ def information_flow(
     position: int | None = None,
     dtype: torch.dtype = torch.float32,
     keep_heads: bool = False,
-    top_heads: bool = True,
+    top_heads: bool | Sequence[int] = True,
 ) -> Flow:
     """Every attention edge's, FFN's and residual's share of its update, and each edge's top head, at every layer
     and position, from `trace` (one pass of `model`) and the model's W_O and norms; computed where the trace
     lives, in `dtype`, copied to the host once. position: the prediction the graph leads to (default: the
     trace's, else 0). p: 1 (L1, the paper's) or 2. keep_heads: keep the whole per-head split (Flow.heads).
     top_heads=False leaves the per-head split out (Flow.top_head -1, no edge has a head): it is the flow's largest
-    cost (L x T^2 x h x d_model numbers), what a ViT's 197 tokens and more cannot afford on every picture.
+    cost (L x T^2 x h x d_model numbers), what a ViT's 197 tokens and more cannot afford on every picture; a
+    sequence of positions splits only the edges into them (a ViT's class token: [0], L x T x h x d_model).
     Raises ValueError for an encoder-decoder, a model transformers runs, or a trace without the residual stream."""
     norm = _norm_placement(model)
     if p not in (1, 2):
         raise ValueError(f"p must be 1 or 2, got {p!r}")
     if trace.kind != model.kind or trace.meta.query_start:
         raise ValueError("the trace must be one whole pass of this model (not a generation step)")
-    if keep_heads and not top_heads:
-        raise ValueError("keep_heads needs the per-head split that top_heads=False leaves out")
+    if keep_heads and top_heads is not True:
+        raise ValueError("keep_heads needs the whole per-head split, top_heads=True")
+    n = len(trace.tokens)
+    split_rows = None if isinstance(top_heads, bool) else [_checked_position(int(r), n) for r in top_heads]
     by_source, by_head, top, ffn = [], [], [], []
     with torch.inference_mode():
         for layer in range(trace.n_layers):
             by_source.append(_shares(attention_parts(model, trace, layer, "source", dtype=dtype), p))
-            if top_heads:
+            if top_heads is True:
                 heads = _head_shares(model, trace, layer, p, dtype)
                 best = heads[0].max(-1)  # over the heads: [T, T]
                 top.append((best.indices.to(torch.int16), best.values))
             else:
-                none = torch.zeros_like(by_source[-1][0])
-                top.append(((none - 1).to(torch.int16), none))
+                top.append(_top_heads_of_rows(model, trace, layer, p, dtype, split_rows or [], by_source[-1][0]))
             if keep_heads:
                 by_head.append(heads)
             ffn.append(_shares(ffn_parts(model, trace, layer, dtype=dtype), p))
@@ -368,6 +373,17 @@ def information_flow(
         top_head_share=arrays[9].astype(np.float64),
         heads=UpdateShares(*(a.astype(np.float64) for a in arrays[10:14])) if keep_heads else None,
     )
+
+
+def _top_heads_of_rows(
+    model: TracedModel, trace: Trace, layer: int, p: int, dtype: torch.dtype, rows: Sequence[int], like: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(top head [T, T] int16, its share [T, T]) of the per-head split in the given rows only; -1 and 0 elsewhere."""
+    head, share = torch.full(like.shape, -1, dtype=torch.int16, device=like.device), torch.zeros_like(like)
+    for row in rows:
+        best = _shares(attention_parts(model, trace, layer, "head", slice(row, row + 1), dtype), p)[0].max(-1)
+        head[row], share[row] = best.indices[0].to(torch.int16), best.values[0]
+    return head, share
 
 
 def _head_shares(model: TracedModel, trace: Trace, layer: int, p: int, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
@@ -434,6 +450,21 @@ def flow_rollout(flow: Flow, position: int | None = None) -> np.ndarray:
         middle = held[2 * layer + 1]
         held[2 * layer] = middle @ flow.attention.blocks[layer] + middle * flow.attention.residual[layer]
     return held
+
+
+def edges_into(flow: Flow, position: int | None = None) -> tuple[FlowEdge, ...]:
+    """Every attention edge into `position` (default flow.prediction), at every layer and from every source, no
+    threshold: L x T edges, layer by layer, with their top heads where the flow has them. A ViT's class token reads
+    a little from each of ~200 patches, so that no single edge passes a graph's threshold: rank these instead."""
+    n = len(flow.tokens)
+    i = flow.prediction if position is None else _checked_position(position, n)
+    edges = []
+    for layer in range(flow.n_layers):
+        for j in range(n):
+            head = int(flow.top_head[layer, i, j])
+            share, top = float(flow.attention.blocks[layer, i, j]), float(flow.top_head_share[layer, i, j])
+            edges.append(FlowEdge("attention", "attn", layer, j, i, share, head if head >= 0 else None, top))
+    return tuple(edges)
 
 
 def _checked_position(position: int, n: int) -> int:

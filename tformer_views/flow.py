@@ -4,6 +4,9 @@
     graph = flow_graph(f, threshold=0.04)
     spec = flow_chart(graph, display_tokens(trace.tokens))   # layers up, positions across; click an edge
     strongest_edges(graph, labels, k=8)                   # the attention edges with the largest shares
+    held = flow_rollout(f)                                # a ViT's class token: every route followed back
+    held_over_patches(held, layer, trace.n_prefix_tokens, trace.patch_grid)   # [rows, cols], over the picture
+    held_chart(held_by_layer(held, trace.tokens, trace.n_prefix_tokens))       # where it sits before each layer
 
 The chart puts the input tokens along the bottom and the prediction on top. Each layer is two rows: the stream
 after its attention, then after its FFN. An attention edge runs from source j one row up to position i, coloured
@@ -15,16 +18,34 @@ selection parameter "edge" with fields layer and head (that head's views).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-from tformer_core.flow import FlowEdge, FlowGraph
+from tformer_core.flow import Flow, FlowEdge, FlowGraph, edges_into, flow_rollout, information_flow
+from tformer_core.models.base import TracedModel
+from tformer_core.trace import Trace
 
 from .charts.attention import head_colour_scale
-from .charts.spec import channel, layered, named_data
+from .charts.spec import channel, fitting, layered, named_data
 
-__all__ = ["EDGE_PARAM", "FFN_COLOUR", "RESIDUAL_COLOUR", "edge_frame", "flow_chart", "level_name", "strongest_edges"]
+__all__ = [
+    "EDGE_PARAM",
+    "FFN_COLOUR",
+    "HELD_PLACES",
+    "RESIDUAL_COLOUR",
+    "ClassTokenFlow",
+    "class_token_flow",
+    "edge_frame",
+    "flow_chart",
+    "held_by_layer",
+    "held_chart",
+    "held_over_patches",
+    "level_name",
+    "strongest_edges",
+    "strongest_reads",
+]
 
 EDGE_PARAM = "edge"  # the selection parameter a click on an attention edge sets (fields layer, head)
 RESIDUAL_COLOUR = "#bbbbbb"
@@ -246,3 +267,117 @@ def strongest_edges(graph: FlowGraph, labels: Sequence[str], k: int = 8) -> pd.D
         },
         columns=["layer", "head", "from", "to", "share"],
     )
+
+
+# ---- a ViT's class token: the rollout of tformer_core.flow.flow_rollout over the picture -----------------------
+
+HELD_PLACES = ("class token", "other special tokens", "patches", "taken by biases")
+
+
+@dataclass(frozen=True, eq=False)
+class ClassTokenFlow:
+    """What the Vision page draws of a picture's flow, small enough to cache: held [2L + 1, T] the rollout to the
+    class token (tformer_core.flow.flow_rollout); tokens, n_prefix, grid_hw as the trace's; reads: the attention
+    edges into the class token that carry the most of its output (strongest_reads)."""
+
+    held: np.ndarray
+    tokens: tuple[str, ...]
+    n_prefix: int
+    grid_hw: tuple[int, int]
+    reads: pd.DataFrame
+
+
+def class_token_flow(model: TracedModel, trace: Trace, k: int = 10) -> ClassTokenFlow:
+    """The flow of one ViT pass (the residual stream kept) to its class token: the rollout and the k attention edges
+    into the class token that carry the most of its output (strongest_reads), with their heads. Only the class
+    token's row is split by head: the whole split (L x T^2 x h x d_model numbers) would cost a DeiT-Tiny picture
+    more than the rest of the flow, and ViT-B/16's seconds."""
+    flow = information_flow(model, trace, position=0, top_heads=[0])
+    held = flow_rollout(flow)
+    return ClassTokenFlow(held, flow.tokens, trace.n_prefix_tokens, trace.patch_grid, strongest_reads(flow, held, k))
+
+
+def strongest_reads(flow: Flow, held: np.ndarray, k: int = 10) -> pd.DataFrame:
+    """The k attention edges into the rollout's position (where held's last level is 1) that carry the most of its
+    output: layer, head (the edge's top head; -1 where the flow has none), from (the source token), share (of the
+    update at that layer) and carried (what of the output came through the edge: what the stream after that
+    layer's attention holds, times the edge's share). Ranked, not pruned: a class token reads a little from each
+    of ~200 patches, so no single edge passes a graph's threshold."""
+    into = int(np.argmax(held[-1]))
+    edges = [(held[2 * e.layer + 1, into] * e.share, e) for e in edges_into(flow, into)]
+    strongest = sorted(edges, key=lambda c_e: -c_e[0])[:k]
+    return pd.DataFrame(
+        {
+            "layer": [e.layer for _, e in strongest],
+            "head": [-1 if e.head is None else e.head for _, e in strongest],
+            "from": [flow.tokens[e.source] for _, e in strongest],
+            "share": [round(e.share, 3) for _, e in strongest],
+            "carried": [round(float(c), 4) for c, _ in strongest],
+        },
+        columns=["layer", "head", "from", "share", "carried"],
+    )
+
+
+def held_over_patches(held: np.ndarray, layer: int, n_prefix: int, grid_hw: tuple[int, int]) -> np.ndarray:
+    """[rows, cols]: what each patch holds of the prediction just before layer `layer` (level 2 * layer of the
+    rollout; layer = L: the output), row-major as the patches come after the `n_prefix` tokens before them."""
+    levels = held.shape[0]
+    if not 0 <= 2 * layer < levels:
+        raise ValueError(f"layer {layer} is outside 0..{(levels - 1) // 2}")
+    rows, cols = grid_hw
+    patches = held[2 * layer, n_prefix:]
+    if patches.size != rows * cols:
+        raise ValueError(f"{patches.size} patches do not fill a {rows} x {cols} grid")
+    return patches.reshape(rows, cols)
+
+
+def held_by_layer(held: np.ndarray, tokens: Sequence[str], n_prefix: int) -> pd.DataFrame:
+    """Long form (before, where, share, order): before each layer (0..L, L the output) what the class token (position
+    0) holds of the prediction, what the other tokens before the patches hold (a distillation token, registers),
+    the patches, and what the biases have taken on the way (1 minus the level's total)."""
+    if held.shape[1] != len(tokens) or not 1 <= n_prefix < len(tokens):
+        raise ValueError(f"a rollout over {held.shape[1]} positions does not match {len(tokens)} tokens")
+    rows = []
+    for layer, level in enumerate(held[::2]):
+        parts = (level[0], level[1:n_prefix].sum(), level[n_prefix:].sum(), max(0.0, 1.0 - level.sum()))
+        rows += [
+            {"before": layer, "where": where, "share": float(share), "order": k}
+            for k, (where, share) in enumerate(zip(HELD_PLACES, parts, strict=True))
+        ]
+    return pd.DataFrame(rows, columns=["before", "where", "share", "order"])
+
+
+def held_chart(frame: pd.DataFrame, width: int = 520, height: int = 240) -> dict:
+    """Stacked bars, one per layer: where the class token's final state sits before that layer (held_by_layer)."""
+    datasets: dict = {}
+    n_layers = int(frame["before"].max())
+    x = channel(
+        "before",
+        "ordinal",
+        title=f"before layer ({n_layers}: the output)",
+        axis={"labelAngle": 0, "labelOverlap": True},
+    )
+    bars = {
+        "data": named_data(frame, datasets),
+        "mark": {"type": "bar"},
+        "encoding": {
+            "x": x,
+            "y": channel("share", "quantitative", title="share of the class token's output", stack="zero"),
+            "color": channel(
+                "where",
+                "nominal",
+                title=None,
+                sort=list(HELD_PLACES),
+                scale={"domain": list(HELD_PLACES), "range": ["#d62728", "#ff9896", "#1f77b4", "#cccccc"]},
+                legend={"orient": "bottom", "columns": 2, "labelLimit": 240},
+            ),
+            "order": channel("order", "quantitative"),
+            "tooltip": [
+                channel("before", "ordinal", title="before layer"),
+                channel("where", "nominal"),
+                channel("share", "quantitative", format=".3f"),
+            ],
+        },
+    }
+    title = "Where the class token's information sits, layer by layer"
+    return fitting(layered([bars], datasets, title, height=height), width)

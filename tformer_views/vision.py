@@ -10,7 +10,7 @@ embedding_filter_pcs(model), position_similarity_maps(model)   # ViT paper, Fig.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -50,6 +50,7 @@ __all__ = [
     "rollout",
     "rollout_map",
     "similarity_map_step",
+    "trace_picture",
 ]
 
 FUSIONS = ("mean", "max", "min")
@@ -107,6 +108,16 @@ def analyse(model: TracedModel, data: bytes, name: str = "") -> VisionResult:
     seen = preprocessing.resized(loaded.image)
     trace = vit.trace(preprocessing.to_tensor(seen))  # what `VisionResult.pixels` rebuilds
     return VisionResult(seen, trace, loaded.original_size, preprocessing, loaded.notes, token_norms(trace))
+
+
+def trace_picture(model: TracedModel, data: bytes, name: str = "", keep: Callable[[str], bool] | None = None) -> Trace:
+    """The trace `analyse` makes of an image file, keeping the names `keep` selects (all by default): for a view
+    that needs more than the cached one holds (the residual stream after each attention, for the flow)."""
+    vit = require_vit(model)
+    preprocessing = vit.preprocessing
+    assert preprocessing is not None  # require_vit refuses a ViT without one
+    pixels = preprocessing.to_tensor(preprocessing.resized(read_image(data, name).image))
+    return vit.trace(pixels, keep=keep)
 
 
 def query_token(trace: Trace, patch: int | None) -> int:

@@ -13,6 +13,7 @@ from tformer_core.flow import (
     Flow,
     UpdateShares,
     attention_parts,
+    edges_into,
     ffn_parts,
     flow_graph,
     flow_rollout,
@@ -222,8 +223,31 @@ def test_without_the_per_head_split_the_shares_are_the_same_and_no_edge_has_a_he
         (e.kind, e.layer, e.source, e.target) for e in with_heads
     ]
     assert any(e.kind == "attention" for e in edges) and all(e.head is None for e in edges)
-    with pytest.raises(ValueError, match="keep_heads needs the per-head split"):
+    with pytest.raises(ValueError, match="keep_heads needs the whole per-head split"):
         information_flow(model, trace, keep_heads=True, top_heads=False)
+    # Only the class token's row split: its edges have the whole split's heads and shares, the other rows none.
+    row = information_flow(model, trace, top_heads=[0])
+    np.testing.assert_array_equal(row.top_head[:, 0], whole.top_head[:, 0])
+    np.testing.assert_allclose(row.top_head_share[:, 0], whole.top_head_share[:, 0], rtol=1e-12)
+    assert (row.top_head[:, 1:] == -1).all() and (row.top_head_share[:, 1:] == 0).all()
+    np.testing.assert_array_equal(row.attention.blocks, whole.attention.blocks)
+    with pytest.raises(ValueError, match="outside the input"):
+        information_flow(model, trace, top_heads=[len(trace.tokens)])
+
+
+def test_edges_into_a_position_are_every_layers_every_source_unpruned():
+    build, run = CASES["llama-gqa"]
+    model = build()
+    flow = information_flow(model, run(model))
+    edges = edges_into(flow)
+    n, L = len(flow.tokens), flow.n_layers
+    assert [(e.layer, e.source) for e in edges] == [(lay, j) for lay in range(L) for j in range(n)]
+    assert all(e.kind == "attention" and e.target == flow.prediction == n - 1 for e in edges)
+    assert [e.share for e in edges] == flow.attention.blocks[:, n - 1, :].ravel().tolist()
+    assert [e.head for e in edges] == flow.top_head[:, n - 1, :].ravel().tolist()
+    into_two = edges_into(flow, 2)
+    assert {e.target for e in into_two} == {2} and all(e.share == 0 for e in into_two if e.source > 2)  # causal
+    assert all(e.head is None for e in edges_into(information_flow(model, run(model), top_heads=False)))
 
 
 def test_the_rollout_worked_by_hand():

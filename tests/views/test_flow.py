@@ -6,7 +6,17 @@ import pytest
 from tests.core.test_interventions import tiny_llama
 from tformer_core.flow import flow_graph, information_flow
 from tformer_views.charts.export import validate
-from tformer_views.flow import EDGE_PARAM, edge_frame, flow_chart, level_name, strongest_edges
+from tformer_views.flow import (
+    EDGE_PARAM,
+    HELD_PLACES,
+    edge_frame,
+    flow_chart,
+    held_by_layer,
+    held_chart,
+    held_over_patches,
+    level_name,
+    strongest_edges,
+)
 
 A = [3, 7, 1, 12, 9, 4, 22]
 LABELS = [f"t{i}" for i in range(len(A))]
@@ -69,3 +79,32 @@ def test_the_chart_fits_the_column_it_is_given(graph):
         assert flow_chart(graph, LABELS * 2, n_heads=4, room=room)["width"] == width
     title = flow_chart(graph, LABELS, n_heads=4)["title"]
     assert title == [f"Routes to the prediction at {LABELS[graph.prediction]}", "(edges with share > 0.05)"]
+
+
+def test_the_class_tokens_places_and_its_map_over_the_patches_worked_by_hand():
+    # Two layers (five levels), a class token, a distillation token and a 2 x 2 grid of patches.
+    held = np.zeros((5, 6))
+    held[4, 0] = 1.0  # the output: all the class token's
+    held[2] = [0.5, 0.1, 0.1, 0.1, 0.1, 0.0]  # before layer 1: 0.9 held, 0.1 taken by biases
+    held[0] = [0.1, 0.0, 0.4, 0.2, 0.1, 0.0]  # before layer 0: 0.8 held
+    tokens = ["[CLS]", "[DIST]", "r0c0", "r0c1", "r1c0", "r1c1"]
+    frame = held_by_layer(held, tokens, n_prefix=2)
+    got = {(b, w): s for b, w, s in zip(frame["before"], frame["where"], frame["share"], strict=True)}
+    assert got == pytest.approx(
+        {
+            **{(0, p): s for p, s in zip(HELD_PLACES, (0.1, 0.0, 0.7, 0.2), strict=True)},
+            **{(1, p): s for p, s in zip(HELD_PLACES, (0.5, 0.1, 0.3, 0.1), strict=True)},
+            **{(2, p): s for p, s in zip(HELD_PLACES, (1.0, 0.0, 0.0, 0.0), strict=True)},
+        }
+    )
+    np.testing.assert_array_equal(held_over_patches(held, 0, 2, (2, 2)), [[0.4, 0.2], [0.1, 0.0]])
+    np.testing.assert_array_equal(held_over_patches(held, 2, 2, (2, 2)), np.zeros((2, 2)))
+    with pytest.raises(ValueError, match=r"layer 3 is outside 0\.\.2"):
+        held_over_patches(held, 3, 2, (2, 2))
+    with pytest.raises(ValueError, match="4 patches do not fill a 3 x 2 grid"):
+        held_over_patches(held, 0, 2, (3, 2))
+    with pytest.raises(ValueError, match="does not match 5 tokens"):
+        held_by_layer(held, tokens[:5], n_prefix=2)
+    spec = held_chart(frame)
+    validate(spec)
+    assert spec["layer"][0]["encoding"]["x"]["title"] == "before layer (2: the output)"

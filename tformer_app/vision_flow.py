@@ -1,0 +1,83 @@
+"""The Vision page's "How information flows to the class token": tformer_core.flow's shares, every route followed
+back from the class token's output (flow_rollout), over the picture before a chosen layer, as bars per layer, and
+the strongest attention edges on the routes. Streamlit drawing only; the numbers come from tformer_views.flow.
+
+The flow needs the residual stream after every attention, which the page's cached trace leaves out: it is its own
+request (one more pass), opened on request and cached for the whole server, as the Text attention page's graph.
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+
+import tformer_core as tc
+from tformer_core.trace import lean
+from tformer_views import vision as vv
+from tformer_views.flow import ClassTokenFlow, class_token_flow, held_by_layer, held_chart, held_over_patches
+from tformer_views.pictures import overlay, to_jpeg
+
+from . import downloads, results
+from .url import UrlState
+
+__all__ = ["TITLE", "draw", "flow_request"]
+
+TITLE = "How information flows to the class token"
+ABOUT = (
+    "The class token's final state is what the classifier reads. Each layer adds to every token's residual "
+    "stream: its attention a part per source token, its FFN one part, and the stream itself is kept. Each part "
+    "gets a **share** of the update it belongs to (max(0, ‖whole‖₁ − ‖whole − part‖₁), normalised over the parts: "
+    "Ferrando & Voita 2024, as on the Text attention page). Following every route back from the class token's "
+    "output and multiplying the shares along it says how much of that output sits where before each layer: "
+    "attention rollout with these shares in place of the attention weights, the residual among them. What the "
+    "biases add has no source, so a little is lost on the way. A share is read from this one pass; it is not "
+    "what removing a patch would change."
+)
+
+
+def _picture_flow(model: tc.TracedModel, data: bytes, name: str) -> ClassTokenFlow:
+    return class_token_flow(model, vv.trace_picture(model, data, name, keep=lean))
+
+
+def flow_request(source: str, data: bytes, name: str) -> results.Request[ClassTokenFlow]:
+    """The class token's flow for one picture: one pass with the residual stream kept, cached for the server."""
+    return results.Request.of("picture_flow", _picture_flow, source, data, name)
+
+
+def draw(url: UrlState, source: str, data: bytes, name: str, result: vv.VisionResult) -> None:
+    """The section, folded, computed once its toggle is on: the picture with what each patch holds before the
+    chosen layer, the bars per layer, the strongest edges."""
+    with st.expander(TITLE):
+        st.markdown(ABOUT)
+        if result.trace.meta.path != "tformer":
+            st.caption("The flow needs the model's own weights (W_O, its norms): this model runs through transformers.")
+            return
+        if not st.toggle("Follow the routes to the class token (one more pass)", key=url.key("cls_flow", False)):
+            return
+        flow = results.result(flow_request(source, data, name), label="Information flow")
+        L = (flow.held.shape[0] - 1) // 2
+        before = int(
+            st.select_slider(
+                "Before layer",
+                options=list(range(L + 1)),
+                key=url.key("cls_flow_before", 0, choices=range(L + 1)),
+                format_func=lambda k: f"{k} (the output)" if k == L else ("0 (the input)" if k == 0 else str(k)),
+            )
+        )
+        left, right = st.columns([3, 2])
+        grid = held_over_patches(flow.held, before, flow.n_prefix, flow.grid_hw)
+        left.image(
+            to_jpeg(overlay(result.image, grid, smooth=False)),
+            caption=f"Before layer {before}: how much of the class token's output each patch holds (bright = most; "
+            f"the patches together {grid.sum():.1%}).",
+        )
+        with right:
+            kept = flow.held[2 * before, 0]
+            st.metric("Held by the class token itself", f"{kept:.1%}")
+            st.markdown("What the class token reads that carries most of its output:")
+            st.dataframe(flow.reads, hide_index=True)
+            st.caption(
+                "share: of the class token's update at that layer; carried: what of its output came through the "
+                "edge (that share times what the class token's stream after the layer's attention holds)."
+            )
+        frame = held_by_layer(flow.held, flow.tokens, flow.n_prefix)
+        downloads.chart(held_chart(frame), key=f"{url.page}.cls_flow_bars", file_name="class_token_flow")
