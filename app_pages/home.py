@@ -102,8 +102,8 @@ GUIDE = [
         "your picture in patches (N = HW/P²), embedding shapes, each head's attention as heat over the picture "
         "(class token or any patch you click), rollout, top 5 classes, the ViT paper's Fig. 7, high-norm tokens "
         "and registers, how information flows to the class token (the flow's rollout over the picture, layer by "
-        "layer, and the edges that carry most of it); patch embedding by hand (the lecture's 8×8 image and two 4×4 kernels, every product sum, equal to flattening times a "
-        "matrix) and on one patch of your picture",
+        "layer, and the edges that carry most of it); patch embedding by hand (the lecture's 8×8 image and two "
+        "4×4 kernels, every product sum, equal to flattening times a matrix) and on one patch of your picture",
     ),
     (
         "app_pages/attention_distance.py",
