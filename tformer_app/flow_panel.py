@@ -105,7 +105,12 @@ def draw(
             if scroll:
                 attention_panel.scroll_to_views(url, prefix)
 
-    chart = flow_chart(graph, labels, trace.n_heads, predicted=said, selected=selected, room=presenter.room())
+    screen = presenter.screen_height() if presenter.presenting() else None
+    chart = flow_chart(
+        graph, labels, trace.n_heads, predicted=said, selected=selected, room=presenter.room(), screen=screen
+    )
+    if screen is not None:
+        chart["usermeta"] = {"scale": presenter.scale()}  # sized for the projector's screen: not enlarged again
     downloads.chart(
         chart, key=pick_key, file_name="information_flow", on_select=url.callback(pick), selection_mode="edge"
     )

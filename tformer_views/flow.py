@@ -31,9 +31,11 @@ from .charts.attention import head_colour_scale
 from .charts.spec import channel, fitting, layered, named_data
 
 __all__ = [
+    "AROUND_PLOT_PX",
     "EDGE_PARAM",
     "FFN_COLOUR",
     "HELD_PLACES",
+    "MIN_LEVEL_PX",
     "RESIDUAL_COLOUR",
     "ClassTokenFlow",
     "class_token_flow",
@@ -101,6 +103,10 @@ def _edge_words(e: FlowEdge, labels: Sequence[str]) -> str:
 
 
 MIN_WIDTH = 200  # the graph's plot, at the narrowest
+MIN_LEVEL_PX = 5  # a level's height, at the least: an edge of one level is still a visible line
+# Above and below the plot on a projector's screen: the title's two lines and the tokens under the plot (at presenter
+# type), the page's sticky bar.
+AROUND_PLOT_PX = 250
 LABELS_PX = 70  # beside the plot: the layer labels on the left and the padding
 
 
@@ -112,16 +118,21 @@ def flow_chart(
     selected: tuple[int, int] | None = None,
     width: int | None = None,
     room: int | None = None,
+    screen: int | None = None,
 ) -> dict:
     """The graph as a Vega-Lite chart (module docstring). labels: the positions' tokens as shown; n_heads: the
     heads the colours are for; predicted: the prediction's label, printed above its node; selected: a (layer,
     head) whose edges are outlined. Width: about 56 px a position (360 to 900) unless given, and no wider than
-    `room` (the page's column, CSS pixels) allows beside the layer labels: a phone's 358 px."""
+    `room` (the page's column, CSS pixels) allows beside the layer labels: a phone's 358 px. Height: 10 to 34 px
+    a level, and with `screen` (a projector's height, CSS pixels) the whole chart within it, its title and the
+    tokens under the plot included (SmolLM2's 61 levels at 7 px on a 720 px screen)."""
     n, levels = len(labels), 2 * graph.n_layers + 1
     width = width or max(360, min(900, 56 * n))
     if room is not None:
         width = max(MIN_WIDTH, min(width, room - LABELS_PX))
     level_px = max(10, min(34, 620 // levels))
+    if screen is not None:
+        level_px = max(MIN_LEVEL_PX, min(level_px, (screen - AROUND_PLOT_PX) // (levels + 2)))
     datasets: dict = {}
     frame = edge_frame(graph, labels)
     x_scale = {"domain": [-0.6, n - 0.4], "nice": False}

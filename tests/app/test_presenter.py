@@ -14,7 +14,9 @@ import numpy as np
 import pytest
 
 from tests.app.pages import PAGES, no_exception
+from tformer_app import presenter
 from tformer_app.presenter import PRESENT, ROOM
+from tformer_views.flow import AROUND_PLOT_PX, MIN_LEVEL_PX
 
 # The main column's width on a 1280-px projector: with the sidebar, and in presenter mode (no sidebar).
 ROOMS = {False: 820, True: 1190}
@@ -104,3 +106,16 @@ def test_a_slide_saved_with_every_view_opens_one_view_at_a_time_and_keeps_the_ot
     # Out of presenter mode a link's one view ("view", presenter mode's) is no error either.
     at = run("text_attention", False, layer="2", head="3", view="heatmap")
     assert not [m for m in messages(at, "info") if "link" in m], messages(at, "info")
+
+
+def test_smollm2s_flow_graph_fits_the_projectors_screen(smollm2_folder):
+    """At 1280 x 720 the graph of SmolLM2's 61 levels was 1,060 px tall, enlarged once more by presenter mode."""
+    for present in (False, True):
+        at = run("text_attention", present, flow="1", arch="decoder", text="The capital of France is")
+        spec = next(v for title, v in specs(at).items() if "Routes to the prediction at" in title)
+        if not present:
+            assert spec["height"] == 10 * 63 and "usermeta" not in spec  # on a page: 10 px a level
+            continue
+        screen = round((ROOMS[True] + presenter.SCREEN_PAD_PX) * 9 / 16)  # 719: the room's 16:9 screen
+        assert spec["usermeta"] == {"scale": presenter.FONT_SCALE}  # sized for the screen, not enlarged again
+        assert 61 * MIN_LEVEL_PX <= spec["height"] <= screen - AROUND_PLOT_PX

@@ -4,11 +4,13 @@ import numpy as np
 import pytest
 
 from tests.core.test_interventions import tiny_llama
-from tformer_core.flow import flow_graph, information_flow
+from tformer_core.flow import FlowGraph, flow_graph, information_flow
 from tformer_views.charts.export import validate
 from tformer_views.flow import (
+    AROUND_PLOT_PX,
     EDGE_PARAM,
     HELD_PLACES,
+    MIN_LEVEL_PX,
     edge_frame,
     flow_chart,
     held_by_layer,
@@ -79,6 +81,23 @@ def test_the_chart_fits_the_column_it_is_given(graph):
         assert flow_chart(graph, LABELS * 2, n_heads=4, room=room)["width"] == width
     title = flow_chart(graph, LABELS, n_heads=4)["title"]
     assert title == [f"Routes to the prediction at {LABELS[graph.prediction]}", "(edges with share > 0.05)"]
+
+
+def test_on_a_projector_the_chart_fits_the_screens_height():
+    """Presenter mode at 1280 x 720 drew SmolLM2's 61 levels 1,060 px tall: the graph no longer fit the screen."""
+    model = tiny_llama()
+    flow = information_flow(model, model.trace(A))
+    deep = FlowGraph(flow.tokens, 30, flow.prediction, 0.05, (), frozenset({(60, flow.prediction)}))  # 61 levels
+    assert flow_chart(deep, LABELS, n_heads=4)["height"] == 10 * 63  # on a page: 10 px a level, 2 levels spare
+    assert flow_chart(deep, LABELS, n_heads=4, screen=720)["height"] == (720 - AROUND_PLOT_PX) // 63 * 63
+    assert flow_chart(deep, LABELS, n_heads=4, screen=720)["height"] + AROUND_PLOT_PX <= 720
+    assert flow_chart(deep, LABELS, n_heads=4, screen=200)["height"] == MIN_LEVEL_PX * 63  # still lines, not dots
+    shallow = flow_chart(graph_of(model), LABELS, n_heads=4, screen=1080)
+    assert shallow["height"] == flow_chart(graph_of(model), LABELS, n_heads=4)["height"]  # room to spare: as on a page
+
+
+def graph_of(model):
+    return flow_graph(information_flow(model, model.trace(A)), 0.05)
 
 
 def test_the_class_tokens_places_and_its_map_over_the_patches_worked_by_hand():
