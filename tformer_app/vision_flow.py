@@ -16,7 +16,7 @@ from tformer_views import vision as vv
 from tformer_views.flow import ClassTokenFlow, class_token_flow, held_by_layer, held_chart, held_over_patches
 from tformer_views.pictures import overlay, to_jpeg
 
-from . import downloads, results
+from . import downloads, presenter, results
 from .url import UrlState
 
 __all__ = ["TITLE", "draw", "flow_request"]
@@ -74,7 +74,7 @@ def draw(url: UrlState, source: str, data: bytes, name: str, result: vv.VisionRe
             kept = flow.held[2 * before, 0]
             st.metric("Held by the class token itself", f"{kept:.1%}")
             st.markdown("What the class token reads that carries most of its output:")
-            st.dataframe(flow.reads, hide_index=True)
+            presenter.table(flow.reads.set_index("layer"))  # in presenter mode, at the presenter's type
             st.caption(
                 "share: of the class token's update at that layer; carried: what of its output came through the "
                 "edge (that share times what the class token's stream after the layer's attention holds)."

@@ -54,9 +54,8 @@ def test_the_class_tokens_routes_are_the_cores_and_cost_one_pass_once():
 
     # The edges into the class token that carry the most of its output, with their heads (vit-tiny is small enough
     # to split): what the stream after layer l's attention holds, times the edge's share, over every (layer, source).
-    table = next(
-        d.value for d in at.dataframe if list(d.value.columns) == ["layer", "head", "from", "share", "carried"]
-    )
+    table = next(d.value for d in at.dataframe if d.value.index.name == "layer").reset_index()
+    assert list(table.columns) == ["layer", "head", "from", "share", "carried"]
     n = len(flow.tokens)
     carried = {(lay, j): held[2 * lay + 1, 0] * flow.attention.blocks[lay, 0, j] for lay in range(L) for j in range(n)}
     top = sorted(carried, key=lambda lj: -carried[lj])[:10]
