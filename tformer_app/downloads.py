@@ -81,17 +81,23 @@ def file_download(label: str, data: bytes | Callable[[], bytes], file_name: str,
     )
 
 
-def table(frame: pd.DataFrame, digits: int = 4, key: str | None = None) -> None:
-    """A table whose numbers the browser formats to `digits` decimals.
+# In presenter mode a table of at most this many rows is an HTML table at the presenter's type (a data grid draws its
+# cells on a canvas at its own small size); a longer one stays a grid, which scrolls.
+PRESENTED_ROWS = 40
 
-    Not a pandas Styler: a Styler formats every cell on the server, which for a 512-row table
+
+def table(frame: pd.DataFrame, digits: int = 4, key: str | None = None) -> None:
+    """A table whose numbers the browser formats to `digits` decimals; in presenter mode, up to PRESENTED_ROWS rows,
+    an HTML table at the presenter's type with the numbers formatted here.
+
+    Not a pandas Styler otherwise: a Styler formats every cell on the server, which for a 512-row table
     takes longer than the rest of a rerun.
     """
-    config = {
-        str(c): st.column_config.NumberColumn(format=f"%.{digits}f")
-        for c in frame.columns
-        if pd.api.types.is_float_dtype(frame[c])
-    }
+    floats = [c for c in frame.columns if pd.api.types.is_float_dtype(frame[c])]
+    if presenter.presenting() and len(frame) <= PRESENTED_ROWS:
+        st.table(frame.style.format(precision=digits, subset=floats))
+        return
+    config = {str(c): st.column_config.NumberColumn(format=f"%.{digits}f") for c in floats}
     st.dataframe(frame, column_config=config, key=key)
 
 

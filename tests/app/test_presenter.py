@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from tests.app.pages import PAGES, no_exception
-from tformer_app import presenter
+from tformer_app import downloads, presenter
 from tformer_app.presenter import PRESENT, ROOM
 from tformer_views.flow import AROUND_PLOT_PX, MIN_LEVEL_PX
 
@@ -119,3 +119,24 @@ def test_smollm2s_flow_graph_fits_the_projectors_screen(smollm2_folder):
         screen = round((ROOMS[True] + presenter.SCREEN_PAD_PX) * 9 / 16)  # 719: the room's 16:9 screen
         assert spec["usermeta"] == {"scale": presenter.FONT_SCALE}  # sized for the screen, not enlarged again
         assert 61 * MIN_LEVEL_PX <= spec["height"] <= screen - AROUND_PLOT_PX
+
+
+def test_short_tables_are_drawn_at_the_presenters_type_and_long_ones_stay_grids():
+    """A data grid draws its cells on a canvas at its own 14 px: on a projector the sources of a score were the
+    smallest type on the screen. In presenter mode a table of up to PRESENTED_ROWS rows is an HTML table."""
+    usual, presenting = run("why_here", False), run("why_here", True)
+    grids = {d.value.index.name: d.value for d in usual.dataframe}
+    assert len(usual.table) == 0 and {"query side", "key side"} <= set(grids)
+    tables = {t.value.index.name: t.value for t in presenting.table}
+    assert {"query side", "key side"} <= set(tables) and not {"query side", "key side"} & {
+        d.value.index.name for d in presenting.dataframe
+    }
+    for side in ("query side", "key side"):
+        shown, grid = tables[side], grids[side]
+        assert list(shown.columns) == list(grid.columns) and len(shown) == len(grid) <= downloads.PRESENTED_ROWS
+        np.testing.assert_array_equal(shown["adds"], grid["adds"])  # the numbers themselves; only their format differs
+    # The row of "it" against all of a long text's keys: more rows than a projector shows, so a grid that scrolls.
+    long_text = " ".join(["the animal was tired"] * 12)
+    at = run("text_attention", True, view="why", text=long_text)
+    assert any(len(d.value) > downloads.PRESENTED_ROWS for d in at.dataframe)
+    assert all(len(t.value) <= downloads.PRESENTED_ROWS for t in at.table)
