@@ -21,6 +21,7 @@ from tformer_views.tokens import display_token, display_tokens
 from . import attention_panel, downloads, presenter, results
 from .events import clicked_cell
 from .markdown import escape
+from .page import run_safely
 from .url import UrlState
 from .widgets import following_choice
 
@@ -93,7 +94,9 @@ def draw(
     predicted = trace.meta.predict_position
     default = 0 if predicted is None else predicted % len(labels)
     to, threshold = _controls(url, labels, default)
-    flow = results.result(flow_request(source, text, pair), label="Information flow")
+    flow = run_safely(lambda: results.result(flow_request(source, text, pair), label="Information flow"), "Flow")
+    if flow is None:
+        return
     graph = flow_graph(flow, float(threshold), int(to))
     said = _prediction(trace, int(to))
     pick_key = f"{url.page}.chart.flow"

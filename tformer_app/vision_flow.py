@@ -17,6 +17,7 @@ from tformer_views.flow import ClassTokenFlow, class_token_flow, held_by_layer, 
 from tformer_views.pictures import overlay, to_jpeg
 
 from . import downloads, presenter, results
+from .page import run_safely
 from .url import UrlState
 
 __all__ = ["TITLE", "draw", "flow_request"]
@@ -53,7 +54,9 @@ def draw(url: UrlState, source: str, data: bytes, name: str, result: vv.VisionRe
             return
         if not st.toggle("Follow the routes to the class token (one more pass)", key=url.key("cls_flow", False)):
             return
-        flow = results.result(flow_request(source, data, name), label="Information flow")
+        flow = run_safely(lambda: results.result(flow_request(source, data, name), label="Information flow"), TITLE)
+        if flow is None:
+            return
         L = (flow.held.shape[0] - 1) // 2
         before = int(
             st.select_slider(

@@ -93,3 +93,15 @@ def test_does_this_head_matter_shows_the_routes_beside_the_ablations_and_outline
     assert list(zip(at_23["source"], at_23["target"], at_23["head"], strict=True)) == [(3, 4, 4)]
     outlined = [f for f in flow_chart_frames(at) if "kind" in f and len(f) == 1 and f["layer"][0] == 23]
     assert outlined  # the chosen head's edge, dashed red
+
+
+def test_a_flow_the_server_refuses_is_said_on_the_page_and_the_page_keeps_working(monkeypatch, caplog):
+    def refused(model, text, pair):
+        raise tc.InputError("this text's flow is larger than the server allows")
+
+    monkeypatch.setattr(flow_panel, "_flow", refused)
+    at = run("text_attention", flow="1", text="A sentence no other test of the flow reads.")
+    no_exception(at)
+    assert [e.value for e in at.error] == ["Flow: this text's flow is larger than the server allows"]
+    assert not [t for t in charts(at) if t.startswith(TITLE)]
+    assert any("larger than the server allows" in r.getMessage() for r in caplog.records)  # logged with its cause

@@ -78,3 +78,15 @@ def test_the_class_tokens_routes_are_the_cores_and_cost_one_pass_once():
 def captions(at) -> list[str]:
     """The pictures' captions."""
     return [i.proto.imgs[0].caption for i in at.get("image")]
+
+
+def test_a_flow_the_server_refuses_is_said_on_the_page_and_the_page_keeps_working(monkeypatch, caplog):
+    def refused(model, data, name):
+        raise tc.InputError("this picture's flow is larger than the server allows")
+
+    monkeypatch.setattr(vision_flow, "_picture_flow", refused)
+    at = run("vision", timeout=120, model="vit-tiny", sample="shapes: triangle", cls_flow="1")
+    no_exception(at)
+    assert [e.value for e in at.error] == [f"{vision_flow.TITLE}: this picture's flow is larger than the server allows"]
+    assert BARS not in charts(at) and "What the model sees: top 5" in [s.value for s in at.subheader]
+    assert any("larger than the server allows" in r.getMessage() for r in caplog.records)  # logged with its cause
