@@ -73,7 +73,7 @@ def page(url: UrlState) -> None:
         patch_embedding.draw(url, result, model)
         explain.show_figure_7(source, key, result)
         vision_norms.draw(url, result)
-        vision_flow.draw(url, source, data, name, result)
+        vision_flow.draw(url, model, key, result)
         return
     show_prediction(result.trace)
     show_patches(key, result, model)
@@ -81,7 +81,7 @@ def page(url: UrlState) -> None:
     show_attention(url, key, result)
     explain.show_figure_7(source, key, result)
     vision_norms.draw(url, result)
-    vision_flow.draw(url, source, data, name, result)
+    vision_flow.draw(url, model, key, result)
 
 
 def show_prediction(trace, title: str = "What the model sees: top 5") -> None:

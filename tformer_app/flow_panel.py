@@ -54,15 +54,16 @@ def flow_request(source: str, text: str, pair: str | None) -> results.Request[Fl
     return results.Request.of("flow", _flow, source, text, pair)
 
 
-def unavailable(model: tc.TracedModel, trace: tc.Trace) -> str | None:
-    """Why the flow cannot be drawn for this model or input, or None."""
+def unavailable(model: tc.TracedModel, trace: tc.Trace, max_tokens: int | None = MAX_TOKENS) -> str | None:
+    """Why the flow cannot be drawn for this model or input, or None. max_tokens: None where the page's own view
+    of the flow stays small whatever the length (the Vision page's class token)."""
     if trace.meta.path != "tformer" or getattr(model.config, "norm", None) not in ("pre", "post"):
         return (
             "The information flow needs the model's own weights (W_O, its norms): this model runs through transformers."
         )
-    if len(trace.tokens) > MAX_TOKENS:
+    if max_tokens is not None and len(trace.tokens) > max_tokens:
         return (
-            f"The information flow is drawn for inputs of up to {MAX_TOKENS} tokens; this one has {len(trace.tokens)}."
+            f"The information flow is drawn for inputs of up to {max_tokens} tokens; this one has {len(trace.tokens)}."
         )
     return None
 

@@ -16,7 +16,8 @@ from tformer_views import vision as vv
 from tformer_views.flow import ClassTokenFlow, class_token_flow, held_by_layer, held_chart, held_over_patches
 from tformer_views.pictures import overlay, to_jpeg
 
-from . import downloads, presenter, results
+from . import downloads, flow_panel, results
+from .markdown import escape
 from .page import run_safely
 from .url import UrlState
 
@@ -44,17 +45,24 @@ def flow_request(source: str, data: bytes, name: str) -> results.Request[ClassTo
     return results.Request.of("picture_flow", _picture_flow, source, data, name)
 
 
-def draw(url: UrlState, source: str, data: bytes, name: str, result: vv.VisionResult) -> None:
+def draw(
+    url: UrlState, model: tc.TracedModel, picture: results.Request[vv.VisionResult], result: vv.VisionResult
+) -> None:
     """The section, folded, computed once its toggle is on: the picture with what each patch holds before the
-    chosen layer, the bars per layer, the strongest edges."""
+    chosen layer, the bars per layer, the strongest edges. picture: the page's request for `result` (its model's
+    source, the file and its name), whose picture the flow's pass reads again."""
     with st.expander(TITLE):
         st.markdown(ABOUT)
-        if result.trace.meta.path != "tformer":
-            st.caption("The flow needs the model's own weights (W_O, its norms): this model runs through transformers.")
+        why_not = flow_panel.unavailable(model, result.trace, max_tokens=None)  # the rollout is small at any size
+        if why_not:
+            st.caption(escape(why_not))
             return
         if not st.toggle("Follow the routes to the class token (one more pass)", key=url.key("cls_flow", False)):
             return
-        flow = run_safely(lambda: results.result(flow_request(source, data, name), label="Information flow"), TITLE)
+        data, name = picture.args
+        flow = run_safely(
+            lambda: results.result(flow_request(picture.source, data, name), label="Information flow"), TITLE
+        )
         if flow is None:
             return
         L = (flow.held.shape[0] - 1) // 2
@@ -77,7 +85,7 @@ def draw(url: UrlState, source: str, data: bytes, name: str, result: vv.VisionRe
             kept = flow.held[2 * before, 0]
             st.metric("Held by the class token itself", f"{kept:.1%}")
             st.markdown("What the class token reads that carries most of its output:")
-            presenter.table(flow.reads.set_index("layer"))  # in presenter mode, at the presenter's type
+            downloads.table(flow.reads.set_index("layer"), key=f"{url.page}.cls_flow_reads")
             st.caption(
                 "share: of the class token's update at that layer; carried: what of its output came through the "
                 "edge (that share times what the class token's stream after the layer's attention holds)."

@@ -19,7 +19,7 @@ from PIL import Image
 
 from tformer_core.artefacts import TokenNorms, token_norms
 from tformer_core.errors import InputError
-from tformer_core.inputs.image_file import ImageError, read_image
+from tformer_core.inputs.image_file import ImageError, LoadedImage, read_image
 from tformer_core.inputs.preprocessing import ImagePreprocessing
 from tformer_core.models.base import TracedModel
 from tformer_core.models.vit import ViT
@@ -101,11 +101,7 @@ class VisionResult:
 
 def analyse(model: TracedModel, data: bytes, name: str = "") -> VisionResult:
     """Read an image file, preprocess it as the checkpoint does, trace it. ImageError / ValueError for bad input."""
-    vit = require_vit(model)
-    preprocessing = vit.preprocessing
-    assert preprocessing is not None  # require_vit refuses a ViT without one
-    loaded = read_image(data, name)
-    seen = preprocessing.resized(loaded.image)
+    vit, preprocessing, loaded, seen = _seen(model, data, name)
     trace = vit.trace(preprocessing.to_tensor(seen))  # what `VisionResult.pixels` rebuilds
     return VisionResult(seen, trace, loaded.original_size, preprocessing, loaded.notes, token_norms(trace))
 
@@ -113,11 +109,17 @@ def analyse(model: TracedModel, data: bytes, name: str = "") -> VisionResult:
 def trace_picture(model: TracedModel, data: bytes, name: str = "", keep: Callable[[str], bool] | None = None) -> Trace:
     """The trace `analyse` makes of an image file, keeping the names `keep` selects (all by default): for a view
     that needs more than the cached one holds (the residual stream after each attention, for the flow)."""
+    vit, preprocessing, _, seen = _seen(model, data, name)
+    return vit.trace(preprocessing.to_tensor(seen), keep=keep)
+
+
+def _seen(model: TracedModel, data: bytes, name: str) -> tuple[ViT, ImagePreprocessing, LoadedImage, Image.Image]:
+    """(the ViT, its preprocessing, the file read, the picture as the model sees it: resized, cropped)."""
     vit = require_vit(model)
     preprocessing = vit.preprocessing
     assert preprocessing is not None  # require_vit refuses a ViT without one
-    pixels = preprocessing.to_tensor(preprocessing.resized(read_image(data, name).image))
-    return vit.trace(pixels, keep=keep)
+    loaded = read_image(data, name)
+    return vit, preprocessing, loaded, preprocessing.resized(loaded.image)
 
 
 def query_token(trace: Trace, patch: int | None) -> int:
