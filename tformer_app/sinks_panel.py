@@ -165,8 +165,17 @@ def _knockout(url: UrlState, key: results.Request[tc.Trace], view: sv.SinksView,
             "From layer", 0, n_layers - 1, key=url.key("sink_from", sinking[0] if sinking else 0, lo=0, hi=n_layers - 1)
         )
         request = knockout(source, text, "block", int(layer))
-    asked = f"{url.page}.sinks_asked"
-    if st.button("Run the knockout", key=f"{url.page}.sinks_run", type="primary"):
+    _run(url.page, key, request)
+
+
+@st.fragment
+def _run(page: str, key: results.Request[tc.Trace], request: results.Request[sinks.Knockout]) -> None:
+    """The button and what it gives. A fragment: the click runs this part alone, not the whole page with its
+    charts above (a knockout is a pass, 0.1-0.3 s; redrawing Text attention around it took as long again, and
+    its charts' drawing in the browser longer still). The settings above it are in the page's link, so they
+    stay outside: a change of them runs the page, which writes the link and sends it to a class."""
+    asked = f"{page}.sinks_asked"
+    if st.button("Run the knockout", key=f"{page}.sinks_run", type="primary"):
         st.session_state[asked] = request
     if st.session_state.get(asked) == request:
         # The page's trace of this text (cached: the views above read it) stands for the knockout's first pass: one
