@@ -142,6 +142,7 @@ class Run:
 
     elements: dict[tuple[int, ...], Element] = field(default_factory=dict)
     scripts: dict[tuple[int, ...], str] = field(default_factory=dict)  # delta path -> the script that drew it
+    fragments: dict[tuple[int, ...], str] = field(default_factory=dict)  # delta path -> its fragment ("": none)
     status: int | None = None
     page_script_hash: str = ""
     query_string: str = ""
@@ -410,6 +411,7 @@ class Session:
         self._ws: ClientConnection | None = None
         self._reader: asyncio.Task | None = None
         self._states: dict[str, WidgetState] = {}
+        self.last_part: Run | None = None  # the last run of a fragment alone (after `last`), if any
         self._cache: dict[str, list[Any]] = {}  # hash -> [encoded ForwardMsg, run count when last used]
         self._run_count = 0
         self._max_age = 2
@@ -534,16 +536,30 @@ class Session:
         fragment's run, or the app's full run when the fragment asked for one (st.rerun)."""
         return await self._rerun(fragment_id=fragment_id)
 
-    async def set_value(self, label: str | None, value: Any, kind: str | None = None, key: str | None = None) -> Run:
+    async def set_value(
+        self, label: str | None, value: Any, kind: str | None = None, key: str | None = None, in_fragment: bool = False
+    ) -> Run:
         """Change one widget as a user would (found by label, kind or user key in the last run) and rerun.
 
         value: an option's text for select boxes and radios (a list of them for multiselects), a
         number, a bool for checkboxes and toggles, a string for text areas and inputs, a number or
-        list of numbers for sliders.
+        list of numbers for sliders. in_fragment: as a browser sends a change of a widget drawn in a fragment
+        (`st.fragment`): that fragment's run alone (FINISHED_FRAGMENT_RUN_SUCCESSFULLY; the page's other
+        elements stay as the last full run drew them); else the whole page's run.
         """
-        widget = self._last().widget(label, kind, key)
+        if not in_fragment:
+            widget = self._last().widget(label, kind, key)
+            self._states[widget.id] = user_state(widget, value)
+            return await self._rerun()
+        drawn = self._last()
+        if self.last_part is not None and any(w.key == key for w in self.last_part.widgets()):
+            drawn = self.last_part  # a widget its fragment's last run drew (the last full run may not have)
+        widget = drawn.widget(label, kind, key)
+        fragment = drawn.fragments.get(widget.path, "")
+        if not fragment:
+            raise ValueError(f"{widget.label or widget.key!r} was not drawn in a fragment")
         self._states[widget.id] = user_state(widget, value)
-        return await self._rerun()
+        return await self._rerun(fragment_id=fragment, is_auto_rerun=False)
 
     async def click(self, label: str | None, key: str | None = None) -> Run:
         """Click the button with this label (or user key): its trigger is sent with one rerun, then forgotten (as a
@@ -652,10 +668,17 @@ class Session:
         except ConnectionClosed as error:
             raise ProtocolError(f"connection closed: {error}") from error
 
-    def _client_state(self, msg: BackMsg, page_name: str, page_script_hash: str | None, fragment_id: str = "") -> None:
+    def _client_state(
+        self,
+        msg: BackMsg,
+        page_name: str,
+        page_script_hash: str | None,
+        fragment_id: str = "",
+        is_auto_rerun: bool = True,
+    ) -> None:
         rerun = msg.rerun_script
         if fragment_id:
-            rerun.fragment_id, rerun.is_auto_rerun = fragment_id, True
+            rerun.fragment_id, rerun.is_auto_rerun = fragment_id, is_auto_rerun
         rerun.query_string = self.query_string
         rerun.page_script_hash = self.page_script_hash if page_script_hash is None else page_script_hash
         rerun.page_name = page_name
@@ -667,14 +690,21 @@ class Session:
         context.is_embedded, context.color_scheme = False, "light"
 
     async def _rerun(
-        self, page_name: str = "", page_script_hash: str | None = None, started: float = 0.0, fragment_id: str = ""
+        self,
+        page_name: str = "",
+        page_script_hash: str | None = None,
+        started: float = 0.0,
+        fragment_id: str = "",
+        is_auto_rerun: bool = True,
     ) -> Run:
         if self._waiter is not None and not self._waiter.done():
             raise ProtocolError("an action is still running in this session")
         if self._closed_reason:
             raise ProtocolError(self._closed_reason)
         msg = BackMsg()
-        self._client_state(msg, page_name if not self.page_script_hash else "", page_script_hash, fragment_id)
+        self._client_state(
+            msg, page_name if not self.page_script_hash else "", page_script_hash, fragment_id, is_auto_rerun
+        )
         self._waiter = asyncio.get_running_loop().create_future()
         self._started = started or time.perf_counter()
         await self._send(msg)
@@ -748,6 +778,7 @@ class Session:
             if msg.delta.WhichOneof("type") == "new_element":
                 building.elements[path] = msg.delta.new_element
                 building.scripts[path] = msg.metadata.active_script_hash
+                building.fragments[path] = msg.delta.fragment_id
         elif kind == "navigation":
             self.pages = {p.url_pathname: p for p in msg.navigation.app_pages}
             if msg.navigation.page_script_hash:
@@ -785,6 +816,10 @@ class Session:
         run.finished_at = time.perf_counter()
         if status == FINISHED.FINISHED_FRAGMENT_RUN_SUCCESSFULLY:  # a part of the page: the page's state stays
             run.elapsed_s = time.perf_counter() - self._started
+            self.last_part = run
+            for widget in run.widgets(area=None):  # a widget the part drew anew (a slider once its toggle is on)
+                if widget.id not in self._states and (state := mounted_state(widget)) is not None:
+                    self._states[widget.id] = state
             if self._waiter is not None and not self._waiter.done():
                 self._waiter.set_result(run)
             self._tell_watchers(run)
@@ -794,7 +829,7 @@ class Session:
         run.elapsed_s = time.perf_counter() - self._started
         self._age_cache()
         self._mount_widgets(run)
-        self.last = run
+        self.last, self.last_part = run, None
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(run)
         self._tell_watchers(run)

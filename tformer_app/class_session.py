@@ -597,6 +597,17 @@ def after(where: Any, status: Any, page_path: str) -> None:
         _keep_cookie()
 
 
+@guarded
+def after_part(page_path: str) -> None:
+    """After a part of the page ran alone (tformer_app.page.part: a fragment, without the shell around it): a
+    lecturer's change in it goes to the class, and a following student's own change makes them explore, as
+    `after` does for a whole run."""
+    if lecturing():
+        _publish(page_path)
+    elif attending():
+        _notice_fork(page_path)
+
+
 def _exploring_notice() -> None:
     """A student who left the lecturer's view (a click, a key: ← → change the head) is told so on the page, with
     the way back: the sidebar that says it is hidden on a phone."""

@@ -13,7 +13,7 @@ import torch
 import tformer_core as tc
 from tformer_core.errors import InputError
 
-from . import logs, presenter
+from . import class_session, logs, presenter
 from .markdown import escape
 from .models import is_server_model, loaded_models
 from .url import UrlState, notices
@@ -58,6 +58,36 @@ def run_page(title: str, intro: str, name: str, draw: Callable[[UrlState], None]
         if line:
             notice.info(line)
     _scroll_if_asked()
+
+
+def part(url: UrlState, draw: Callable[[], None]) -> None:
+    """draw(), a part of the page that runs alone when one of its own widgets changes (a Streamlit fragment): the
+    rest of the page, its charts and pictures above, is neither run nor sent nor drawn again (the Vision page's
+    flow toggle took 0.9 s more to draw the whole page around it). Its settings still go into the page's link and,
+    for a lecturer, to the class, as at the end of a whole run; a following student's change of them still makes
+    that student explore on their own.
+
+    draw: what the part shows, its widgets keyed by `url`. It is kept until the page runs in full again, and run
+    with what it holds then: hold requests (small), not results (a picture's trace), which the results cache
+    may want to let go of."""
+    st.session_state[_WHOLE_RUN] = True
+    _part(url, draw, [])
+
+
+_WHOLE_RUN = "_tformer.whole_run"  # session state: set by the page's whole run just before it runs a part
+
+
+@st.fragment
+def _part(url: UrlState, draw: Callable[[], None], registered: list[str]) -> None:
+    alone = not st.session_state.pop(_WHOLE_RUN, False)
+    if alone:  # the settings the part drew last time are drawn again, or not (a slider shown only while toggled)
+        url.names[:] = [name for name in url.names if name not in registered]
+    before = set(url.names)
+    draw()
+    registered[:] = [name for name in url.names if name not in before]
+    if alone:
+        url.publish_part()
+        class_session.after_part(st.session_state.get(VISIT, (0, ""))[1])
 
 
 VISIT = "_tformer.visit"  # session state: (number, url path) of the page on screen, a new number per page opened

@@ -222,6 +222,13 @@ class UrlState:
             "omitted": dict(self.omitted),
         }
 
+    def publish_part(self) -> None:
+        """`publish` after a part of the page ran alone (tformer_app.page.part): the link written again from every
+        setting's value now, as the whole run wrote it."""
+        self.incoming = st.session_state.get(self._link_key)
+        self.left_out = []
+        self.publish()
+
     def wait_for(self, what: str) -> None:
         """The page stops before the settings that apply once `what` is there (an upload, which no link carries):
         the link's values it has not read yet are kept (in the link too) for when it is, and the page says why."""

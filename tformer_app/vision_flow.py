@@ -8,6 +8,8 @@ request (one more pass), opened on request and cached for the whole server, as t
 
 from __future__ import annotations
 
+import functools
+
 import streamlit as st
 
 import tformer_core as tc
@@ -18,7 +20,7 @@ from tformer_views.pictures import overlay, to_jpeg
 
 from . import downloads, flow_panel, results
 from .markdown import escape
-from .page import run_safely
+from .page import part, run_safely
 from .url import UrlState
 
 __all__ = ["TITLE", "draw", "flow_request"]
@@ -50,45 +52,53 @@ def draw(
 ) -> None:
     """The section, folded, computed once its toggle is on: the picture with what each patch holds before the
     chosen layer, the bars per layer, the strongest edges. picture: the page's request for `result` (its model's
-    source, the file and its name), whose picture the flow's pass reads again."""
+    source, the file and its name), whose picture the flow's pass reads again.
+
+    The toggle and what it opens are a part of the page that runs alone (page.part): turning it on or moving the
+    layer neither runs nor draws the page's other views again."""
     with st.expander(TITLE):
         st.markdown(ABOUT)
         why_not = flow_panel.unavailable(model, result.trace, max_tokens=None)  # the rollout is small at any size
         if why_not:
             st.caption(escape(why_not))
             return
-        if not st.toggle("Follow the routes to the class token (one more pass)", key=url.key("cls_flow", False)):
-            return
-        data, name = picture.args
-        flow = run_safely(
-            lambda: results.result(flow_request(picture.source, data, name), label="Information flow"), TITLE
+        part(url, functools.partial(_routes, url, picture))
+
+
+def _routes(url: UrlState, picture: results.Request[vv.VisionResult]) -> None:
+    if not st.toggle("Follow the routes to the class token (one more pass)", key=url.key("cls_flow", False)):
+        return
+    data, name = picture.args
+    flow = run_safely(lambda: results.result(flow_request(picture.source, data, name), label="Information flow"), TITLE)
+    if flow is None:
+        return
+    result = run_safely(lambda: results.result(picture), "Picture")  # the page's own: cached, unless let go since
+    if result is None:
+        return
+    L = (flow.held.shape[0] - 1) // 2
+    before = int(
+        st.select_slider(
+            "Before layer",
+            options=list(range(L + 1)),
+            key=url.key("cls_flow_before", 0, choices=range(L + 1)),
+            format_func=lambda k: f"{k} (the output)" if k == L else ("0 (the input)" if k == 0 else str(k)),
         )
-        if flow is None:
-            return
-        L = (flow.held.shape[0] - 1) // 2
-        before = int(
-            st.select_slider(
-                "Before layer",
-                options=list(range(L + 1)),
-                key=url.key("cls_flow_before", 0, choices=range(L + 1)),
-                format_func=lambda k: f"{k} (the output)" if k == L else ("0 (the input)" if k == 0 else str(k)),
-            )
+    )
+    left, right = st.columns([3, 2])
+    grid = held_over_patches(flow.held, before, flow.n_prefix, flow.grid_hw)
+    left.image(
+        to_jpeg(overlay(result.image, grid, smooth=False)),
+        caption=f"Before layer {before}: how much of the class token's output each patch holds (bright = most; "
+        f"the patches together {grid.sum():.1%}).",
+    )
+    with right:
+        kept = flow.held[2 * before, 0]
+        st.metric("Held by the class token itself", f"{kept:.1%}")
+        st.markdown("What the class token reads that carries most of its output:")
+        downloads.table(flow.reads.set_index("layer"), key=f"{url.page}.cls_flow_reads")
+        st.caption(
+            "share: of the class token's update at that layer; carried: what of its output came through the "
+            "edge (that share times what the class token's stream after the layer's attention holds)."
         )
-        left, right = st.columns([3, 2])
-        grid = held_over_patches(flow.held, before, flow.n_prefix, flow.grid_hw)
-        left.image(
-            to_jpeg(overlay(result.image, grid, smooth=False)),
-            caption=f"Before layer {before}: how much of the class token's output each patch holds (bright = most; "
-            f"the patches together {grid.sum():.1%}).",
-        )
-        with right:
-            kept = flow.held[2 * before, 0]
-            st.metric("Held by the class token itself", f"{kept:.1%}")
-            st.markdown("What the class token reads that carries most of its output:")
-            downloads.table(flow.reads.set_index("layer"), key=f"{url.page}.cls_flow_reads")
-            st.caption(
-                "share: of the class token's update at that layer; carried: what of its output came through the "
-                "edge (that share times what the class token's stream after the layer's attention holds)."
-            )
-        frame = held_by_layer(flow.held, flow.tokens, flow.n_prefix)
-        downloads.chart(held_chart(frame), key=f"{url.page}.cls_flow_bars", file_name="class_token_flow")
+    frame = held_by_layer(flow.held, flow.tokens, flow.n_prefix)
+    downloads.chart(held_chart(frame), key=f"{url.page}.cls_flow_bars", file_name="class_token_flow")
