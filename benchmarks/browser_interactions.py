@@ -20,6 +20,11 @@ Interactions, each on its page with its defaults:
     presenter-head     Text attention in presenter mode (the head view): the → key, the next head
     heads-click        Does this head matter? (SmolLM2, "The capital of France is"): click another cell of the
                        layers x heads grid (its head ablated: the number, the prediction, its attention)
+    sinks-knockout     Text attention's sinks (SmolLM2): "Run the knockout", attention to the first token blocked
+                       from another layer each run (a pass not computed yet; the address does not change)
+    flow-toggle        Vision (DeiT-Tiny, else vit-tiny): the flow to the class token turned on for a picture just
+                       uploaded (a photo shifted by a few pixels each run: its flow not computed yet)
+    flow-layer         the same section on: its "Before layer" slider one step
 
 Each run is a real change (another head, layer or patch than the run before); one warm-up run first.
 A run is timed from the click or the key (the pointer or the key going down, as the page records it) to the
@@ -127,6 +132,7 @@ class Interaction:
     act: Callable  # (page, i) -> None: the i-th change
     setup: Callable | None = None  # (page) -> None: after the page opened, before the warm-up
     window: dict[str, int] | None = None  # its own browser window (PROJECTOR for presenter keys), else WINDOW
+    link: bool = True  # the click changes the page's link (a setting); False: it does not (a button)
     runs: list[Run] = field(default_factory=list)
 
 
@@ -183,8 +189,11 @@ def cdp_metrics(cdp) -> dict[str, float]:
     return {name: values.get(name, 0.0) for name in CDP_METRICS}
 
 
-def timed(page, wire: Wire, cdp, pass_file: Path, act: Callable[[], None], timeout: float = 120.0) -> Run:
-    """Do `act` (a click) and time it to the settled page (see the module's docstring)."""
+def timed(
+    page, wire: Wire, cdp, pass_file: Path, act: Callable[[], None], timeout: float = 120.0, link: bool = True
+) -> Run:
+    """Do `act` (a click) and time it to the settled page (see the module's docstring); link: the click changes
+    the address (else the settled page need not have a new one: a button)."""
     url0, n_started, n_finished, bytes0 = page.url, len(wire.started), len(wire.finished), wire.bytes
     sent0, cached0, passes0, cdp0 = wire.charts_sent, wire.charts_cached, passes(pass_file), cdp_metrics(cdp)
     page.evaluate("window.__benchClick = 0")
@@ -196,7 +205,7 @@ def timed(page, wire: Wire, cdp, pass_file: Path, act: Callable[[], None], timeo
     while time.time() - t0 < timeout:
         quiet = page.evaluate(QUIET_JS)  # also lets Playwright deliver the websocket frames
         started, finished = len(wire.started) - n_started, len(wire.finished) - n_finished
-        done = quiet and page.url != url0 and started >= 1 and finished >= started
+        done = quiet and (page.url != url0 or not link) and started >= 1 and finished >= started
         now = time.time()
         if not done:
             quiet_since = None
@@ -335,6 +344,7 @@ def click_head(page, i: int) -> Callable[[], None]:
 
 def interactions() -> list[Interaction]:
     vision_model = str(DEIT) if DEIT.is_dir() else "vit-tiny"
+    vision_name = "DeiT-Tiny" if DEIT.is_dir() else "vit-tiny"
     return [
         Interaction(
             "text-head",
@@ -444,6 +454,35 @@ def interactions() -> list[Interaction]:
         ),
         # Issue 36: 0.6 s on a quiet machine, 6.6 s under load, before its work (measured by a lecturer).
         Interaction("heads-click", "Does this head matter?: grid click (SmolLM2)", "/heads", None, 0.6, click_head),
+        # Issue 38: each (but the layer step) a computation not cached yet. "before": the whole page ran and was
+        # drawn again for it; the medians of this benchmark at 1280 x 720 (load 1.2-1.8, 2 cores), 2026-11-28.
+        Interaction(
+            "sinks-knockout",
+            "Text attention: sinks knockout (SmolLM2)",
+            "/text?model=smollm2&sink_ko=block&sink_from=0",
+            1.0,
+            0.50,
+            run_knockout,
+            link=False,
+        ),
+        Interaction(
+            "flow-toggle",
+            f"Vision: flow to the class token on ({vision_name})",
+            f"/vision?model={quote(vision_model)}&from=upload",
+            1.0,
+            0.80,
+            toggle_flow,
+            setup=flow_on,
+        ),
+        Interaction(
+            "flow-layer",
+            f"Vision: flow's Before layer step ({vision_name})",
+            f"/vision?model={quote(vision_model)}",
+            1.0,
+            0.32,
+            step_flow_layer,
+            setup=flow_layer_on,
+        ),
     ]
 
 
@@ -494,6 +533,83 @@ class Studies:
         self._thread.join(1)  # a study under way is left to the server (it stops once nobody waits for it)
 
 
+def run_knockout(page, i: int) -> Callable[[], None]:
+    """Text attention's sinks (SmolLM2, "block attention to the first token from a layer on"): "From layer" one
+    layer on (not timed: the page's run), then "Run the knockout" (timed): each run a knockout not computed yet."""
+    slider = page.get_by_role("slider", name="From layer")
+    slider.evaluate("e => e.scrollIntoView({block: 'center'})")
+    slider.focus()
+    page.keyboard.press("ArrowRight")
+    settle(page)
+    button = page.get_by_role("button", name="Run the knockout")
+    button.evaluate("e => e.scrollIntoView({block: 'center'})")
+    return button.click
+
+
+FLOW_SECTION = "How information flows to the class token"
+FLOW_TOGGLE = "Follow the routes to the class token"
+
+
+def open_flow(page) -> None:
+    """The Vision page's flow section unfolded (its toggle in sight)."""
+    page.get_by_text(FLOW_SECTION).click()
+    page.get_by_text(FLOW_TOGGLE).wait_for()
+    settle(page)
+
+
+def upload_picture(page, i: int) -> None:
+    """The i-th of the benchmark's pictures uploaded: a real photo (../shared/images) shifted by i pixels, so each
+    is new to the server (its flow not computed yet); the page settled."""
+    import io
+
+    from PIL import Image
+
+    photo = Image.open(IMAGES / "dogbird.png").convert("RGB") if IMAGES.is_dir() else Image.new("RGB", (256, 256))
+    shifted = photo.crop((i, i, photo.width - 40 + i, photo.height - 40 + i))
+    buffer = io.BytesIO()
+    shifted.save(buffer, format="PNG")
+    uploader = page.locator('[data-testid="stMain"] [data-testid="stFileUploaderDropzoneInput"]')
+    uploader.set_input_files(files=[{"name": f"shifted-{i}.png", "mimeType": "image/png", "buffer": buffer.getvalue()}])
+    settle(page)
+
+
+def flow_on(page) -> None:
+    upload_picture(page, 0)
+    open_flow(page)
+
+
+_flow_pictures = itertools.count(1)  # every picture of a run of this script another
+
+
+def toggle_flow(page, i: int) -> Callable[[], None]:
+    """Vision, the flow to the class token: (not timed) its toggle off and a new picture uploaded, each settled;
+    (timed) the toggle on, the flow of a picture not computed yet."""
+    toggle = page.get_by_text(FLOW_TOGGLE)
+    if page.get_by_role("switch", name=re.compile(FLOW_TOGGLE)).is_checked():
+        toggle.click()
+        settle(page)
+    upload_picture(page, next(_flow_pictures))
+    if not toggle.is_visible():  # a new picture draws the page anew, its sections folded
+        open_flow(page)
+    toggle.evaluate("e => e.scrollIntoView({block: 'center'})")
+    return toggle.click
+
+
+def flow_layer_on(page) -> None:
+    open_flow(page)
+    page.get_by_text(FLOW_TOGGLE).click()
+    page.get_by_role("slider", name="Before layer").wait_for()
+    settle(page)
+
+
+def step_flow_layer(page, i: int) -> Callable[[], None]:
+    """Vision, the flow to the class token on: the "Before layer" slider one step right, then back (timed)."""
+    slider = page.get_by_role("slider", name="Before layer")
+    slider.evaluate("e => e.scrollIntoView({block: 'center'})")
+    slider.focus()
+    return lambda: page.keyboard.press("ArrowLeft" if i % 2 else "ArrowRight")
+
+
 def measure(chosen: list[Interaction], runs: int, url: str, browser, pass_file: Path) -> None:
     for it in chosen:
         page = browser.new_page(viewport=it.window or WINDOW)
@@ -506,7 +622,7 @@ def measure(chosen: list[Interaction], runs: int, url: str, browser, pass_file: 
         if it.setup is not None:
             it.setup(page)
         for i in range(runs + 1):  # the first: warm-up
-            run = timed(page, wire, cdp, pass_file, it.act(page, i))
+            run = timed(page, wire, cdp, pass_file, it.act(page, i), link=it.link)
             if i:
                 it.runs.append(run)
         print(f"  {it.name}: {', '.join(f'{r.total:.2f}' for r in it.runs)} s   [{load()}]", flush=True)
