@@ -1,7 +1,8 @@
 """A part of a page that runs alone (tformer_app.page.part, a Streamlit fragment), on a real server and as a
 browser sends its widgets' changes (benchmarks/stclient.py: the fragment's run, not the page's): the Vision page's
 "How information flows to the class token". Its settings must still reach the page's link and, in a class
-session, the students following the lecturer; a setting the part no longer draws leaves the link.
+session, the students following the lecturer; a setting the part no longer draws leaves the link; a following
+student's own change in it makes them explore on their own (the lecturer's next move does not undo it).
 
 AppTest cannot show this: it runs the whole script for every change, fragments included.
 """
@@ -71,6 +72,22 @@ async def _lecture(url: str) -> None:
             assert link(lecturer)["cls_flow"] == "0" and "cls_flow_before" not in link(lecturer)
             assert link(lecturer)["sample"] == "shapes: ring"  # the rest of the link stays
             assert await _until(student, lambda: link(student).get("cls_flow") == "0" and not bars(student.last))
+
+            # A following student's own change in the part: they explore on their own from now on (the lecturer's
+            # next move must not undo it), as after a change anywhere else on the page.
+            assert "**Following the lecturer**" in _sidebar(student.last)
+            run = await student.set_value(TOGGLE, True, kind="toggle", in_fragment=True)
+            assert run.status == FINISHED.FINISHED_FRAGMENT_RUN_SUCCESSFULLY and bars(run)
+            layer = link(lecturer)["layer"]
+            moved = await lecturer.set_value("Layer", "0" if layer != "0" else "1", key="vit.layer")
+            assert not moved.errors and link(lecturer)["layer"] != layer, moved.errors
+            page = await student.rerun()  # the student's page runs next (the lecturer's move woke it)
+            assert link(student)["cls_flow"] == "1" and link(student)["layer"] == layer  # kept, not followed
+            assert "**Exploring on your own**" in _sidebar(page) and page.widget(key="_tformer.class.follow")
+
+
+def _sidebar(run) -> list[str]:
+    return [e.markdown.body for _, e in run.items("markdown", area=1)]
 
 
 def _codes(text: str) -> list[str]:
