@@ -22,6 +22,8 @@ Interactions, each on its page with its defaults:
                        layers x heads grid (its head ablated: the number, the prediction, its attention)
     sinks-knockout     Text attention's sinks (SmolLM2): "Run the knockout", attention to the first token blocked
                        from another layer each run (a pass not computed yet; the address does not change)
+    remove-source      Text attention's "Why this weight" (MiniLM, "it" -> "animal"): "Remove this source", another
+                       source each run (a real pass without it, not computed yet; the address does not change)
     flow-toggle        Vision (DeiT-Tiny, else vit-tiny): the flow to the class token turned on for a picture just
                        uploaded (a photo shifted by a few pixels each run: its flow not computed yet)
     flow-layer         the same section on: its "Before layer" slider one step
@@ -466,6 +468,15 @@ def interactions() -> list[Interaction]:
             link=False,
         ),
         Interaction(
+            "remove-source",
+            "Why this weight: remove a source (MiniLM)",
+            "/text?views=heatmap,why&layer=3&head=1&query=10&key=2",
+            1.0,
+            None,
+            remove_source,
+            link=False,
+        ),
+        Interaction(
             "flow-toggle",
             f"Vision: flow to the class token on ({vision_name})",
             f"/vision?model={quote(vision_model)}&from=upload",
@@ -542,6 +553,27 @@ def run_knockout(page, i: int) -> Callable[[], None]:
     page.keyboard.press("ArrowRight")
     settle(page)
     button = page.get_by_role("button", name="Run the knockout")
+    button.evaluate("e => e.scrollIntoView({block: 'center'})")
+    return button.click
+
+
+def remove_source(page, i: int) -> Callable[[], None]:
+    """Why this weight (Text attention, MiniLM): another source chosen in "Source to remove" (not timed), then
+    "Remove this source" (timed): a real pass without it, not computed yet."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    box = page.locator('[data-testid="stSelectbox"]').filter(has=page.get_by_text("Source to remove", exact=True))
+    for _ in range(5):
+        box.first.evaluate("e => e.scrollIntoView({block: 'center'})")
+        box.first.click()
+        try:
+            page.get_by_role("option").nth(1 + i).wait_for(state="visible", timeout=5000)
+            break
+        except PlaywrightTimeout:
+            page.keyboard.press("Escape")
+    page.get_by_role("option").nth(1 + i).click()
+    settle(page)
+    button = page.get_by_role("button", name="Remove this source")
     button.evaluate("e => e.scrollIntoView({block: 'center'})")
     return button.click
 
