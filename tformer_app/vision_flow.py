@@ -18,7 +18,8 @@ from tformer_views import vision as vv
 from tformer_views.flow import ClassTokenFlow, class_token_flow, held_by_layer, held_chart, held_over_patches
 from tformer_views.pictures import overlay, to_jpeg
 
-from . import downloads, flow_panel, results
+from . import downloads, flow_panel, models, results
+from . import vision_inputs as vi
 from .markdown import escape
 from .page import part, run_safely
 from .url import UrlState
@@ -62,13 +63,21 @@ def draw(
         if why_not:
             st.caption(escape(why_not))
             return
-        part(url, functools.partial(_routes, url, picture))
+        # The part holds the model's name, not the picture: a closed tab's part lives as long as its session (two
+        # minutes, to be resumed), and a copy of every photo a class uploaded took 5 MB each beyond the budget.
+        part(url, functools.partial(_routes, url, picture.source))
 
 
-def _routes(url: UrlState, picture: results.Request[vv.VisionResult]) -> None:
+def _routes(url: UrlState, source: str) -> None:
     if not st.toggle("Follow the routes to the class token (one more pass)", key=url.key("cls_flow", False)):
         return
-    data, name = picture.args
+    model = run_safely(lambda: models.cached_model(source), "Model")
+    chosen = None if model is None else vi.current_picture(url, model)
+    if chosen is None:  # the picture has gone since the page drew it (a session resumed after its upload ended)
+        st.caption("No picture: choose one above.")
+        return
+    name, data = chosen
+    picture = results.picture(source, data, name)
     flow = run_safely(lambda: results.result(flow_request(picture.source, data, name), label="Information flow"), TITLE)
     if flow is None:
         return

@@ -156,6 +156,20 @@ def choose_image(url: UrlState, model: TracedModel) -> tuple[str, bytes] | None:
     return "camera.jpg", shot.getvalue()
 
 
+def current_picture(url: UrlState, model: TracedModel) -> tuple[str, bytes] | None:
+    """The picture `choose_image` chose in the page's last run, read from its widgets' values without drawing them
+    (for a part of the page that runs alone: page.part); None when there is none."""
+    kind = st.session_state.get(f"{url.page}.from")
+    if kind == "sample":
+        files = _samples(model)
+        name = st.session_state.get(f"{url.page}.sample")
+        return (name, files[name]) if name in files else None
+    chosen = st.session_state.get(f"{url.page}.upload" if kind == "upload" else f"{url.page}.camera")
+    if chosen is None:
+        return None
+    return (chosen.name if kind == "upload" else "camera.jpg"), chosen.getvalue()
+
+
 def choose_images(url: UrlState, model: TracedModel) -> list[tuple[str, bytes]]:
     """Several pictures: samples chosen by name (in the link), and any uploads."""
     files = _samples(model)

@@ -4,6 +4,9 @@ layer slider moves the picture's map without a pass; it is in the link."""
 
 from __future__ import annotations
 
+import gc
+import types
+
 import numpy as np
 import pandas as pd
 
@@ -90,3 +93,25 @@ def test_a_flow_the_server_refuses_is_said_on_the_page_and_the_page_keeps_workin
     assert [e.value for e in at.error] == [f"{vision_flow.TITLE}: this picture's flow is larger than the server allows"]
     assert BARS not in charts(at) and "What the model sees: top 5" in [s.value for s in at.subheader]
     assert any("larger than the server allows" in r.getMessage() for r in caplog.records)  # logged with its cause
+
+
+def test_the_part_of_the_page_holds_no_picture(monkeypatch):
+    """The section is a part that runs alone (page.part): what it holds lives as long as its session, a closed tab's
+    too (two minutes, to be resumed). Holding the picture kept a copy of every photo a class uploaded beyond the
+    budget (benchmarks/memory.py: +197 MB after 40 photos); it holds the model's name and reads the picture when
+    it runs."""
+    held: list = []
+    monkeypatch.setattr(vision_flow, "part", lambda url, draw: held.append(draw))
+    at = run("vision", timeout=120, model="vit-tiny", sample=SAMPLE)
+    no_exception(at)
+    assert len(held) == 1
+    seen, todo, big = set(), [(held[0], 0)], []
+    while todo:  # everything the part's callable reaches, a few references deep (not modules, classes, functions)
+        obj, depth = todo.pop()
+        if id(obj) in seen or depth > 4 or isinstance(obj, (type, types.ModuleType, types.FunctionType)):
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, (bytes, bytearray, memoryview)) and len(obj) > 1000:
+            big.append(len(obj))
+        todo += [(r, depth + 1) for r in gc.get_referents(obj)]
+    assert not big and samples.samples()[SAMPLE]  # the sample's bytes exist; the part does not hold them
