@@ -67,9 +67,10 @@ def part(url: UrlState, draw: Callable[[], None]) -> None:
     the page's link and, for a lecturer, to the class, as at the end of a whole run; a following student's change
     of them still makes that student explore on their own.
 
-    draw: what the part shows, its widgets keyed by `url`. It is kept until the page runs in full again, and run
-    with what it holds then: hold requests (small), not results (a picture's trace), which the results cache
-    may want to let go of."""
+    draw: what the part shows, its widgets keyed by `url`. It is kept until the page runs in full again, a closed
+    tab's for as long as Streamlit keeps the session to be resumed, and run with what it holds then: let it hold
+    names and small values (a model's name, a text), never a file or a result (a picture's bytes, a trace), which
+    would stay in memory outside every budget (a copy of each photo a class uploaded did)."""
     st.session_state[_WHOLE_RUN] = True
     _part(url, draw, [])
 
