@@ -20,6 +20,7 @@ from tformer_views.pictures import overlay, to_jpeg
 
 from . import downloads, flow_panel, models, results
 from . import vision_inputs as vi
+from .logs import log
 from .markdown import escape
 from .page import part, run_safely
 from .url import UrlState
@@ -52,8 +53,8 @@ def draw(
     url: UrlState, model: tc.TracedModel, picture: results.Request[vv.VisionResult], result: vv.VisionResult
 ) -> None:
     """The section, folded, computed once its toggle is on: the picture with what each patch holds before the
-    chosen layer, the bars per layer, the strongest edges. picture: the page's request for `result` (its model's
-    source, the file and its name), whose picture the flow's pass reads again.
+    chosen layer, the bars per layer, the strongest edges. picture: the page's request for `result`; the part
+    keeps only its model's name and reads the picture from the page's widgets when it runs.
 
     The toggle and what it opens are a part of the page that runs alone (page.part): turning it on or moving the
     layer neither runs nor draws the page's other views again."""
@@ -74,6 +75,7 @@ def _routes(url: UrlState, source: str) -> None:
     model = run_safely(lambda: models.cached_model(source), "Model")
     chosen = None if model is None else vi.current_picture(url, model)
     if chosen is None:  # the picture has gone since the page drew it (a session resumed after its upload ended)
+        log.info("the class token's flow found no picture in the Vision page's widgets")
         st.caption("No picture: choose one above.")
         return
     name, data = chosen
