@@ -80,7 +80,7 @@ def _routes(url: UrlState, source: str) -> None:
         return
     name, data = chosen
     picture = results.picture(source, data, name)
-    flow = run_safely(lambda: results.result(flow_request(picture.source, data, name), label="Information flow"), TITLE)
+    flow = run_safely(lambda: results.result(flow_request(source, data, name), label="Information flow"), TITLE)
     if flow is None:
         return
     result = run_safely(lambda: results.result(picture), "Picture")  # the page's own: cached, unless let go since

@@ -37,6 +37,7 @@ SUGGESTIONS = (
     "facebook/deit-base-distilled-patch16-224",
 )
 SOURCES = {"sample": "Sample", "upload": "Upload", "camera": "Camera"}
+CAMERA_NAME = "camera.jpg"  # a camera shot's name: the browser sends none
 VIT_TYPES = ("vit", "deit")
 SHAPES_ONLY = (
     f"{FALLBACK_VIT} is a small ViT trained by this project on 32 × 32 pictures of eight shapes: it knows only "
@@ -153,7 +154,7 @@ def choose_image(url: UrlState, model: TracedModel) -> tuple[str, bytes] | None:
         st.info("Take a picture with your camera (the browser asks for permission first).")
         url.wait_for("a camera picture")
         return None
-    return "camera.jpg", shot.getvalue()
+    return CAMERA_NAME, shot.getvalue()
 
 
 def current_picture(url: UrlState, model: TracedModel) -> tuple[str, bytes] | None:
@@ -167,7 +168,7 @@ def current_picture(url: UrlState, model: TracedModel) -> tuple[str, bytes] | No
     chosen = st.session_state.get(f"{url.page}.upload" if kind == "upload" else f"{url.page}.camera")
     if chosen is None:
         return None
-    return (chosen.name if kind == "upload" else "camera.jpg"), chosen.getvalue()
+    return (chosen.name if kind == "upload" else CAMERA_NAME), chosen.getvalue()
 
 
 def choose_images(url: UrlState, model: TracedModel) -> list[tuple[str, bytes]]:
