@@ -96,7 +96,9 @@ def test_the_logit_lens_and_direct_attribution(ran):
     # CPU's float32 kernels, not with the model.
     np.testing.assert_allclose(lens.rank[-8:-4], quoted[:4], rtol=0.02)
     assert lens.top_labels[-2] == ("Ġcapital", "Ġthe", "ĠParis")
-    assert lens.prob[-1] == pytest.approx(p_paris(ran["clean"]), rel=1e-5)  # the read-out of the last layer
+    # The read-out of the last layer: the model's own probability up to float32 rounding, which differs with the
+    # CPU's kernels (one position through the unembedding here, the whole sequence in the model's pass).
+    assert lens.prob[-1] == pytest.approx(p_paris(ran["clean"]), rel=1e-4)
     assert parts.label == "ĠParis" and parts.total == pytest.approx(parts.logit, rel=1e-6)
     assert parts.logit == pytest.approx(17.37, abs=0.005)
     assert np.unravel_index(np.argmax(parts.heads), parts.heads.shape) == (23, 4)
@@ -172,7 +174,8 @@ def test_token_norms_of_the_bundled_vit(ran):
 
 def test_why_this_weight_traced_to_its_sources(ran):
     s, removed = ran["s"], ran["removed"]
-    assert s.table.shape == (53, 53) and s.error < 1e-6
+    # The model's score is float32 (3.83: a few of its ulps, 1.2e-6 on one Xeon); the issue asks 1e-4.
+    assert s.table.shape == (53, 53) and s.error < 1e-5
     figures = {"3.8339": s.score, "0.677": removed.weight, "0.470": removed.linear_weight, "0.317": removed.real_weight}
     for quoted, value in figures.items():
         assert f"{value:.{len(quoted.split('.')[1])}f}" == quoted

@@ -92,8 +92,10 @@ def test_the_logit_lens_finds_paris_only_in_the_last_layers(ran):
     assert lens.layers == ("embed", *map(str, range(30)))
     assert lens.target_label == "ĠParis"
     # The last row is the model's own prediction, read through its final norm and unembedding from the residual
-    # stream rather than from the head's logits: the same probability.
-    assert lens.prob[-1] == pytest.approx(before[0][1], rel=1e-5) and lens.top_labels[-1][0] == "ĠParis"
+    # stream rather than from the head's logits: the same probability, up to float32 rounding. The lens sends one
+    # position through the unembedding, the model the whole sequence: the two matmuls' kernels sum in different
+    # orders, by a CPU-dependent amount (1.0e-5 relative on one Xeon, less on CI's).
+    assert lens.prob[-1] == pytest.approx(before[0][1], rel=1e-4) and lens.top_labels[-1][0] == "ĠParis"
     assert lens.rank[-4:].tolist() == [33, 6, 2, 0]
     assert lens.rank[:23].min() > 1000  # nowhere near the top after the embedding and layers 0 to 21
     table = lens_frame(lens)  # what the quickstart's last cell draws
