@@ -93,8 +93,44 @@ def wait_for_count(page, selector: str, at_least: int, timeout: float = TIMEOUT_
 
 
 def wait_for_text(page, text: str, timeout: float = TIMEOUT_S) -> None:
-    """Wait until the page's visible text contains `text`."""
-    page.wait_for_function("t => document.body.innerText.includes(t)", arg=text, timeout=timeout * 1000)
+    """Wait until the page's visible text contains `text`; a timeout says where the page stood (`page_state`)."""
+    try:
+        page.wait_for_function("t => document.body.innerText.includes(t)", arg=text, timeout=timeout * 1000)
+    except PlaywrightTimeout as error:
+        raise PlaywrightTimeout(f"{text!r} did not show in {timeout:.0f} s\n{page_state(page)}") from error
+
+
+# What a page shows and does at a moment, read in one go: a wait that failed says whether the page was still
+# running (a run that never ended), idle with its last run's result (a click lost, or a run that drew something
+# else), or disconnected.
+STATE_JS = f"""() => ({{
+  script: document.querySelector('[data-testid="stApp"]')?.getAttribute('data-test-script-state'),
+  busy: ({BUSY_JS})(),
+  status: document.querySelector('[data-testid="stStatusWidget"]')?.innerText || '',
+  stale: document.querySelectorAll('[data-stale="true"]').length,
+  sent: window.__tformerSent ? Date.now() - window.__tformerSent.sent : null,
+  ran: window.__tformerSent ? Date.now() - window.__tformerSent.ran : null,
+  expanders: [...document.querySelectorAll('[data-testid="stSidebar"] details')].map(
+    d => (d.querySelector('summary')?.innerText || '').trim() + (d.open ? ' (open)' : ' (closed)')),
+  sidebar: (document.querySelector('[data-testid="stSidebarUserContent"]')
+    || document.querySelector('[data-testid="stSidebar"]'))?.innerText || '(no sidebar)',
+  main: document.querySelector('[data-testid="stMain"]')?.innerText || '(no main area)',
+}})"""
+
+
+def page_state(page, chars: int = 1500) -> str:
+    """The page's address, Streamlit's script state, what is under way (ms since the last message sent and the
+    last run seen), the sidebar's expanders and text, and the start of the main area's text."""
+    try:
+        state = page.evaluate(STATE_JS)
+    except Exception as error:  # a closed or crashed page
+        return f"the page could not be read ({type(error).__name__}: {error})"
+    return (
+        f"address: {page.url}\nscript: {state['script']} · busy: {state['busy']} · status widget: "
+        f"{state['status']!r} · stale elements: {state['stale']} · ms since a message was sent: {state['sent']}, "
+        f"since a run was seen: {state['ran']}\nsidebar's expanders: {state['expanders']}\n"
+        f"sidebar: {state['sidebar'][:chars]}\nmain: {state['main'][:chars]}"
+    )
 
 
 def wait_for_url(page, *parts: str, timeout: float = TIMEOUT_S) -> None:
