@@ -188,6 +188,24 @@ def click(locator) -> None:
     locator.click()
 
 
+def open_sidebar_panel(page, title: str, attempts: int = 3) -> None:
+    """Open the sidebar's expander whose title holds `title` ("Class session", "Slides (") unless it is open, and
+    wait until it is. A click on its title toggles it: clicked only while closed, since a second click (a test's
+    guess from what was visible while a run redrew the sidebar) closes it again, and a button inside it is then
+    never reached."""
+    panel = page.get_by_test_id("stSidebar").locator("details").filter(has=page.locator("summary", has_text=title))
+    for _ in range(attempts):
+        if panel.evaluate("d => d.open"):
+            return
+        click(panel.locator("summary"))
+        try:
+            page.wait_for_function("d => d.open", arg=panel.element_handle(), timeout=10_000)
+            return
+        except PlaywrightTimeout:
+            continue  # the click landed while a run redrew the sidebar: look again
+    raise AssertionError(f"the sidebar's {title!r} panel did not open\n{page_state(page)}")
+
+
 def choose(page, label: str, option: str | int, attempts: int = 5, kind: str = "stSelectbox") -> str:
     """Pick `option` (its text, or its place in the list from 0) in the selectbox (kind "stMultiSelect": the
     multiselect) labelled `label`; returns the option's text.

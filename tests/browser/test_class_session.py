@@ -22,6 +22,7 @@ from .helpers import (
     choose,
     click,
     describe,
+    open_sidebar_panel,
     screenshot,
     settle,
     wait_for_text,
@@ -32,8 +33,7 @@ pytestmark = pytest.mark.browser
 
 
 def open_class_panel(page) -> None:
-    panel = page.get_by_test_id("stSidebar").get_by_text("Class session", exact=True)
-    click(panel)
+    open_sidebar_panel(page, "Class session")
 
 
 def start_class(lecturer, server_url: str) -> str:

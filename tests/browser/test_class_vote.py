@@ -14,7 +14,7 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from .helpers import TIMEOUT_S, assert_no_error, click, settle, wait_for_text, wait_for_url
+from .helpers import TIMEOUT_S, assert_no_error, click, open_sidebar_panel, settle, wait_for_text, wait_for_url
 
 pytestmark = pytest.mark.browser
 
@@ -45,7 +45,7 @@ def test_predict_reveal_and_vote_again_on_heads(server_url, browser, screenshots
         # The link's model, not the page's default (SmolLM2): in a few runs on a busy machine the lecturer's page
         # was later found on its default, and the class followed it there; a failure here says it happened early.
         wait_for_text(lecturer, "Source (the model writes its first target word)")
-        click(lecturer.get_by_test_id("stSidebar").get_by_text("Class session", exact=True))
+        open_sidebar_panel(lecturer, "Class session")
         settle(lecturer)  # a click during a run (the page measuring its width) was lost: the class never started
         click(lecturer.get_by_role("button", name="Start a class session"))
         wait_for_text(lecturer, "0 students")

@@ -9,7 +9,7 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from .helpers import assert_no_error, click, settle, wait_for_text, wait_for_url
+from .helpers import assert_no_error, click, open_sidebar_panel, settle, wait_for_text, wait_for_url
 from .server import streamlit_server
 
 pytestmark = pytest.mark.browser
@@ -23,11 +23,9 @@ def add_this_view(page, n: int) -> None:
     """Open the sidebar (collapsed in presenter mode) and its Slides panel, add this view: the deck has n slides."""
     sidebar = page.locator(SIDEBAR)
     add = sidebar.get_by_role("button", name="Add this view")
-    if not add.is_visible():
-        if sidebar_hidden(page):
-            click(page.locator('[data-testid="stExpandSidebarButton"]'))
-        if not add.is_visible():
-            click(sidebar.get_by_text("Slides (", exact=False))
+    if sidebar_hidden(page):
+        click(page.locator('[data-testid="stExpandSidebarButton"]'))
+    open_sidebar_panel(page, "Slides (")
     add.wait_for(state="visible")
     click(add)
     wait_for_text(page, f"Slides ({n})")

@@ -9,7 +9,7 @@ from playwright.sync_api import expect
 
 from tests.core.hf_helpers import DEIT, IMAGES
 
-from .helpers import CHART, assert_no_error, click, settle, wait_for_text, wait_for_url
+from .helpers import CHART, assert_no_error, click, open_sidebar_panel, settle, wait_for_text, wait_for_url
 
 pytestmark = pytest.mark.browser
 
@@ -205,8 +205,7 @@ def test_the_bar_fits_while_a_deck_is_presented(server_url, projector):
     click(page.locator('[data-testid="stExpandSidebarButton"]'))
     sidebar = page.locator('[data-testid="stSidebar"]')
     add = sidebar.get_by_role("button", name="Add this view")
-    if not add.is_visible():
-        click(sidebar.get_by_text("Slides (", exact=False))
+    open_sidebar_panel(page, "Slides (")
     click(add)
     wait_for_text(page, "Slides (1)")
     click(page.locator(".st-key-tformer-bar").get_by_role("button", name="Present the slides (1)"))

@@ -15,6 +15,7 @@ from .helpers import (
     IMAGE,
     assert_no_error,
     click,
+    open_sidebar_panel,
     screenshot,
     settle,
     wait_for_count,
@@ -55,8 +56,7 @@ def open_slides(page) -> None:
     """Open the sidebar's Slides panel unless it is open (it stays as the user left it, page to page)."""
     sidebar = page.locator('[data-testid="stSidebar"]')
     add = sidebar.get_by_role("button", name="Add this view")
-    if not add.is_visible():
-        click(sidebar.get_by_text("Slides (", exact=False))
+    open_sidebar_panel(page, "Slides (")
     add.wait_for(state="visible")
 
 
