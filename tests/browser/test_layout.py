@@ -23,7 +23,7 @@ from playwright.sync_api import expect
 
 from tests.core.hf_helpers import DEIT
 
-from .helpers import CHART, assert_no_error, screenshot, settle, wait_for_text
+from .helpers import CHART, TIMEOUT_S, assert_no_error, screenshot, settle, wait_for_text
 
 pytestmark = pytest.mark.browser
 
@@ -244,7 +244,10 @@ def first_screen(page, name: str) -> None:
     assert box is not None and 0 <= box["y"] < SIZES["1280x720"][1] - 20, f"{name}: its key idea is at {box}"
     if name == "step":  # the softmax and Z, one click away
         page.locator(FIRST_SCREEN[name]).first.click()
-        expect(page.get_by_role("heading", name="Scores, scaling, softmax, Z")).to_be_in_viewport()
+        # The suite's wait, not expect's 5 s: a fresh-clone run under load had the address at #softmax and the
+        # heading still out of view after 5 s (the main column scrolls to it; the cause of the delay is not known).
+        heading = page.get_by_role("heading", name="Scores, scaling, softmax, Z")
+        expect(heading).to_be_in_viewport(timeout=TIMEOUT_S * 1000)
         page.evaluate("document.querySelector('[data-testid=\"stMain\"]').scrollTo(0, 0)")
 
 
