@@ -15,7 +15,7 @@ import pytest
 
 from tests.core.hf_helpers import DEIT, IMAGES
 
-from .helpers import WATCH_SENDS_JS
+from .helpers import NO_MOTION_JS, WATCH_SENDS_JS
 from .server import streamlit_server
 
 HERE = Path(__file__).resolve().parent
@@ -92,17 +92,20 @@ def browser():
 
 def _watching_sends(browser) -> None:
     """Every context and page opened in `browser` notes its messages to the server from its first one, for
-    helpers.settle (WATCH_SENDS_JS): the tests open their own contexts (a projector, phones, a class)."""
+    helpers.settle (WATCH_SENDS_JS), and draws without animations (NO_MOTION_JS): the tests open their own contexts
+    (a projector, phones, a class)."""
     new_context, new_page = browser.new_context, browser.new_page
 
     def watched_context(*args, **kwargs):
         context = new_context(*args, **kwargs)
         context.add_init_script(WATCH_SENDS_JS)
+        context.add_init_script(NO_MOTION_JS)
         return context
 
     def watched_page(*args, **kwargs):
         page = new_page(*args, **kwargs)
         page.add_init_script(WATCH_SENDS_JS)
+        page.add_init_script(NO_MOTION_JS)
         return page
 
     browser.new_context, browser.new_page = watched_context, watched_page

@@ -49,6 +49,21 @@ WATCH_SENDS_LATE_JS = f"""() => {{
   {WATCH_SENDS_JS};
   if (late) window.__tformerSent.sent = Date.now();
 }}"""
+# The test browser's pages without CSS animations and transitions (an init script, tests/browser/conftest.py).
+# Streamlit animates while a run is under way (the status widget's icon, skeletons, spinners), and a headless
+# Chromium paints every frame of it in software: 10-19 % of Chromium's CPU for the same page loads (measured on 2
+# cores: Home, /text and /block loaded 3 times each, 60.9 and 53.7 CPU-s with animations, 49.2 and 49.6 without).
+# Nothing the tests assert moves: every wait is for a condition, and a transition that ends at once has ended.
+# The benchmarks' own browsers keep them: they time what the user sees.
+NO_MOTION_JS = """(() => {
+  const still = () => {
+    const style = document.createElement('style');
+    style.textContent = '*, *::before, *::after { animation: none !important; transition: none !important; }';
+    (document.head || document.documentElement).appendChild(style);
+  };
+  if (document.readyState === 'loading') document.addEventListener('DOMContentLoaded', still);
+  else still();
+})()"""
 # Anything under way, read in one go: a run (`RUNNING_JS`), Streamlit's status widget, stale elements, a message
 # sent and not yet answered by a run.
 BUSY_JS = f"""() => ({RUNNING_JS})() || !!document.querySelector('[data-testid="stStatusWidget"]')
