@@ -23,6 +23,7 @@ from .helpers import (
     click,
     describe,
     open_sidebar_panel,
+    press_button,
     screenshot,
     settle,
     wait_for_text,
@@ -41,7 +42,7 @@ def start_class(lecturer, server_url: str) -> str:
     lecturer.goto(f"{server_url}/text?layer=2&head=1")
     settle(lecturer)
     open_class_panel(lecturer)
-    click(lecturer.get_by_role("button", name="Start a class session"))
+    press_button(lecturer.get_by_role("button", name="Start a class session"))
     wait_for_text(lecturer, "0 students")
     return re.search(r"Join code ([A-Z2-9]{6})", lecturer.inner_text("body")).group(1)
 
@@ -72,14 +73,14 @@ def test_a_lecturer_and_three_students(server_url, browser, screenshots):
             wait_for_text(s, "Heatmap · layer 2, head 5")
 
         forked = students[2]
-        click(forked.get_by_role("button", name="Explore on my own"))
+        press_button(forked.get_by_role("button", name="Explore on my own"))
         wait_for_text(forked, "Exploring on your own")
         choose(lecturer, "Layer", "3")
         for s in students[:2]:
             wait_for_url(s, "layer=3", "head=5")
         assert "layer=2" in forked.url  # the forked student stays where they were
 
-        click(lecturer.get_by_role("button", name="Ask", exact=True).first)  # the token question: it comes first
+        press_button(lecturer.get_by_role("button", name="Ask", exact=True).first)  # the token question: it comes first
         wait_for_text(lecturer, "0 of 3 answered")
         prompt = "Which token does “it” attend to most in layer 3, head 5?"
         for s, token in zip(students, ("animal", "animal", "it")):
@@ -89,7 +90,7 @@ def test_a_lecturer_and_three_students(server_url, browser, screenshots):
         wait_for_text(lecturer, "3 of 3 answered")
         screenshot(lecturer, screenshots / "class_answers.png")
 
-        click(lecturer.get_by_role("button", name="Reveal the model's answer"))
+        press_button(lecturer.get_by_role("button", name="Reveal the model's answer"))
         wait_for_text(lecturer, "· the model:")
         model = re.search(r"the model: (\S+)", lecturer.inner_text("body")).group(1)
         screenshot(lecturer, screenshots / "class_answers_revealed.png")
@@ -121,7 +122,7 @@ def test_a_student_stays_one_student_through_a_reload_and_is_told_when_the_class
         code = start_class(lecturer, server_url)
         student.goto(f"{server_url}/?class={code}")
         wait_for_text(student, "Following the lecturer")
-        click(lecturer.get_by_role("button", name="Ask", exact=True).first)
+        press_button(lecturer.get_by_role("button", name="Ask", exact=True).first)
         wait_for_text(student, "Which token does")
         click(student.locator(".st-key-tformer-class-question").get_by_text("animal", exact=True))
         wait_for_text(student, "Your answer: animal")
@@ -139,7 +140,7 @@ def test_a_student_stays_one_student_through_a_reload_and_is_told_when_the_class
         assert student.locator(".st-key-tformer-class-question").get_by_role("button").count() == 0
         assert_no_error(student)
 
-        click(lecturer.get_by_role("button", name="End the session"))
+        press_button(lecturer.get_by_role("button", name="End the session"))
         clicked = time.monotonic()
         wait_for_text(student, "The lecturer ended the class session. Your page stays as it is")
         print(f"\nthe end of the class shown on the student's page {time.monotonic() - clicked:.2f} s after the click")

@@ -14,7 +14,7 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from .helpers import TIMEOUT_S, assert_no_error, click, open_sidebar_panel, settle, wait_for_text, wait_for_url
+from .helpers import TIMEOUT_S, assert_no_error, open_sidebar_panel, press_button, settle, wait_for_text, wait_for_url
 
 pytestmark = pytest.mark.browser
 
@@ -47,7 +47,7 @@ def test_predict_reveal_and_vote_again_on_heads(server_url, browser, screenshots
         wait_for_text(lecturer, "Source (the model writes its first target word)")
         open_sidebar_panel(lecturer, "Class session")
         settle(lecturer)  # a click during a run (the page measuring its width) was lost: the class never started
-        click(lecturer.get_by_role("button", name="Start a class session"))
+        press_button(lecturer.get_by_role("button", name="Start a class session"))
         wait_for_text(lecturer, "0 students")
         code = re.search(r"Join code ([A-Z2-9]{6})", lecturer.inner_text("body")).group(1)
         wait_for_text(lecturer, f"Join the class: code {code}")  # on the page, for the projector
@@ -61,11 +61,11 @@ def test_predict_reveal_and_vote_again_on_heads(server_url, browser, screenshots
         box = banner.bounding_box()
         assert box["height"] <= 100, box  # one line: the view below it stays in the projector's first screen
         lecturer.screenshot(path="/tmp/shots-q/projector-banner-1280x720.png")
-        click(banner.get_by_role("button", name="Hide"))  # on the page: the projector's sidebar stays closed
+        press_button(banner.get_by_role("button", name="Hide"))  # on the page: the projector's sidebar stays closed
         wait_for_text(lecturer, "Show the join code")
         expect(banner).to_have_count(0)
 
-        click(lecturer.get_by_role("button", name="Ask", exact=True).first)  # the head question comes first
+        press_button(lecturer.get_by_role("button", name="Ask", exact=True).first)  # the head question comes first
         wait_for_text(lecturer, "0 of 2 answered")
         prompt = re.search(r"Which \w+ head, removed, changes p\(.+?\) most\?", lecturer.inner_text("body")).group(0)
         for s in students:
@@ -77,7 +77,7 @@ def test_predict_reveal_and_vote_again_on_heads(server_url, browser, screenshots
         wait_for_text(lecturer, "2 of 2 answered")
         lecturer.screenshot(path="/tmp/shots-q/projector-vote-1280x720.png")
 
-        click(lecturer.get_by_role("button", name="Reveal: remove the class's head"))
+        press_button(lecturer.get_by_role("button", name="Reveal: remove the class's head"))
         chosen = "The class's choice, L1 H2 (2 of 2 votes), removed:"
         wait_for_text(lecturer, chosen)
         body = lecturer.inner_text("body")
@@ -90,7 +90,7 @@ def test_predict_reveal_and_vote_again_on_heads(server_url, browser, screenshots
             assert_no_error(s)
         students[0].screenshot(path="/tmp/shots-q/phone-revealed-390x844.png")
 
-        click(lecturer.get_by_role("button", name="Vote again"))
+        press_button(lecturer.get_by_role("button", name="Vote again"))
         for s in students:
             wait_for_text(s, "Your first answer: L1 H2")
             click_head(s, model)
@@ -98,7 +98,7 @@ def test_predict_reveal_and_vote_again_on_heads(server_url, browser, screenshots
         wait_for_text(lecturer, "2 of 2 answered (second vote)")
         for title in ("First vote", "Second vote"):  # side by side on the projector
             lecturer.locator("svg text", has_text=title).first.wait_for(timeout=TIMEOUT_S * 1000)
-        click(lecturer.get_by_role("button", name="Reveal: remove the class's head"))
+        press_button(lecturer.get_by_role("button", name="Reveal: remove the class's head"))
         moved = 0 if model == "L1 H2" else 2
         wait_for_text(lecturer, f"{moved} moved to the model's answer")
         lecturer.screenshot(path="/tmp/shots-q/projector-second-vote-1280x720.png")

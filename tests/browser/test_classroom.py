@@ -12,7 +12,7 @@ from playwright.sync_api import expect
 import tformer_core as tc
 from tformer_views.overview import overview
 
-from .helpers import CHART, assert_no_error, centre, click, settle, type_into, wait_for_text, wait_for_url
+from .helpers import CHART, assert_no_error, centre, press_button, settle, type_into, wait_for_text, wait_for_url
 
 pytestmark = pytest.mark.browser
 
@@ -47,7 +47,7 @@ def test_the_heads_linking_it_to_animal_are_one_click_away(server_url, page):
     settle(page)
     wait_for_text(page, "Strongest heads for it → animal")
     assert "layer=3" in page.url and "head=1" in page.url  # the strongest, chosen as the page opens
-    click(page.get_by_role("button", name="layer 5, head 11: 0.673"))  # the runner-up, one click away
+    press_button(page.get_by_role("button", name="layer 5, head 11: 0.673"))  # the runner-up, one click away
     wait_for_url(page, "layer=5", "head=11")
     wait_for_text(page, "Heatmap · layer 5, head 11")
     settle(page)

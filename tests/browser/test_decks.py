@@ -9,7 +9,7 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from .helpers import assert_no_error, click, open_sidebar_panel, settle, wait_for_text, wait_for_url
+from .helpers import assert_no_error, click, open_sidebar_panel, press_button, settle, wait_for_text, wait_for_url
 from .server import streamlit_server
 
 pytestmark = pytest.mark.browser
@@ -27,7 +27,7 @@ def add_this_view(page, n: int) -> None:
         click(page.locator('[data-testid="stExpandSidebarButton"]'))
     open_sidebar_panel(page, "Slides (")
     add.wait_for(state="visible")
-    click(add)
+    press_button(add)
     wait_for_text(page, f"Slides ({n})")
     settle(page)
 
@@ -44,7 +44,7 @@ def deck_in_the_sidebar(page, n: int) -> None:
 
 def present_from_the_bar(page) -> None:
     """The bar offers the deck of two; presented, its first slide opens, and the clicker reaches the second."""
-    click(page.locator(BAR).get_by_role("button", name="Present the slides (2)"))
+    press_button(page.locator(BAR).get_by_role("button", name="Present the slides (2)"))
     wait_for_text(page, "Slide 1/2")  # the bar's
     wait_for_url(page, "/text", "head=3")
     settle(page)

@@ -9,7 +9,16 @@ from playwright.sync_api import expect
 
 from tests.core.hf_helpers import DEIT, IMAGES
 
-from .helpers import CHART, assert_no_error, click, open_sidebar_panel, settle, wait_for_text, wait_for_url
+from .helpers import (
+    CHART,
+    assert_no_error,
+    click,
+    open_sidebar_panel,
+    press_button,
+    settle,
+    wait_for_text,
+    wait_for_url,
+)
 
 pytestmark = pytest.mark.browser
 
@@ -208,7 +217,7 @@ def test_the_bar_fits_while_a_deck_is_presented(server_url, projector):
     open_sidebar_panel(page, "Slides (")
     click(add)
     wait_for_text(page, "Slides (1)")
-    click(page.locator(".st-key-tformer-bar").get_by_role("button", name="Present the slides (1)"))
+    press_button(page.locator(".st-key-tformer-bar").get_by_role("button", name="Present the slides (1)"))
     wait_for_text(page, "Slide 1/1")
     settle(page)
     sidebar.hover()  # its collapse button shows on hover

@@ -16,6 +16,7 @@ from .helpers import (
     centre,
     click,
     main_area,
+    press_button,
     screenshot,
     settle,
     wait_for_count,
@@ -45,7 +46,7 @@ def test_decoder_only_writes_and_steps_through_the_tokens(server_url, page, scre
     # The views are there at once; the model writes when asked.
     wait_for_count(page, CHART, 1)
     assert "Step 1 of" not in page.inner_text("body")
-    click(main_area(page).get_by_role("button", name="Write 20 new tokens"))
+    press_button(main_area(page).get_by_role("button", name="Write 20 new tokens"))
     wait_for_url(page, "write=1")
     wait_for_text(page, "Step 1 of 20.", timeout=FIRST_LOAD_S)
     wait_for_text(page, "30 layers × 9 heads")

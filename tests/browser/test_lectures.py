@@ -11,7 +11,7 @@ from .helpers import (
     CHART,
     IMAGE,
     assert_no_error,
-    click,
+    press_button,
     screenshot,
     settle,
     type_into,
@@ -41,7 +41,7 @@ def test_attention_before_transformers_redraws_for_a_new_sentence(server_url, pa
 def test_a_training_is_followed_live_and_opens_in_the_text_page(server_url, page, screenshots):
     page.goto(f"{server_url}/train?layers=2&d=32&epochs_text=2")
     settle(page)
-    click(page.get_by_role("button", name="Train", exact=True))
+    press_button(page.get_by_role("button", name="Train", exact=True))
     wait_for_text(
         page, ", loss ", timeout=120
     )  # "epoch 1 of 2, step 5 of 246, loss 0.69": redrawn by the polling fragment
@@ -57,7 +57,7 @@ def test_a_training_is_followed_live_and_opens_in_the_text_page(server_url, page
     )
     assert_no_error(page)
     screenshot(page, screenshots / "train_done.png")
-    click(page.get_by_role("button", name="in Text attention"))
+    press_button(page.get_by_role("button", name="in Text attention"))
     wait_for_url(page, "/text")
     settle(page)
     wait_for_url(page, "model=session%3Atext-classifier-")

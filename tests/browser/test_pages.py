@@ -19,6 +19,7 @@ from .helpers import (
     choose,
     click,
     main_area,
+    press_button,
     screenshot,
     settle,
     type_into,
@@ -196,9 +197,9 @@ def test_encoder_decoder_page_steps_switches_head_and_forces_a_target(server_url
     assert_no_error(page)
     screenshot(page, screenshots / "seq2seq.png")
     # Play: one step per tick, in the browser, with nobody touching anything (from step 3, two ticks).
-    click(page.get_by_role("button", name="▶ Play"))
+    press_button(page.get_by_role("button", name="▶ Play"))
     assert wait_for_step_at_least(page, 5) >= 5
-    click(page.get_by_role("button", name="⏸ Pause"))
+    press_button(page.get_by_role("button", name="⏸ Pause"))
     settle(page)
     assert_no_error(page)
     type_into(

@@ -16,6 +16,7 @@ from .helpers import (
     assert_no_error,
     click,
     open_sidebar_panel,
+    press_button,
     screenshot,
     settle,
     wait_for_count,
@@ -201,7 +202,7 @@ def test_presenter_mode_is_left_and_every_page_reached_by_mouse_and_by_keyboard(
     press(page, "Shift+P")
     wait_for_url(page, "present=1")
     expect(page.locator(BAR)).to_be_visible()
-    click(page.locator(BAR).get_by_role("button", name="Leave"))
+    press_button(page.locator(BAR).get_by_role("button", name="Leave"))
     expect(page.locator(BAR)).to_have_count(0)
     press(page, "Shift+P")
     expect(page.locator(BAR)).to_be_visible()
@@ -217,7 +218,7 @@ def make_deck(page, server_url: str) -> None:
     sidebar = page.locator('[data-testid="stSidebar"]')
     for n, going_to in ((1, "Attention, step by step"), (2, "Inside a block"), (3, None)):
         open_slides(page)
-        click(sidebar.get_by_role("button", name="Add this view"))
+        press_button(sidebar.get_by_role("button", name="Add this view"))
         wait_for_text(page, f"Slides ({n})")
         if going_to:
             click(sidebar.get_by_role("link", name=going_to))
@@ -238,7 +239,7 @@ def test_the_clicker_steps_a_deck_in_presenter_mode_and_fast_keys_add_up(server_
     page = projector
     make_deck(page, server_url)
     press(page, "Shift+P")  # presenter mode: the deck is in the bar
-    click(page.locator(BAR).get_by_role("button", name="Present the slides (3)"))
+    press_button(page.locator(BAR).get_by_role("button", name="Present the slides (3)"))
     on_slide(page, 1)
     press(page, "PageDown")
     on_slide(page, 2)
@@ -254,7 +255,7 @@ def test_the_clicker_steps_a_deck_in_presenter_mode_and_fast_keys_add_up(server_
     focus_page(page)
     press_in_time(page, ["PageDown", "PageDown", "PageDown"], 250)  # one past the last: the last
     on_slide(page, 3)
-    click(page.locator(BAR).get_by_role("button", name="◀"))  # the bar's buttons, by mouse
+    press_button(page.locator(BAR).get_by_role("button", name="◀"))  # the bar's buttons, by mouse
     on_slide(page, 2)
     assert_no_error(page)
 
@@ -265,15 +266,15 @@ def test_a_deck_of_views_is_presented_with_the_clicker_exported_and_opened_again
     settle(page)
     sidebar = page.locator('[data-testid="stSidebar"]')
     open_slides(page)
-    click(sidebar.get_by_role("button", name="Add this view"))
+    press_button(sidebar.get_by_role("button", name="Add this view"))
     wait_for_text(page, "Slides (1)")
     click(sidebar.get_by_role("link", name="Positional encoding"))
     page.wait_for_url("**/positional**")
     settle(page)
     open_slides(page)
-    click(sidebar.get_by_role("button", name="Add this view"))
+    press_button(sidebar.get_by_role("button", name="Add this view"))
     wait_for_text(page, "Slides (2)")
-    click(sidebar.get_by_role("button", name="Present from slide 1"))
+    press_button(sidebar.get_by_role("button", name="Present from slide 1"))
     wait_for_url(page, "/text", "head=3")
     wait_for_text(page, "Slide 1 of 2")
     press(page, "PageDown")  # the clicker moves the deck while it is presented, presenter mode or not
@@ -281,7 +282,7 @@ def test_a_deck_of_views_is_presented_with_the_clicker_exported_and_opened_again
     wait_for_text(page, "Slide 2 of 2")
     settle(page)
     with page.expect_download() as info:
-        click(sidebar.get_by_role("button", name="Export the deck"))
+        click(sidebar.get_by_role("button", name="Export the deck"))  # on_click="ignore": sends nothing
     path = tmp_path / "deck.json"
     info.value.save_as(path)
     deck = json.loads(path.read_text())
