@@ -101,10 +101,17 @@ def settle(page, timeout: float = TIMEOUT_S) -> None:
 
 
 def wait_for_count(page, selector: str, at_least: int, timeout: float = TIMEOUT_S) -> None:
-    """Wait until the page holds at least `at_least` elements matching `selector`."""
-    page.wait_for_function(
-        "([sel, n]) => document.querySelectorAll(sel).length >= n", arg=[selector, at_least], timeout=timeout * 1000
-    )
+    """Wait until the page holds at least `at_least` elements matching `selector`; a timeout says where the page
+    stood (`page_state`)."""
+    try:
+        page.wait_for_function(
+            "([sel, n]) => document.querySelectorAll(sel).length >= n", arg=[selector, at_least], timeout=timeout * 1000
+        )
+    except PlaywrightTimeout as error:
+        found = page.locator(selector).count()
+        raise PlaywrightTimeout(
+            f"{at_least} of {selector!r} did not show in {timeout:.0f} s ({found} there)\n{page_state(page)}"
+        ) from error
 
 
 def wait_for_text(page, text: str, timeout: float = TIMEOUT_S) -> None:
@@ -149,9 +156,13 @@ def page_state(page, chars: int = 1500) -> str:
 
 
 def wait_for_url(page, *parts: str, timeout: float = TIMEOUT_S) -> None:
-    """Wait until the address contains every one of `parts` (URL-encoded as the app writes them)."""
+    """Wait until the address contains every one of `parts` (URL-encoded as the app writes them); a timeout says
+    where the page stood (`page_state`)."""
     pattern = "".join(f"(?=.*{re.escape(p)})" for p in parts)
-    expect(page).to_have_url(re.compile(pattern), timeout=timeout * 1000)
+    try:
+        expect(page).to_have_url(re.compile(pattern), timeout=timeout * 1000)
+    except AssertionError as error:
+        raise AssertionError(f"the address never held {parts} in {timeout:.0f} s\n{page_state(page)}") from error
 
 
 def wait_for_step_at_least(page, step: int, timeout: float = TIMEOUT_S) -> int:
