@@ -5,7 +5,7 @@ view: the lecturer's page (its title), every setting of the lecturer's address, 
 (students following to the Vision Transformer used to get an empty page: 7 of 16 arrivals).
 
 The delays are printed, not asserted: on a busy machine they are long; benchmarks/class_follow.py measures them
-against the goal. Every wait is for a condition (the student's page records its own states, every 20 ms).
+against the goal. Every wait is for a condition (the student's page records its own states, within 20 ms of a change).
 """
 
 from __future__ import annotations
