@@ -237,15 +237,11 @@ def pick_next(page, label: str, attempts: int = 5) -> str:
 
 def start_class(lecturer, url: str) -> str:
     """The lecturer opens Home and starts a class session; returns the join link."""
-    from tests.browser.helpers import open_sidebar_panel, press_button, settle, wait_for_text
+    from tests.browser.helpers import settle, start_class_session
 
     lecturer.goto(url)
     settle(lecturer)
-    open_sidebar_panel(lecturer, "Class session")
-    press_button(lecturer.get_by_role("button", name="Start a class session"))
-    wait_for_text(lecturer, "0 students")
-    code = re.search(r"Join code ([A-Z2-9]{6})", lecturer.inner_text("body")).group(1)
-    return f"{url}/?class={code}"
+    return f"{url}/?class={start_class_session(lecturer)}"
 
 
 def follow_pages(

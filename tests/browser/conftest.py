@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.core.hf_helpers import DEIT, IMAGES
+from tformer_app.presenter import ROOM_COOKIES
 
 from .helpers import NO_MOTION_JS, TIMEOUT_S, WATCH_SENDS_JS, settle
 from .server import streamlit_server
@@ -96,27 +97,27 @@ def _watching_sends(browser) -> None:
     (a projector, phones, a class)."""
     new_context, new_page = browser.new_context, browser.new_page
 
+    def prepared(opened):
+        for script in (WATCH_SENDS_JS, NO_MOTION_JS):
+            opened.add_init_script(script)
+        return opened
+
     def watched_context(*args, **kwargs):
-        context = new_context(*args, **kwargs)
-        context.add_init_script(WATCH_SENDS_JS)
-        context.add_init_script(NO_MOTION_JS)
-        return context
+        return prepared(new_context(*args, **kwargs))
 
     def watched_page(*args, **kwargs):
-        page = new_page(*args, **kwargs)
-        page.add_init_script(WATCH_SENDS_JS)
-        page.add_init_script(NO_MOTION_JS)
-        return page
+        return prepared(new_page(*args, **kwargs))
 
     browser.new_context, browser.new_page = watched_context, watched_page
 
 
 PAGE_VIEWPORT = {"width": 1400, "height": 1000}
+ROOM_COOKIE = ROOM_COOKIES[False]  # the width measured outside presenter mode
 
 
 @pytest.fixture(scope="session")
 def returning_cookies(browser, server_url) -> list[dict]:
-    """The width cookie a browser of `PAGE_VIEWPORT` keeps after its first visit (tformer_room: the main column's
+    """The width cookie a browser of `PAGE_VIEWPORT` keeps after its first visit (ROOM_COOKIE: the main column's
     width, measured by presenter.KEYS_JS), from one first visit to Home.
 
     A first visit runs every page twice: once at a guessed width, once more when the browser has measured the
@@ -130,8 +131,8 @@ def returning_cookies(browser, server_url) -> list[dict]:
         page = context.new_page()
         page.goto(server_url)
         settle(page)
-        page.wait_for_function("() => document.cookie.includes('tformer_room=')", timeout=TIMEOUT_S * 1000)
-        return [c for c in context.cookies() if c["name"] == "tformer_room"]
+        page.wait_for_function("n => document.cookie.includes(n + '=')", arg=ROOM_COOKIE, timeout=TIMEOUT_S * 1000)
+        return [c for c in context.cookies() if c["name"] == ROOM_COOKIE]
     finally:
         context.close()
 

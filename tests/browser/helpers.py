@@ -260,6 +260,30 @@ def open_sidebar_panel(page, title: str, attempts: int = 3) -> None:
     raise AssertionError(f"the sidebar's {title!r} panel did not open\n{page_state(page)}")
 
 
+def start_class_session(lecturer) -> str:
+    """On the lecturer's settled page: open the sidebar's Class session panel, start a session and wait for its
+    count of students; returns the join code."""
+    open_sidebar_panel(lecturer, "Class session")
+    settle(lecturer)  # the panel's button is pressed on a page at rest, not during a run the opening started
+    press_button(lecturer.get_by_role("button", name="Start a class session"))
+    wait_for_text(lecturer, "0 students")
+    return re.search(r"Join code ([A-Z2-9]{6})", lecturer.inner_text("body")).group(1)
+
+
+def add_this_view(page, slides: int) -> None:
+    """Open the sidebar (collapsed in presenter mode) and its Slides panel, and press "Add this view": waits until
+    the deck has `slides` slides."""
+    sidebar = page.get_by_test_id("stSidebar")
+    box = sidebar.bounding_box()
+    if box is None or box["x"] + box["width"] <= 0:
+        click(page.get_by_test_id("stExpandSidebarButton"))
+    open_sidebar_panel(page, "Slides (")
+    add = sidebar.get_by_role("button", name="Add this view")
+    add.wait_for(state="visible")  # an open panel can still be drawing its button
+    press_button(add)
+    wait_for_text(page, f"Slides ({slides})")
+
+
 def choose(page, label: str, option: str | int, attempts: int = 5, kind: str = "stSelectbox") -> str:
     """Pick `option` (its text, or its place in the list from 0) in the selectbox (kind "stMultiSelect": the
     multiselect) labelled `label`; returns the option's text.

@@ -22,10 +22,10 @@ from .helpers import (
     choose,
     click,
     describe,
-    open_sidebar_panel,
     press_button,
     screenshot,
     settle,
+    start_class_session,
     wait_for_text,
     wait_for_url,
 )
@@ -33,18 +33,11 @@ from .helpers import (
 pytestmark = pytest.mark.browser
 
 
-def open_class_panel(page) -> None:
-    open_sidebar_panel(page, "Class session")
-
-
 def start_class(lecturer, server_url: str) -> str:
     """The lecturer opens Text attention (layer 2, head 1) and starts a class session; returns its join code."""
     lecturer.goto(f"{server_url}/text?layer=2&head=1")
     settle(lecturer)
-    open_class_panel(lecturer)
-    press_button(lecturer.get_by_role("button", name="Start a class session"))
-    wait_for_text(lecturer, "0 students")
-    return re.search(r"Join code ([A-Z2-9]{6})", lecturer.inner_text("body")).group(1)
+    return start_class_session(lecturer)
 
 
 def test_a_lecturer_and_three_students(server_url, browser, screenshots):

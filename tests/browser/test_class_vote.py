@@ -14,7 +14,7 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from .helpers import TIMEOUT_S, assert_no_error, open_sidebar_panel, press_button, settle, wait_for_text, wait_for_url
+from .helpers import TIMEOUT_S, assert_no_error, press_button, settle, start_class_session, wait_for_text, wait_for_url
 
 pytestmark = pytest.mark.browser
 
@@ -45,11 +45,7 @@ def test_predict_reveal_and_vote_again_on_heads(server_url, browser, screenshots
         # The link's model, not the page's default (SmolLM2): in a few runs on a busy machine the lecturer's page
         # was later found on its default, and the class followed it there; a failure here says it happened early.
         wait_for_text(lecturer, "Source (the model writes its first target word)")
-        open_sidebar_panel(lecturer, "Class session")
-        settle(lecturer)  # a click during a run (the page measuring its width) was lost: the class never started
-        press_button(lecturer.get_by_role("button", name="Start a class session"))
-        wait_for_text(lecturer, "0 students")
-        code = re.search(r"Join code ([A-Z2-9]{6})", lecturer.inner_text("body")).group(1)
+        code = start_class_session(lecturer)
         wait_for_text(lecturer, f"Join the class: code {code}")  # on the page, for the projector
         for s in students:
             s.goto(f"{server_url}/?class={code}")

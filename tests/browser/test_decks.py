@@ -9,7 +9,7 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from .helpers import assert_no_error, click, open_sidebar_panel, press_button, settle, wait_for_text, wait_for_url
+from .helpers import add_this_view, assert_no_error, click, press_button, settle, wait_for_text, wait_for_url
 from .server import streamlit_server
 
 pytestmark = pytest.mark.browser
@@ -17,24 +17,6 @@ pytestmark = pytest.mark.browser
 BAR = ".st-key-tformer-bar"
 SIDEBAR = '[data-testid="stSidebar"]'
 PROJECTOR = {"width": 1280, "height": 720}
-
-
-def add_this_view(page, n: int) -> None:
-    """Open the sidebar (collapsed in presenter mode) and its Slides panel, add this view: the deck has n slides."""
-    sidebar = page.locator(SIDEBAR)
-    add = sidebar.get_by_role("button", name="Add this view")
-    if sidebar_hidden(page):
-        click(page.locator('[data-testid="stExpandSidebarButton"]'))
-    open_sidebar_panel(page, "Slides (")
-    add.wait_for(state="visible")
-    press_button(add)
-    wait_for_text(page, f"Slides ({n})")
-    settle(page)
-
-
-def sidebar_hidden(page) -> bool:
-    box = page.locator(SIDEBAR).bounding_box()
-    return box is None or box["x"] + box["width"] <= 0
 
 
 def deck_in_the_sidebar(page, n: int) -> None:
@@ -64,10 +46,12 @@ def test_a_deck_is_back_after_a_reload_and_a_restart_and_opens_by_its_link(brows
             page.goto(f"{url}/text?present=1&head=3")
             settle(page)
             add_this_view(page, 1)
+            settle(page)
             click(page.locator(BAR).get_by_role("link", name="Positional", exact=True))
             wait_for_url(page, "/positional", "present=1")
             settle(page)
             add_this_view(page, 2)
+            settle(page)
             page.wait_for_function("() => document.cookie.includes('tformer_deck=')")  # the page wrote it
             link = page.locator(SIDEBAR).get_by_test_id("stCode").first.inner_text()
             token = re.search(r"\?deck=([A-Za-z0-9_-]{32})", link).group(1)

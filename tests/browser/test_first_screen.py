@@ -9,16 +9,7 @@ from playwright.sync_api import expect
 
 from tests.core.hf_helpers import DEIT, IMAGES
 
-from .helpers import (
-    CHART,
-    assert_no_error,
-    click,
-    open_sidebar_panel,
-    press_button,
-    settle,
-    wait_for_text,
-    wait_for_url,
-)
+from .helpers import CHART, add_this_view, assert_no_error, click, press_button, settle, wait_for_text, wait_for_url
 
 pytestmark = pytest.mark.browser
 
@@ -211,12 +202,8 @@ def test_the_bar_fits_while_a_deck_is_presented(server_url, projector):
     page = projector
     page.goto(f"{server_url}/positional?present=1")
     settle(page)
-    click(page.locator('[data-testid="stExpandSidebarButton"]'))
+    add_this_view(page, 1)
     sidebar = page.locator('[data-testid="stSidebar"]')
-    add = sidebar.get_by_role("button", name="Add this view")
-    open_sidebar_panel(page, "Slides (")
-    click(add)
-    wait_for_text(page, "Slides (1)")
     press_button(page.locator(".st-key-tformer-bar").get_by_role("button", name="Present the slides (1)"))
     wait_for_text(page, "Slide 1/1")
     settle(page)

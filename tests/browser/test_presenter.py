@@ -13,6 +13,7 @@ from playwright.sync_api import expect
 from .helpers import (
     CHART,
     IMAGE,
+    add_this_view,
     assert_no_error,
     click,
     open_sidebar_panel,
@@ -217,9 +218,7 @@ def make_deck(page, server_url: str) -> None:
     settle(page)
     sidebar = page.locator('[data-testid="stSidebar"]')
     for n, going_to in ((1, "Attention, step by step"), (2, "Inside a block"), (3, None)):
-        open_slides(page)
-        press_button(sidebar.get_by_role("button", name="Add this view"))
-        wait_for_text(page, f"Slides ({n})")
+        add_this_view(page, n)
         if going_to:
             click(sidebar.get_by_role("link", name=going_to))
             settle(page)
@@ -265,15 +264,11 @@ def test_a_deck_of_views_is_presented_with_the_clicker_exported_and_opened_again
     page.goto(f"{server_url}/text?head=3")
     settle(page)
     sidebar = page.locator('[data-testid="stSidebar"]')
-    open_slides(page)
-    press_button(sidebar.get_by_role("button", name="Add this view"))
-    wait_for_text(page, "Slides (1)")
+    add_this_view(page, 1)
     click(sidebar.get_by_role("link", name="Positional encoding"))
     page.wait_for_url("**/positional**")
     settle(page)
-    open_slides(page)
-    press_button(sidebar.get_by_role("button", name="Add this view"))
-    wait_for_text(page, "Slides (2)")
+    add_this_view(page, 2)
     press_button(sidebar.get_by_role("button", name="Present from slide 1"))
     wait_for_url(page, "/text", "head=3")
     wait_for_text(page, "Slide 1 of 2")
