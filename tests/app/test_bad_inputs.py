@@ -45,6 +45,7 @@ class Case:
     edit: str | None = None  # the key (its start) of the data editor `state` is sent for
     state: object = None
     timeout: float = 180
+    slow: bool = False  # seconds of real computation (a study of smollm2): left out of the fast tier
 
 
 STRIP = "one side is 60,000 times the other, and the models here read pictures whose longer side is at most 20"
@@ -67,6 +68,7 @@ CASES = [
             "b": "The capital of the United Kingdom is",
         },
         timeout=600,
+        slow=True,
     ),
     Case(  # longer than a grid the server computes, and unequal: told what no grid could fix first
         "head_matters",
@@ -262,7 +264,9 @@ def check_shown(at: AppTest, case: Case) -> None:
     assert not any("something went wrong" in t or "Traceback" in t for t in texts), texts
 
 
-@pytest.mark.parametrize("case", CASES, ids=[f"{c.page}: {c.given}" for c in CASES])
+@pytest.mark.parametrize(
+    "case", [pytest.param(c, id=f"{c.page}: {c.given}", marks=[pytest.mark.slow] if c.slow else []) for c in CASES]
+)
 def test_a_bad_input_gets_its_message_and_the_session_goes_on(case: Case, model_dirs: Path) -> None:
     at = run(case.page, timeout=case.timeout, **case.params)
     if case.upload is not None:

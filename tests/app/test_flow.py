@@ -2,6 +2,7 @@
 prunes it, a click on an edge names its head."""
 
 import numpy as np
+import pytest
 
 import tformer_core as tc
 from tests.app.pages import charts, messages, no_exception, run, widget
@@ -84,6 +85,7 @@ def test_smollm2_routes_lead_to_its_next_token_printed_above_the_graph(smollm2_f
     assert set(drawn.loc[drawn["layer"] == drawn["layer"].max(), "target"]) == {11}
 
 
+@pytest.mark.slow  # smollm2's routes and its study of every head: seconds
 def test_does_this_head_matter_shows_the_routes_beside_the_ablations_and_outlines_the_chosen_head(smollm2_folder):
     at = run("head_matters", timeout=300, flow="1", layer="23", head="4")
     no_exception(at)

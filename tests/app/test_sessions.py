@@ -94,6 +94,7 @@ async def _crafted_edits(url: str) -> None:
         assert not any("did not fit" in t for t in run.texts()) and "Q, K, V" in run.headings()
 
 
+@pytest.mark.slow  # a real server
 def test_a_crafted_data_editor_message_is_refused_and_the_page_recovers(server):
     stclient.run_sync(_crafted_edits(server))
 

@@ -140,6 +140,7 @@ def test_the_views_draw_in_a_notebook(ran):
     said("0.68 of its attention")
 
 
+@pytest.mark.slow  # the `runs: slow` blocks: a batched pass of a few hundred rows each
 def test_the_studies_patching_grid_and_every_head_ablated(ran):
     scope = dict(ran)
     for code in blocks("runs: slow"):
