@@ -270,9 +270,9 @@ def start_class_session(lecturer) -> str:
     return re.search(r"Join code ([A-Z2-9]{6})", lecturer.inner_text("body")).group(1)
 
 
-def add_this_view(page, slides: int) -> None:
-    """Open the sidebar (collapsed in presenter mode) and its Slides panel, and press "Add this view": waits until
-    the deck has `slides` slides."""
+def open_slides(page):
+    """Open the sidebar (collapsed in presenter mode) and its Slides panel; returns the panel's "Add this view"
+    button, once drawn."""
     sidebar = page.get_by_test_id("stSidebar")
     box = sidebar.bounding_box()
     if box is None or box["x"] + box["width"] <= 0:
@@ -280,7 +280,12 @@ def add_this_view(page, slides: int) -> None:
     open_sidebar_panel(page, "Slides (")
     add = sidebar.get_by_role("button", name="Add this view")
     add.wait_for(state="visible")  # an open panel can still be drawing its button
-    press_button(add)
+    return add
+
+
+def add_this_view(page, slides: int) -> None:
+    """Press the Slides panel's "Add this view" (`open_slides`): waits until the deck has `slides` slides."""
+    press_button(open_slides(page))
     wait_for_text(page, f"Slides ({slides})")
 
 

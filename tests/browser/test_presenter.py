@@ -16,7 +16,7 @@ from .helpers import (
     add_this_view,
     assert_no_error,
     click,
-    open_sidebar_panel,
+    open_slides,
     press_button,
     screenshot,
     settle,
@@ -52,14 +52,6 @@ def projector(browser):
     page = context.new_page()
     yield page
     context.close()
-
-
-def open_slides(page) -> None:
-    """Open the sidebar's Slides panel unless it is open (it stays as the user left it, page to page)."""
-    sidebar = page.locator('[data-testid="stSidebar"]')
-    add = sidebar.get_by_role("button", name="Add this view")
-    open_sidebar_panel(page, "Slides (")
-    add.wait_for(state="visible")
 
 
 def focus_page(page) -> None:
