@@ -249,8 +249,9 @@ def look_interval() -> float:
     return min(LOOK_S, sweep_interval())
 
 
-# Held by the sweeper while it sweeps: whoever must see the process's memory accounting hold still (a test that
-# drives memory.GiveBack's sweeps by hand) holds it too, and the sweeper waits.
+# Held by the sweeper for each of its ticks (its look for closed tabs, and its sweeps): whoever must see the
+# sessions and the process's memory accounting hold still (a test that drives memory.GiveBack's sweeps, or sweeps
+# of its own made-up sessions, by hand) holds it too, and the sweeper waits.
 SWEEPING = threading.Lock()
 
 MAX_FAILED_SWEEPS = 10  # in a row: Streamlit works differently from what this module reads; stop trying
@@ -272,9 +273,9 @@ def _sweep_forever(after: Callable[[int, bool], None] | None) -> None:
     while not wake.wait(tick):
         ticked += 1
         try:
-            withdraw_media()
-            if ticked % ticks_per_look == 0:
-                with SWEEPING:
+            with SWEEPING:
+                withdraw_media()
+                if ticked % ticks_per_look == 0:
                     sweep_once(after, full=(ticked // ticks_per_look) % looks_per_sweep == 0)
             failed = 0
         except Exception as error:  # a list changed while it was read (the next sweep reads it again), or worse

@@ -31,3 +31,14 @@ def redis_server() -> Iterator[RedisServer]:
     finally:
         server.stop()
         open_store(ClassSettings(redis_url=None))
+
+
+@pytest.fixture
+def sweeper_paused() -> Iterator[None]:
+    """The server's sweeper thread (started by any earlier AppTest in this process) waits while the test runs: it
+    reads tformer_app.sessions' runtime, which the test replaces with its own, and would sweep the test's sessions
+    between the test's own sweeps (CI: a full sweep released them between two of the test's looks)."""
+    from tformer_app import sessions
+
+    with sessions.SWEEPING:
+        yield

@@ -216,7 +216,9 @@ class FakeRuntime:
         del self.sessions[session_id]
 
 
-def test_sessions_streamlit_drops_by_itself_are_collected_at_the_next_sweep(monkeypatch, no_automatic_gc):
+def test_sessions_streamlit_drops_by_itself_are_collected_at_the_next_sweep(
+    monkeypatch, no_automatic_gc, sweeper_paused
+):
     """While a class keeps closing tabs, Streamlit's storage drops the expired sessions itself (each tab saved for
     resuming reaps them), so the sweeper never releases them; their objects die at once, their uploads with them,
     but their widget state's cycles still held each photo: 160 MB (14,500 objects) at the end of
@@ -242,7 +244,7 @@ def test_sessions_streamlit_drops_by_itself_are_collected_at_the_next_sweep(monk
     assert sweep() == 1 and third() is None
 
 
-def test_a_tab_that_opens_while_the_sweeper_looks_is_not_taken_for_a_closed_one(monkeypatch):
+def test_a_tab_that_opens_while_the_sweeper_looks_is_not_taken_for_a_closed_one(monkeypatch, sweeper_paused):
     """withdraw_media reads Streamlit's sessions twice (all it knows, those connected). A tab that connected
     between the two reads was known and not connected when the connected ones were read first: taken for a
     closed tab, its pictures withdrawn, and a second later run again as a tab that came back, with its first
@@ -285,7 +287,7 @@ def test_a_tab_that_opens_while_the_sweeper_looks_is_not_taken_for_a_closed_one(
     assert sessions.withdraw_media() == 0 and withdrawn == ["open"] and drawn_again == ["open"]
 
 
-def test_the_sweeper_looks_for_ended_sessions_between_full_sweeps(monkeypatch, no_automatic_gc):
+def test_the_sweeper_looks_for_ended_sessions_between_full_sweeps(monkeypatch, no_automatic_gc, sweeper_paused):
     """A look (every 10 s) collects what sessions that ended left, without releasing sessions nor trimming the
     results; a full sweep (every 30 s) does both. At 30 s, a class uploading photos kept up to 145 MB beyond the
     budget between two sweeps."""

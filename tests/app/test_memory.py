@@ -30,7 +30,7 @@ def test_freed_heap_memory_is_kept_for_reuse_and_handed_back_when_asked():
 
 
 @pytest.fixture
-def memory_readings(monkeypatch):
+def memory_readings(monkeypatch, sweeper_paused):
     """The process's RSS read from a list a test fills (in MB, nothing held by the caches) and each hand-back
     counted: (readings, trims)."""
     readings: list[int] = []
@@ -39,9 +39,8 @@ def memory_readings(monkeypatch):
     monkeypatch.setattr(memory.GIVE_BACK, "holders", [])  # the server's own counts nothing held either
     monkeypatch.setattr(memory, "release_freed_memory", lambda: trims.append(1) or True)
     # The server's sweeper (started by earlier AppTests in this process) would sweep the test's GiveBack with the
-    # real models' bytes, starting its floor anew mid-test: it waits while the test holds its lock.
-    with sessions.SWEEPING:
-        yield readings, trims
+    # real models' bytes, starting its floor anew mid-test: the test asks for sweeper_paused.
+    yield readings, trims
 
 
 def test_freed_memory_is_handed_back_against_the_lowest_level_seen(memory_readings):
