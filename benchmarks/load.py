@@ -63,7 +63,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from stclient import ProtocolError, Session
 
-from deploy.serve import Deployment, _children
+from deploy.serve import Deployment, _children, print_warmed
 
 MAX_SESSIONS = 200
 MAX_DURATION_S = 15 * 60
@@ -760,6 +760,13 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--app", type=Path, default=ROOT / "app.py", help="with --start: the app to run")
     parser.add_argument("--cache-mb", type=float, help="with --start: each replica's TFORMER_CACHE_MB")
     parser.add_argument("--keep", action="store_true", help="with --start: keep nginx's prefix (config, logs)")
+    parser.add_argument(
+        "--cold",
+        action="store_true",
+        help="with --start: students meet replicas that have served nothing yet (deploy/serve.py's CLI opens the "
+        "Text attention and Vision Transformer pages on each before nginx starts; this run does too, with "
+        "--text-model and --vision-model, unless --cold)",
+    )
     parser.add_argument("--gpu-mb", type=float, help="with --start: each replica's TFORMER_GPU_MB (default 90%% / K)")
     parser.add_argument(
         "--device", help="with --start: the replicas' TFORMER_DEVICE (cpu, cuda; default: a GPU if any)"
@@ -789,12 +796,24 @@ def main() -> None:
     deployment = None
     if args.start:
         env = {"TFORMER_DEVICE": args.device} if args.device else None
+        model = lambda name: f"?model={urllib.parse.quote(name)}" if name else ""  # noqa: E731
+        warm = () if args.cold else (f"/text{model(args.text_model)}", f"/vision{model(args.vision_model)}")
         deployment = Deployment(
-            replicas=args.start, app=args.app, cache_mb=args.cache_mb, gpu_mb=args.gpu_mb, env=env, keep=args.keep
+            replicas=args.start,
+            app=args.app,
+            cache_mb=args.cache_mb,
+            gpu_mb=args.gpu_mb,
+            env=env,
+            keep=args.keep,
+            warm=warm,
         )
         deployment.start()
         base_url = deployment.url
         print(f"Started {args.start} replica(s) of {args.app} behind nginx at {base_url} ({deployment.prefix})")
+        if warm:
+            print_warmed(deployment.warmed)
+        else:
+            print("Cold replicas (--cold): nothing was opened on them before the class")
     else:
         try:
             base_url = loopback_url(args.url)
@@ -808,6 +827,10 @@ def main() -> None:
         )
         with contextlib.suppress(KeyboardInterrupt):
             figures = asyncio.run(run_class(args, base_url, processes))
+            if deployment is not None:  # the pages each replica opened before the class: seconds, and whether ok
+                figures["warmed"] = [
+                    {"replica": w.replica, "page": w.page, "seconds": w.seconds, "ok": w.ok} for w in deployment.warmed
+                ]
             if args.json:
                 args.json.write_text(json.dumps(figures, indent=1))
     finally:

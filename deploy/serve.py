@@ -3,6 +3,11 @@
     .venv/bin/python deploy/serve.py --replicas 2 --port 8500 [--cache-mb 768] [--host 0.0.0.0] [--gpu-mb 4096]
     deploy/run.sh --replicas 2 --port 8500                         # the same, with the checkout's .venv
 
+Before nginx takes anyone, each replica opens the pages of --warm (default: the Text attention and Vision
+Transformer pages) once, as a browser does: a fresh replica imports torch, starts the GPU and loads the page's
+model on its first visit, 10 s on a GPU host, and every student who arrived meanwhile waited for it (100 students
+on 15 cold replicas: p95 of opening a page 10.2 s, then 0.09 s warm).
+
 With --redis, Debian's redis-server too (class sessions shared by the replicas: TFORMER_REDIS_URL).
 
 Starts `streamlit run app.py` K times on loopback ports (`--first-port`, the next K-1 after it), each with
@@ -18,13 +23,14 @@ SIGTERM or exit, and if any of them dies. The children also get SIGTERM if this 
 
 As a library (the deploy test, benchmarks/load.py --start):
 
-    with Deployment(replicas=2) as d:       # free ports unless given
-        d.url, d.replica_urls, d.pids(), d.access_log()
+    with Deployment(replicas=2, warm=("/text",)) as d:       # free ports unless given; no warm-up unless asked
+        d.url, d.replica_urls, d.pids(), d.access_log(), d.warmed
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import ctypes
 import grp
@@ -40,6 +46,8 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -131,6 +139,54 @@ def _die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
+WARM_PAGES = ("/text", "/vision")  # what a class opens first: the CLI's default --warm
+
+
+@dataclass(frozen=True)
+class Warmed:
+    """One page's first visit on one replica, before nginx took anyone: how long it took, what it drew."""
+
+    replica: str  # its address
+    page: str
+    seconds: float
+    finished: bool
+    errors: tuple[str, ...]
+    headings: tuple[str, ...]
+
+    @property
+    def ok(self) -> bool:
+        return self.finished and not self.errors
+
+
+def warm_replicas(urls: Sequence[str], pages: Sequence[str], timeout_s: float) -> list[Warmed]:
+    """Open each page once on each replica, as a browser does (every replica at once, its pages in turn), so that
+    the replica has imported what the pages need, started the device and loaded their models before any student
+    comes. A page that fails is reported, not raised: the class can still use the others."""
+    # benchmarks/stclient.py speaks Streamlit's browser protocol (tested by the deploy and load tests); imported
+    # here only when warming, as the CLI does by default.
+    from benchmarks.stclient import ProtocolError, Session, run_sync
+
+    async def visit(url: str, page: str) -> Warmed:
+        started = time.perf_counter()
+        try:
+            async with await Session.open(url, page, timeout_s=timeout_s, fetch_media=False) as session:
+                run = session.last
+                seconds = time.perf_counter() - started
+                if run is None:
+                    return Warmed(url, page, seconds, False, ("no script run",), ())
+                return Warmed(url, page, seconds, run.finished, tuple(run.errors), tuple(run.headings()))
+        except (OSError, ProtocolError, TimeoutError) as error:
+            return Warmed(url, page, time.perf_counter() - started, False, (f"{type(error).__name__}: {error}",), ())
+
+    async def replica(url: str) -> list[Warmed]:
+        return [await visit(url, page) for page in pages]
+
+    async def every_replica() -> list[list[Warmed]]:
+        return await asyncio.gather(*(replica(url) for url in urls))
+
+    return [w for found in run_sync(every_replica()) for w in found]
+
+
 def _healthy(url: str) -> bool:
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: never through a proxy
     try:
@@ -149,7 +205,9 @@ class Deployment:
     GPU_SHARE of the GPU's memory / K when there is a GPU). env: more environment for the replicas. host:
     where nginx listens. redis: start Debian's redis-server for class sessions (loopback, no persistence) and
     give the replicas its TFORMER_REDIS_URL, unless the environment names a Redis already; without one a class
-    session lives in the replica that started it, and students sent to another replica cannot join it.
+    session lives in the replica that started it, and students sent to another replica cannot join it. warm:
+    pages (paths with their query strings, e.g. "/text?model=...") each replica opens once before nginx starts
+    (`warm_replicas`); what they drew is in `warmed`.
     """
 
     def __init__(
@@ -166,9 +224,13 @@ class Deployment:
         python: str = sys.executable,
         keep: bool = False,
         redis: bool = False,
+        warm: Sequence[str] = (),
     ) -> None:
         if not 1 <= replicas <= 64:
             raise ValueError(f"replicas must be 1..64, not {replicas}")
+        if any(not page.startswith("/") for page in warm):
+            raise ValueError(f"pages to warm are paths beginning with '/', not {list(warm)}")
+        self.warm, self.warmed = tuple(warm), list[Warmed]()
         self.nginx = find_nginx()
         if self.nginx is None:
             raise FileNotFoundError("nginx is not installed (Debian: apt-get install nginx)")
@@ -251,6 +313,8 @@ class Deployment:
         for i, port in enumerate(self.ports):
             self.replicas.append(self._start_replica(i, port))
         self._wait(lambda: all(_healthy(u) for u in self.replica_urls), timeout_s, "the replicas")
+        if self.warm:
+            self.warmed = warm_replicas(self.replica_urls, self.warm, timeout_s)
         self._start_nginx()
         self._wait(lambda: _healthy(self.url), 30.0, "nginx")
 
@@ -362,6 +426,20 @@ def _children(pid: int) -> list[int]:
     return out
 
 
+def print_warmed(warmed: Sequence[Warmed]) -> None:
+    """One line per page warmed: the slowest replica's time, and any replica whose visit failed, with why."""
+    for page in dict.fromkeys(w.page for w in warmed):
+        visits = [w for w in warmed if w.page == page]
+        failed = [w for w in visits if not w.ok]
+        print(
+            f"  warmed {page} on {len(visits) - len(failed)} of {len(visits)} replicas "
+            f"(slowest {max(w.seconds for w in visits):.1f} s)"
+        )
+        for w in failed:
+            why = "; ".join(w.errors) or "the page's run did not finish"
+            print(f"  warming {page} failed on {w.replica}: {why[:300]}", file=sys.stderr)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--replicas", type=int, default=os.cpu_count() or 1, help="one per core (default)")
@@ -372,6 +450,13 @@ def main() -> int:
     parser.add_argument("--threads", type=int, help="torch threads per replica (default cores / replicas)")
     parser.add_argument("--gpu-mb", type=float, help="TFORMER_GPU_MB of each replica (default: 90%% of the GPU / K)")
     parser.add_argument("--keep", action="store_true", help="keep the prefix (config, logs) after stopping")
+    parser.add_argument(
+        "--warm",
+        action="append",
+        metavar="PAGE",
+        help=f"a page each replica opens before nginx starts, e.g. '/text?model=...' (repeatable; default "
+        f"{' '.join(WARM_PAGES)}; --warm '' for none)",
+    )
     parser.add_argument(
         "--redis",
         action="store_true",
@@ -394,10 +479,12 @@ def main() -> int:
         gpu_mb=args.gpu_mb,
         keep=args.keep,
         redis=args.redis,
+        warm=[page for page in (WARM_PAGES if args.warm is None else args.warm) if page],
     )
     try:
         with deployment:
             print(f"tformer: {deployment.url} -> {len(deployment.ports)} replicas on ports {deployment.ports}")
+            print_warmed(deployment.warmed)
             print(f"  pids {deployment.pids()}; config and logs in {deployment.prefix}")
             if "TFORMER_GPU_MB" in deployment.env:
                 print(f"  each replica may use {deployment.env['TFORMER_GPU_MB']} MB of the GPU (TFORMER_GPU_MB)")

@@ -543,6 +543,21 @@ def load_lines(d: dict) -> list[Line]:
                 a,
             )
         )
+    warmed = d.get("warmed") or []
+    if warmed:  # deploy/serve.py's warm-up: each replica opened the two pages before the students came
+        pages = ", ".join(dict.fromkeys(w["page"] for w in warmed))
+        failed = sum(1 for w in warmed if not w["ok"])
+        out.append(
+            Line(
+                f"{head}: each replica opened {pages} before the class",
+                f"slowest {max(w['seconds'] for w in warmed):.1f} s",
+                "-",
+                "-",
+                "-",
+                f"{failed} failed",
+                {"warmed": warmed},
+            )
+        )
     rss = d["replica_rss_peak_mb"]
     gpu = [g for g in d["replica_gpu_peak_mb"] if g is not None]
     busy = d["gpu_utilisation_mean"]
@@ -555,7 +570,7 @@ def load_lines(d: dict) -> list[Line]:
             f"{d['throughput_per_s']:.1f} actions/s",
             "-",
             "-",
-            {k: d[k] for k in d if k != "actions"},
+            {k: d[k] for k in d if k not in ("actions", "warmed")},  # the warm-up has its own line
         )
     )
     return out

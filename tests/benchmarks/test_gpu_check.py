@@ -118,6 +118,10 @@ def test_the_load_and_the_test_run_report_their_figures(dry_run):
         (server,) = [r for r in lines(report, "load") if "replica_rss_peak_mb" in r]
         assert len(server["replica_rss_peak_mb"]) == 1 and server["replica_rss_peak_mb"][0] > 100
         assert server["gpu_utilisation_mean"] is None  # no nvidia-smi in a dry run
+        # Before the students, the one replica opened both pages on the load's models (deploy's warm-up).
+        (warm,) = [r["warmed"] for r in lines(report, "load") if "warmed" in r]
+        assert [(w["page"].split("?")[0], w["ok"]) for w in warm] == [("/text", True), ("/vision", True)]
+        assert all("model=" in w["page"] and w["seconds"] > 0 for w in warm)
     (tests,) = lines(report, "tests")
     assert tests["finished"] and tests["counts"]["passed"] > 0
     assert tests["counts"]["failed"] == tests["counts"]["error"] == 0 and tests["skipped_absent"] == []

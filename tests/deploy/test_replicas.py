@@ -25,6 +25,7 @@ SESSIONS = 4
 TIMEOUT_S = 240.0  # per action: a busy 2-core machine, two replicas importing torch and loading models at once
 OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TFORMER_DEVICE": "cpu"}
 PER_ADDRESS = {"TFORMER_CLASS_PER_ADDRESS": "1"}  # one new student a minute per address (loopback: not counted)
+WARM_PAGE = "/text?layer=1&head=2"
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +35,8 @@ def deployment(smollm2_if_installed):
     if find_nginx() is None:
         pytest.skip("nginx is not installed: apt-get install nginx (Debian's package) to test the deployment")
     env = OFFLINE | PER_ADDRESS
-    with Deployment(replicas=2, env=env, redis=find_redis() is not None) as d:  # class sessions in Redis
+    # Class sessions in Redis; each replica opens the Text attention page once before nginx starts, as the CLI does.
+    with Deployment(replicas=2, env=env, redis=find_redis() is not None, warm=(WARM_PAGE,)) as d:
         yield d
 
 
@@ -69,6 +71,22 @@ async def one_user(url: str, head: str, png: bytes) -> tuple[str, list[str]]:
         media = [u for u in run.images() if u.startswith("/media/")]
         assert media and run.media_bytes > 0 and not run.problems, run.problems  # served by the same replica
         return s.http.cookie(ROUTE_COOKIE) or "", media
+
+
+def test_each_replica_drew_the_warm_page_before_nginx_took_anyone(deployment):
+    """A fresh replica imports torch, starts the device and loads the page's model on its first visit (10 s on a
+    GPU host; every student who arrived meanwhile waited): each one has drawn the page already, directly, not
+    through nginx."""
+    assert sorted(w.replica for w in deployment.warmed) == sorted(deployment.replica_urls)
+    for warmed in deployment.warmed:
+        assert warmed.page == WARM_PAGE and warmed.ok, warmed
+        assert "Heatmap · layer 1, head 2" in warmed.headings, warmed.headings  # the page, with its model's heads
+    assert "layer=1&head=2" not in deployment.access_log()  # nginx took nobody before: not even the warm-up
+
+
+def test_a_page_to_warm_is_a_path():
+    with pytest.raises(ValueError, match="paths beginning with '/'"):
+        Deployment(replicas=1, warm=("text",))
 
 
 def test_sessions_work_end_to_end_through_nginx_on_both_replicas(deployment):
