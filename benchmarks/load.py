@@ -4,6 +4,10 @@
     python benchmarks/load.py --start 2 --sessions 20 --duration 120      # 2 replicas behind nginx (deploy/)
     python benchmarks/load.py --start 2 --app /tmp/baseline/app.py ...    # replicas of another checkout
 
+With --start, each replica first opens the Text attention and Vision Transformer pages once (on --text-model and
+--vision-model), as deploy/serve.py does before a class; --cold leaves them cold (a fresh replica's first visit
+imports torch, starts the device and loads the model while the students who arrived wait).
+
 Each session (benchmarks/stclient.py: cookies, websocket, widget state, uploads, media, as a browser)
 runs a lecture's loop with think times (uniform, 0.5 to 1.5 x --think seconds; seeded):
 
