@@ -128,7 +128,20 @@ class Plan:
 
     @property
     def text_query(self) -> str:
-        return f"model={urllib.parse.quote(self.text_model)}" if self.text_model else ""
+        return model_query(self.text_model)
+
+    @property
+    def vision_query(self) -> str:
+        return model_query(self.vision_model)
+
+
+def model_query(model: str | None) -> str:
+    """A link's query string that opens a page on `model` ("" for the page's default)."""
+    return f"model={urllib.parse.quote(model)}" if model else ""
+
+
+def with_query(path: str, query: str) -> str:
+    return f"{path}?{query}" if query else path
 
 
 class PhotoPool:
@@ -186,8 +199,8 @@ class Student:
             with contextlib.suppress(Exception):
                 await self.session.close()
         self.session = Session(self.plan.base_url, timeout_s=self.plan.timeout_s)
-        query = self.plan.text_query
-        return await self.act("open page", lambda: self.session.connect(f"/text?{query}" if query else "/text"))
+        page = with_query("/text", self.plan.text_query)
+        return await self.act("open page", lambda: self.session.connect(page))
 
     async def text_round(self) -> bool:
         s, rng = self.session, self.rng
@@ -204,7 +217,7 @@ class Student:
 
     async def vision_round(self) -> bool:
         s = self.session
-        query = f"model={urllib.parse.quote(self.plan.vision_model)}" if self.plan.vision_model else ""
+        query = self.plan.vision_query
         upload = self.pool is not None and self.rng.random() < self.plan.photo_share
         steps = [
             ("open vision", lambda: s.switch_page("vision", query)),
@@ -800,8 +813,8 @@ def main() -> None:
     deployment = None
     if args.start:
         env = {"TFORMER_DEVICE": args.device} if args.device else None
-        model = lambda name: f"?model={urllib.parse.quote(name)}" if name else ""  # noqa: E731
-        warm = () if args.cold else (f"/text{model(args.text_model)}", f"/vision{model(args.vision_model)}")
+        pages = (("/text", args.text_model), ("/vision", args.vision_model))
+        warm = () if args.cold else tuple(with_query(path, model_query(model)) for path, model in pages)
         deployment = Deployment(
             replicas=args.start,
             app=args.app,

@@ -241,7 +241,7 @@ def widths(page, charts: dict[str, str]) -> dict[str, float]:
 SCROLLED_JS = """() => {
   const main = document.querySelector('[data-testid="stMain"]'), h = document.getElementById('softmax');
   const r = h && h.getBoundingClientRect();
-  return {address: location.href, mainScrollTop: main && main.scrollTop, mainScrollHeight: main && main.scrollHeight,
+  return {mainScrollTop: main && main.scrollTop, mainScrollHeight: main && main.scrollHeight,
           headings: document.querySelectorAll('#softmax').length, headingTop: r && Math.round(r.top),
           windowScrollY: scrollY, viewport: [innerWidth, innerHeight]};
 }"""
