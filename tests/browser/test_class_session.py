@@ -60,6 +60,9 @@ def test_a_lecturer_and_three_students(server_url, browser, screenshots):
             assert "class=" not in s.url
 
         choose(lecturer, "Head", "5")
+        # The lecturer's own page first: ci69 (load about 10) had every student still on head 1 after 90 s, and
+        # could not say whether the lecturer's pick was lost or the class did not pass it on.
+        wait_for_url(lecturer, "layer=2", "head=5")
         for s in students:
             expect(s.get_by_test_id("stSidebar")).to_contain_text("Following the lecturer")  # not forked by itself
             wait_for_url(s, "layer=2", "head=5")
