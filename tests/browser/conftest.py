@@ -84,6 +84,9 @@ def browser():
     if not (Path(CHROMIUM).exists() or shutil.which(CHROMIUM)):
         pytest.skip(f"no Chromium at {CHROMIUM}: install Debian's chromium (apt install chromium) to run browser tests")
     playwright_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
+    # Playwright's `expect` waits 5 s by default: too short for a rerun on a busy CI machine (ci71 failed a
+    # presenter test with the bar drawn just after 5 s), so its waits are the suite's, as every helper's are.
+    playwright_api.expect.set_options(timeout=TIMEOUT_S * 1000)
     with playwright_api.sync_playwright() as p:
         chromium = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
         _watching_sends(chromium)
