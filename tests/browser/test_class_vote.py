@@ -53,7 +53,7 @@ def test_predict_reveal_and_vote_again_on_heads(server_url, browser, screenshots
             wait_for_url(s, "/heads", "model=translator")
             wait_for_text(s, "Following the lecturer")
         banner = lecturer.locator(".st-key-tformer-class-banner")
-        expect(banner).to_contain_text("2 students", timeout=TIMEOUT_S * 1000)  # live: the lecturer did nothing
+        expect(banner).to_contain_text("2 students")  # live: the lecturer did nothing
         box = banner.bounding_box()
         assert box["height"] <= 100, box  # one line: the view below it stays in the projector's first screen
         lecturer.screenshot(path="/tmp/shots-q/projector-banner-1280x720.png")

@@ -259,7 +259,7 @@ def first_screen(page, name: str) -> None:
         heading.wait_for(state="attached", timeout=TIMEOUT_S * 1000)
         page.locator(FIRST_SCREEN[name]).first.click()
         try:
-            expect(heading).to_be_in_viewport(timeout=TIMEOUT_S * 1000)
+            expect(heading).to_be_in_viewport()
         except AssertionError as error:  # where the main column and the heading stood, for the next one to read
             where = page.evaluate(SCROLLED_JS)
             raise AssertionError(f"after the click on the link to #softmax: {where}\n{page_state(page)}") from error

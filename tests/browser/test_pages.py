@@ -84,7 +84,7 @@ def test_text_page_types_a_sentence_and_switches_head(server_url, page, screensh
     other.goto(shared)
     settle(other)
     expect(other.get_by_role("textbox", name="Sentence", exact=True)).to_have_value(
-        re.compile("The cat sat on the mat"), timeout=90_000
+        re.compile("The cat sat on the mat")
     )
     wait_for_text(other, "Heatmap · layer 3, head 5")
     assert "head=5" in other.url
@@ -252,7 +252,7 @@ def test_vision_page_upload_layer_head_patch_click_and_rollout(server_url, page,
     picker.evaluate("e => e.scrollIntoView({block: 'center'})")
     box = picker.bounding_box()
     page.mouse.click(box["x"] + box["width"] * 0.3, box["y"] + box["height"] * 0.6)
-    expect(page).to_have_url(re.compile(r"query=\d+"), timeout=90_000)
+    expect(page).to_have_url(re.compile(r"query=\d+"))
     wait_for_text(page, "query: patch")
     settle(page)
     click(page.get_by_text("max", exact=True))  # rollout head fusion
